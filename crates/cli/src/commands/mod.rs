@@ -1,0 +1,27 @@
+//! One module per command. Each `run` takes its arguments and the printer and returns an
+//! [`ExitStatus`].
+
+pub mod schema;
+
+use std::process::ExitCode;
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It did what was asked.
+    Success,
+    /// It ran, but the outcome is negative (nothing imported, a check failed).
+    Failure,
+    /// It could not run.
+    Error,
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(status: ExitStatus) -> ExitCode {
+        match status {
+            ExitStatus::Success => ExitCode::from(0),
+            ExitStatus::Failure => ExitCode::from(1),
+            ExitStatus::Error => ExitCode::from(2),
+        }
+    }
+}

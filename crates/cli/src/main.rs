@@ -1,0 +1,44 @@
+//! The `flowmem` binary: parses arguments, runs one command, maps the outcome to an exit
+//! code. All logic lives in the library crates; this crate only glues them together.
+
+mod args;
+mod commands;
+mod printer;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let printer = Printer::new(&cli.global);
+    let res = run(cli, &printer);
+    match res {
+        Ok(status) => status.into(),
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            printer.error(&format!("{err:#}"));
+            ExitStatus::Error.into()
+        }
+    }
+}
+
+fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    match cli.command {
+        Command::Schema(args) => commands::schema::run(&args, printer),
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,175 @@
+//! FlowScout's executable workflow graph, as data.
+//!
+//! This is the serialised form a person edits and the miner and optimizer produce. The
+//! executor (`flowmem-exec`) validates it (`Valid(G, T)`) before anything runs; this
+//! crate only describes it.
+//!
+//! Execution semantics, which the executor implements:
+//! - A node runs once every incoming non-`back` edge is resolved (its source ran or was
+//!   skipped) and at least one of them is active; when all are skipped, it is skipped.
+//!   A node with several active inputs therefore joins them.
+//! - A `branch` activates exactly one outgoing edge: the one whose `label` its condition
+//!   chose. The others are skipped.
+//! - A `parallel` node activates all outgoing edges; its members run concurrently. A
+//!   `join` node is a plain merge point that waits for every active input.
+//! - A `loop` node has outgoing edges labelled `body` and `exit`. The body runs, returns
+//!   to the loop over a `back` edge, and repeats until `until` holds or `max_iterations`
+//!   is reached; then the `exit` edge activates.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An executable workflow: nodes, edges, and the entry and exit node ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowGraph {
+    /// A human-readable name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The nodes; ids are unique.
+    pub nodes: Vec<GraphNode>,
+    /// The edges between node ids.
+    #[serde(default)]
+    pub edges: Vec<Edge>,
+    /// The id of the node that runs first.
+    pub entry: String,
+    /// The id of the node whose output is the final result.
+    pub exit: String,
+}
+
+/// One node of a workflow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphNode {
+    /// A unique id, used in edges, traces and error messages.
+    pub id: String,
+    /// What the node does.
+    #[serde(flatten)]
+    pub kind: NodeKind,
+    /// A note for people reading the graph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The kinds of node: LLM, tool, and control.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NodeKind {
+    /// An LLM call with a role.
+    Llm {
+        /// What the call is for; selects the role's prompt template.
+        role: LlmRole,
+        /// Extra instructions rendered into the role's prompt (the optimizer rewrites this).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instruction: Option<String>,
+        /// A named model; the executor's model when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+    /// A position where a tool is invoked: the executor model picks the tool (within
+    /// `hints`, when given) and writes its arguments from the context.
+    Tool {
+        /// Tool names this position may use; any available tool when empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hints: Vec<String>,
+        /// Extra instructions for choosing the tool and its arguments.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instruction: Option<String>,
+    },
+    /// Takes exactly one outgoing edge, the one whose label the condition picks.
+    Branch {
+        /// How the route is chosen.
+        condition: Condition,
+    },
+    /// Fans out: every outgoing edge is taken, and the members run concurrently.
+    Parallel,
+    /// Waits for every active incoming edge.
+    Join,
+    /// Repeats its `body` until `until` holds or `max_iterations` runs have happened.
+    Loop {
+        /// The largest number of body runs.
+        max_iterations: u32,
+        /// When to stop repeating.
+        until: Condition,
+    },
+}
+
+/// The role of an LLM node; each role has its own prompt template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmRole {
+    /// Parses the query into sub-tasks.
+    Plan,
+    /// Pulls specific facts out of the context.
+    Extract,
+    /// Reasons over the context.
+    Reason,
+    /// Checks intermediate results.
+    Verify,
+    /// Decides a branch or a loop condition.
+    Judge,
+    /// Writes the final answer.
+    Synthesize,
+}
+
+/// How a branch picks its route or a loop decides to stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Condition {
+    /// An LLM judge answers `question` from the context. For a branch it picks one of the
+    /// outgoing edge labels; for a loop it answers whether to stop.
+    Judge {
+        /// The question put to the judge.
+        question: String,
+    },
+    /// Holds when the most recent tool call in the context succeeded. For a branch, the
+    /// routes are labelled `ok` and `error`.
+    ToolSucceeded,
+    /// Always holds: a loop runs once, a branch takes the edge labelled `default`.
+    Always,
+}
+
+/// A directed edge between two nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Edge {
+    /// The source node id.
+    pub from: String,
+    /// The target node id.
+    pub to: String,
+    /// What the edge carries.
+    #[serde(default)]
+    pub kind: EdgeKind,
+    /// A route name: a branch's choice, or `body` / `exit` out of a loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// What an edge carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    /// Orders the nodes and passes the source's output into the target's context.
+    #[default]
+    Data,
+    /// Orders the nodes only.
+    Control,
+    /// Closes a loop body: from the body's last node back to its `loop` node. The only
+    /// edges allowed to form a cycle.
+    Back,
+}
+
+impl WorkflowGraph {
+    /// The node with `id`, if any.
+    #[must_use]
+    pub fn node(&self, id: &str) -> Option<&GraphNode> {
+        self.nodes.iter().find(|node| node.id == id)
+    }
+
+    /// Edges leaving `id`.
+    pub fn outgoing<'g>(&'g self, id: &'g str) -> impl Iterator<Item = &'g Edge> + 'g {
+        self.edges.iter().filter(move |edge| edge.from == id)
+    }
+
+    /// Edges entering `id`.
+    pub fn incoming<'g>(&'g self, id: &'g str) -> impl Iterator<Item = &'g Edge> + 'g {
+        self.edges.iter().filter(move |edge| edge.to == id)
+    }
+}

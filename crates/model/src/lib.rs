@@ -1,0 +1,51 @@
+//! flowmem's data model: one vocabulary for Agent Workflow Memory and FlowScout.
+//!
+//! This crate sits at the bottom of the workspace. It has no async code and no network
+//! access; every other crate speaks in its types.
+//!
+//! # Brief overview
+//!
+//! - [`ToolCall`] is one tool invocation. Scoring compares calls by tool name and
+//!   [canonical JSON](canonical_json) of their arguments, so key order, whitespace and
+//!   `1` versus `1.0` never matter.
+//! - [`Trajectory`] is one agent run (AWM's experience `e = (q, P_e)`), made of [`Step`]s.
+//! - [`Record`] is FlowScout's `(query, reference result, validated tool-call log)`.
+//! - [`Workflow`] is an AWM workflow: a description plus [`WorkflowStep`]s whose actions
+//!   hold `{variable}` placeholders.
+//! - [`WorkflowGraph`] is FlowScout's executable graph of LLM, tool and control nodes.
+//! - [`Trace`] is everything one run of a graph or an agent did.
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_model::ToolCall;
+//!
+//! // The OpenAI wire form carries arguments as a JSON string.
+//! let wire = ToolCall::from_wire("get_order", serde_json::json!("{\"id\": 1.0}"))?;
+//! let plain = ToolCall::new("get_order", serde_json::json!({"id": 1}))?;
+//! assert!(wire.same_call(&plain));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod call;
+mod canonical;
+mod graph;
+mod record;
+mod trace;
+mod trajectory;
+mod workflow;
+
+pub use crate::call::{ArgsError, ToolCall};
+pub use crate::canonical::{canonical_eq, canonical_json};
+pub use crate::graph::{
+    Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph,
+};
+pub use crate::record::Record;
+pub use crate::trace::{NodeObservation, Trace, TraceEvent};
+pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
+pub use crate::workflow::{
+    Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep,
+};
+
+/// The JSON object type used for tool arguments.
+pub type JsonObject = serde_json::Map<String, serde_json::Value>;

@@ -1,0 +1,105 @@
+//! AWM workflows: reusable routines with `{variable}` placeholders.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::JsonObject;
+
+/// A workflow `w = (d, P_w)`: a goal description plus steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Workflow {
+    /// A stable id, assigned by the memory store.
+    #[serde(default)]
+    pub id: String,
+    /// What the workflow achieves, in natural language.
+    pub description: String,
+    /// The steps, in order.
+    pub steps: Vec<WorkflowStep>,
+    /// Where the workflow applies.
+    #[serde(default)]
+    pub scope: Scope,
+    /// Where the workflow came from.
+    #[serde(default)]
+    pub provenance: Provenance,
+    /// How the workflow has been used.
+    #[serde(default)]
+    pub stats: WorkflowStats,
+    /// Ids of stored workflows this one is composed of (AWM's snowballing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub composed_of: Vec<String>,
+}
+
+/// One step of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowStep {
+    /// The environment state the step expects.
+    #[serde(default)]
+    pub state: String,
+    /// Why the step is taken.
+    #[serde(default)]
+    pub reasoning: String,
+    /// The action, with `{variable}` placeholders in its argument values.
+    pub action: WorkflowAction,
+}
+
+/// A tool call template: string argument values may hold `{variable}` placeholders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowAction {
+    /// The tool to call.
+    pub tool: String,
+    /// The argument templates.
+    #[serde(default)]
+    pub args: JsonObject,
+}
+
+/// Where a workflow applies: AWM groups workflows per website or domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Scope {
+    /// The website, for web agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    /// The domain, such as `retail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+}
+
+/// What produced a workflow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Provenance {
+    /// Ids of the trajectories it was induced from.
+    #[serde(default)]
+    pub trajectory_ids: Vec<String>,
+    /// `rule` or `lm`.
+    #[serde(default)]
+    pub inducer: String,
+    /// The inducer model, for LM induction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The prompt template name and version, for LM induction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_version: Option<String>,
+    /// When it was created, as RFC 3339 text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// Usage statistics kept by the memory store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkflowStats {
+    /// Times the workflow was retrieved for a query.
+    #[serde(default)]
+    pub retrieved: u64,
+    /// Times it was used in a run that succeeded.
+    #[serde(default)]
+    pub used_success: u64,
+    /// Times it was used in a run that failed.
+    #[serde(default)]
+    pub used_failure: u64,
+}
+
+impl Workflow {
+    /// The tool names of the steps, in order: the workflow's action sequence.
+    pub fn tool_sequence(&self) -> impl Iterator<Item = &str> {
+        self.steps.iter().map(|step| step.action.tool.as_str())
+    }
+}
