@@ -26,7 +26,12 @@
 //! ```
 
 mod edit;
+mod search;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
+pub use crate::search::{
+    CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,
+    SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+};
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};
