@@ -1,0 +1,3 @@
+//! Integration tests of flowmem-mining, one module per topic.
+
+mod parity;
