@@ -11,6 +11,10 @@
 //! - [`discover_dfg`] gives the directly-follows graph ([`Dfg`]).
 //! - [`discover`] runs the Inductive Miner ([`Variant::Im`] or [`Variant::ImF`]) and
 //!   returns a [`ProcessTree`], printed in PM4Py's notation.
+//! - [`tree_to_petri_net`] gives a [`PetriNet`] with the tree's language, exportable as
+//!   PNML ([`PetriNet::to_pnml`]); [`tree_to_dot`] and [`tree_to_mermaid`] draw the tree.
+//! - [`tree_to_skeleton`] turns the tree into the skeleton
+//!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search.
 //!
 //! # Example
 //!
@@ -30,12 +34,18 @@ mod dfg;
 mod error;
 mod log;
 mod md5;
+mod petri;
+mod render;
+mod skeleton;
 mod tree;
 mod variants;
 mod xes;
 
 pub use crate::dfg::{Dfg, discover_dfg};
 pub use crate::error::Error;
+pub use crate::petri::{PetriNet, Transition, tree_to_petri_net};
+pub use crate::render::{tree_to_dot, tree_to_mermaid};
+pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_skeleton};
 pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};

@@ -1,5 +1,6 @@
 //! Process trees: the operators, PM4Py's printed notation, folding and canonical order.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::Serialize;
@@ -192,6 +193,48 @@ impl ProcessTree {
         }
     }
 
+    /// Every trace of the tree's language with at most `max_len` activities.
+    ///
+    /// Meant for checking small trees; the set grows exponentially with `max_len`.
+    #[must_use]
+    pub fn language(&self, max_len: usize) -> BTreeSet<Vec<String>> {
+        match self {
+            ProcessTree::Tau => BTreeSet::from([Vec::new()]),
+            ProcessTree::Activity { label } if max_len > 0 => BTreeSet::from([vec![label.clone()]]),
+            ProcessTree::Activity { .. } => BTreeSet::new(),
+            ProcessTree::Operator { operator, children } => {
+                let languages: Vec<BTreeSet<Vec<String>>> =
+                    children.iter().map(|child| child.language(max_len)).collect();
+                match operator {
+                    Operator::Xor => languages.into_iter().flatten().collect(),
+                    Operator::Sequence => languages
+                        .iter()
+                        .fold(BTreeSet::from([Vec::new()]), |acc, next| concat(&acc, next, max_len)),
+                    Operator::Parallel => languages
+                        .iter()
+                        .fold(BTreeSet::from([Vec::new()]), |acc, next| shuffle(&acc, next, max_len)),
+                    Operator::Loop => {
+                        let empty = BTreeSet::new();
+                        let body = languages.first().unwrap_or(&empty);
+                        let redo: BTreeSet<Vec<String>> = languages.iter().skip(1).flatten().cloned().collect();
+                        let redo_body = concat(&redo, body, max_len);
+                        let mut result = body.clone();
+                        let mut frontier = body.clone();
+                        while !frontier.is_empty() {
+                            let next: BTreeSet<Vec<String>> = concat(&frontier, &redo_body, max_len)
+                                .into_iter()
+                                .filter(|word| !result.contains(word))
+                                .collect();
+                            result.extend(next.iter().cloned());
+                            frontier = next;
+                        }
+                        result
+                    }
+                }
+            }
+        }
+    }
+
     /// The activity labels of the leaves, left to right.
     #[must_use]
     pub fn labels(&self) -> Vec<&str> {
@@ -235,6 +278,44 @@ impl fmt::Display for ProcessTree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write(f, false)
     }
+}
+
+fn concat(left: &BTreeSet<Vec<String>>, right: &BTreeSet<Vec<String>>, max_len: usize) -> BTreeSet<Vec<String>> {
+    let mut out = BTreeSet::new();
+    for a in left {
+        for b in right {
+            if a.len() + b.len() <= max_len {
+                out.insert(a.iter().chain(b).cloned().collect());
+            }
+        }
+    }
+    out
+}
+
+fn shuffle(left: &BTreeSet<Vec<String>>, right: &BTreeSet<Vec<String>>, max_len: usize) -> BTreeSet<Vec<String>> {
+    fn interleave(a: &[String], b: &[String], prefix: &mut Vec<String>, out: &mut BTreeSet<Vec<String>>) {
+        if a.is_empty() || b.is_empty() {
+            let mut word = prefix.clone();
+            word.extend(a.iter().chain(b).cloned());
+            out.insert(word);
+            return;
+        }
+        prefix.push(a[0].clone());
+        interleave(&a[1..], b, prefix, out);
+        prefix.pop();
+        prefix.push(b[0].clone());
+        interleave(a, &b[1..], prefix, out);
+        prefix.pop();
+    }
+    let mut out = BTreeSet::new();
+    for a in left {
+        for b in right {
+            if a.len() + b.len() <= max_len {
+                interleave(a, b, &mut Vec::new(), &mut out);
+            }
+        }
+    }
+    out
 }
 
 /// A 192-bit sum of 128-bit MD5 values, as Python's unbounded integers would hold it.
