@@ -1,6 +1,8 @@
 //! Command-line arguments. Clap derive types only: no logic. Doc comments are the
 //! `--help` text.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Learn reusable, executable workflows for tool-using LLM agents from their own runs.
@@ -41,6 +43,10 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print the JSON Schema of a data-model type.
     Schema(SchemaArgs),
+    /// Import agent logs or benchmark tasks into flowmem JSONL (records or trajectories).
+    Import(ImportArgs),
+    /// Count items, tool calls, distinct tools and top tool-to-tool transitions of a JSONL file.
+    Stats(StatsArgs),
 }
 
 /// Arguments of `flowmem schema`.
@@ -70,4 +76,62 @@ pub enum SchemaType {
     Trace,
     /// One line of a JSONL trace file.
     TraceEvent,
+}
+
+/// Arguments of `flowmem import`.
+///
+/// Reads every item it can, skips the rest, and prints what it read, wrote and skipped
+/// (with file, line and JSON path) on stderr; `--json` prints that summary on stdout.
+/// The output is written to a temporary file and renamed, so it is never half written.
+/// Exits 1 when nothing could be imported, 2 on an error.
+///
+/// Example:
+///
+///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The input format.
+    #[arg(short, long, value_enum)]
+    pub format: ImportFormatArg,
+    /// Input files, or directories to search for the format's files.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The JSONL file to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Stop at the first bad item instead of skipping it; nothing is written.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// The formats `flowmem import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormatArg {
+    /// OpenAI chat transcripts with `tool_calls` (JSON array or JSONL) -> trajectories.
+    #[value(name = "openai")]
+    OpenAi,
+    /// τ-bench `tasks_*.jsonl` -> records (`actions` as the log, `outputs` as reference).
+    TauBench,
+    /// τ²-bench `tasks*.json` -> records (`evaluation_criteria.actions` as the log).
+    Tau2Bench,
+    /// ToolBench DFSDT answer files -> trajectories.
+    #[value(name = "toolbench")]
+    ToolBench,
+    /// StableToolBench evaluation sets (messages truncated at source) -> trajectories.
+    #[value(name = "stabletoolbench")]
+    StableToolBench,
+}
+
+/// Arguments of `flowmem stats`.
+///
+/// Example:
+///
+///   flowmem stats retail.jsonl --top 5
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// A JSONL file of records or of trajectories.
+    pub path: PathBuf,
+    /// How many of the most frequent tools and transitions to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
 }

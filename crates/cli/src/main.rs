@@ -32,6 +32,8 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Import(args) => commands::import::run(&args, printer),
+        Command::Stats(args) => commands::stats::run(&args, printer),
     }
 }
 

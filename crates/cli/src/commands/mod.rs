@@ -1,7 +1,9 @@
 //! One module per command. Each `run` takes its arguments and the printer and returns an
 //! [`ExitStatus`].
 
+pub mod import;
 pub mod schema;
+pub mod stats;
 
 use std::process::ExitCode;
 
