@@ -44,8 +44,25 @@ pub enum Command {
     /// Print the JSON Schema of a data-model type.
     Schema(SchemaArgs),
     /// Import agent logs or benchmark tasks into flowmem JSONL (records or trajectories).
+    ///
+    /// Reads every item it can and skips the rest, then prints what it read, wrote and
+    /// skipped on stderr; each skip names the file, the line and the JSON path of the bad
+    /// field. `--json` prints the same summary on stdout. The output is written to a
+    /// temporary file and renamed, so it is never half written. Exits 1 when nothing
+    /// could be imported and 2 on an error.
+    ///
+    /// Example:
+    ///
+    ///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
     Import(ImportArgs),
     /// Count items, tool calls, distinct tools and top tool-to-tool transitions of a JSONL file.
+    ///
+    /// The file holds records or trajectories (as `flowmem import` writes them). A
+    /// transition is a tool call directly followed by another in the same item.
+    ///
+    /// Example:
+    ///
+    ///   flowmem stats retail.jsonl --top 5
     Stats(StatsArgs),
 }
 
@@ -79,15 +96,6 @@ pub enum SchemaType {
 }
 
 /// Arguments of `flowmem import`.
-///
-/// Reads every item it can, skips the rest, and prints what it read, wrote and skipped
-/// (with file, line and JSON path) on stderr; `--json` prints that summary on stdout.
-/// The output is written to a temporary file and renamed, so it is never half written.
-/// Exits 1 when nothing could be imported, 2 on an error.
-///
-/// Example:
-///
-///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The input format.
@@ -123,10 +131,6 @@ pub enum ImportFormatArg {
 }
 
 /// Arguments of `flowmem stats`.
-///
-/// Example:
-///
-///   flowmem stats retail.jsonl --top 5
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// A JSONL file of records or of trajectories.
