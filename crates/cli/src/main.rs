@@ -33,6 +33,8 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
+        Command::Import(args) => commands::import::run(&args, printer),
+        Command::Stats(args) => commands::stats::run(&args, printer),
     }
 }
 

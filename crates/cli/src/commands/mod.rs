@@ -2,7 +2,9 @@
 //! [`ExitStatus`].
 
 pub mod mine;
+pub mod import;
 pub mod schema;
+pub mod stats;
 
 use std::process::ExitCode;
 
