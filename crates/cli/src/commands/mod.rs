@@ -2,6 +2,7 @@
 //! [`ExitStatus`].
 
 pub mod schema;
+pub mod tools;
 
 use std::process::ExitCode;
 
