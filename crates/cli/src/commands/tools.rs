@@ -95,11 +95,12 @@ async fn call(registry: &Registry, args: &ToolsCallArgs, printer: &Printer) -> a
             None => {}
         }
     } else {
-        printer.error(&format!(
-            "{}: {}",
-            status_name(invocation.status),
-            invocation.call.error.as_deref().unwrap_or("no details")
-        ));
+        let error = invocation.call.error.as_deref().unwrap_or("no details");
+        if invocation.status == CallStatus::ToolError {
+            printer.error(&format!("`{}` returned an error: {error}", args.name));
+        } else {
+            printer.error(error);
+        }
     }
     Ok(if invocation.status == CallStatus::Ok { ExitStatus::Success } else { ExitStatus::Failure })
 }
