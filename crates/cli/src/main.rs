@@ -33,6 +33,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
         Command::Tools(args) => commands::tools::run(&args, printer),
+        Command::Mine(args) => commands::mine::run(&args, printer),
     }
 }
 

@@ -192,6 +192,10 @@ pub enum SearchError {
     /// The optimizer model failed (after its own retries).
     #[error("the optimizer failed: {0}")]
     Proposer(String),
+    /// The optimizer replied with something that is not an edit plan. The driver counts
+    /// this as a rejected attempt and re-asks with the problem.
+    #[error("{0}")]
+    InvalidProposal(String),
     /// Running a candidate failed as a whole.
     #[error("running candidate {candidate} failed: {reason}")]
     Simulation {
@@ -407,7 +411,14 @@ async fn expand(
     let mut rejected: Vec<Vec<String>> = Vec::new();
     for _attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
-        let plan = parts.proposer.propose(parent_graph, &parent_eval.feedback, &problems).await?;
+        let plan = match parts.proposer.propose(parent_graph, &parent_eval.feedback, &problems).await {
+            Ok(plan) => plan,
+            Err(SearchError::InvalidProposal(problem)) => {
+                rejected.push(vec![problem]);
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         let problems = match apply_plan(parent_graph, &plan) {
             Ok(graph) => {
                 let violations = parts.validator.violations(&graph);

@@ -1,3 +1,4 @@
-//! Integration tests of the `flowmem` binary, run as a subprocess in a temp dir.
+//! Integration tests of the `flowmem` binary, one module per command.
 
+mod mine;
 mod tools;

@@ -222,3 +222,24 @@ async fn beam_search_keeps_the_best_per_step_within_the_same_budget() {
     let parents: Vec<usize> = state.history.iter().map(|h| h.parent).collect();
     assert_eq!(&parents[..3], &[0, 1, 0]);
 }
+
+#[tokio::test]
+async fn report_pictures_show_every_candidate_and_the_best_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(4, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    let tree = flowmem_optimize::search_tree_svg(&state);
+    assert_eq!(tree.matches("<g class=\"tree-node").count(), state.tree.len());
+    assert_eq!(tree.matches("tree-node best").count(), 1);
+    // The best path's edges are the thick red ones: one per step from the root.
+    let best_depth = state.tree.path_to(state.best).len() - 1;
+    assert_eq!(tree.matches("stroke-width=\"3\"").count(), best_depth);
+    let curve = flowmem_optimize::validation_curve_svg(&state, 0.0);
+    assert_eq!(curve.matches("class=\"candidate\"").count(), state.history.len());
+    let best: WorkflowGraph =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), state.best, "workflow")).unwrap()).unwrap();
+    let picture = flowmem_optimize::workflow_graph_svg(&best);
+    assert_eq!(picture.matches("class=\"graph-node\"").count(), best.nodes.len());
+    assert_eq!(picture.matches("class=\"edge\"").count(), best.edges.len());
+}
