@@ -32,6 +32,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Tools(args) => commands::tools::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),

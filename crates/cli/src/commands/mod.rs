@@ -5,6 +5,7 @@ pub mod mine;
 pub mod import;
 pub mod schema;
 pub mod stats;
+pub mod tools;
 
 use std::process::ExitCode;
 

@@ -5,3 +5,4 @@ mod import;
 mod mine;
 mod stats;
 mod support;
+mod tools;
