@@ -32,6 +32,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Mine(args) => commands::mine::run(&args, printer),
     }
 }
 

@@ -26,7 +26,16 @@
 //! ```
 
 mod edit;
+mod propose;
+mod search;
+mod svg;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
+pub use crate::propose::{LlmProposer, PROPOSE_EDITS, edit_plan_schema};
+pub use crate::search::{
+    CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,
+    SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+};
+pub use crate::svg::{escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg};
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

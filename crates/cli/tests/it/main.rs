@@ -1,0 +1,3 @@
+//! Integration tests of the `flowmem` binary, one module per command.
+
+mod mine;
