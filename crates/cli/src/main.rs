@@ -33,6 +33,8 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
+        Command::Induce(args) => commands::induce::run(&args, printer),
+        Command::Memory(args) => commands::memory::run(&args, printer),
     }
 }
 

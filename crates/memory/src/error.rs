@@ -66,11 +66,9 @@ pub enum MemoryError {
 #[non_exhaustive]
 pub enum InduceError {
     /// The induction prompt did not render.
-    #[cfg(any())] // TEMP-GATE
     #[error("the induction prompt did not render")]
     Prompt(#[source] flowmem_llm::PromptError),
     /// The inducer model failed.
-    #[cfg(any())] // TEMP-GATE
     #[error("the inducer model failed")]
     Llm(#[source] flowmem_llm::LlmError),
     /// Storing the induced workflows failed.

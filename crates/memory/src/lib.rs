@@ -44,7 +44,6 @@ mod offline;
 pub mod render;
 mod schema;
 mod store;
-#[cfg(any())] // TEMP-GATE
 mod templates;
 mod text;
 

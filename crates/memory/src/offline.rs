@@ -40,7 +40,6 @@ impl std::fmt::Debug for Variant<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Variant::Rule(cfg) => f.debug_tuple("Rule").field(cfg).finish(),
-            #[cfg(any())] // TEMP-GATE
             Variant::Lm(cfg) => f.debug_tuple("Lm").field(cfg).finish(),
         }
     }
@@ -82,7 +81,6 @@ pub async fn induce_offline(
         let scope = Scope { site, domain };
         let batches: Vec<&[Trajectory]> = match cfg.variant {
             Variant::Rule(_) => vec![&members[..]],
-            #[cfg(any())] // TEMP-GATE
             Variant::Lm(_) => members.chunks(cfg.batch_size.max(1)).collect(),
         };
         for batch in batches {
@@ -91,7 +89,6 @@ pub async fn induce_offline(
                     let rule_cfg = RuleConfig { scope: Some(scope.clone()), ..rule_cfg.clone() };
                     induce::rule(batch, &rule_cfg)
                 }
-                #[cfg(any())] // TEMP-GATE
                 Variant::Lm(lm_cfg) => {
                     let lm_cfg = crate::induce::LmConfig { scope: Some(scope.clone()), ..*lm_cfg };
                     induce::lm(batch, &lm_cfg).await?

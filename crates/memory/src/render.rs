@@ -33,7 +33,6 @@ use flowmem_model::{
     canonical_json,
 };
 
-#[cfg(any())] // TEMP-GATE
 pub use crate::templates::{INDUCE_PROMPT, WORKFLOW_PROMPT, add_prompts, prompt_text, prompts};
 
 /// A workflow read from AWM text: description and steps only.

@@ -2,6 +2,8 @@
 //! [`ExitStatus`].
 
 pub mod mine;
+pub mod induce;
+pub mod memory;
 pub mod schema;
 
 use std::process::ExitCode;

@@ -10,7 +10,6 @@
 //! Both return an [`Induction`]: the workflows plus a report of everything skipped or
 //! rejected, with the reason.
 
-#[cfg(any())] // TEMP-GATE
 mod lm;
 mod rule;
 
@@ -20,7 +19,6 @@ use serde::Serialize;
 
 use flowmem_model::{Scope, Workflow};
 
-#[cfg(any())] // TEMP-GATE
 pub use crate::induce::lm::{LmConfig, PROMPT_NAME, PROMPT_VERSION, lm, parse_reply, reply_schema, validate};
 pub use crate::induce::rule::{RuleConfig, rule};
 
@@ -113,7 +111,6 @@ impl fmt::Display for SkipReason {
 pub enum Variant<'a> {
     /// Deterministic rule-based induction.
     Rule(&'a RuleConfig),
-    #[cfg(any())] // TEMP-GATE
     /// LM-based induction.
     Lm(&'a LmConfig<'a>),
 }
@@ -130,7 +127,6 @@ pub async fn induce(
 ) -> Result<Induction, crate::InduceError> {
     match variant {
         Variant::Rule(cfg) => Ok(rule(trajectories, cfg)),
-        #[cfg(any())] // TEMP-GATE
         Variant::Lm(cfg) => lm(trajectories, cfg).await,
     }
 }

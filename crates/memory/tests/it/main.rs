@@ -1,6 +1,8 @@
 //! Integration tests of flowmem-memory: one binary, one module per topic.
 
 mod concurrency;
+mod render;
+mod rule_data;
 mod store;
 
 use std::path::PathBuf;
