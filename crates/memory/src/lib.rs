@@ -39,6 +39,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod index;
 pub mod induce;
 mod offline;
 pub mod render;

@@ -42,4 +42,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         description, steps, tokenize = 'porter unicode61'
     );
     ",
+    // 2: BM25 moves from FTS5 to an in-memory index fed by a log of inserts and deletes,
+    // so that a search with a long query stays within milliseconds at 100,000 workflows.
+    "
+    ALTER TABLE workflows ADD COLUMN index_text TEXT NOT NULL DEFAULT '';
+    CREATE TABLE index_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        pk INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('insert', 'delete'))
+    );
+    UPDATE workflows SET index_text = COALESCE(
+        (SELECT steps FROM workflow_fts WHERE workflow_fts.rowid = workflows.pk), '');
+    INSERT INTO index_log (pk, op) SELECT pk, 'insert' FROM workflows ORDER BY pk;
+    DROP TABLE workflow_fts;
+    ",
 ];

@@ -1,6 +1,7 @@
 //! The workflow memory: one SQLite file with BM25 retrieval, dedup and eviction.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -11,7 +12,8 @@ use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, ca
 
 use crate::error::MemoryError;
 use crate::schema::MIGRATIONS;
-use crate::text::{action_key, description_similarity, fts_query, steps_text};
+use crate::index::SearchIndex;
+use crate::text::{action_key, description_similarity, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +47,9 @@ pub struct MemoryStore {
     conn: Connection,
     path: PathBuf,
     cfg: StoreConfig,
+    // Loaded by the first search, then brought up to date from `index_log` before each
+    // one. A std mutex: it is never held across an await.
+    index: Mutex<SearchIndex>,
 }
 
 /// What [`MemoryStore::add`] did with a workflow.
@@ -169,7 +174,7 @@ impl MemoryStore {
             }
         }
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg };
+        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Mutex::new(SearchIndex::default()) };
         store.migrate()?;
         Ok(store)
     }
@@ -295,39 +300,41 @@ impl MemoryStore {
     /// The `limit` workflows most relevant to `query` among those whose scope matches
     /// `filter`, best first. Read-only: it does not count as a retrieval.
     ///
-    /// Relevance is BM25 (k1 = 1.2, b = 0.75, SQLite FTS5's) over the description and the
-    /// steps' text (state, reasoning, tool names, argument names and values), with the
-    /// description weighted twice. Words are matched after lowercasing and Porter
-    /// stemming; a query without any word matches nothing.
+    /// Relevance is Okapi BM25 (k1 = 1.2, b = 0.75) over the description and the steps'
+    /// text (state, reasoning, tool names, argument names and values), with the
+    /// description weighted twice. Words are matched after lowercasing and plural
+    /// stemming; a query without any word matches nothing. The index lives in memory, is
+    /// loaded by the first search and then follows every process's writes.
     ///
     /// # Errors
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn search(&self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
-        let Some(expr) = fts_query(query) else {
-            return Ok(Vec::new());
+        let ranked = {
+            // A poisoned lock only means another search panicked; the index is rebuilt
+            // from the log then.
+            let mut index = self.index.lock().unwrap_or_else(|poisoned| {
+                let mut guard = poisoned.into_inner();
+                *guard = SearchIndex::default();
+                guard
+            });
+            index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
+            index.search(query, (filter.site.as_deref(), filter.domain.as_deref()), limit)
         };
-        let sql = format!(
-            "SELECT {COLUMNS}, s.score FROM (
-                 SELECT rowid AS fts_pk, bm25(workflow_fts, 2.0, 1.0) AS score
-                 FROM workflow_fts WHERE workflow_fts MATCH ?1
-             ) AS s JOIN workflows ON workflows.pk = s.fts_pk
-             WHERE (?2 IS NULL OR site = ?2) AND (?3 IS NULL OR domain = ?3)
-             ORDER BY s.score, pk LIMIT ?4"
-        );
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sqlite("searching"))?;
-        let rows = stmt
-            .query_map(params![expr, filter.site, filter.domain, limit], |row| {
-                Ok((RawRow::read(row)?, row.get::<_, f64>(11)?))
-            })
-            .map_err(self.sqlite("searching"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(self.sqlite("searching"))?;
-        // FTS5 reports BM25 negated so that ascending order is best first.
-        rows.into_iter()
-            .map(|(row, score)| Ok(Hit { score: -score, workflow: self.decode(row)? }))
-            .collect()
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk = ?1");
+        let mut hits = Vec::with_capacity(ranked.len());
+        for (pk, score) in ranked {
+            let row = self
+                .conn
+                .query_row(&sql, [pk], RawRow::read)
+                .optional()
+                .map_err(self.sqlite("reading a search hit"))?;
+            // A row deleted by another process since the sync is simply no longer a hit.
+            if let Some(row) = row {
+                hits.push(Hit { score, workflow: self.decode(row)? });
+            }
+        }
+        Ok(hits)
     }
 
     /// Searches as [`MemoryStore::search`] does and counts each hit as retrieved, in one
@@ -647,8 +654,8 @@ fn add_in(tx: &Transaction<'_>, path: &Path, cfg: &StoreConfig, workflow: &Workf
     }
     let stats = &workflow.stats;
     tx.execute(
-        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             id,
             workflow.description,
@@ -661,16 +668,13 @@ fn add_in(tx: &Transaction<'_>, path: &Path, cfg: &StoreConfig, workflow: &Workf
             created_at,
             to_sql_count(stats.retrieved),
             to_sql_count(stats.used_success),
-            to_sql_count(stats.used_failure)
+            to_sql_count(stats.used_failure),
+            steps_text(workflow)
         ],
     )
     .map_err(sqlite("inserting a workflow"))?;
     let pk = tx.last_insert_rowid();
-    tx.execute(
-        "INSERT INTO workflow_fts (rowid, description, steps) VALUES (?1, ?2, ?3)",
-        params![pk, workflow.description, steps_text(workflow)],
-    )
-    .map_err(sqlite("indexing a workflow"))?;
+    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk]).map_err(sqlite("indexing a workflow"))?;
     insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
     let evicted = match cfg.max_per_scope {
         Some(max) => evict_in(tx, path, &scope_key, max)?,
@@ -732,7 +736,7 @@ fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> R
 
 fn delete_pk(tx: &Transaction<'_>, path: &Path, pk: i64) -> Result<(), MemoryError> {
     let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "deleting a workflow", source };
-    tx.execute("DELETE FROM workflow_fts WHERE rowid = ?1", [pk]).map_err(sqlite)?;
+    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM provenance WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM workflows WHERE pk = ?1", [pk]).map_err(sqlite)?;
     Ok(())
@@ -792,4 +796,38 @@ fn is_busy(err: &rusqlite::Error) -> bool {
         rusqlite::Error::SqliteFailure(e, _)
             if e.code == rusqlite::ErrorCode::DatabaseBusy || e.code == rusqlite::ErrorCode::DatabaseLocked
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use flowmem_model::Scope;
+
+    use crate::schema::MIGRATIONS;
+    use crate::store::{MemoryStore, StoreConfig};
+
+    #[test]
+    fn a_version_1_file_migrates_in_place_and_stays_searchable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO workflows (pk, id, description, steps, scope_key, action_key, created_at)
+                 VALUES (1, 'wf-old', 'refund a returned parcel', '[{\"action\":{\"tool\":\"refund\",\"args\":{}}}]', 's', 'refund', '2026-01-01T00:00:00Z');
+                 INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, created_at) VALUES (1, 0, '[\"t9\"]', 'rule', '2026-01-01T00:00:00Z');
+                 INSERT INTO workflow_fts (rowid, description, steps) VALUES (1, 'refund a returned parcel', 'refund\nissue_voucher');",
+            )
+            .unwrap();
+        }
+        let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let hits = store.search("voucher", &Scope::default(), 5).unwrap();
+        assert_eq!(hits.len(), 1, "the old index text carried over");
+        assert_eq!(hits[0].workflow.id, "wf-old");
+        assert_eq!(hits[0].workflow.provenance.trajectory_ids, ["t9"]);
+    }
 }

@@ -64,20 +64,9 @@ pub(crate) fn steps_text(workflow: &Workflow) -> String {
     text
 }
 
-/// Builds an FTS5 `MATCH` expression that ORs the query's tokens, each quoted so that no
-/// query text is read as FTS5 syntax. `None` when the query has no tokens.
-pub(crate) fn fts_query(query: &str) -> Option<String> {
-    let unique: BTreeSet<String> = tokens(query).collect();
-    if unique.is_empty() {
-        return None;
-    }
-    let quoted: Vec<String> = unique.into_iter().map(|token| format!("\"{token}\"")).collect();
-    Some(quoted.join(" OR "))
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::text::{description_similarity, fts_query, tokens};
+    use crate::text::{description_similarity, tokens};
 
     #[test]
     fn tokens_split_on_punctuation_and_lowercase() {
@@ -92,11 +81,5 @@ mod tests {
         assert_eq!(description_similarity("cancel an order", "cancel the order"), 0.5);
         assert_eq!(description_similarity("", ""), 1.0);
         assert_eq!(description_similarity("a", ""), 0.0);
-    }
-
-    #[test]
-    fn fts_query_quotes_tokens_and_drops_syntax() {
-        assert_eq!(fts_query("order AND \"x\" NEAR(").as_deref(), Some("\"and\" OR \"near\" OR \"order\" OR \"x\""));
-        assert_eq!(fts_query("  !!  "), None);
     }
 }

@@ -159,19 +159,19 @@ fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
     let path = dir.path().join("memory.db");
     let id = {
         let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 1);
+        assert_eq!(store.schema_version().unwrap(), 2);
         store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
     };
     let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
     assert_eq!(store.get(&id).unwrap().description, "persisted");
-    assert_eq!(store.schema_version().unwrap(), 1);
+    assert_eq!(store.schema_version().unwrap(), 2);
     drop(store);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
-    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 1, .. }), "{err}");
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 2, .. }), "{err}");
 }
 
 #[test]
@@ -180,4 +180,20 @@ fn workflows_without_steps_are_refused() {
     let mut store = open(&dir, StoreConfig::standard());
     let err = store.add(&workflow("empty", &[], None)).unwrap_err();
     assert!(err.to_string().contains("no steps"), "{err}");
+}
+
+#[test]
+fn an_open_store_sees_writes_and_deletes_made_through_another_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let mut writer = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    assert!(reader.search("parcel", &Scope::default(), 5).unwrap().is_empty());
+    let id = writer.add(&workflow("track a parcel", &["a", "b"], None)).unwrap().id().to_owned();
+    writer.add(&workflow("return a parcel", &["c", "d"], None)).unwrap();
+    assert_eq!(reader.search("parcel", &Scope::default(), 5).unwrap().len(), 2);
+    writer.delete(&id).unwrap();
+    let hits = reader.search("parcel", &Scope::default(), 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].workflow.description, "return a parcel");
 }
