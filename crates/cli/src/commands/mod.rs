@@ -4,7 +4,9 @@
 pub mod mine;
 pub mod induce;
 pub mod memory;
+pub mod import;
 pub mod schema;
+pub mod stats;
 
 use std::process::ExitCode;
 
