@@ -26,16 +26,22 @@
 #![deny(missing_docs)]
 
 mod error;
+mod es;
 mod mind2web;
+mod outputs;
 mod reward;
+mod score;
 mod split;
 mod tc;
 
 pub use crate::error::EvalError;
+pub use crate::es::{EsJudgement, JUDGE_ES_PROMPT, JudgeInput, judge_es};
 pub use crate::mind2web::{
     StepMetrics, WebStepPrediction, WebStepReference, WebTask, WebTaskMetrics, score_step,
     score_web_tasks, token_set_f1,
 };
+pub use crate::outputs::required_outputs_found;
 pub use crate::reward::{Alpha, reward};
+pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::split::{Split, SplitRatios, split};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};
