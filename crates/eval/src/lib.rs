@@ -29,6 +29,8 @@ mod error;
 mod es;
 mod mind2web;
 mod outputs;
+mod render;
+mod report;
 mod reward;
 mod score;
 mod split;
@@ -41,6 +43,11 @@ pub use crate::mind2web::{
     score_web_tasks, token_set_f1,
 };
 pub use crate::outputs::required_outputs_found;
+pub use crate::render::{render_html, render_markdown};
+pub use crate::report::{
+    Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, coefficient_of_variation,
+    compare, relative_change, summarize,
+};
 pub use crate::reward::{Alpha, reward};
 pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::split::{Split, SplitRatios, split};
