@@ -197,8 +197,8 @@ fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
     let group_width = 120.0;
     let width = PLOT_LEFT + 20.0 + group_width * systems.len().max(1) as f64;
     let max_cv = systems.iter().flat_map(|s| s.cv_es.iter().map(|c| c.cv)).fold(0.0f64, f64::max);
-    // Round the axis up to a tenth so the ticks read well.
-    let top = ((max_cv * 10.0).ceil() / 10.0).max(0.1);
+    // Round the axis up to a fifth, so the quarter ticks are multiples of 0.05.
+    let top = ((max_cv * 5.0).ceil() / 5.0).max(0.2);
     let y = |value: f64| PLOT_BOTTOM - (value / top).clamp(0.0, 1.0) * (PLOT_BOTTOM - PLOT_TOP);
     let mut svg = svg_open("cv-boxplot", width, "Coefficient of variation of ES per record, per system");
     axis(&mut svg, width, top, &y);
