@@ -29,4 +29,32 @@ pub enum EvalError {
         /// The raw reply.
         raw: String,
     },
+    /// Resetting a state key on the tool server failed.
+    #[error("cannot reset state `{key}` with `{tool}`: {error}")]
+    StateReset {
+        /// The reset tool.
+        tool: String,
+        /// The state key.
+        key: String,
+        /// The tool's error.
+        error: String,
+    },
+    /// A replayed call timed out or the server broke, so the state cannot be trusted.
+    #[error("replaying call #{index} (`{tool}`) failed in transport: {error}")]
+    ReplayTransport {
+        /// The tool.
+        tool: String,
+        /// The call's position in its log.
+        index: usize,
+        /// The transport error.
+        error: String,
+    },
+    /// A server state file is missing or unreadable.
+    #[error("bad state file `{}`: {problem}\nhint: is the checker's state directory the server's `$TAU2_*_MCP_STATE_DIR`?", path.display())]
+    StateFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
 }

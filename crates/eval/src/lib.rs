@@ -32,6 +32,7 @@ mod outputs;
 mod render;
 mod report;
 mod reward;
+mod run;
 mod score;
 mod split;
 mod tc;
@@ -50,5 +51,8 @@ pub use crate::report::{
 };
 pub use crate::reward::{Alpha, reward};
 pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
+pub use crate::run::{
+    CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate,
+};
 pub use crate::split::{Split, SplitRatios, split};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};
