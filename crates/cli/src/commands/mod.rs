@@ -2,6 +2,8 @@
 //! [`ExitStatus`].
 
 pub mod schema;
+pub mod score;
+pub mod split;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,4 @@
+//! Integration tests of the `flowmem` binary, run as a subprocess in a temp dir.
+
+mod score;
+mod split;
