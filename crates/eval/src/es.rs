@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use flowmem_llm::{ChatModel, ChatRequest, EmbeddedPrompt, Message, Prompts, Purpose, ResponseFormat};
 
+use flowmem_model::canonical_json;
+
 use crate::EvalError;
 
 /// The judge's template, `prompts/judge_es.j2`.
@@ -56,9 +58,17 @@ impl EsJudgement {
     }
 
     /// The JSON Schema the judge's reply must satisfy.
+    ///
+    /// The type's own documentation is left out: it is for programmers, and every token
+    /// of it would be read by the judge.
     #[must_use]
     pub fn schema() -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(EsJudgement)).unwrap_or_default()
+        let mut schema = serde_json::to_value(schemars::schema_for!(EsJudgement)).unwrap_or_default();
+        if let Some(map) = schema.as_object_mut() {
+            map.remove("description");
+            map.remove("$schema");
+        }
+        schema
     }
 
     fn check(&self) -> Result<(), String> {
@@ -101,7 +111,9 @@ pub async fn judge_es(
         reference: input.reference,
         answer: input.answer,
         required_outputs: input.required_outputs,
-        schema: serde_json::to_string(&schema).unwrap_or_default(),
+        // Canonical (sorted-key) text, so the prompt and its cache key do not depend on
+        // whether serde_json preserves key order in this build.
+        schema: canonical_json(&schema),
     };
     let rendered = prompts.render("judge_es", &ctx).map_err(EvalError::Prompt)?;
     let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Judge);
@@ -152,6 +164,21 @@ mod tests {
         }
         assert_eq!(schema["properties"]["rationale"]["maxLength"], 600);
         assert_eq!(schema["required"].as_array().map(Vec::len), Some(5));
+    }
+
+    #[test]
+    fn the_rendered_prompt_is_reviewed_as_a_snapshot() {
+        let mut prompts = Prompts::new();
+        prompts.register(JUDGE_ES_PROMPT).unwrap();
+        let outputs = vec!["1628".to_string()];
+        let ctx = JudgeContext {
+            query: "Cancel order #W123 and tell me the refund.",
+            reference: "Order #W123 was cancelled; a refund of $1628 goes to the gift card.",
+            answer: "Done: #W123 is cancelled and $1,628 will be refunded.",
+            required_outputs: &outputs,
+            schema: flowmem_model::canonical_json(&EsJudgement::schema()),
+        };
+        insta::assert_snapshot!(prompts.render("judge_es", &ctx).unwrap().text);
     }
 
     #[test]

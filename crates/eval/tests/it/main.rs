@@ -1,4 +1,5 @@
 //! Integration tests of flowmem-eval, one module per topic.
 
+mod evaluate;
 mod report_html;
 mod util;
