@@ -57,4 +57,13 @@ pub enum EvalError {
         /// What is wrong.
         problem: String,
     },
+    /// A report file could not be written.
+    #[error("cannot write `{}`", path.display())]
+    Write {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }

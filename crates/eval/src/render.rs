@@ -2,9 +2,11 @@
 //! inline SVG charts (no scripts, no external resources).
 
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::EvalError;
 use crate::report::{EvalReport, SystemSummary};
 
 const REPORT_TEMPLATE: &str = include_str!("../templates/report.html.j2");
@@ -97,6 +99,47 @@ pub fn render_html(report: &EvalReport, title: &str) -> String {
     // The template is compiled into the binary and its variables are all set above, so
     // a failure here is a bug in this file; the error text then stands in for the page.
     env.render_str(REPORT_TEMPLATE, minijinja::value::Serde(&ctx)).unwrap_or_else(|err| format!("<pre>report template error: {err:#}</pre>"))
+}
+
+/// The files [`write_report`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReportFiles {
+    /// The whole report as JSON (`report.json`).
+    pub json: PathBuf,
+    /// The Markdown tables (`report.md`).
+    pub markdown: PathBuf,
+    /// The self-contained HTML page (`report.html`).
+    pub html: PathBuf,
+    /// One [`RunMeasurement`](crate::RunMeasurement) a line (`runs.jsonl`).
+    pub runs: PathBuf,
+}
+
+/// Writes `report.json`, `report.md`, `report.html` and `runs.jsonl` into `dir`,
+/// creating it if needed.
+///
+/// # Errors
+///
+/// [`EvalError::Write`] naming the file that could not be written.
+pub fn write_report(report: &EvalReport, title: &str, dir: &Path) -> Result<ReportFiles, EvalError> {
+    let files = ReportFiles {
+        json: dir.join("report.json"),
+        markdown: dir.join("report.md"),
+        html: dir.join("report.html"),
+        runs: dir.join("runs.jsonl"),
+    };
+    std::fs::create_dir_all(dir).map_err(|source| EvalError::Write { path: dir.to_path_buf(), source })?;
+    let write = |path: &Path, text: String| std::fs::write(path, text).map_err(|source| EvalError::Write { path: path.to_path_buf(), source });
+    // Serialising these plain data types cannot fail.
+    write(&files.json, serde_json::to_string_pretty(report).unwrap_or_default())?;
+    write(&files.markdown, render_markdown(report))?;
+    write(&files.html, render_html(report, title))?;
+    let mut lines = String::new();
+    for run in &report.runs {
+        lines.push_str(&serde_json::to_string(run).unwrap_or_default());
+        lines.push('\n');
+    }
+    write(&files.runs, lines)?;
+    Ok(files)
 }
 
 #[derive(Serialize)]
@@ -328,7 +371,7 @@ fn pct(value: Option<f64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::render::{BoxStats, quantile, render_html, render_markdown};
+    use crate::render::{BoxStats, quantile, render_html, render_markdown, write_report};
     use crate::report::{RunMeasurement, SystemRole, summarize};
 
     fn run(system: &str, role: SystemRole, record: &str, repeat: u32, es: f64) -> RunMeasurement {
@@ -378,6 +421,18 @@ mod tests {
         assert!(lines[3].starts_with("| react | baseline |"));
         // ES 0.5 vs 0.4: +25 %; CV 0 vs 0.5: reduced by 100 %.
         assert!(markdown.contains("| flow <v2> | react | +0.00% | +25.00% | – | +100.00% | +0.00% |"), "{markdown}");
+    }
+
+    #[test]
+    fn write_report_writes_four_files_that_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = sample();
+        let files = write_report(&report, "t", &dir.path().join("out")).unwrap();
+        let json: crate::report::EvalReport = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+        assert_eq!(json, report);
+        assert_eq!(std::fs::read_to_string(&files.runs).unwrap().lines().count(), 4);
+        assert!(std::fs::read_to_string(&files.markdown).unwrap().contains("| react |"));
+        assert!(std::fs::read_to_string(&files.html).unwrap().contains("cv-boxplot"));
     }
 
     #[test]
