@@ -1,9 +1,11 @@
 //! One module per command. Each `run` takes its arguments and the printer and returns an
 //! [`ExitStatus`].
 
+pub mod mine;
 pub mod schema;
 pub mod score;
 pub mod split;
+pub mod tools;
 
 use std::process::ExitCode;
 

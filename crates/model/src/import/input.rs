@@ -63,6 +63,10 @@ fn collect_files(
         let file_type = entry.file_type().map_err(read_error)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if file_type.is_dir() {
+            if format == ImportFormat::StableToolBench && name == "solvable_queries" {
+                // Solvable queries carry no runs; only the evaluation sets do.
+                continue;
+            }
             collect_files(format, &path, out)?;
         } else if matches_format(format, &name) {
             out.push(path);
@@ -73,8 +77,11 @@ fn collect_files(
 
 fn matches_format(format: ImportFormat, name: &str) -> bool {
     match format {
+        ImportFormat::OpenAi => name.ends_with(".json") || name.ends_with(".jsonl"),
         ImportFormat::TauBench => name.starts_with("tasks") && name.ends_with(".jsonl"),
         ImportFormat::Tau2Bench => name.starts_with("tasks") && name.ends_with(".json"),
+        ImportFormat::ToolBench => name.ends_with(".json") && !name.ends_with("_query.json"),
+        ImportFormat::StableToolBench => name.ends_with(".json"),
     }
 }
 

@@ -10,8 +10,11 @@
 
 mod input;
 mod json;
+mod openai;
+mod stabletoolbench;
 mod tau2_bench;
 mod tau_bench;
+mod toolbench;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -26,10 +29,28 @@ use crate::{Item, ItemKind};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ImportFormat {
+    /// Agent runs as OpenAI chat messages (a JSON array or JSONL), giving trajectories.
+    ///
+    /// Each item is a bare message list or an object holding it under `messages`, `traj`,
+    /// `trajectory` or `conversation`, with an optional outcome in `reward`, `success` or
+    /// `score`, an id in `id`, `task_id` or `query_id`, and a trial number in `trial` or
+    /// `attempt`. Assistant `tool_calls` are matched with `tool` results by
+    /// `tool_call_id`; the legacy `function_call` / `function` pair is read as well.
+    #[serde(rename = "openai")]
+    OpenAi,
     /// τ-bench task files (`tasks_*.jsonl`), giving records.
     TauBench,
     /// τ²-bench task files (`tasks*.json`), giving records.
     Tau2Bench,
+    /// ToolBench DFSDT answer files, giving trajectories: the last training conversation
+    /// of `answer_generation`, or else the winning path of the search tree.
+    #[serde(rename = "toolbench")]
+    ToolBench,
+    /// StableToolBench evaluation-set files, giving trajectories. Their messages are
+    /// truncated to 100 characters at the source; the import's notes say how many
+    /// tool calls lost their arguments.
+    #[serde(rename = "stabletoolbench")]
+    StableToolBench,
 }
 
 /// What an import produced: the items, and what it skipped and why.
@@ -123,6 +144,7 @@ pub enum ImportError {
 pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError> {
     let files = input::input_files(format, path)?;
     let mut imported = Imported::default();
+    let mut truncation = stabletoolbench::Truncation::default();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read {
             path: file.clone(),
@@ -130,24 +152,41 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
         })?;
         let input = input::Input::new(format, &file, &text);
         match format {
+            ImportFormat::OpenAi => openai::run(&input, &mut imported),
             ImportFormat::TauBench => tau_bench::run(&input, &mut imported),
             ImportFormat::Tau2Bench => tau2_bench::run(&input, &mut imported),
+            ImportFormat::ToolBench => toolbench::run(&input, &mut imported),
+            ImportFormat::StableToolBench => {
+                stabletoolbench::run(&input, &mut imported, &mut truncation);
+            }
         }
         imported.files.push(file);
+    }
+    if format == ImportFormat::StableToolBench {
+        imported.notes.push(truncation.note());
     }
     Ok(imported)
 }
 
 impl ImportFormat {
     /// Every format, in the order `--help` lists them.
-    pub const ALL: [ImportFormat; 2] = [ImportFormat::TauBench, ImportFormat::Tau2Bench];
+    pub const ALL: [ImportFormat; 5] = [
+        ImportFormat::OpenAi,
+        ImportFormat::TauBench,
+        ImportFormat::Tau2Bench,
+        ImportFormat::ToolBench,
+        ImportFormat::StableToolBench,
+    ];
 
     /// The format's name on the command line, such as `tau2-bench`.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
+            ImportFormat::OpenAi => "openai",
             ImportFormat::TauBench => "tau-bench",
             ImportFormat::Tau2Bench => "tau2-bench",
+            ImportFormat::ToolBench => "toolbench",
+            ImportFormat::StableToolBench => "stabletoolbench",
         }
     }
 
@@ -156,6 +195,9 @@ impl ImportFormat {
     pub fn item_kind(self) -> ItemKind {
         match self {
             ImportFormat::TauBench | ImportFormat::Tau2Bench => ItemKind::Record,
+            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench => {
+                ItemKind::Trajectory
+            }
         }
     }
 
@@ -163,8 +205,11 @@ impl ImportFormat {
     #[must_use]
     pub fn file_pattern(self) -> &'static str {
         match self {
+            ImportFormat::OpenAi => "`*.json` and `*.jsonl`",
             ImportFormat::TauBench => "`tasks*.jsonl`",
             ImportFormat::Tau2Bench => "`tasks*.json`",
+            ImportFormat::ToolBench => "`*.json` except `*_query.json`",
+            ImportFormat::StableToolBench => "`*.json` outside `solvable_queries/`",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Hand-made broken inputs: every skip names the file, the line and the JSON path, and
 //! the good items around a bad one still import.
 
-use flowmem_model::{ImportError, ImportFormat, import};
+use flowmem_model::{ImportError, ImportFormat, Item, Outcome, Trajectory, import};
 
 use crate::support::{skip_messages, write_temp};
 
@@ -99,5 +99,143 @@ fn a_directory_without_matching_files_is_an_error() {
     assert!(
         err.to_string().contains("looked for `tasks*.json`"),
         "{err}"
+    );
+}
+
+const RUNS: &str = r#"{"id": "r1", "trial": 2, "reward": 1.0, "domain": "retail", "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "find order 7"}, {"role": "assistant", "content": "looking", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": "{\"id\": 7}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"shipped\"}"}, {"role": "assistant", "content": "It shipped."}]}
+[{"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": ""}}, {"role": "function", "name": "f", "content": "ok"}, {"role": "assistant", "content": "done"}]
+{"task_id": 5, "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "g", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "b", "content": "x"}]}
+{"query_id": "q9", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "g", "arguments": "{\"x\": "}}]}]}
+{"id": "r5", "conversation": [{"role": "assistant", "content": "hello"}]}
+{"id": "r6", "success": "yes", "traj": [{"role": "user", "content": "q"}]}
+{"id": "r7", "log": []}
+"#;
+
+#[test]
+fn openai_runs_import_and_bad_ones_are_located() {
+    let (dir, path) = crate::support::write_temp("runs.jsonl", RUNS);
+    let imported = import(ImportFormat::OpenAi, &path).unwrap();
+    assert_eq!(
+        skip_messages(&imported, dir.path()),
+        [
+            "`runs.jsonl:3` at `$.messages[2].tool_call_id`: no earlier assistant tool call has the id `b`",
+            "`runs.jsonl:4` at `$.messages[1].tool_calls[0].function.arguments`: arguments are a string that is not valid JSON: EOF while parsing a value at line 1 column 6",
+            "`runs.jsonl:5` at `$.conversation`: no user message: the query is the first user message",
+            "`runs.jsonl:6` at `$.success`: expected a boolean or a number, found a string",
+            "`runs.jsonl:7` at `$`: no message list: expected one of `messages`, `traj`, `trajectory` or `conversation`",
+        ]
+    );
+    let runs: Vec<&Trajectory> = imported
+        .items
+        .iter()
+        .map(|item| match item {
+            Item::Trajectory(t) => t,
+            Item::Record(_) => panic!("expected trajectories"),
+        })
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let run = runs[0];
+    assert_eq!(
+        (run.id.as_str(), run.attempt, run.success),
+        ("r1", Some(2), Some(Outcome::Score(1.0)))
+    );
+    assert_eq!(run.query, "find order 7");
+    assert_eq!(run.meta.domain.as_deref(), Some("retail"));
+    assert_eq!(run.final_answer.as_deref(), Some("It shipped."));
+    let call = run.tool_calls().next().unwrap();
+    assert_eq!(
+        (
+            call.tool.as_str(),
+            call.args["id"].as_i64(),
+            call.call_id.as_deref()
+        ),
+        ("get_order", Some(7), Some("c1"))
+    );
+    assert_eq!(
+        call.result,
+        Some(serde_json::json!("{\"status\": \"shipped\"}"))
+    );
+    assert_eq!(run.steps[0].reasoning.as_deref(), Some("looking"));
+    // A bare message list gets its position as id; legacy function calls are read.
+    let bare = runs[1];
+    assert_eq!((bare.id.as_str(), bare.query.as_str()), ("1", "hi"));
+    let call = bare.tool_calls().next().unwrap();
+    assert_eq!((call.tool.as_str(), call.args.len()), ("f", 0));
+    assert_eq!(call.result, Some(serde_json::json!("ok")));
+    assert_eq!(bare.final_answer.as_deref(), Some("done"));
+}
+
+#[test]
+fn openai_json_arrays_locate_problems_by_line() {
+    check(
+        ImportFormat::OpenAi,
+        "runs.json",
+        r#"[
+  {"id": 1, "messages": [{"role": "user", "content": "a"}]},
+  {"id": 2, "messages": [
+    {"role": "user", "content": "b"},
+    {"role": "robot", "content": "c"}
+  ]}
+]"#,
+        1,
+        &[
+            "`runs.json:5` at `$[1].messages[1].role`: unknown role `robot`: expected system, developer, user, assistant, tool or function",
+        ],
+    );
+}
+
+#[test]
+fn openai_single_bare_conversation_file() {
+    check(
+        ImportFormat::OpenAi,
+        "run.json",
+        r#"[{"role": "user", "content": "only"}]"#,
+        1,
+        &[],
+    );
+}
+
+#[test]
+fn toolbench_file_without_answer_generation_is_skipped() {
+    check(
+        ImportFormat::ToolBench,
+        "1_ChatGPT_DFS_woFilter_w2.json",
+        "{\n  \"win\": true,\n  \"tree\": {}\n}",
+        0,
+        &[
+            "`1_ChatGPT_DFS_woFilter_w2.json:1` at `$.answer_generation`: missing field `answer_generation`",
+        ],
+    );
+}
+
+#[test]
+fn stabletoolbench_bad_tool_message_is_located() {
+    check(
+        ImportFormat::StableToolBench,
+        "G1_tool.json",
+        r#"{
+"7": {"query": "q", "answer": {"final_answer": "", "answer_details": [{"role": "system", "message": "", "next": [
+  {"role": "user", "message": "q", "next": [
+    {"role": "tool", "message": "{'name': 'ok', 'arguments': '{}', 'response': 'r'}", "next": [
+      {"role": "tool", "message": "{'nam", "next": []}]}]}]}]}},
+"8": {"query": "q2", "answer": {"final_answer": "{\"return_type\": \"give_answer\", \"final_answer\": \"yes\"}", "answer_details": []}}
+}"#,
+        1,
+        &[
+            "`G1_tool.json:5` at `$[\"7\"].answer.answer_details[0].next[0].next[0].next[0]`: the tool name is missing or cut off in `message`: expected a Python dict repr starting `{'name': '...'`, found `{'nam`",
+        ],
+    );
+}
+
+#[test]
+fn stabletoolbench_solvable_queries_file_is_refused() {
+    check(
+        ImportFormat::StableToolBench,
+        "G1_tool.json",
+        "[{\"query\": \"q\", \"query_id\": 1}]",
+        0,
+        &[
+            "`G1_tool.json:1` at `$[0]`: expected an evaluation set (an object keyed by query id), found an array; `solvable_queries` files hold queries without runs",
+        ],
     );
 }

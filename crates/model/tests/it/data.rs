@@ -229,3 +229,249 @@ fn tau2_bench_communicate_info_is_required_output() {
             .starts_with("4\nAgent detects that user is actually a Silver member.")
     );
 }
+
+#[test]
+fn toolbench_data_example() {
+    use flowmem_model::{Item, Outcome};
+    let imported = import_data(ImportFormat::ToolBench, "toolbench-data_example");
+    // 15 answer files; the instruction files (`*_query.json`) are not answers.
+    assert_eq!(imported.files.len(), 15);
+    assert_eq!(imported.n_read(), 15);
+    // The two answers without `train_messages` (SOURCE.md) have no finished path in
+    // their trees either (`valid_data` false), so there is no run to import.
+    let skipped: Vec<String> = imported
+        .skipped
+        .iter()
+        .map(|skipped| {
+            let file = skipped
+                .location
+                .file
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            format!(
+                "{file} {}",
+                skipped.location.json_path.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![
+            "69_ChatGPT_DFS_woFilter_w2.json $.answer_generation",
+            "8_ChatGPT_DFS_woFilter_w2.json $.answer_generation"
+        ]
+    );
+    let trajectories: Vec<_> = imported
+        .items
+        .iter()
+        .map(|item| match item {
+            Item::Trajectory(trajectory) => trajectory,
+            Item::Record(_) => panic!("expected trajectories"),
+        })
+        .collect();
+    // SOURCE.md: 9 runs have `win` = true; both skipped ones have `win` = false.
+    let wins = trajectories
+        .iter()
+        .filter(|t| t.success == Some(Outcome::Bool(true)))
+        .count();
+    assert_eq!(wins, 9);
+    // SOURCE.md: 11 runs end in give_answer, 4 in give_up; the skipped two are give_answer
+    // runs with an empty answer.
+    assert_eq!(
+        trajectories
+            .iter()
+            .filter(|t| t.final_answer.is_some())
+            .count(),
+        9
+    );
+    assert_eq!(
+        trajectories
+            .iter()
+            .filter(|t| t.final_answer.is_none())
+            .count(),
+        4
+    );
+    assert!(
+        trajectories
+            .iter()
+            .all(|t| t.meta.domain.as_deref().is_some_and(|d| d.starts_with('G')))
+    );
+    let first = trajectories
+        .iter()
+        .find(|t| t.id == "10" && t.meta.domain.as_deref() == Some("G1"))
+        .unwrap();
+    assert!(
+        first
+            .query
+            .starts_with("Can you retrieve the contact details of the 'Gondrand' customs agency")
+    );
+    let tools: Vec<&str> = first.tool_calls().map(|call| call.tool.as_str()).collect();
+    assert_eq!(
+        tools,
+        [
+            "transitaires_for_transitaires",
+            "transitaire_for_transitaires",
+            "Finish"
+        ]
+    );
+    assert!(
+        first
+            .final_answer
+            .as_deref()
+            .unwrap()
+            .contains("Postal Code: 98800")
+    );
+}
+
+/// SOURCE.md's "130 calls" counts the `function_call`s of every `train_messages`
+/// conversation, and each conversation is a prefix of the run (1, 2, 3 calls for a
+/// 3-call run). Check that reading against the raw files, then that every imported run
+/// holds exactly the calls of its last, complete conversation.
+#[test]
+fn toolbench_calls_are_the_last_training_conversation() {
+    use serde_json::Value;
+    let dir = crate::support::data("toolbench-data_example/answer");
+    let mut total = 0;
+    let mut last_calls: Vec<(String, Vec<String>)> = Vec::new();
+    for group in ["G1", "G2", "G3"] {
+        for entry in std::fs::read_dir(dir.join(format!("{group}_answer"))).unwrap() {
+            let path = entry.unwrap().path();
+            let file: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let Some(conversations) = file["answer_generation"]["train_messages"].as_array() else {
+                continue;
+            };
+            let names = |conversation: &Value| -> Vec<String> {
+                conversation
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|message| {
+                        message["function_call"]["name"].as_str().map(str::to_owned)
+                    })
+                    .collect()
+            };
+            total += conversations.iter().map(|c| names(c).len()).sum::<usize>();
+            let id = format!(
+                "{group}/{}",
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .split('_')
+                    .next()
+                    .unwrap()
+            );
+            last_calls.push((id, names(conversations.last().unwrap())));
+        }
+    }
+    assert_eq!(total, 130);
+    let imported = import_data(ImportFormat::ToolBench, "toolbench-data_example");
+    for (id, expected) in last_calls {
+        let item = imported
+            .items
+            .iter()
+            .find(|item| match item {
+                flowmem_model::Item::Trajectory(t) => {
+                    format!("{}/{}", t.meta.domain.as_deref().unwrap(), t.id) == id
+                }
+                flowmem_model::Item::Record(_) => false,
+            })
+            .unwrap_or_else(|| panic!("{id} imported"));
+        let tools: Vec<String> = item.tool_calls().map(|call| call.tool.clone()).collect();
+        assert_eq!(tools, expected, "{id}");
+    }
+}
+
+#[test]
+fn toolbench_tree_path_matches_the_training_conversation() {
+    // Take a real answer whose tree explored dead branches, drop `train_messages`, and
+    // import it through the tree: the winning path must give the same calls.
+    for rel in [
+        "G1_answer/57_ChatGPT_DFS_woFilter_w2.json",
+        "G3_answer/15_ChatGPT_DFS_woFilter_w2.json",
+    ] {
+        let path = crate::support::data(&format!("toolbench-data_example/answer/{rel}"));
+        let mut file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        file["answer_generation"]
+            .as_object_mut()
+            .unwrap()
+            .remove("train_messages");
+        let (_dir, tree_only) = crate::support::write_temp("57_tree.json", &file.to_string());
+        let from_tree = flowmem_model::import(ImportFormat::ToolBench, &tree_only).unwrap();
+        let from_messages = flowmem_model::import(ImportFormat::ToolBench, &path).unwrap();
+        let calls = |imported: &flowmem_model::Imported| -> Vec<(String, String)> {
+            imported.items[0]
+                .tool_calls()
+                .map(|call| {
+                    (
+                        call.tool.clone(),
+                        flowmem_model::canonical_json(&serde_json::Value::Object(
+                            call.args.clone(),
+                        )),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(from_tree.skipped, vec![], "{rel}");
+        assert_eq!(calls(&from_tree), calls(&from_messages), "{rel}");
+        assert!(calls(&from_tree).len() >= 3, "{rel}");
+    }
+}
+
+#[test]
+fn stabletoolbench_evalsets() {
+    // SOURCE.md: 100 runs per group; tool nodes and runs ending in give_answer per group.
+    let groups = [
+        ("G1_category", 395, 69),
+        ("G1_instruction", 429, 64),
+        ("G1_tool", 410, 68),
+        ("G2_category", 485, 26),
+        ("G2_instruction", 479, 31),
+        ("G3_instruction", 510, 38),
+    ];
+    for (group, tool_nodes, give_answer) in groups {
+        let rel = format!("stabletoolbench/default_evalset_gpt-3.5-turbo_CoT/{group}.json");
+        let imported = import_data(ImportFormat::StableToolBench, &rel);
+        assert_eq!(imported.skipped, vec![], "{group}");
+        assert_eq!(imported.items.len(), 100, "{group}");
+        assert_eq!(n_calls(&imported), tool_nodes, "{group}");
+        let answered = imported
+            .items
+            .iter()
+            .filter(|item| matches!(item, flowmem_model::Item::Trajectory(t) if t.final_answer.is_some()))
+            .count();
+        assert_eq!(answered, give_answer, "{group}");
+        assert!(
+            imported.notes[0].contains("truncates every logged message to 100 characters"),
+            "{group}"
+        );
+    }
+}
+
+#[test]
+fn stabletoolbench_directory_skips_solvable_queries() {
+    let imported = import_data(ImportFormat::StableToolBench, "stabletoolbench");
+    assert_eq!(imported.files.len(), 6);
+    assert_eq!(imported.items.len(), 600);
+    assert_eq!(n_calls(&imported), 395 + 429 + 410 + 485 + 479 + 510);
+    assert_eq!(imported.notes.len(), 1, "one note for the whole import");
+    // The first run of G1_tool, as seen in the source file.
+    let run = imported
+        .items
+        .iter()
+        .find(|item| item.id() == "1103")
+        .unwrap();
+    assert!(
+        run.query()
+            .starts_with("Retrieve all the quizzes available on MoodRing")
+    );
+    let tools: Vec<&str> = run
+        .tool_calls()
+        .take(2)
+        .map(|call| call.tool.as_str())
+        .collect();
+    assert_eq!(tools, ["quizzes_for_moodring", "responses_for_moodring"]);
+}

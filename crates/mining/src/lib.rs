@@ -1,0 +1,52 @@
+//! Process mining for tool logs: event logs, directly-follows graphs, the Inductive
+//! Miner (IM and IMf) with PM4Py 2.7.23.11 parity, Petri nets, and the skeleton
+//! workflow graph that seeds FlowScout's search.
+//!
+//! # Brief overview
+//!
+//! - [`EventLog`] is a multiset of [`TraceVariant`]s over interned activities. Build it from
+//!   [`Record`](flowmem_model::Record)s or [`Trajectory`](flowmem_model::Trajectory)s
+//!   ([`EventLog::from_records`], with a [`Classifier`]), from names
+//!   ([`EventLogBuilder`]), or from XES ([`read_xes`] then [`XesLog::to_event_log`]).
+//! - [`discover_dfg`] gives the directly-follows graph ([`Dfg`]).
+//! - [`discover`] runs the Inductive Miner ([`Variant::Im`] or [`Variant::ImF`]) and
+//!   returns a [`ProcessTree`], printed in PM4Py's notation.
+//! - [`tree_to_petri_net`] gives a [`PetriNet`] with the tree's language, exportable as
+//!   PNML ([`PetriNet::to_pnml`]); [`tree_to_dot`] and [`tree_to_mermaid`] draw the tree.
+//! - [`tree_to_skeleton`] turns the tree into the skeleton
+//!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search.
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_mining::{discover, EventLogBuilder, Variant};
+//!
+//! let mut builder = EventLogBuilder::new();
+//! builder.push_trace(["find_user", "get_order", "cancel_order"]);
+//! builder.push_trace(["find_user", "get_order", "get_order", "cancel_order"]);
+//! let tree = discover(&builder.build(), Variant::Im);
+//! assert_eq!(tree.to_string(), "->( 'find_user', *( 'get_order', tau ), 'cancel_order' )");
+//! ```
+
+#![deny(missing_docs)]
+
+mod dfg;
+mod error;
+mod log;
+mod md5;
+mod petri;
+mod render;
+mod skeleton;
+mod tree;
+mod variants;
+mod xes;
+
+pub use crate::dfg::{Dfg, discover_dfg};
+pub use crate::error::Error;
+pub use crate::petri::{PetriNet, Transition, tree_to_petri_net};
+pub use crate::render::{tree_to_dot, tree_to_mermaid};
+pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_skeleton};
+pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
+pub use crate::tree::{Operator, ProcessTree, TreeParseError};
+pub use crate::variants::{Variant, discover};
+pub use crate::xes::{XesCase, XesEvent, XesLog, parse_xes, parse_xes_str, read_xes};

@@ -1,0 +1,5 @@
+//! Integration tests of flowmem-mining, one module per topic.
+
+mod parity;
+mod properties;
+mod skeleton;
