@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use flowmem_model::{JsonObject, Record, ToolCall, canonical_json};
+use flowmem_model::{JsonObject, Record, ToolCall, Trace, canonical_json};
 use flowmem_tools::Registry;
 
 use crate::EvalError;
 use crate::outputs::required_outputs_found;
+use crate::run::{TaskOracle, error_chain};
 
 /// How to reach and read the state of a τ-bench-style MCP server.
 ///
@@ -75,22 +76,22 @@ pub struct TaskCheck {
 /// however many records are checked. A single stdio server answers one call at a time
 /// anyway. The reference database of a record is computed once and remembered, so
 /// repeated runs of the same record replay only their own calls.
-#[derive(Debug)]
 pub struct TaskChecker {
+    registry: Registry,
     server: StateServer,
     // Held for a whole check, across awaits, hence the async mutex.
     state: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
 impl TaskChecker {
-    /// A checker for the server `server` describes.
+    /// A checker that replays through `registry` into the server `server` describes.
     #[must_use]
-    pub fn new(server: StateServer) -> TaskChecker {
-        TaskChecker { server, state: tokio::sync::Mutex::new(HashMap::new()) }
+    pub fn new(registry: Registry, server: StateServer) -> TaskChecker {
+        TaskChecker { registry, server, state: tokio::sync::Mutex::new(HashMap::new()) }
     }
 
     /// Checks one run of `record`: replays the record's orchestration and `run_calls`
-    /// through `registry` on fresh states, compares the two databases, and looks for the
+    /// through the registry on fresh states, compares the two databases, and looks for the
     /// record's required outputs in `answer`.
     ///
     /// Tool calls that return an error result are part of a faithful replay and are not
@@ -104,7 +105,6 @@ impl TaskChecker {
     /// - [`EvalError::StateFile`] when the state file is missing or has no `db`.
     pub async fn check(
         &self,
-        registry: &Registry,
         record: &Record,
         run_calls: &[ToolCall],
         answer: &str,
@@ -114,21 +114,21 @@ impl TaskChecker {
             Some(hash) => hash.clone(),
             None => {
                 let key = format!("{}reference", self.server.key_prefix);
-                let hash = self.replay(registry, &key, &record.orchestration).await?;
+                let hash = self.replay(&key, &record.orchestration).await?;
                 known.insert(record.id.clone(), hash.clone());
                 hash
             }
         };
         let key = format!("{}run", self.server.key_prefix);
-        let run_db_hash = self.replay(registry, &key, run_calls).await?;
+        let run_db_hash = self.replay(&key, run_calls).await?;
         let db_match = run_db_hash == reference_db_hash;
         let outputs_found = required_outputs_found(&record.required_outputs, answer);
         Ok(TaskCheck { task_success: db_match && outputs_found, db_match, outputs_found, reference_db_hash, run_db_hash })
     }
 
     /// Resets `key`, replays `calls` into it in order, and hashes the resulting database.
-    async fn replay(&self, registry: &Registry, key: &str, calls: &[ToolCall]) -> Result<String, EvalError> {
-        let server = &self.server;
+    async fn replay(&self, key: &str, calls: &[ToolCall]) -> Result<String, EvalError> {
+        let (registry, server) = (&self.registry, &self.server);
         let mut reset_args = JsonObject::new();
         reset_args.insert(server.key_arg.clone(), key.into());
         let reset = registry.invoke(&server.reset_tool, reset_args).await;
@@ -152,6 +152,14 @@ impl TaskChecker {
             }
         }
         db_hash(&server.state_path(key))
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskOracle for TaskChecker {
+    async fn task_success(&self, record: &Record, trace: &Trace) -> Result<bool, String> {
+        let check = self.check(record, &trace.tool_calls, trace.result.as_deref().unwrap_or("")).await;
+        check.map(|c| c.task_success).map_err(|err| error_chain(&err))
     }
 }
 

@@ -2,4 +2,5 @@
 
 mod evaluate;
 mod report_html;
+mod task_check;
 mod util;
