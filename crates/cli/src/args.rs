@@ -1,6 +1,8 @@
 //! Command-line arguments. Clap derive types only: no logic. Doc comments are the
 //! `--help` text.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Learn reusable, executable workflows for tool-using LLM agents from their own runs.
@@ -55,6 +57,27 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
+    /// Import agent logs or benchmark tasks into flowmem JSONL (records or trajectories).
+    ///
+    /// Reads every item it can and skips the rest, then prints what it read, wrote and
+    /// skipped on stderr; each skip names the file, the line and the JSON path of the bad
+    /// field. `--json` prints the same summary on stdout. The output is written to a
+    /// temporary file and renamed, so it is never half written. Exits 1 when nothing
+    /// could be imported and 2 on an error.
+    ///
+    /// Example:
+    ///
+    ///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
+    Import(ImportArgs),
+    /// Count items, tool calls, distinct tools and top tool-to-tool transitions of a JSONL file.
+    ///
+    /// The file holds records or trajectories (as `flowmem import` writes them). A
+    /// transition is a tool call directly followed by another in the same item.
+    ///
+    /// Example:
+    ///
+    ///   flowmem stats retail.jsonl --top 5
+    Stats(StatsArgs),
 }
 
 /// Arguments of `flowmem schema`.
@@ -256,4 +279,49 @@ pub enum ActivityClassifier {
     Tool,
     /// The tool name plus its sorted argument keys.
     ToolArgs,
+}
+
+/// Arguments of `flowmem import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The input format.
+    #[arg(short, long, value_enum)]
+    pub format: ImportFormatArg,
+    /// Input files, or directories to search for the format's files.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The JSONL file to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Stop at the first bad item instead of skipping it; nothing is written.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// The formats `flowmem import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormatArg {
+    /// OpenAI chat transcripts with `tool_calls` (JSON array or JSONL) -> trajectories.
+    #[value(name = "openai")]
+    OpenAi,
+    /// τ-bench `tasks_*.jsonl` -> records (`actions` as the log, `outputs` as reference).
+    TauBench,
+    /// τ²-bench `tasks*.json` -> records (`evaluation_criteria.actions` as the log).
+    Tau2Bench,
+    /// ToolBench DFSDT answer files -> trajectories.
+    #[value(name = "toolbench")]
+    ToolBench,
+    /// StableToolBench evaluation sets (messages truncated at source) -> trajectories.
+    #[value(name = "stabletoolbench")]
+    StableToolBench,
+}
+
+/// Arguments of `flowmem stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// A JSONL file of records or of trajectories.
+    pub path: PathBuf,
+    /// How many of the most frequent tools and transitions to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
 }

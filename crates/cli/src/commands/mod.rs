@@ -2,9 +2,11 @@
 //! [`ExitStatus`].
 
 pub mod mine;
+pub mod import;
 pub mod schema;
 pub mod score;
 pub mod split;
+pub mod stats;
 pub mod tools;
 
 use std::process::ExitCode;

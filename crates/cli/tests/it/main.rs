@@ -1,6 +1,10 @@
-//! Integration tests of the `flowmem` binary, run as a subprocess in a temp dir.
+//! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
+//! directory, one module per command.
 
+mod import;
 mod mine;
 mod score;
 mod split;
+mod stats;
+mod support;
 mod tools;
