@@ -43,6 +43,10 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print the JSON Schema of a data-model type.
     Schema(SchemaArgs),
+    /// Split a record set into opt/val/test parts (5:2:3), reproducibly for a seed.
+    Split(SplitArgs),
+    /// Score logged agent runs against records: TC with alignments, no LLM needed.
+    Score(ScoreArgs),
     /// List, call and replay the tools of the configured MCP servers.
     ///
     /// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
@@ -109,6 +113,52 @@ pub enum SchemaType {
     TraceEvent,
 }
 
+/// Arguments of `flowmem split`.
+///
+/// Writes `opt.jsonl`, `val.jsonl` and `test.jsonl` into `--out`. The split depends only
+/// on the seed and the records' ids, not on their order in the file, so the same seed
+/// always gives the same parts.
+///
+/// Example: `flowmem split records.jsonl --seed 7 --out splits/`
+#[derive(Debug, Args)]
+pub struct SplitArgs {
+    /// The record set (JSONL, one record a line).
+    pub records: std::path::PathBuf,
+    /// The seed; the same seed gives the same split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The directory to write `opt.jsonl`, `val.jsonl` and `test.jsonl` into (created if
+    /// missing).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Relative part sizes as `OPT:VAL:TEST`.
+    #[arg(long, default_value = "5:2:3")]
+    pub ratios: String,
+}
+
+/// Arguments of `flowmem score`.
+///
+/// Matches every run to the record with the same id and scores its tool calls with
+/// FlowScout's TC, `LCS(π, π̂) / max(K, K̂)`, listing matched, missing and extra calls.
+/// Runs with no record are listed as unmatched. Exits 1 when no run matched or the mean
+/// TC is below `--fail-under`.
+///
+/// Example: `flowmem score --records records.jsonl --runs runs.jsonl --json`
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// The records (JSONL) holding the reference tool-call logs.
+    #[arg(long)]
+    pub records: std::path::PathBuf,
+    /// The runs to score (trajectory JSONL, for example from `flowmem import`).
+    #[arg(long)]
+    pub runs: std::path::PathBuf,
+    /// Leave an argument of a tool out of the comparison, as `TOOL=ARG[,ARG...]`
+    /// (repeatable). Example: `--ignore-args transfer_to_human_agents=summary`.
+    #[arg(long, value_name = "TOOL=ARGS")]
+    pub ignore_args: Vec<String>,
+    /// Exit 1 when the mean TC is below this value.
+    #[arg(long)]
+    pub fail_under: Option<f64>,
 /// Arguments of `flowmem tools`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {

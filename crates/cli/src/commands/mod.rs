@@ -6,6 +6,8 @@ pub mod induce;
 pub mod memory;
 pub mod import;
 pub mod schema;
+pub mod score;
+pub mod split;
 pub mod stats;
 pub mod tools;
 

@@ -4,6 +4,8 @@
 mod memory;
 mod import;
 mod mine;
+mod score;
+mod split;
 mod stats;
 mod support;
 mod tools;
