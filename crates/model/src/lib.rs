@@ -14,6 +14,9 @@
 //!   hold `{variable}` placeholders.
 //! - [`WorkflowGraph`] is FlowScout's executable graph of LLM, tool and control nodes.
 //! - [`Trace`] is everything one run of a graph or an agent did.
+//! - [`import`] reads outside formats ([`ImportFormat`]) into [`Item`]s, reporting what it
+//!   [`Skipped`]; [`read_items`], [`read_records`], [`read_trajectories`] and
+//!   [`write_jsonl_atomic`] read and write flowmem's own JSONL files.
 //!
 //! # Example
 //!
@@ -30,6 +33,9 @@
 mod call;
 mod canonical;
 mod graph;
+mod import;
+mod item;
+mod jsonl;
 mod record;
 mod trace;
 mod trajectory;
@@ -39,6 +45,11 @@ pub use crate::call::{ArgsError, ToolCall};
 pub use crate::canonical::{canonical_eq, canonical_json};
 pub use crate::graph::{
     Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph,
+};
+pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import};
+pub use crate::item::{Item, ItemKind};
+pub use crate::jsonl::{
+    JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic,
 };
 pub use crate::record::Record;
 pub use crate::trace::{NodeObservation, Trace, TraceEvent};

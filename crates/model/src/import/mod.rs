@@ -1,0 +1,259 @@
+//! Importers: outside agent logs and benchmark tasks into [`Record`]s and [`Trajectory`]s.
+//!
+//! One façade, [`import`], takes an [`ImportFormat`] and a path; each format lives in its
+//! own module. Every importer keeps the source's id verbatim as a string, reads every item
+//! it can, and reports each item it could not read as a [`Skipped`] with its file, line
+//! and JSON path, so one bad line never stops a batch.
+//!
+//! [`Record`]: crate::Record
+//! [`Trajectory`]: crate::Trajectory
+
+mod input;
+mod json;
+mod openai;
+mod stabletoolbench;
+mod tau2_bench;
+mod tau_bench;
+mod toolbench;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::{Item, ItemKind};
+
+/// The outside formats flowmem reads.
+///
+/// XES event logs are read by `flowmem-mining`, which returns the same [`Imported`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImportFormat {
+    /// Agent runs as OpenAI chat messages (a JSON array or JSONL), giving trajectories.
+    ///
+    /// Each item is a bare message list or an object holding it under `messages`, `traj`,
+    /// `trajectory` or `conversation`, with an optional outcome in `reward`, `success` or
+    /// `score`, an id in `id`, `task_id` or `query_id`, and a trial number in `trial` or
+    /// `attempt`. Assistant `tool_calls` are matched with `tool` results by
+    /// `tool_call_id`; the legacy `function_call` / `function` pair is read as well.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// τ-bench task files (`tasks_*.jsonl`), giving records.
+    TauBench,
+    /// τ²-bench task files (`tasks*.json`), giving records.
+    Tau2Bench,
+    /// ToolBench DFSDT answer files, giving trajectories: the last training conversation
+    /// of `answer_generation`, or else the winning path of the search tree.
+    #[serde(rename = "toolbench")]
+    ToolBench,
+    /// StableToolBench evaluation-set files, giving trajectories. Their messages are
+    /// truncated to 100 characters at the source; the import's notes say how many
+    /// tool calls lost their arguments.
+    #[serde(rename = "stabletoolbench")]
+    StableToolBench,
+}
+
+/// What an import produced: the items, and what it skipped and why.
+///
+/// Fields are public so that importers in other crates (XES in `flowmem-mining`) can
+/// build one.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[must_use]
+pub struct Imported {
+    /// The imported items, in input order.
+    pub items: Vec<Item>,
+    /// Items that were read but could not be imported, with the reason.
+    pub skipped: Vec<Skipped>,
+    /// The files that were read.
+    pub files: Vec<PathBuf>,
+    /// Remarks about the import as a whole, such as data truncated at the source.
+    pub notes: Vec<String>,
+}
+
+/// An item that could not be imported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Where the problem is.
+    pub location: Location,
+    /// What is wrong, without a trailing period.
+    pub reason: String,
+}
+
+/// A place in an input file: the file, the 1-based line, and the JSON path of the field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Location {
+    /// The file.
+    pub file: PathBuf,
+    /// The 1-based line, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The JSON path of the offending field, such as `$.actions[2].kwargs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_path: Option<String>,
+}
+
+/// An import that could not run at all. Problems with single items are not errors: they
+/// are reported in [`Imported::skipped`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// A file or directory could not be read.
+    #[error("cannot read `{}`", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory holds no file that looks like the format.
+    #[error("no {format} files under `{}` (looked for {pattern})", path.display())]
+    NoInputFiles {
+        /// The directory.
+        path: PathBuf,
+        /// The format asked for.
+        format: ImportFormat,
+        /// The file names looked for.
+        pattern: &'static str,
+    },
+}
+
+/// Imports `path`, a file or a directory, in `format`.
+///
+/// A directory is searched recursively, in name order, for the files that the format
+/// names (see [`ImportFormat::file_pattern`]). Items that cannot be read are skipped and
+/// reported in [`Imported::skipped`]; so is a whole file that is not valid JSON.
+///
+/// # Errors
+///
+/// - [`ImportError::Read`] when `path`, or a file under it, cannot be read;
+/// - [`ImportError::NoInputFiles`] when `path` is a directory without matching files.
+///
+/// # Example
+///
+/// ```no_run
+/// use flowmem_model::{ImportFormat, import};
+///
+/// let imported = import(ImportFormat::TauBench, "../shared/data/tau-bench/retail".as_ref())?;
+/// for skipped in &imported.skipped {
+///     eprintln!("skipped {skipped}");
+/// }
+/// println!("{} records", imported.items.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError> {
+    let files = input::input_files(format, path)?;
+    let mut imported = Imported::default();
+    let mut truncation = stabletoolbench::Truncation::default();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        let input = input::Input::new(format, &file, &text);
+        match format {
+            ImportFormat::OpenAi => openai::run(&input, &mut imported),
+            ImportFormat::TauBench => tau_bench::run(&input, &mut imported),
+            ImportFormat::Tau2Bench => tau2_bench::run(&input, &mut imported),
+            ImportFormat::ToolBench => toolbench::run(&input, &mut imported),
+            ImportFormat::StableToolBench => {
+                stabletoolbench::run(&input, &mut imported, &mut truncation);
+            }
+        }
+        imported.files.push(file);
+    }
+    if format == ImportFormat::StableToolBench {
+        imported.notes.push(truncation.note());
+    }
+    Ok(imported)
+}
+
+impl ImportFormat {
+    /// Every format, in the order `--help` lists them.
+    pub const ALL: [ImportFormat; 5] = [
+        ImportFormat::OpenAi,
+        ImportFormat::TauBench,
+        ImportFormat::Tau2Bench,
+        ImportFormat::ToolBench,
+        ImportFormat::StableToolBench,
+    ];
+
+    /// The format's name on the command line, such as `tau2-bench`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ImportFormat::OpenAi => "openai",
+            ImportFormat::TauBench => "tau-bench",
+            ImportFormat::Tau2Bench => "tau2-bench",
+            ImportFormat::ToolBench => "toolbench",
+            ImportFormat::StableToolBench => "stabletoolbench",
+        }
+    }
+
+    /// The kind of item the format produces.
+    #[must_use]
+    pub fn item_kind(self) -> ItemKind {
+        match self {
+            ImportFormat::TauBench | ImportFormat::Tau2Bench => ItemKind::Record,
+            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench => {
+                ItemKind::Trajectory
+            }
+        }
+    }
+
+    /// The files a directory search picks up for this format, in words.
+    #[must_use]
+    pub fn file_pattern(self) -> &'static str {
+        match self {
+            ImportFormat::OpenAi => "`*.json` and `*.jsonl`",
+            ImportFormat::TauBench => "`tasks*.jsonl`",
+            ImportFormat::Tau2Bench => "`tasks*.json`",
+            ImportFormat::ToolBench => "`*.json` except `*_query.json`",
+            ImportFormat::StableToolBench => "`*.json` outside `solvable_queries/`",
+        }
+    }
+}
+
+impl fmt::Display for ImportFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Imported {
+    /// How many items were read: imported plus skipped.
+    #[must_use]
+    pub fn n_read(&self) -> usize {
+        self.items.len() + self.skipped.len()
+    }
+
+    /// Appends everything `other` holds to `self`.
+    pub fn append(&mut self, mut other: Imported) {
+        self.items.append(&mut other.items);
+        self.skipped.append(&mut other.skipped);
+        self.files.append(&mut other.files);
+        self.notes.append(&mut other.notes);
+    }
+}
+
+impl fmt::Display for Location {
+    /// Renders ``file:line` at `$.path``, leaving out what is unknown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        f.write_str("`")?;
+        if let Some(json_path) = &self.json_path {
+            write!(f, " at `{json_path}`")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Skipped {
+    /// Renders ``file:line` at `$.path`: reason`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.reason)
+    }
+}

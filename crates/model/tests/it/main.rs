@@ -1,0 +1,7 @@
+//! Integration tests of flowmem-model: importers on the shared data sets and on broken
+//! hand-made inputs, and the JSONL helpers.
+
+mod broken;
+mod data;
+mod jsonl;
+mod support;
