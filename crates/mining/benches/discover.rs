@@ -1,6 +1,8 @@
 //! Criterion benchmarks of the hot paths: XES reading, variant grouping and discovery.
 //! The side-by-side comparison with PM4Py is `scripts/bench-mining.sh`.
 
+#![allow(missing_docs)] // criterion's macros generate undocumented functions.
+
 use std::hint::black_box;
 use std::path::Path;
 
