@@ -6,13 +6,13 @@
 # Both are timed inside each process (PM4Py's interpreter start-up and imports are not
 # counted against it). Each measurement is the minimum over REPS repetitions.
 #
-# Usage: scripts/bench-mining.sh [REPS]        (default 3)
+# Usage: scripts/bench-mining.sh [REPS]        (default 5)
 # Output: a table with speed ratios on stdout; raw CSV and the table under
 #         bench/runs/<date>-<host>/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-REPS="${1:-3}"
+REPS="${1:-5}"
 DATA="$ROOT/../shared/data/xes"
 VENV="$ROOT/.deps/pm4py"
 OUT="$ROOT/bench/runs/$(date -u +%Y-%m-%d)-$(hostname -s)"

@@ -74,8 +74,14 @@ pub fn read_xes(path: &Path) -> Result<XesLog, Error> {
     if !is_gzip {
         return parse_xes(reader, path);
     }
-    // Decompression and parsing cost about the same, so they run in two threads joined
-    // by a bounded channel of chunks; the scope joins the decompressing thread.
+    let compressed_len = reader.get_ref().metadata().map_err(io_error)?.len();
+    if compressed_len < PIPELINE_MIN_BYTES {
+        let decoder = flate2::bufread::MultiGzDecoder::new(reader);
+        return parse_xes(BufReader::with_capacity(1 << 16, decoder), path);
+    }
+    // Decompression and parsing cost about the same, so large files run them in two
+    // threads joined by a bounded channel of chunks; the scope joins the decompressing
+    // thread. Small files skip the thread, whose start-up would cost more than it saves.
     let (sender, receiver) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
     std::thread::scope(|scope| {
         scope.spawn(move || {
@@ -108,6 +114,9 @@ pub fn read_xes(path: &Path) -> Result<XesLog, Error> {
 }
 
 const CHUNK_SIZE: usize = 1 << 18;
+
+/// Compressed files at least this large are decompressed in a second thread.
+const PIPELINE_MIN_BYTES: u64 = 256 * 1024;
 
 /// A `BufRead` over chunks received from the decompressing thread.
 struct ChunkReader {
@@ -589,12 +598,24 @@ mod tests {
         use std::io::Write;
         let dir = std::env::temp_dir().join(format!("flowmem-mining-xes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        // Enough events to span several chunks.
+        // Enough events to span several chunks, and a compressed size above the threshold
+        // (the padding is random so that it does not compress away).
         let mut xml = String::from("<log>");
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
         for case in 0..3000 {
             xml.push_str(&format!(r#"<trace><string key="concept:name" value="{case}"/>"#));
             for activity in ["a", "b", "c"] {
-                xml.push_str(&format!(r#"<event><string key="concept:name" value="{activity}"/><string key="padding" value="{}"/></event>"#, "x".repeat(40)));
+                let padding: String = (0..60)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        char::from(b'a' + (seed % 26) as u8)
+                    })
+                    .collect();
+                xml.push_str(&format!(
+                    r#"<event><string key="concept:name" value="{activity}"/><string key="pad" value="{padding}"/></event>"#
+                ));
             }
             xml.push_str("</trace>");
         }
@@ -603,10 +624,17 @@ mod tests {
         let mut encoder = flate2::write::GzEncoder::new(std::fs::File::create(&good).unwrap(), flate2::Compression::fast());
         encoder.write_all(xml.as_bytes()).unwrap();
         encoder.finish().unwrap();
+        assert!(std::fs::metadata(&good).unwrap().len() > super::PIPELINE_MIN_BYTES);
         let xes = crate::read_xes(&good).unwrap();
         assert_eq!((xes.cases.len(), xes.n_events()), (3000, 9000));
         let bad = dir.join("bad.xes.gz");
-        std::fs::write(&bad, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
+        // Corrupt data fails as an I/O error, small (inline) or large (threaded).
+        let mut corrupt = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff];
+        std::fs::write(&bad, &corrupt).unwrap();
+        let err = crate::read_xes(&bad).unwrap_err();
+        assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
+        corrupt.resize(super::PIPELINE_MIN_BYTES as usize + 1, 0xff);
+        std::fs::write(&bad, &corrupt).unwrap();
         let err = crate::read_xes(&bad).unwrap_err();
         assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
         std::fs::remove_dir_all(&dir).unwrap();
