@@ -159,6 +159,8 @@ pub struct ScoreArgs {
     /// Exit 1 when the mean TC is below this value.
     #[arg(long)]
     pub fail_under: Option<f64>,
+}
+
 /// Arguments of `flowmem tools`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
