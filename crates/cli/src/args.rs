@@ -140,6 +140,8 @@ pub struct ToolsReplayArgs {
     /// Prepended to each record id to make its state key.
     #[arg(long, default_value = "flowmem/", value_name = "PREFIX")]
     pub state_key_prefix: String,
+}
+
 /// Arguments of `flowmem mine`.
 ///
 /// Reads a log, groups its cases into variants, discovers a process tree with the

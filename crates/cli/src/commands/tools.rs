@@ -142,7 +142,7 @@ async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) 
                     failure.index,
                     failure.tool,
                     status_name(failure.status),
-                    failure.error
+                    shorten(&failure.error, 240)
                 ))?;
             }
         }
@@ -181,6 +181,14 @@ fn read_records(path: &Path) -> anyhow::Result<(Vec<Record>, Vec<String>)> {
         }
     }
     Ok((records, skipped))
+}
+
+/// The first `max_chars` characters of `text`, with `…` when cut (`--json` has it all).
+fn shorten(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
 
 fn status_name(status: CallStatus) -> &'static str {
