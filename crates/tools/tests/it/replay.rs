@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use flowmem_model::{ImportFormat, Item, Record};
-use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, replay};
+use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, replay, replay_with_progress};
 
 use crate::support::{config, repo_root, tau2};
 
@@ -109,8 +109,14 @@ async fn a_failed_reset_skips_the_record_and_says_why() {
             key_prefix: String::new(),
         }),
     };
-    let report = replay(&registry, &records, &cfg).await;
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let report = replay_with_progress(&registry, &records, &cfg, &|record| {
+        assert!(record.reset_error.is_some());
+        finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .await;
     registry.shutdown().await;
+    assert_eq!(finished.into_inner(), 2);
     assert_eq!(report.executed, 0);
     assert_eq!(report.not_run, report.calls);
     assert!(report.calls > 0);
