@@ -1,6 +1,8 @@
 //! Command-line arguments. Clap derive types only: no logic. Doc comments are the
 //! `--help` text.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Learn reusable, executable workflows for tool-using LLM agents from their own runs.
@@ -41,6 +43,10 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print the JSON Schema of a data-model type.
     Schema(SchemaArgs),
+    /// Split a record set into opt/val/test parts (5:2:3), reproducibly for a seed.
+    Split(SplitArgs),
+    /// Score logged agent runs against records: TC with alignments, no LLM needed.
+    Score(ScoreArgs),
     /// List, call and replay the tools of the configured MCP servers.
     ///
     /// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
@@ -51,6 +57,31 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
+    /// Induce AWM workflows from trajectories into a workflow memory.
+    Induce(InduceArgs),
+    /// Browse, search, export, import and prune a workflow memory.
+    Memory(MemoryArgs),
+    /// Import agent logs or benchmark tasks into flowmem JSONL (records or trajectories).
+    ///
+    /// Reads every item it can and skips the rest, then prints what it read, wrote and
+    /// skipped on stderr; each skip names the file, the line and the JSON path of the bad
+    /// field. `--json` prints the same summary on stdout. The output is written to a
+    /// temporary file and renamed, so it is never half written. Exits 1 when nothing
+    /// could be imported and 2 on an error.
+    ///
+    /// Example:
+    ///
+    ///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
+    Import(ImportArgs),
+    /// Count items, tool calls, distinct tools and top tool-to-tool transitions of a JSONL file.
+    ///
+    /// The file holds records or trajectories (as `flowmem import` writes them). A
+    /// transition is a tool call directly followed by another in the same item.
+    ///
+    /// Example:
+    ///
+    ///   flowmem stats retail.jsonl --top 5
+    Stats(StatsArgs),
 }
 
 /// Arguments of `flowmem schema`.
@@ -80,6 +111,54 @@ pub enum SchemaType {
     Trace,
     /// One line of a JSONL trace file.
     TraceEvent,
+}
+
+/// Arguments of `flowmem split`.
+///
+/// Writes `opt.jsonl`, `val.jsonl` and `test.jsonl` into `--out`. The split depends only
+/// on the seed and the records' ids, not on their order in the file, so the same seed
+/// always gives the same parts.
+///
+/// Example: `flowmem split records.jsonl --seed 7 --out splits/`
+#[derive(Debug, Args)]
+pub struct SplitArgs {
+    /// The record set (JSONL, one record a line).
+    pub records: std::path::PathBuf,
+    /// The seed; the same seed gives the same split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The directory to write `opt.jsonl`, `val.jsonl` and `test.jsonl` into (created if
+    /// missing).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Relative part sizes as `OPT:VAL:TEST`.
+    #[arg(long, default_value = "5:2:3")]
+    pub ratios: String,
+}
+
+/// Arguments of `flowmem score`.
+///
+/// Matches every run to the record with the same id and scores its tool calls with
+/// FlowScout's TC, `LCS(π, π̂) / max(K, K̂)`, listing matched, missing and extra calls.
+/// Runs with no record are listed as unmatched. Exits 1 when no run matched or the mean
+/// TC is below `--fail-under`.
+///
+/// Example: `flowmem score --records records.jsonl --runs runs.jsonl --json`
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// The records (JSONL) holding the reference tool-call logs.
+    #[arg(long)]
+    pub records: std::path::PathBuf,
+    /// The runs to score (trajectory JSONL, for example from `flowmem import`).
+    #[arg(long)]
+    pub runs: std::path::PathBuf,
+    /// Leave an argument of a tool out of the comparison, as `TOOL=ARG[,ARG...]`
+    /// (repeatable). Example: `--ignore-args transfer_to_human_agents=summary`.
+    #[arg(long, value_name = "TOOL=ARGS")]
+    pub ignore_args: Vec<String>,
+    /// Exit 1 when the mean TC is below this value.
+    #[arg(long)]
+    pub fail_under: Option<f64>,
 }
 
 /// Arguments of `flowmem tools`.
@@ -208,4 +287,204 @@ pub enum ActivityClassifier {
     Tool,
     /// The tool name plus its sorted argument keys.
     ToolArgs,
+}
+
+/// Arguments of `flowmem induce`.
+///
+/// Reads trajectories (JSONL, one `Trajectory` per line, as `flowmem import` writes
+/// them), drops runs labelled unsuccessful, induces workflows per scope and stores them.
+///
+/// Example: `flowmem induce --mode rule runs.jsonl --memory memory.db --scope-domain retail`
+#[derive(Debug, Args)]
+pub struct InduceArgs {
+    /// How to induce: `rule` groups runs by tool sequence (deterministic, no model);
+    /// `lm` asks a language model for common sub-routines.
+    #[arg(long, value_enum, default_value = "rule")]
+    pub mode: InduceMode,
+    /// The trajectories, as JSONL.
+    pub input: std::path::PathBuf,
+    /// The memory database file (created if missing).
+    #[arg(long, env = "FLOWMEM_MEMORY")]
+    pub memory: std::path::PathBuf,
+    /// Scope every workflow to this domain (default: each trajectory's own domain).
+    #[arg(long)]
+    pub scope_domain: Option<String>,
+    /// Scope every workflow to this site (default: each trajectory's own site).
+    #[arg(long)]
+    pub scope_site: Option<String>,
+    /// The fewest steps a workflow may have.
+    #[arg(long, default_value_t = 2)]
+    pub min_steps: usize,
+    /// LM mode: trajectories shown to the model per prompt.
+    #[arg(long, default_value_t = 5)]
+    pub batch_size: usize,
+    /// Keep at most this many workflows per scope, evicting by retention score.
+    #[arg(long)]
+    pub max_per_scope: Option<usize>,
+}
+
+/// The induction modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InduceMode {
+    /// Group runs by tool-name sequence and abstract differing arguments.
+    Rule,
+    /// Ask a language model for common sub-routines.
+    Lm,
+}
+
+/// Arguments of `flowmem memory`.
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    /// The memory database file.
+    #[arg(long, global = true, env = "FLOWMEM_MEMORY")]
+    pub memory: Option<std::path::PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: MemoryCommand,
+}
+
+/// Which workflows a memory command looks at: a flag left out matches anything.
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    /// Only workflows of this domain.
+    #[arg(long)]
+    pub scope_domain: Option<String>,
+    /// Only workflows of this site.
+    #[arg(long)]
+    pub scope_site: Option<String>,
+}
+
+/// The `flowmem memory` commands.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// List stored workflows, oldest first.
+    ///
+    /// Example: `flowmem memory list --memory memory.db --scope-domain retail --json`
+    List(ScopeArgs),
+    /// Show one workflow: its steps, provenance and statistics.
+    ///
+    /// Example: `flowmem memory show wf-1a2b3c4d5e6f7a8b --memory memory.db --graph`
+    Show {
+        /// The workflow id, as `list` prints it.
+        id: String,
+        /// Also print the workflow as an executable graph (JSON), for `flowmem scout`.
+        #[arg(long)]
+        graph: bool,
+    },
+    /// Rank workflows by BM25 relevance to a query.
+    ///
+    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3`
+    Search {
+        /// The query text.
+        query: String,
+        /// How many workflows to print.
+        #[arg(short = 'k', long, default_value_t = 5)]
+        limit: usize,
+        /// Which workflows to search.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Write workflows as JSONL or AWM plain text.
+    ///
+    /// Example: `flowmem memory export --memory memory.db --format text -o workflows.txt`
+    Export {
+        /// The output format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExchangeFormat,
+        /// The output file (default: stdout).
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+        /// Which workflows to export.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Add workflows from JSONL or AWM plain text; near-duplicates merge.
+    ///
+    /// Example: `flowmem memory import workflows.txt --format text --memory memory.db --scope-domain retail`
+    Import {
+        /// The file to read.
+        input: std::path::PathBuf,
+        /// The input format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExchangeFormat,
+        /// Put every imported workflow in this domain (text has no scope of its own).
+        #[arg(long)]
+        scope_domain: Option<String>,
+        /// Put every imported workflow in this site.
+        #[arg(long)]
+        scope_site: Option<String>,
+    },
+    /// Remove workflows: cut each scope to a size, or retire those that keep failing.
+    ///
+    /// Example: `flowmem memory prune --memory memory.db --max-per-scope 200`
+    Prune {
+        /// Keep at most this many per scope, by retention score
+        /// `(s+1)/(s+f+2) × ln(e+s+f)` (s, f: uses in successful and failed runs), oldest
+        /// evicted first on ties.
+        #[arg(long)]
+        max_per_scope: Option<usize>,
+        /// Retire workflows whose smoothed success rate `(s+1)/(s+f+2)` is below this.
+        #[arg(long)]
+        min_success_rate: Option<f64>,
+        /// Uses needed before `--min-success-rate` applies.
+        #[arg(long, default_value_t = 5)]
+        min_uses: u64,
+    },
+}
+
+/// Workflow exchange formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExchangeFormat {
+    /// One `Workflow` JSON object per line, with scope, provenance and statistics.
+    Jsonl,
+    /// AWM's plain text: blocks of `Workflow:`, `State:`, `Reasoning:`, `Action:` lines.
+    Text,
+}
+
+/// Arguments of `flowmem import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The input format.
+    #[arg(short, long, value_enum)]
+    pub format: ImportFormatArg,
+    /// Input files, or directories to search for the format's files.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The JSONL file to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Stop at the first bad item instead of skipping it; nothing is written.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// The formats `flowmem import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormatArg {
+    /// OpenAI chat transcripts with `tool_calls` (JSON array or JSONL) -> trajectories.
+    #[value(name = "openai")]
+    OpenAi,
+    /// τ-bench `tasks_*.jsonl` -> records (`actions` as the log, `outputs` as reference).
+    TauBench,
+    /// τ²-bench `tasks*.json` -> records (`evaluation_criteria.actions` as the log).
+    Tau2Bench,
+    /// ToolBench DFSDT answer files -> trajectories.
+    #[value(name = "toolbench")]
+    ToolBench,
+    /// StableToolBench evaluation sets (messages truncated at source) -> trajectories.
+    #[value(name = "stabletoolbench")]
+    StableToolBench,
+    /// An XES event log (`.xes` or `.xes.gz`) -> trajectories, one per case, with each
+    /// event's activity as the tool name.
+    Xes,
+}
+
+/// Arguments of `flowmem stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// A JSONL file of records or of trajectories.
+    pub path: PathBuf,
+    /// How many of the most frequent tools and transitions to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
 }

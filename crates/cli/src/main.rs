@@ -32,8 +32,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Split(args) => commands::split::run(&args, printer),
+        Command::Score(args) => commands::score::run(&args, printer),
         Command::Tools(args) => commands::tools::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
+        Command::Induce(args) => commands::induce::run(&args, printer),
+        Command::Memory(args) => commands::memory::run(&args, printer),
+        Command::Import(args) => commands::import::run(&args, printer),
+        Command::Stats(args) => commands::stats::run(&args, printer),
     }
 }
 

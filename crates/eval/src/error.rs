@@ -13,4 +13,57 @@ pub enum EvalError {
     /// All split weights are zero.
     #[error("split ratios must not all be zero")]
     InvalidRatios,
+    /// A prompt template is missing or does not render.
+    #[error("cannot render the judge prompt")]
+    Prompt(#[source] flowmem_llm::PromptError),
+    /// The model failed.
+    #[error("the judge model failed")]
+    Llm(#[source] flowmem_llm::LlmError),
+    /// The judge's reply is unusable.
+    #[error("judge `{model}` replied with an unusable verdict: {problem}")]
+    Judge {
+        /// The model's name.
+        model: String,
+        /// What is wrong with the reply.
+        problem: String,
+        /// The raw reply.
+        raw: String,
+    },
+    /// Resetting a state key on the tool server failed.
+    #[error("cannot reset state `{key}` with `{tool}`: {error}")]
+    StateReset {
+        /// The reset tool.
+        tool: String,
+        /// The state key.
+        key: String,
+        /// The tool's error.
+        error: String,
+    },
+    /// A replayed call timed out or the server broke, so the state cannot be trusted.
+    #[error("replaying call #{index} (`{tool}`) failed in transport: {error}")]
+    ReplayTransport {
+        /// The tool.
+        tool: String,
+        /// The call's position in its log.
+        index: usize,
+        /// The transport error.
+        error: String,
+    },
+    /// A server state file is missing or unreadable.
+    #[error("bad state file `{}`: {problem}\nhint: is the checker's state directory the server's `$TAU2_*_MCP_STATE_DIR`?", path.display())]
+    StateFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A report file could not be written.
+    #[error("cannot write `{}`", path.display())]
+    Write {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }

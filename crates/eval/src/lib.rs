@@ -4,10 +4,23 @@
 //!
 //! - [`tool_correctness`] computes FlowScout's TC, `LCS(π, π̂) / max(K, K̂)`, with the
 //!   [`Alignment`] that says which calls matched, which are missing and which are extra.
+//!   [`score_runs`] applies it to logged runs matched to records by id (`flowmem score`).
+//! - [`judge_es`] asks an LLM judge for the execution score ES on four dimensions, with
+//!   structured output and the `judge_es` prompt template.
+//! - [`TaskChecker`] is the deterministic check of τ-bench-style records: it replays the
+//!   reference calls and the run's calls through the real MCP server into two state keys
+//!   and compares the resulting databases; [`required_outputs_found`] checks the answer.
 //! - [`reward`] combines TC and ES into the optimizer's scalar `R = α·TC + (1−α)·ES`.
 //! - [`split`] cuts a record set into `opt : val : test = 5 : 2 : 3`, reproducibly for a
 //!   seed.
+//! - [`evaluate`] runs [`System`]s (a workflow, the ReAct baseline) on records with
+//!   repeats and measures every run; [`summarize`] aggregates [`RunMeasurement`]s into an
+//!   [`EvalReport`] with per-system figures and FlowScout-style relative improvements;
+//!   [`render_markdown`] and [`render_html`] present it.
 //! - [`score_web_tasks`] computes AWM's Mind2Web step metrics.
+//!
+//! Scoring is deterministic given a trace: TC, the task check and the report involve no
+//! randomness, and ES is replayable through the LLM response cache (greedy requests).
 //!
 //! # Example
 //!
@@ -26,16 +39,35 @@
 #![deny(missing_docs)]
 
 mod error;
+mod es;
 mod mind2web;
+mod outputs;
+mod render;
+mod report;
 mod reward;
+mod run;
+mod score;
 mod split;
+mod task_check;
 mod tc;
 
 pub use crate::error::EvalError;
+pub use crate::es::{EsJudgement, JUDGE_ES_PROMPT, JudgeInput, judge_es};
 pub use crate::mind2web::{
     StepMetrics, WebStepPrediction, WebStepReference, WebTask, WebTaskMetrics, score_step,
     score_web_tasks, token_set_f1,
 };
+pub use crate::outputs::required_outputs_found;
+pub use crate::render::{ReportFiles, render_html, render_markdown, write_report};
+pub use crate::report::{
+    Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, coefficient_of_variation,
+    compare, relative_change, summarize,
+};
 pub use crate::reward::{Alpha, reward};
+pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
+pub use crate::run::{
+    CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate,
+};
 pub use crate::split::{Split, SplitRatios, split};
+pub use crate::task_check::{StateServer, TaskCheck, TaskChecker};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};

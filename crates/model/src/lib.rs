@@ -16,7 +16,8 @@
 //! - [`Trace`] is everything one run of a graph or an agent did.
 //! - [`import`] reads outside formats ([`ImportFormat`]) into [`Item`]s, reporting what it
 //!   [`Skipped`]; [`read_items`], [`read_records`], [`read_trajectories`] and
-//!   [`write_jsonl_atomic`] read and write flowmem's own JSONL files.
+//!   [`write_jsonl_atomic`] read and write flowmem's own JSONL files, and [`stats`]
+//!   summarises them.
 //!
 //! # Example
 //!
@@ -37,6 +38,7 @@ mod import;
 mod item;
 mod jsonl;
 mod record;
+mod stats;
 mod trace;
 mod trajectory;
 mod workflow;
@@ -52,6 +54,7 @@ pub use crate::jsonl::{
     JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic,
 };
 pub use crate::record::Record;
+pub use crate::stats::{Stats, ToolCount, Transition, stats};
 pub use crate::trace::{NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::workflow::{

@@ -2,7 +2,13 @@
 //! [`ExitStatus`].
 
 pub mod mine;
+pub mod induce;
+pub mod memory;
+pub mod import;
 pub mod schema;
+pub mod score;
+pub mod split;
+pub mod stats;
 pub mod tools;
 
 use std::process::ExitCode;

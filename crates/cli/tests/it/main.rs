@@ -1,4 +1,11 @@
-//! Integration tests of the `flowmem` binary, one module per command.
+//! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
+//! directory, one module per command.
 
+mod memory;
+mod import;
 mod mine;
+mod score;
+mod split;
+mod stats;
+mod support;
 mod tools;

@@ -1,0 +1,342 @@
+//! Aggregating runs per system and comparing a workflow with a baseline, as the FlowScout
+//! paper reports it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a system is a workflow under test or a baseline it is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemRole {
+    /// A workflow graph (or a memory-augmented agent) being evaluated.
+    Workflow,
+    /// A reference system, such as the ReAct agent.
+    Baseline,
+}
+
+/// What one run of one system on one record measured: one line of `runs.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMeasurement {
+    /// The system's name, such as `react` or a workflow's name.
+    pub system: String,
+    /// The system's role in comparisons.
+    pub role: SystemRole,
+    /// The record's id.
+    pub record_id: String,
+    /// Which repeat this was, counting from 0.
+    pub repeat: u32,
+    /// Tool-invocation correctness against the record.
+    pub tc: f64,
+    /// The execution score, when a judge scored the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub es: Option<f64>,
+    /// The deterministic task check, where the domain has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_success: Option<bool>,
+    /// Wall time of the run in milliseconds.
+    pub latency_ms: f64,
+    /// LLM calls the run made (judge calls excluded).
+    pub llm_calls: u64,
+    /// Prompt tokens the run spent.
+    pub prompt_tokens: u64,
+    /// Completion tokens the run spent.
+    pub completion_tokens: u64,
+    /// Tool calls the run made.
+    pub tool_calls: u64,
+    /// The error that ended the run early, if any; it still counts, with its scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Per-system figures, each a mean over runs unless named otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemSummary {
+    /// The system's name.
+    pub system: String,
+    /// Its role.
+    pub role: SystemRole,
+    /// Distinct records run.
+    pub n_records: usize,
+    /// Runs (records × repeats).
+    pub n_runs: usize,
+    /// Runs that ended with an error.
+    pub n_errors: usize,
+    /// Mean TC (FlowScout Eq. 3).
+    pub mean_tc: f64,
+    /// Mean ES (Eq. 4) over judged runs; `None` when no run was judged.
+    pub mean_es: Option<f64>,
+    /// Fraction of checked runs that passed the deterministic check.
+    pub task_success_rate: Option<f64>,
+    /// Coefficient of variation of ES per record over repeats (population standard
+    /// deviation over mean; 0 when every repeat scored 0), for records judged at least
+    /// twice, in record-id order.
+    pub cv_es: Vec<RecordCv>,
+    /// The mean of `cv_es`; `None` when it is empty.
+    pub mean_cv_es: Option<f64>,
+    /// Mean wall time per query in milliseconds.
+    pub latency_ms_per_query: f64,
+    /// Mean LLM calls per query.
+    pub llm_calls_per_query: f64,
+    /// Mean prompt plus completion tokens per query.
+    pub tokens_per_query: f64,
+    /// Mean tool calls per query.
+    pub tool_calls_per_query: f64,
+}
+
+/// The CV of ES for one record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordCv {
+    /// The record's id.
+    pub record_id: String,
+    /// The coefficient of variation.
+    pub cv: f64,
+}
+
+/// How a workflow compares with a baseline, in percent, the way FlowScout states its
+/// results: `(workflow − baseline) / baseline × 100` for TC, ES and task success ("improves
+/// TC by 92.69 %"), `(baseline − workflow) / baseline × 100` for the CV of ES ("reduces
+/// the average CV by 62.09 %"), and the runtime overhead `(workflow − baseline) /
+/// baseline × 100` for latency. A figure is `None` when the baseline's value is 0 or
+/// either side lacks it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The workflow system.
+    pub workflow: String,
+    /// The baseline system.
+    pub baseline: String,
+    /// Relative improvement of mean TC, percent.
+    pub tc_improvement_pct: Option<f64>,
+    /// Relative improvement of mean ES, percent.
+    pub es_improvement_pct: Option<f64>,
+    /// Relative improvement of the task success rate, percent.
+    pub task_success_improvement_pct: Option<f64>,
+    /// Relative reduction of the mean CV of ES, percent.
+    pub cv_reduction_pct: Option<f64>,
+    /// Relative latency overhead per query, percent.
+    pub latency_overhead_pct: Option<f64>,
+}
+
+/// The whole evaluation: the `flowmem eval --json` document (`report.json`).
+///
+/// Wire format, version 1: `{"version": 1, "systems": [SystemSummary],
+/// "comparisons": [Comparison], "runs": [RunMeasurement]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// The format version of this document.
+    pub version: u32,
+    /// One summary per system, workflows first, then by name.
+    pub systems: Vec<SystemSummary>,
+    /// Every workflow against every baseline.
+    pub comparisons: Vec<Comparison>,
+    /// Every run, as measured.
+    pub runs: Vec<RunMeasurement>,
+}
+
+/// Aggregates runs into per-system summaries and workflow-versus-baseline comparisons.
+///
+/// A system's role is the role of its first run.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_eval::{RunMeasurement, SystemRole, summarize};
+/// let run = |system: &str, role, es| RunMeasurement {
+///     system: system.into(), role, record_id: "1".into(), repeat: 0, tc: 0.5, es: Some(es),
+///     task_success: None, latency_ms: 100.0, llm_calls: 2, prompt_tokens: 10,
+///     completion_tokens: 5, tool_calls: 1, error: None,
+/// };
+/// let report = summarize(vec![run("flow", SystemRole::Workflow, 0.6), run("react", SystemRole::Baseline, 0.5)]);
+/// let pct = report.comparisons[0].es_improvement_pct.unwrap();
+/// assert!((pct - 20.0).abs() < 1e-9);
+/// ```
+#[must_use]
+pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
+    let mut by_system: BTreeMap<&str, Vec<&RunMeasurement>> = BTreeMap::new();
+    for run in &runs {
+        by_system.entry(run.system.as_str()).or_default().push(run);
+    }
+    let mut systems: Vec<SystemSummary> = by_system.into_iter().map(|(name, runs)| summarize_system(name, &runs)).collect();
+    systems.sort_by(|a, b| a.role.cmp(&b.role).then_with(|| a.system.cmp(&b.system)));
+    let mut comparisons = Vec::new();
+    for workflow in systems.iter().filter(|s| s.role == SystemRole::Workflow) {
+        for baseline in systems.iter().filter(|s| s.role == SystemRole::Baseline) {
+            comparisons.push(compare(workflow, baseline));
+        }
+    }
+    EvalReport { version: 1, systems, comparisons, runs }
+}
+
+/// Compares one workflow summary with one baseline summary (see [`Comparison`]).
+#[must_use]
+pub fn compare(workflow: &SystemSummary, baseline: &SystemSummary) -> Comparison {
+    Comparison {
+        workflow: workflow.system.clone(),
+        baseline: baseline.system.clone(),
+        tc_improvement_pct: relative_change(Some(workflow.mean_tc), Some(baseline.mean_tc)),
+        es_improvement_pct: relative_change(workflow.mean_es, baseline.mean_es),
+        task_success_improvement_pct: relative_change(workflow.task_success_rate, baseline.task_success_rate),
+        cv_reduction_pct: relative_change(workflow.mean_cv_es, baseline.mean_cv_es).map(|pct| -pct),
+        latency_overhead_pct: relative_change(Some(workflow.latency_ms_per_query), Some(baseline.latency_ms_per_query)),
+    }
+}
+
+/// `(new − old) / old × 100`, or `None` when either is missing or `old` is 0.
+#[must_use]
+pub fn relative_change(new: Option<f64>, old: Option<f64>) -> Option<f64> {
+    let (new, old) = (new?, old?);
+    if old == 0.0 {
+        return None;
+    }
+    Some((new - old) / old * 100.0)
+}
+
+/// The coefficient of variation: population standard deviation over mean.
+///
+/// Returns `None` for fewer than two values, and 0 when the mean is 0 (ES is never
+/// negative, so that means every value is 0).
+#[must_use]
+pub fn coefficient_of_variation(values: &[f64]) -> Option<f64> {
+    if values.len() < 2 {
+        return None;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return Some(0.0);
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    Some(variance.sqrt() / mean.abs())
+}
+
+fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
+    let n = runs.len() as f64;
+    let mean_of = |f: &dyn Fn(&RunMeasurement) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / n;
+    let judged: Vec<f64> = runs.iter().filter_map(|r| r.es).collect();
+    let checked: Vec<bool> = runs.iter().filter_map(|r| r.task_success).collect();
+    let mut es_by_record: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut records: Vec<&str> = Vec::new();
+    for run in runs {
+        if !records.contains(&run.record_id.as_str()) {
+            records.push(&run.record_id);
+        }
+        if let Some(es) = run.es {
+            es_by_record.entry(&run.record_id).or_default().push(es);
+        }
+    }
+    let cv_es: Vec<RecordCv> = es_by_record
+        .into_iter()
+        .filter_map(|(record_id, values)| coefficient_of_variation(&values).map(|cv| RecordCv { record_id: record_id.to_string(), cv }))
+        .collect();
+    let mean_cv_es = (!cv_es.is_empty()).then(|| cv_es.iter().map(|c| c.cv).sum::<f64>() / cv_es.len() as f64);
+    SystemSummary {
+        system: name.to_string(),
+        // Invariant: `summarize` only builds a summary for a system with runs.
+        role: runs.first().map_or(SystemRole::Workflow, |r| r.role),
+        n_records: records.len(),
+        n_runs: runs.len(),
+        n_errors: runs.iter().filter(|r| r.error.is_some()).count(),
+        mean_tc: mean_of(&|r| r.tc),
+        mean_es: (!judged.is_empty()).then(|| judged.iter().sum::<f64>() / judged.len() as f64),
+        task_success_rate: (!checked.is_empty())
+            .then(|| checked.iter().filter(|&&ok| ok).count() as f64 / checked.len() as f64),
+        cv_es,
+        mean_cv_es,
+        latency_ms_per_query: mean_of(&|r| r.latency_ms),
+        llm_calls_per_query: mean_of(&|r| r.llm_calls as f64),
+        tokens_per_query: mean_of(&|r| (r.prompt_tokens + r.completion_tokens) as f64),
+        tool_calls_per_query: mean_of(&|r| r.tool_calls as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::{RunMeasurement, SystemRole, coefficient_of_variation, relative_change, summarize};
+
+    fn run(system: &str, role: SystemRole, record: &str, repeat: u32, tc: f64, es: f64) -> RunMeasurement {
+        RunMeasurement {
+            system: system.into(),
+            role,
+            record_id: record.into(),
+            repeat,
+            tc,
+            es: Some(es),
+            task_success: Some(tc == 1.0),
+            latency_ms: 1000.0 * (repeat + 1) as f64,
+            llm_calls: 3,
+            prompt_tokens: 100,
+            completion_tokens: 20,
+            tool_calls: 2,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn cv_is_population_sd_over_mean() {
+        assert_eq!(coefficient_of_variation(&[0.5]), None);
+        assert_eq!(coefficient_of_variation(&[0.0, 0.0]), Some(0.0));
+        assert!(coefficient_of_variation(&[0.4, 0.4, 0.4]).unwrap() < 1e-12);
+        // mean 0.5, sd 0.25.
+        assert!((coefficient_of_variation(&[0.25, 0.75]).unwrap() - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn relative_change_is_against_the_old_value() {
+        // FlowScout: an ES of 0.6 over 0.5 is a 20 % improvement.
+        assert!((relative_change(Some(0.6), Some(0.5)).unwrap() - 20.0).abs() < 1e-9);
+        assert!((relative_change(Some(0.5), Some(1.0)).unwrap() + 50.0).abs() < 1e-9);
+        assert_eq!(relative_change(Some(0.6), Some(0.0)), None);
+        assert_eq!(relative_change(None, Some(0.5)), None);
+    }
+
+    #[test]
+    fn systems_are_summarised_and_compared() {
+        let runs = vec![
+            run("react", SystemRole::Baseline, "a", 0, 0.5, 0.25),
+            run("react", SystemRole::Baseline, "a", 1, 0.5, 0.75),
+            run("react", SystemRole::Baseline, "b", 0, 0.0, 0.5),
+            run("react", SystemRole::Baseline, "b", 1, 0.0, 0.5),
+            run("flow", SystemRole::Workflow, "a", 0, 1.0, 0.5),
+            run("flow", SystemRole::Workflow, "a", 1, 1.0, 0.5),
+            run("flow", SystemRole::Workflow, "b", 0, 0.5, 0.5),
+            run("flow", SystemRole::Workflow, "b", 1, 0.5, 0.9),
+        ];
+        let report = summarize(runs);
+        assert_eq!(report.systems[0].system, "flow");
+        let react = &report.systems[1];
+        assert_eq!((react.n_records, react.n_runs), (2, 4));
+        assert_eq!(react.mean_tc, 0.25);
+        assert_eq!(react.mean_es, Some(0.5));
+        assert_eq!(react.task_success_rate, Some(0.0));
+        assert_eq!(react.cv_es.len(), 2);
+        // Record a: 0.5; record b: 0.
+        assert!((react.mean_cv_es.unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(react.latency_ms_per_query, 1500.0);
+        assert_eq!(react.tokens_per_query, 120.0);
+        let flow = &report.systems[0];
+        assert_eq!(flow.task_success_rate, Some(0.5));
+        // Record b: values 0.5, 0.9: mean 0.7, sd 0.2.
+        assert!((flow.mean_cv_es.unwrap() - 0.2 / 0.7 / 2.0).abs() < 1e-12);
+        let cmp = &report.comparisons[0];
+        assert_eq!((cmp.workflow.as_str(), cmp.baseline.as_str()), ("flow", "react"));
+        // TC 0.75 vs 0.25: +200 %.
+        assert!((cmp.tc_improvement_pct.unwrap() - 200.0).abs() < 1e-9);
+        // ES 0.6 vs 0.5: +20 %.
+        assert!((cmp.es_improvement_pct.unwrap() - 20.0).abs() < 1e-9);
+        // Baseline task success is 0: no relative figure.
+        assert_eq!(cmp.task_success_improvement_pct, None);
+        // CV 0.142857 vs 0.25: reduced by 42.857 %.
+        assert!((cmp.cv_reduction_pct.unwrap() - (1.0 - (0.2 / 0.7 / 2.0) / 0.25) * 100.0).abs() < 1e-9);
+        assert_eq!(cmp.latency_overhead_pct, Some(0.0));
+    }
+
+    #[test]
+    fn unjudged_runs_have_no_es_or_cv() {
+        let mut only = run("react", SystemRole::Baseline, "a", 0, 1.0, 0.0);
+        only.es = None;
+        let report = summarize(vec![only]);
+        assert_eq!(report.systems[0].mean_es, None);
+        assert_eq!(report.systems[0].mean_cv_es, None);
+        assert!(report.comparisons.is_empty());
+    }
+}
