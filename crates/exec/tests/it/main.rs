@@ -1,0 +1,4 @@
+//! Integration tests of flowmem-exec, one module per topic.
+
+mod file;
+mod validate;
