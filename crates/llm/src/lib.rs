@@ -11,12 +11,18 @@
 //!   and latency.
 //! - [`ChatModel`] is implemented by the OpenAI-compatible HTTP backend and by the
 //!   embedded local model (`flowmem-llm-local`).
+//! - [`Prompts`] renders the named, versioned minijinja templates every crate keeps in
+//!   `prompts/<name>.j2`; each render carries a [`PromptId`] for traces and cache keys.
 
 mod chat;
 mod error;
+mod prompt;
 
 pub use crate::chat::{
     AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, Purpose,
     ResponseFormat, Role, ToolChoice, ToolDefinition, Usage,
 };
 pub use crate::error::LlmError;
+pub use crate::prompt::{
+    EmbeddedPrompt, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, parse_header,
+};
