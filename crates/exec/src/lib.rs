@@ -6,7 +6,7 @@
 //! - [`check`] decides `Valid(G, T)` for a [`WorkflowGraph`](flowmem_model::WorkflowGraph)
 //!   and returns every [`Violation`] (each naming its node), or a [`ValidatedGraph`].
 //! - [`compile`] binds a validated graph to a [`Runtime`] (models, a [`ToolBox`], the role
-//!   [`Prompts`]) and precomputes what a run needs: a [`Plan`].
+//!   prompt templates of [`EXEC_PROMPTS`]) and precomputes what a run needs: a [`Plan`].
 //! - [`run`] executes one query through a plan on tokio, concurrently where the graph
 //!   allows, and returns a [`Trace`](flowmem_model::Trace) (`π̂`, `r̂` and the node
 //!   observations `O`). Every step is also reported as an [`ExecEvent`] to an
@@ -58,7 +58,7 @@ pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers}
 pub use crate::file::{graph_to_string, load_graph, parse_graph, save_graph, GraphFileError, GraphFormat};
 pub use crate::jsonl::JsonlTraceWriter;
 pub use crate::plan::{compile, CompileError, Plan, Runtime};
-pub use crate::prompts::{ContextItem, PromptContext, PromptError, Prompts};
+pub use crate::prompts::{exec_prompts, register_prompts, ContextItem, PromptContext, EXEC_PROMPTS};
 pub use crate::react::{run_agent, AgentConfig};
 pub use crate::render::{to_dot, to_mermaid};
 pub use crate::toolbox::ToolBox;

@@ -150,7 +150,6 @@ impl Step<'_> {
 
 /// Renders a node's instruction (or question) against the query and upstream outputs.
 fn render_node_template(
-    plan: &PlanInner,
     query: &str,
     node: &PlanNode,
     items: &[ContextItem],
@@ -163,7 +162,7 @@ fn render_node_template(
         let output = items.iter().rev().find(|item| &item.node == name).map_or("", |item| item.output.as_str());
         values.insert(name.clone(), Value::String(output.to_owned()));
     }
-    plan.runtime.prompts.render_source(source, &Value::Object(values)).map_err(|err| error_chain(&err))
+    crate::prompts::render_node_source(source, &Value::Object(values)).map_err(|err| error_chain(&err))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -177,7 +176,7 @@ async fn llm_node(
     model: &dyn ChatModel,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction.map(|source| render_node_template(plan, query, node, items, source)).transpose()?;
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
     let ctx = PromptContext {
         query,
         instruction: instruction.as_deref(),
@@ -186,7 +185,7 @@ async fn llm_node(
         options: &[],
         hints: &[],
     };
-    let prompt = plan.runtime.prompts.render(template, &ctx).map_err(|err| error_chain(&err))?;
+    let prompt = plan.runtime.prompts.render(template, &ctx).map_err(|err| error_chain(&err))?.text;
     step.observation.prompt = Some(prompt.clone());
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
@@ -207,7 +206,7 @@ async fn tool_node(
     instruction: Option<&str>,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction.map(|source| render_node_template(plan, query, node, items, source)).transpose()?;
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
     let ctx = PromptContext {
         query,
         instruction: instruction.as_deref(),
@@ -216,7 +215,7 @@ async fn tool_node(
         options: &[],
         hints,
     };
-    let prompt = plan.runtime.prompts.render(TOOL_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?;
+    let prompt = plan.runtime.prompts.render(TOOL_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.tools = tools.to_vec();
@@ -265,7 +264,7 @@ async fn judge(
     options: &[String],
     step: &mut Step<'_>,
 ) -> Result<String, String> {
-    let question = render_node_template(plan, query, node, items, question)?;
+    let question = render_node_template(query, node, items, question)?;
     let ctx = PromptContext {
         query,
         instruction: None,
@@ -274,7 +273,7 @@ async fn judge(
         options,
         hints: &[],
     };
-    let prompt = plan.runtime.prompts.render(JUDGE_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?;
+    let prompt = plan.runtime.prompts.render(JUDGE_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.response_format = Some(ResponseFormat {

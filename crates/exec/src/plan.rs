@@ -11,7 +11,6 @@ use std::sync::Arc;
 use flowmem_llm::{ChatModel, ToolDefinition};
 use flowmem_model::{Condition, EdgeKind, LlmRole, NodeKind};
 
-use crate::prompts::Prompts;
 use crate::render::role_name;
 use crate::toolbox::ToolBox;
 use crate::validate::{loop_bodies, node_templates, template_variables, ValidatedGraph, LOOP_BODY};
@@ -25,8 +24,8 @@ pub struct Runtime {
     pub models: HashMap<String, Arc<dyn ChatModel>>,
     /// The available tools `T`.
     pub tools: Arc<dyn ToolBox>,
-    /// The prompt templates.
-    pub prompts: Prompts,
+    /// The prompt templates; must hold [`EXEC_PROMPTS`](crate::EXEC_PROMPTS).
+    pub prompts: Arc<flowmem_llm::Prompts>,
 }
 
 /// A graph that cannot be compiled against a runtime.
@@ -152,19 +151,19 @@ impl Plan {
 #[must_use]
 pub(crate) fn role_template(role: LlmRole) -> &'static str {
     match role {
-        LlmRole::Plan => "plan.j2",
-        LlmRole::Extract => "extract.j2",
-        LlmRole::Reason => "reason.j2",
-        LlmRole::Verify => "verify.j2",
-        LlmRole::Judge => "judge.j2",
-        LlmRole::Synthesize => "synthesize.j2",
+        LlmRole::Plan => "plan",
+        LlmRole::Extract => "extract",
+        LlmRole::Reason => "reason",
+        LlmRole::Verify => "verify",
+        LlmRole::Judge => "judge",
+        LlmRole::Synthesize => "synthesize",
     }
 }
 
 /// The template the tool-choosing step renders.
-pub(crate) const TOOL_TEMPLATE: &str = "tool.j2";
+pub(crate) const TOOL_TEMPLATE: &str = "tool";
 /// The template judges of branches and loops render.
-pub(crate) const JUDGE_TEMPLATE: &str = "judge.j2";
+pub(crate) const JUDGE_TEMPLATE: &str = "judge";
 
 /// Compiles a validated graph against a runtime into an executable [`Plan`].
 ///
@@ -202,7 +201,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
         let (kind_label, op) = match &node.kind {
             NodeKind::Llm { role, instruction, model } => {
                 let template = role_template(*role);
-                if !runtime.prompts.has(template) {
+                if runtime.prompts.id(template).is_none() {
                     return Err(CompileError::MissingTemplate { node: id, template: template.to_owned() });
                 }
                 let model = match model {
@@ -216,7 +215,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
                 (format!("llm:{}", role_name(*role)), Op::Llm { template, instruction: instruction.clone(), model })
             }
             NodeKind::Tool { hints, instruction } => {
-                if !runtime.prompts.has(TOOL_TEMPLATE) {
+                if runtime.prompts.id(TOOL_TEMPLATE).is_none() {
                     return Err(CompileError::MissingTemplate { node: id, template: TOOL_TEMPLATE.to_owned() });
                 }
                 for hint in hints {
@@ -236,7 +235,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
                 ("tool".to_owned(), op)
             }
             NodeKind::Branch { condition } => {
-                if matches!(condition, Condition::Judge { .. }) && !runtime.prompts.has(JUDGE_TEMPLATE) {
+                if matches!(condition, Condition::Judge { .. }) && runtime.prompts.id(JUDGE_TEMPLATE).is_none() {
                     return Err(CompileError::MissingTemplate { node: id, template: JUDGE_TEMPLATE.to_owned() });
                 }
                 let routes = graph

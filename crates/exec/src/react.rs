@@ -18,7 +18,7 @@ use crate::plan::Runtime;
 use crate::prompts::PromptContext;
 
 /// The template of the agent's system prompt.
-const REACT_TEMPLATE: &str = "react.j2";
+const REACT_TEMPLATE: &str = "react";
 
 /// How the ReAct agent runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, o
     };
     match runtime.prompts.render(REACT_TEMPLATE, &ctx) {
         Ok(system) => {
-            let messages = vec![Message::system(system), Message::user(input.query.clone())];
+            let messages = vec![Message::system(system.text), Message::user(input.query.clone())];
             steps(runtime, cfg, input, observer, messages, &mut trace).await;
         }
         Err(err) => trace.error = Some(error_chain(&err)),
