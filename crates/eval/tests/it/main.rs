@@ -1,0 +1,1 @@
+//! Integration tests of flowmem-eval, one module per topic.

@@ -1,0 +1,613 @@
+//! Typed graph edits: what the optimizer LLM may propose, and how each is applied.
+//!
+//! Applying a plan only changes the graph's shape; whether the result is executable
+//! (`Valid(G, T)`) is decided by the executor's validator afterwards.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, NodeKind, WorkflowGraph};
+
+/// A refinement plan: the optimizer's reading of the feedback plus the edits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EditPlan {
+    /// Why these edits should help, in one or two sentences.
+    #[schemars(length(max = 600))]
+    pub rationale: String,
+    /// The edits, applied in order.
+    #[schemars(length(min = 1, max = 6))]
+    pub edits: Vec<GraphEdit>,
+}
+
+/// One graph edit (FlowScout's node-, edge-, control-flow- and prompt-level edits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum GraphEdit {
+    /// Inserts a new node on the edge `after → before`, or after `after` alone (then the
+    /// node takes over `after`'s outgoing edges).
+    AddNode {
+        /// The new node; its id must not be in use.
+        node: GraphNode,
+        /// The node it follows.
+        after: String,
+        /// The node it precedes, when inserting on an existing edge.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before: Option<String>,
+    },
+    /// Removes a node and connects each of its predecessors to each of its successors.
+    RemoveNode {
+        /// The node to remove; never the entry or the exit.
+        id: String,
+    },
+    /// Replaces what a node does, keeping its id and edges.
+    ReplaceNode {
+        /// The node to replace.
+        id: String,
+        /// The new node; its id is ignored and `id` is kept.
+        node: GraphNode,
+    },
+    /// Adds a data edge.
+    AddEdge {
+        /// The source node.
+        from: String,
+        /// The target node.
+        to: String,
+        /// A route label, for an edge out of a branch or loop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+    },
+    /// Removes the edge `from → to`.
+    RemoveEdge {
+        /// The source node.
+        from: String,
+        /// The target node.
+        to: String,
+    },
+    /// Moves one end (or both) of the edge `from → to`.
+    ReconnectEdge {
+        /// The current source.
+        from: String,
+        /// The current target.
+        to: String,
+        /// The new source, if it changes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_from: Option<String>,
+        /// The new target, if it changes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_to: Option<String>,
+    },
+    /// Introduces a branch, a parallel block or a retry loop.
+    InsertControl {
+        /// Which control construct, and where.
+        control: ControlInsert,
+    },
+    /// Changes a branch's condition or a loop's bound or stop condition.
+    RefineControl {
+        /// The branch or loop node.
+        id: String,
+        /// A new iteration bound, for a loop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_iterations: Option<u32>,
+        /// A new condition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        condition: Option<Condition>,
+    },
+    /// Rewrites the instruction of an LLM or tool node.
+    RewritePrompt {
+        /// The node.
+        id: String,
+        /// The new instruction.
+        #[schemars(length(max = 1200))]
+        instruction: String,
+    },
+}
+
+/// A control construct to insert.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "construct", rename_all = "snake_case")]
+pub enum ControlInsert {
+    /// Wraps one node in a retry loop: the node re-runs until `until` holds.
+    RetryLoop {
+        /// The node to retry.
+        around: String,
+        /// The largest number of attempts.
+        max_iterations: u32,
+        /// When to stop retrying.
+        until: Condition,
+    },
+    /// Puts a judged choice before `before`: the judge takes the route to `before`
+    /// (labelled `primary`) or to `alternative` (labelled `alternative`), which then
+    /// continues to `before`'s successors.
+    Branch {
+        /// The node that becomes the primary route.
+        before: String,
+        /// The question the judge answers with `primary` or `alternative`.
+        question: String,
+        /// The node on the alternative route; its id must not be in use.
+        alternative: GraphNode,
+    },
+    /// Runs a chain of nodes (each the only successor of the previous) concurrently.
+    Parallel {
+        /// The chain, in its current order.
+        nodes: Vec<String>,
+    },
+}
+
+/// Why an edit could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("edit {index} (`{op}`) cannot be applied: {reason}")]
+pub struct EditError {
+    /// The position of the edit in the plan, from 0.
+    pub index: usize,
+    /// The edit's operation name.
+    pub op: &'static str,
+    /// What is wrong, naming the node or edge.
+    pub reason: String,
+}
+
+/// Applies every edit of `plan` to a copy of `graph`.
+///
+/// # Errors
+///
+/// The first edit that names a missing node or edge, reuses an id, or would remove the
+/// entry or exit, as an [`EditError`] with its index. `graph` is never modified.
+pub fn apply_plan(graph: &WorkflowGraph, plan: &EditPlan) -> Result<WorkflowGraph, EditError> {
+    let mut res = graph.clone();
+    for (index, edit) in plan.edits.iter().enumerate() {
+        apply_edit(&mut res, edit)
+            .map_err(|reason| EditError { index, op: edit.op_name(), reason })?;
+    }
+    Ok(res)
+}
+
+impl GraphEdit {
+    /// The edit's `op` tag, as serialised.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            GraphEdit::AddNode { .. } => "add_node",
+            GraphEdit::RemoveNode { .. } => "remove_node",
+            GraphEdit::ReplaceNode { .. } => "replace_node",
+            GraphEdit::AddEdge { .. } => "add_edge",
+            GraphEdit::RemoveEdge { .. } => "remove_edge",
+            GraphEdit::ReconnectEdge { .. } => "reconnect_edge",
+            GraphEdit::InsertControl { .. } => "insert_control",
+            GraphEdit::RefineControl { .. } => "refine_control",
+            GraphEdit::RewritePrompt { .. } => "rewrite_prompt",
+        }
+    }
+}
+
+fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), String> {
+    match edit {
+        GraphEdit::AddNode { node, after, before } => add_node(graph, node, after, before.as_deref()),
+        GraphEdit::RemoveNode { id } => remove_node(graph, id),
+        GraphEdit::ReplaceNode { id, node } => {
+            let target = node_mut(graph, id)?;
+            target.kind = node.kind.clone();
+            target.description = node.description.clone();
+            Ok(())
+        }
+        GraphEdit::AddEdge { from, to, label } => {
+            require_node(graph, from)?;
+            require_node(graph, to)?;
+            if edge_index(graph, from, to).is_some() {
+                return Err(format!("edge `{from}` → `{to}` already exists"));
+            }
+            graph.edges.push(Edge { from: from.clone(), to: to.clone(), kind: EdgeKind::Data, label: label.clone() });
+            Ok(())
+        }
+        GraphEdit::RemoveEdge { from, to } => {
+            let idx = edge_index(graph, from, to).ok_or_else(|| format!("no edge `{from}` → `{to}`"))?;
+            graph.edges.remove(idx);
+            Ok(())
+        }
+        GraphEdit::ReconnectEdge { from, to, new_from, new_to } => {
+            let idx = edge_index(graph, from, to).ok_or_else(|| format!("no edge `{from}` → `{to}`"))?;
+            if let Some(new_from) = new_from {
+                require_node(graph, new_from)?;
+                graph.edges[idx].from = new_from.clone();
+            }
+            if let Some(new_to) = new_to {
+                require_node(graph, new_to)?;
+                graph.edges[idx].to = new_to.clone();
+            }
+            Ok(())
+        }
+        GraphEdit::InsertControl { control } => insert_control(graph, control),
+        GraphEdit::RefineControl { id, max_iterations, condition } => {
+            refine_control(node_mut(graph, id)?, id, *max_iterations, condition.as_ref())
+        }
+        GraphEdit::RewritePrompt { id, instruction } => match &mut node_mut(graph, id)?.kind {
+            NodeKind::Llm { instruction: slot, .. } | NodeKind::Tool { instruction: slot, .. } => {
+                *slot = Some(instruction.clone());
+                Ok(())
+            }
+            _ => Err(format!("node `{id}` is a control node and has no prompt")),
+        },
+    }
+}
+
+fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Option<&str>) -> Result<(), String> {
+    require_free_id(graph, &node.id)?;
+    require_node(graph, after)?;
+    match before {
+        Some(before) => {
+            let idx = edge_index(graph, after, before)
+                .ok_or_else(|| format!("no edge `{after}` → `{before}` to insert `{}` on", node.id))?;
+            let old = graph.edges.remove(idx);
+            graph.edges.push(Edge { to: node.id.clone(), ..old.clone() });
+            graph.edges.push(Edge { from: node.id.clone(), to: before.to_owned(), kind: EdgeKind::Data, label: None });
+        }
+        None => {
+            for edge in graph.edges.iter_mut().filter(|e| e.from == after && e.kind != EdgeKind::Back) {
+                edge.from = node.id.clone();
+            }
+            graph.edges.push(Edge { from: after.to_owned(), to: node.id.clone(), kind: EdgeKind::Data, label: None });
+            if graph.exit == after {
+                graph.exit = node.id.clone();
+            }
+        }
+    }
+    graph.nodes.push(node.clone());
+    Ok(())
+}
+
+fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), String> {
+    require_node(graph, id)?;
+    if graph.entry == id || graph.exit == id {
+        return Err(format!("node `{id}` is the entry or exit and cannot be removed"));
+    }
+    let incoming: Vec<Edge> = graph.edges.iter().filter(|e| e.to == id && e.kind != EdgeKind::Back).cloned().collect();
+    let outgoing: Vec<Edge> = graph.edges.iter().filter(|e| e.from == id && e.kind != EdgeKind::Back).cloned().collect();
+    graph.edges.retain(|e| e.from != id && e.to != id);
+    graph.nodes.retain(|n| n.id != id);
+    for pred in &incoming {
+        for succ in &outgoing {
+            if pred.from != succ.to && edge_index(graph, &pred.from, &succ.to).is_none() {
+                // The predecessor's label keeps a branch route or loop body pointing at the bypass.
+                graph.edges.push(Edge { from: pred.from.clone(), to: succ.to.clone(), kind: pred.kind, label: pred.label.clone() });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<(), String> {
+    match control {
+        ControlInsert::RetryLoop { around, max_iterations, until } => {
+            require_node(graph, around)?;
+            let loop_id = fresh_id(graph, &format!("retry_{around}"));
+            redirect_incoming(graph, around, &loop_id);
+            for edge in graph.edges.iter_mut().filter(|e| e.from == *around && e.kind != EdgeKind::Back) {
+                edge.from = loop_id.clone();
+                edge.label = Some("exit".to_owned());
+            }
+            graph.edges.push(labelled(&loop_id, around, EdgeKind::Data, "body"));
+            graph.edges.push(Edge { from: around.clone(), to: loop_id.clone(), kind: EdgeKind::Back, label: None });
+            let node = GraphNode {
+                id: loop_id.clone(),
+                kind: NodeKind::Loop { max_iterations: *max_iterations, until: until.clone() },
+                description: Some(format!("retries `{around}`")),
+            };
+            replace_endpoint(graph, around, &loop_id);
+            graph.nodes.push(node);
+            Ok(())
+        }
+        ControlInsert::Branch { before, question, alternative } => {
+            require_node(graph, before)?;
+            require_free_id(graph, &alternative.id)?;
+            let branch_id = fresh_id(graph, &format!("branch_{before}"));
+            redirect_incoming(graph, before, &branch_id);
+            let successors: Vec<Edge> =
+                graph.edges.iter().filter(|e| e.from == *before && e.kind != EdgeKind::Back).cloned().collect();
+            for succ in successors {
+                graph.edges.push(Edge { from: alternative.id.clone(), to: succ.to, kind: succ.kind, label: None });
+            }
+            graph.edges.push(labelled(&branch_id, before, EdgeKind::Data, "primary"));
+            graph.edges.push(labelled(&branch_id, &alternative.id, EdgeKind::Data, "alternative"));
+            if graph.entry == *before {
+                graph.entry = branch_id.clone();
+            }
+            graph.nodes.push(GraphNode {
+                id: branch_id,
+                kind: NodeKind::Branch { condition: Condition::Judge { question: question.clone() } },
+                description: None,
+            });
+            graph.nodes.push(alternative.clone());
+            Ok(())
+        }
+        ControlInsert::Parallel { nodes } => insert_parallel(graph, nodes),
+    }
+}
+
+fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), String> {
+    if chain.len() < 2 {
+        return Err("a parallel block needs at least two nodes".to_owned());
+    }
+    for id in chain {
+        require_node(graph, id)?;
+    }
+    for pair in chain.windows(2) {
+        let outgoing: Vec<&Edge> = graph.outgoing(&pair[0]).collect();
+        if outgoing.len() != 1 || outgoing[0].to != pair[1] {
+            return Err(format!("`{}` → `{}` is not a plain chain link", pair[0], pair[1]));
+        }
+    }
+    let (first, last) = (&chain[0], &chain[chain.len() - 1]);
+    if graph.entry == *first || graph.exit == *last {
+        return Err("a parallel block cannot start at the entry or end at the exit".to_owned());
+    }
+    let fork = fresh_id(graph, &format!("parallel_{first}"));
+    let join = fresh_id(graph, &format!("join_{last}"));
+    graph.edges.retain(|e| !chain.windows(2).any(|pair| e.from == pair[0] && e.to == pair[1]));
+    redirect_incoming(graph, first, &fork);
+    for edge in graph.edges.iter_mut().filter(|e| e.from == *last && e.kind != EdgeKind::Back) {
+        edge.from = join.clone();
+    }
+    for id in chain {
+        graph.edges.push(Edge { from: fork.clone(), to: id.clone(), kind: EdgeKind::Data, label: None });
+        graph.edges.push(Edge { from: id.clone(), to: join.clone(), kind: EdgeKind::Data, label: None });
+    }
+    graph.nodes.push(GraphNode { id: fork, kind: NodeKind::Parallel, description: None });
+    graph.nodes.push(GraphNode { id: join, kind: NodeKind::Join, description: None });
+    Ok(())
+}
+
+fn refine_control(
+    node: &mut GraphNode,
+    id: &str,
+    new_bound: Option<u32>,
+    new_condition: Option<&Condition>,
+) -> Result<(), String> {
+    match &mut node.kind {
+        NodeKind::Loop { max_iterations, until } => {
+            if let Some(bound) = new_bound {
+                *max_iterations = bound;
+            }
+            if let Some(condition) = new_condition {
+                *until = condition.clone();
+            }
+            Ok(())
+        }
+        NodeKind::Branch { condition } => {
+            if new_bound.is_some() {
+                return Err(format!("node `{id}` is a branch and has no iteration bound"));
+            }
+            if let Some(new) = new_condition {
+                *condition = new.clone();
+            }
+            Ok(())
+        }
+        _ => Err(format!("node `{id}` is not a branch or loop")),
+    }
+}
+
+fn labelled(from: &str, to: &str, kind: EdgeKind, label: &str) -> Edge {
+    Edge { from: from.to_owned(), to: to.to_owned(), kind, label: Some(label.to_owned()) }
+}
+
+/// Points every non-back edge entering `old` at `new` instead.
+fn redirect_incoming(graph: &mut WorkflowGraph, old: &str, new: &str) {
+    for edge in graph.edges.iter_mut().filter(|e| e.to == old && e.kind != EdgeKind::Back) {
+        edge.to = new.to_owned();
+    }
+}
+
+/// Keeps the entry pointing at the construct that now wraps `old`.
+fn replace_endpoint(graph: &mut WorkflowGraph, old: &str, new: &str) {
+    if graph.entry == old {
+        graph.entry = new.to_owned();
+    }
+}
+
+fn node_mut<'g>(graph: &'g mut WorkflowGraph, id: &str) -> Result<&'g mut GraphNode, String> {
+    graph.nodes.iter_mut().find(|n| n.id == id).ok_or_else(|| format!("no node `{id}`"))
+}
+
+fn require_node(graph: &WorkflowGraph, id: &str) -> Result<(), String> {
+    match graph.node(id) {
+        Some(_) => Ok(()),
+        None => Err(format!("no node `{id}`")),
+    }
+}
+
+fn require_free_id(graph: &WorkflowGraph, id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("a new node needs a non-empty id".to_owned());
+    }
+    match graph.node(id) {
+        Some(_) => Err(format!("node id `{id}` is already in use")),
+        None => Ok(()),
+    }
+}
+
+fn edge_index(graph: &WorkflowGraph, from: &str, to: &str) -> Option<usize> {
+    graph.edges.iter().position(|e| e.from == from && e.to == to)
+}
+
+fn fresh_id(graph: &WorkflowGraph, base: &str) -> String {
+    if graph.node(base).is_none() {
+        return base.to_owned();
+    }
+    (2..).map(|n| format!("{base}_{n}")).find(|id| graph.node(id).is_none()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+
+    use crate::edit::{ControlInsert, EditPlan, GraphEdit, apply_plan};
+
+    fn tool(id: &str) -> GraphNode {
+        GraphNode { id: id.into(), kind: NodeKind::Tool { hints: vec![], instruction: None }, description: None }
+    }
+
+    fn llm(id: &str, role: LlmRole) -> GraphNode {
+        GraphNode { id: id.into(), kind: NodeKind::Llm { role, instruction: None, model: None }, description: None }
+    }
+
+    /// plan → t1 → t2 → synth
+    fn chain() -> WorkflowGraph {
+        let ids = ["plan", "t1", "t2", "synth"];
+        WorkflowGraph {
+            name: None,
+            nodes: vec![llm("plan", LlmRole::Plan), tool("t1"), tool("t2"), llm("synth", LlmRole::Synthesize)],
+            edges: ids
+                .windows(2)
+                .map(|w| flowmem_model::Edge { from: w[0].into(), to: w[1].into(), kind: EdgeKind::Data, label: None })
+                .collect(),
+            entry: "plan".into(),
+            exit: "synth".into(),
+        }
+    }
+
+    fn apply(edits: Vec<GraphEdit>) -> Result<WorkflowGraph, crate::EditError> {
+        apply_plan(&chain(), &EditPlan { rationale: String::new(), edits })
+    }
+
+    fn edges(graph: &WorkflowGraph) -> Vec<String> {
+        let mut res: Vec<String> = graph
+            .edges
+            .iter()
+            .map(|e| {
+                let kind = if e.kind == EdgeKind::Back { " (back)" } else { "" };
+                match &e.label {
+                    Some(label) => format!("{}-[{label}]->{}{kind}", e.from, e.to),
+                    None => format!("{}->{}{kind}", e.from, e.to),
+                }
+            })
+            .collect();
+        res.sort();
+        res
+    }
+
+    #[test]
+    fn add_node_on_an_edge() {
+        let graph = apply(vec![GraphEdit::AddNode { node: llm("v", LlmRole::Verify), after: "t1".into(), before: Some("t2".into()) }]).unwrap();
+        assert_eq!(edges(&graph), ["plan->t1", "t1->v", "t2->synth", "v->t2"]);
+    }
+
+    #[test]
+    fn add_node_after_the_exit_moves_the_exit() {
+        let graph = apply(vec![GraphEdit::AddNode { node: llm("v", LlmRole::Verify), after: "synth".into(), before: None }]).unwrap();
+        assert_eq!(graph.exit, "v");
+        assert!(edges(&graph).contains(&"synth->v".to_owned()));
+    }
+
+    #[test]
+    fn remove_node_bypasses_it() {
+        let graph = apply(vec![GraphEdit::RemoveNode { id: "t1".into() }]).unwrap();
+        assert_eq!(edges(&graph), ["plan->t2", "t2->synth"]);
+        assert!(graph.node("t1").is_none());
+    }
+
+    #[test]
+    fn entry_and_exit_cannot_be_removed() {
+        let err = apply(vec![GraphEdit::RemoveNode { id: "plan".into() }]).unwrap_err();
+        assert_eq!(err.index, 0);
+        assert!(err.to_string().contains("`plan`"), "{err}");
+    }
+
+    #[test]
+    fn retry_loop_wraps_a_node() {
+        let control = ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded };
+        let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
+        assert_eq!(
+            edges(&graph),
+            ["plan->retry_t1", "retry_t1-[body]->t1", "retry_t1-[exit]->t2", "t1->retry_t1 (back)", "t2->synth"]
+        );
+    }
+
+    #[test]
+    fn branch_adds_an_alternative_route() {
+        let control = ControlInsert::Branch { before: "t2".into(), question: "Is the order id known?".into(), alternative: tool("lookup") };
+        let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
+        assert_eq!(
+            edges(&graph),
+            ["branch_t2-[alternative]->lookup", "branch_t2-[primary]->t2", "lookup->synth", "plan->t1", "t1->branch_t2", "t2->synth"]
+        );
+    }
+
+    #[test]
+    fn parallel_block_over_a_chain() {
+        let control = ControlInsert::Parallel { nodes: vec!["t1".into(), "t2".into()] };
+        let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
+        assert_eq!(
+            edges(&graph),
+            ["join_t2->synth", "parallel_t1->t1", "parallel_t1->t2", "plan->parallel_t1", "t1->join_t2", "t2->join_t2"]
+        );
+    }
+
+    #[test]
+    fn a_later_bad_edit_is_reported_by_index_and_nothing_changes() {
+        let original = chain();
+        let plan = EditPlan {
+            rationale: String::new(),
+            edits: vec![
+                GraphEdit::RewritePrompt { id: "synth".into(), instruction: "Quote the order id.".into() },
+                GraphEdit::RemoveEdge { from: "t2".into(), to: "plan".into() },
+            ],
+        };
+        let err = apply_plan(&original, &plan).unwrap_err();
+        assert_eq!((err.index, err.op), (1, "remove_edge"));
+        assert!(err.reason.contains("`t2` → `plan`"), "{err}");
+        assert_eq!(original, chain());
+    }
+
+    #[test]
+    fn rewrite_prompt_sets_the_instruction() {
+        let graph = apply(vec![GraphEdit::RewritePrompt { id: "t1".into(), instruction: "Use the user id.".into() }]).unwrap();
+        assert!(matches!(&graph.node("t1").unwrap().kind, NodeKind::Tool { instruction: Some(i), .. } if i == "Use the user id."));
+    }
+
+    #[test]
+    fn plans_parse_from_the_documented_json() {
+        let plan: EditPlan = serde_json::from_str(
+            r#"{"rationale":"retry lookups","edits":[
+                {"op":"insert_control","control":{"construct":"retry_loop","around":"t1","max_iterations":2,"until":{"type":"tool_succeeded"}}},
+                {"op":"add_node","node":{"id":"x","kind":"llm","role":"extract"},"after":"t2","before":"synth"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(plan.edits.len(), 2);
+        assert!(apply_plan(&chain(), &plan).is_ok());
+    }
+
+    fn arb_edit() -> impl Strategy<Value = GraphEdit> {
+        let id = prop::sample::select(vec!["plan", "t1", "t2", "synth", "zz"]).prop_map(str::to_owned);
+        prop_oneof![
+            (id.clone(), id.clone()).prop_map(|(a, b)| GraphEdit::AddNode { node: tool("n"), after: a, before: Some(b) }),
+            id.clone().prop_map(|id| GraphEdit::RemoveNode { id }),
+            (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::AddEdge { from, to, label: None }),
+            (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::RemoveEdge { from, to }),
+            id.clone().prop_map(|around| GraphEdit::InsertControl {
+                control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded }
+            }),
+            (id.clone(), id).prop_map(|(a, b)| GraphEdit::InsertControl {
+                control: ControlInsert::Parallel { nodes: vec![a, b] }
+            }),
+        ]
+    }
+
+    proptest! {
+        /// Every plan either fails with an error or yields a graph whose edges, entry and
+        /// exit all name existing nodes and whose ids stay unique.
+        #[test]
+        fn edits_keep_the_graph_well_formed(edits in prop::collection::vec(arb_edit(), 1..5)) {
+            if let Ok(graph) = apply(edits) {
+                let mut ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+                let n_ids = ids.len();
+                ids.sort_unstable();
+                ids.dedup();
+                prop_assert_eq!(ids.len(), n_ids);
+                prop_assert!(graph.node(&graph.entry).is_some());
+                prop_assert!(graph.node(&graph.exit).is_some());
+                for edge in &graph.edges {
+                    prop_assert!(graph.node(&edge.from).is_some() && graph.node(&edge.to).is_some(), "{:?}", edge);
+                }
+            }
+        }
+    }
+}

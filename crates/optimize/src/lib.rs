@@ -1,0 +1,41 @@
+//! FlowScout's workflow optimizer.
+//!
+//! # Brief overview
+//!
+//! - [`GraphEdit`] is one typed edit of a [`WorkflowGraph`](flowmem_model::WorkflowGraph):
+//!   node add/remove/replace, edge add/remove/reconnect, control-flow insert/refine,
+//!   prompt rewrite. An optimizer LLM proposes a [`EditPlan`] (a list of edits) under the
+//!   JSON Schema that [`EditPlan`] derives; [`apply_plan`] applies it or says which edit
+//!   failed and why.
+//! - [`SearchTree`] holds the MCTS statistics `C`, `W`, `Q` per candidate, and
+//!   implements selection (Eq. 6, with the 3-children rule and a cosine-annealed `λ`) and
+//!   backpropagation (Eq. 8).
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_optimize::{SearchConfig, SearchTree};
+//!
+//! let cfg = SearchConfig::paper_defaults();
+//! let mut tree = SearchTree::new(0.4);
+//! let root = tree.root();
+//! let child = tree.add_child(root, 0.6);
+//! assert_eq!(tree.node(root).visits, 2);
+//! assert_eq!(tree.select(0, &cfg), Some(root)); // the root has fewer than 3 children
+//! # let _ = child;
+//! ```
+
+mod edit;
+mod propose;
+mod search;
+mod svg;
+mod tree;
+
+pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
+pub use crate::propose::{LlmProposer, PROPOSE_EDITS, edit_plan_schema};
+pub use crate::search::{
+    CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,
+    SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+};
+pub use crate::svg::{escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg};
+pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

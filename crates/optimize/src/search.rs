@@ -1,0 +1,479 @@
+//! The search driver: MCTS, beam search, or no search, with every step persisted so an
+//! interrupted run resumes without losing or repeating an evaluated candidate.
+//!
+//! # The run directory
+//!
+//! - `candidates/NNNN.workflow.json`: every candidate graph (`0000` is `G⁰`).
+//! - `candidates/NNNN.plan.json`: the edit plan that produced it, with its parent.
+//! - `candidates/NNNN.opt.json` and `NNNN.val.json`: its evaluations on `D_opt` and `D_val`.
+//! - `state.json`: the search tree (`C`, `W`, parents), the iteration counter, the best
+//!   candidate and the validation history.
+//!
+//! Every file is written to a temporary name and renamed, so a kill leaves either the old
+//! or the new version. A candidate's plan is written before it is evaluated and each
+//! evaluation is written before the tree is updated; on resume, files already present are
+//! read instead of asking the model or running the candidate again.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use flowmem_model::WorkflowGraph;
+
+use crate::edit::{EditPlan, apply_plan};
+use crate::tree::{SearchConfig, SearchTree, TreeNodeId};
+
+/// A candidate's scores on one split, with the feedback the optimizer reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// `R = α·TC + (1−α)·ES`.
+    pub reward: f64,
+    /// Mean tool-invocation correctness.
+    pub tc: f64,
+    /// Mean execution score.
+    pub es: f64,
+    /// The feedback `F` (tool-call alignments, result mismatches, failing nodes), as the
+    /// optimizer prompt shows it.
+    #[serde(default)]
+    pub feedback: Value,
+}
+
+/// Runs candidates: simulation on `D_opt` and validation on `D_val`.
+#[async_trait::async_trait]
+pub trait Simulator: Send + Sync {
+    /// Runs `graph` on the optimisation split.
+    ///
+    /// # Errors
+    ///
+    /// Only for failures that make the run itself meaningless (a cancelled run, a full
+    /// disk); a failing query is feedback, not an error.
+    async fn simulate(&self, candidate: TreeNodeId, graph: &WorkflowGraph) -> Result<Evaluation, SearchError>;
+
+    /// Runs `graph` on the validation split.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Simulator::simulate`].
+    async fn validate(&self, candidate: TreeNodeId, graph: &WorkflowGraph) -> Result<Evaluation, SearchError>;
+}
+
+/// Proposes edit plans (the optimizer LLM).
+#[async_trait::async_trait]
+pub trait Proposer: Send + Sync {
+    /// Proposes a plan for `graph` given its feedback. `problems` holds the reasons the
+    /// previous attempt was rejected (empty on the first attempt).
+    ///
+    /// # Errors
+    ///
+    /// When the model cannot be reached or its reply is not an edit plan.
+    async fn propose(&self, graph: &WorkflowGraph, feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError>;
+}
+
+/// Checks `Valid(G, T)`: an empty list means the graph may run.
+pub trait Validator: Send + Sync {
+    /// Every violation, each naming its node.
+    fn violations(&self, graph: &WorkflowGraph) -> Vec<String>;
+}
+
+/// Which search to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Strategy {
+    /// FlowScout's MCTS.
+    Mcts,
+    /// Beam search keeping the `width` best candidates per step.
+    Beam {
+        /// Candidates kept per step.
+        width: usize,
+    },
+    /// No search: `G⁰` only (the no-MCTS ablation).
+    NoSearch,
+}
+
+/// Where the search may be interrupted; the driver calls the caller's hook at each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// A candidate's plan and graph were written.
+    Proposed(TreeNodeId),
+    /// A candidate's optimisation-split evaluation was written.
+    Simulated(TreeNodeId),
+    /// An iteration was committed to `state.json`.
+    Committed(u32),
+}
+
+/// One iteration's outcome, for the validation curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    /// The iteration, from 1 (0 is `G⁰`).
+    pub iteration: u32,
+    /// The candidate created, or `None` for a failed expansion.
+    pub candidate: Option<TreeNodeId>,
+    /// The parent that was expanded.
+    pub parent: TreeNodeId,
+    /// The candidate's validation score.
+    pub val_score: Option<f64>,
+    /// The best validation score so far.
+    pub best_val_score: f64,
+}
+
+/// The persisted state of a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchState {
+    /// The configuration the run started with.
+    pub config: SearchConfig,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The MCTS statistics.
+    pub tree: SearchTree,
+    /// Iterations done.
+    pub iteration: u32,
+    /// The best candidate on validation.
+    pub best: TreeNodeId,
+    /// Its validation score.
+    pub best_val_score: f64,
+    /// Iterations since the best validation score last improved.
+    pub since_improvement: u32,
+    /// Expansions whose plan never validated.
+    pub failed_expansions: u32,
+    /// One entry per iteration.
+    pub history: Vec<IterationRecord>,
+    /// Beam search: the current beam, and the next member to expand.
+    #[serde(default)]
+    pub beam: Vec<TreeNodeId>,
+    /// Beam search: position in the current beam.
+    #[serde(default)]
+    pub beam_cursor: usize,
+    /// Beam search: children made during the current step.
+    #[serde(default)]
+    pub beam_children: Vec<TreeNodeId>,
+    /// Why the search stopped, once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<StopReason>,
+}
+
+/// Why a search stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `J` iterations ran.
+    Budget,
+    /// `P` iterations passed without validation improvement.
+    Patience,
+    /// Every node's child slots are used by failed expansions.
+    Exhausted,
+    /// The strategy does not search.
+    NoSearch,
+}
+
+/// What went wrong in a search.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SearchError {
+    /// A run-directory file could not be read or written.
+    #[error("cannot access `{path}`")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A run-directory file is not what this version wrote.
+    #[error("`{path}` is not a valid run file")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The optimizer model failed (after its own retries).
+    #[error("the optimizer failed: {0}")]
+    Proposer(String),
+    /// The optimizer replied with something that is not an edit plan. The driver counts
+    /// this as a rejected attempt and re-asks with the problem.
+    #[error("{0}")]
+    InvalidProposal(String),
+    /// Running a candidate failed as a whole.
+    #[error("running candidate {candidate} failed: {reason}")]
+    Simulation {
+        /// The candidate.
+        candidate: TreeNodeId,
+        /// Why.
+        reason: String,
+    },
+    /// The caller stopped the search at a checkpoint; the run directory can be resumed.
+    #[error("the search was interrupted; resume it from its run directory")]
+    Interrupted,
+    /// `--resume` on a directory with no `state.json`, or a new run on one with it.
+    #[error("{0}")]
+    RunDirectory(String),
+}
+
+/// The persisted plan of a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidatePlan {
+    /// The expanded parent.
+    pub parent: TreeNodeId,
+    /// The plan, when one validated.
+    pub plan: Option<EditPlan>,
+    /// Every rejected attempt's problems, in order.
+    pub rejected: Vec<Vec<String>>,
+}
+
+/// Everything the driver needs besides the run directory.
+pub struct SearchParts<'a> {
+    /// Proposes edit plans.
+    pub proposer: &'a dyn Proposer,
+    /// Runs candidates.
+    pub simulator: &'a dyn Simulator,
+    /// Judges validity.
+    pub validator: &'a dyn Validator,
+    /// Called at every checkpoint; returning `false` interrupts the search there.
+    pub checkpoint: &'a (dyn Fn(Checkpoint) -> bool + Send + Sync),
+}
+
+/// How many times an invalid plan is shown its errors and re-asked, after the first try.
+pub const PLAN_REPAIRS: usize = 2;
+
+/// Starts a new search in `dir` from `g0`, or continues the one persisted there when
+/// `dir/state.json` exists.
+///
+/// # Errors
+///
+/// [`SearchError::Interrupted`] when the checkpoint hook stops the run (resume later), a
+/// proposer or simulator failure, or a run-directory file that cannot be read or written.
+pub async fn run_search(
+    dir: &Path,
+    g0: &WorkflowGraph,
+    config: &SearchConfig,
+    strategy: Strategy,
+    parts: &SearchParts<'_>,
+) -> Result<SearchState, SearchError> {
+    let mut state = match read_json::<SearchState>(&dir.join("state.json"))? {
+        Some(state) => state,
+        None => start(dir, g0, config, strategy, parts).await?,
+    };
+    while state.stopped.is_none() {
+        step(dir, &mut state, parts).await?;
+        write_json(&dir.join("state.json"), &state)?;
+        if !(parts.checkpoint)(Checkpoint::Committed(state.iteration)) {
+            return Err(SearchError::Interrupted);
+        }
+    }
+    Ok(state)
+}
+
+/// The path of a candidate's file with `suffix` (`workflow`, `plan`, `opt`, `val`).
+#[must_use]
+pub fn candidate_path(dir: &Path, candidate: TreeNodeId, suffix: &str) -> PathBuf {
+    dir.join("candidates").join(format!("{candidate:04}.{suffix}.json"))
+}
+
+async fn start(
+    dir: &Path,
+    g0: &WorkflowGraph,
+    config: &SearchConfig,
+    strategy: Strategy,
+    parts: &SearchParts<'_>,
+) -> Result<SearchState, SearchError> {
+    write_json(&candidate_path(dir, 0, "workflow"), g0)?;
+    let opt = cached_eval(dir, 0, "opt", || parts.simulator.simulate(0, g0)).await?;
+    let val = cached_eval(dir, 0, "val", || parts.simulator.validate(0, g0)).await?;
+    let state = SearchState {
+        config: config.clone(),
+        strategy,
+        tree: SearchTree::new(opt.reward),
+        iteration: 0,
+        best: 0,
+        best_val_score: val.reward,
+        since_improvement: 0,
+        failed_expansions: 0,
+        history: Vec::new(),
+        beam: vec![0],
+        beam_cursor: 0,
+        beam_children: Vec::new(),
+        stopped: (strategy == Strategy::NoSearch).then_some(StopReason::NoSearch),
+    };
+    write_json(&dir.join("state.json"), &state)?;
+    Ok(state)
+}
+
+/// One iteration: decide whether to stop, select, expand, simulate, backpropagate.
+async fn step(dir: &Path, state: &mut SearchState, parts: &SearchParts<'_>) -> Result<(), SearchError> {
+    if state.iteration >= state.config.iterations {
+        state.stopped = Some(StopReason::Budget);
+        return Ok(());
+    }
+    if state.since_improvement >= state.config.patience {
+        state.stopped = Some(StopReason::Patience);
+        return Ok(());
+    }
+    let Some(parent) = select_parent(state) else {
+        state.stopped = Some(StopReason::Exhausted);
+        return Ok(());
+    };
+    let candidate = state.tree.len();
+    let parent_graph: WorkflowGraph = read_required(&candidate_path(dir, parent, "workflow"))?;
+    let expansion = expand(dir, candidate, parent, &parent_graph, parts).await?;
+    if !(parts.checkpoint)(Checkpoint::Proposed(candidate)) {
+        return Err(SearchError::Interrupted);
+    }
+    state.iteration += 1;
+    let Some(graph) = expansion else {
+        state.tree.add_failed_child(parent);
+        state.failed_expansions += 1;
+        state.since_improvement += 1;
+        record(state, None, parent, None);
+        return Ok(());
+    };
+    let opt = cached_eval(dir, candidate, "opt", || parts.simulator.simulate(candidate, &graph)).await?;
+    if !(parts.checkpoint)(Checkpoint::Simulated(candidate)) {
+        return Err(SearchError::Interrupted);
+    }
+    let val = cached_eval(dir, candidate, "val", || parts.simulator.validate(candidate, &graph)).await?;
+    let id = state.tree.add_child(parent, opt.reward);
+    debug_assert_eq!(id, candidate, "candidate ids follow tree order");
+    if val.reward > state.best_val_score {
+        state.best = candidate;
+        state.best_val_score = val.reward;
+        state.since_improvement = 0;
+    } else {
+        state.since_improvement += 1;
+    }
+    state.beam_children.push(candidate);
+    record(state, Some(candidate), parent, Some(val.reward));
+    Ok(())
+}
+
+fn record(state: &mut SearchState, candidate: Option<TreeNodeId>, parent: TreeNodeId, val_score: Option<f64>) {
+    if let Strategy::Beam { .. } = state.strategy {
+        state.beam_cursor += 1;
+    }
+    state.history.push(IterationRecord {
+        iteration: state.iteration,
+        candidate,
+        parent,
+        val_score,
+        best_val_score: state.best_val_score,
+    });
+}
+
+fn select_parent(state: &mut SearchState) -> Option<TreeNodeId> {
+    match state.strategy {
+        Strategy::Mcts => state.tree.select(state.iteration, &state.config),
+        Strategy::NoSearch => None,
+        Strategy::Beam { width } => {
+            if state.beam_cursor >= state.beam.len() {
+                next_beam(state, width);
+            }
+            state.beam.get(state.beam_cursor).copied()
+        }
+    }
+}
+
+/// Keeps the `width` best of the current beam and its new children, by mean reward.
+fn next_beam(state: &mut SearchState, width: usize) {
+    let mut pool: Vec<TreeNodeId> = state.beam.iter().chain(&state.beam_children).copied().collect();
+    pool.sort_by(|a, b| {
+        let (qa, qb) = (state.tree.node(*a).mean_reward(), state.tree.node(*b).mean_reward());
+        qb.total_cmp(&qa).then(a.cmp(b))
+    });
+    pool.dedup();
+    pool.truncate(width.max(1));
+    // Only the new children carry the search forward; a beam that produced none is done.
+    state.beam = if state.beam_children.is_empty() { Vec::new() } else { pool };
+    state.beam_cursor = 0;
+    state.beam_children.clear();
+}
+
+/// Proposes a plan for `candidate` and applies it, re-asking with the problems up to
+/// [`PLAN_REPAIRS`] times. A plan persisted by an interrupted run is reused as is.
+async fn expand(
+    dir: &Path,
+    candidate: TreeNodeId,
+    parent: TreeNodeId,
+    parent_graph: &WorkflowGraph,
+    parts: &SearchParts<'_>,
+) -> Result<Option<WorkflowGraph>, SearchError> {
+    let plan_path = candidate_path(dir, candidate, "plan");
+    if let Some(saved) = read_json::<CandidatePlan>(&plan_path)? {
+        if saved.parent == parent {
+            return match saved.plan {
+                Some(_) => Ok(Some(read_required(&candidate_path(dir, candidate, "workflow"))?)),
+                None => Ok(None),
+            };
+        }
+    }
+    let parent_eval: Evaluation = read_required(&candidate_path(dir, parent, "opt"))?;
+    let mut rejected: Vec<Vec<String>> = Vec::new();
+    for _attempt in 0..=PLAN_REPAIRS {
+        let problems = rejected.last().cloned().unwrap_or_default();
+        let plan = match parts.proposer.propose(parent_graph, &parent_eval.feedback, &problems).await {
+            Ok(plan) => plan,
+            Err(SearchError::InvalidProposal(problem)) => {
+                rejected.push(vec![problem]);
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
+        let problems = match apply_plan(parent_graph, &plan) {
+            Ok(graph) => {
+                let violations = parts.validator.violations(&graph);
+                if violations.is_empty() {
+                    write_json(&candidate_path(dir, candidate, "workflow"), &graph)?;
+                    write_json(&plan_path, &CandidatePlan { parent, plan: Some(plan), rejected })?;
+                    return Ok(Some(graph));
+                }
+                violations
+            }
+            Err(err) => vec![err.to_string()],
+        };
+        tracing::info!(candidate, ?problems, "edit plan rejected");
+        rejected.push(problems);
+    }
+    write_json(&plan_path, &CandidatePlan { parent, plan: None, rejected })?;
+    Ok(None)
+}
+
+async fn cached_eval<F, Fut>(dir: &Path, candidate: TreeNodeId, split: &str, run: F) -> Result<Evaluation, SearchError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Evaluation, SearchError>>,
+{
+    let path = candidate_path(dir, candidate, split);
+    if let Some(saved) = read_json::<Evaluation>(&path)? {
+        return Ok(saved);
+    }
+    let res = run().await?;
+    write_json(&path, &res)?;
+    Ok(res)
+}
+
+fn read_required<T: DeserializeOwned>(path: &Path) -> Result<T, SearchError> {
+    read_json(path)?.ok_or_else(|| SearchError::RunDirectory(format!("`{}` is missing from the run directory", path.display())))
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, SearchError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(SearchError::Io { path: path.to_owned(), source }),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|source| SearchError::Corrupt { path: path.to_owned(), source })
+}
+
+/// Writes `value` as pretty JSON to a temporary file beside `path`, then renames it.
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), SearchError> {
+    let io_err = |source| SearchError::Io { path: path.to_owned(), source };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err)?;
+    }
+    // Invariant: our own types always serialise.
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(io_err)?;
+    std::fs::rename(&tmp, path).map_err(io_err)
+}

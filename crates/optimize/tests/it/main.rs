@@ -1,0 +1,3 @@
+//! Integration tests of flowmem-optimize.
+
+mod search;

@@ -1,0 +1,245 @@
+//! The search driver: stopping rules, plan repair, resume, beam search.
+//!
+//! The proposer and simulator here are deterministic functions of the graph, so that an
+//! interrupted-and-resumed run must reproduce an uninterrupted one exactly. The LLM-driven
+//! proposer is tested against the scripted OpenAI server elsewhere.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+use flowmem_model::{Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+use flowmem_optimize::{
+    Checkpoint, EditPlan, Evaluation, GraphEdit, Proposer, SearchConfig, SearchError, SearchParts,
+    SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+};
+
+fn g0() -> WorkflowGraph {
+    let node = |id: &str, kind| GraphNode { id: id.into(), kind, description: None };
+    WorkflowGraph {
+        name: Some("g0".into()),
+        nodes: vec![
+            node("plan", NodeKind::Llm { role: LlmRole::Plan, instruction: None, model: None }),
+            node("synth", NodeKind::Llm { role: LlmRole::Synthesize, instruction: None, model: None }),
+        ],
+        edges: vec![Edge { from: "plan".into(), to: "synth".into(), kind: EdgeKind::Data, label: None }],
+        entry: "plan".into(),
+        exit: "synth".into(),
+    }
+}
+
+/// Scores a graph by its size: deterministic, and different per depth.
+struct SizeSimulator {
+    opt: fn(usize) -> f64,
+    val: fn(usize) -> f64,
+    calls: Mutex<BTreeMap<(usize, &'static str), u32>>,
+}
+
+impl SizeSimulator {
+    fn new(opt: fn(usize) -> f64, val: fn(usize) -> f64) -> SizeSimulator {
+        SizeSimulator { opt, val, calls: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn count(&self, candidate: usize, split: &'static str) {
+        *self.calls.lock().unwrap().entry((candidate, split)).or_default() += 1;
+    }
+
+    fn max_calls_per_candidate(&self) -> u32 {
+        self.calls.lock().unwrap().values().copied().max().unwrap_or(0)
+    }
+}
+
+#[async_trait::async_trait]
+impl Simulator for SizeSimulator {
+    async fn simulate(&self, candidate: usize, graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
+        self.count(candidate, "opt");
+        let reward = (self.opt)(graph.nodes.len());
+        Ok(Evaluation { reward, tc: reward, es: reward, feedback: json!({"nodes": graph.nodes.len()}) })
+    }
+
+    async fn validate(&self, candidate: usize, graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
+        self.count(candidate, "val");
+        let reward = (self.val)(graph.nodes.len());
+        Ok(Evaluation { reward, tc: reward, es: reward, feedback: Value::Null })
+    }
+}
+
+/// Inserts a verify node after `plan`; the first `broken` answers name a missing node.
+struct InsertingProposer {
+    broken: usize,
+    asked: Mutex<Vec<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Proposer for InsertingProposer {
+    async fn propose(&self, graph: &WorkflowGraph, _feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError> {
+        let mut asked = self.asked.lock().unwrap();
+        asked.push(problems.to_vec());
+        let after = if asked.len() <= self.broken { "no_such_node" } else { "plan" };
+        let next = graph.outgoing("plan").next().map(|e| e.to.clone());
+        let node = GraphNode {
+            id: format!("v{}", graph.nodes.len()),
+            kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None },
+            description: None,
+        };
+        Ok(EditPlan { rationale: "verify early".into(), edits: vec![GraphEdit::AddNode { node, after: after.into(), before: next }] })
+    }
+}
+
+/// Rejects graphs with more than `max_nodes` nodes.
+struct SizeValidator {
+    max_nodes: usize,
+}
+
+impl Validator for SizeValidator {
+    fn violations(&self, graph: &WorkflowGraph) -> Vec<String> {
+        if graph.nodes.len() > self.max_nodes { vec![format!("too many nodes: {}", graph.nodes.len())] } else { vec![] }
+    }
+}
+
+fn cfg(iterations: u32, patience: u32) -> SearchConfig {
+    SearchConfig { iterations, patience, max_children: 3, lambda_max: 1.4, lambda_min: 0.1 }
+}
+
+async fn run(dir: &Path, config: &SearchConfig, strategy: Strategy, sim: &SizeSimulator, proposer: &InsertingProposer, stop_at: Option<Checkpoint>) -> Result<SearchState, SearchError> {
+    let validator = SizeValidator { max_nodes: 100 };
+    let hook = move |point: Checkpoint| Some(point) != stop_at;
+    let parts = SearchParts { proposer, simulator: sim, validator: &validator, checkpoint: &hook };
+    run_search(dir, &g0(), config, strategy, &parts).await
+}
+
+fn growing(n: usize) -> f64 {
+    n as f64 / 100.0
+}
+
+fn flat(_n: usize) -> f64 {
+    0.5
+}
+
+#[tokio::test]
+async fn budget_stops_after_j_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(4, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.stopped, Some(StopReason::Budget));
+    assert_eq!(state.iteration, 4);
+    assert_eq!(state.tree.len(), 5);
+    assert_eq!(state.history.len(), 4);
+    // The first three iterations fill the root's three child slots (3-children rule).
+    assert_eq!(state.tree.node(0).children, vec![1, 2, 3]);
+    // Every candidate is on disk, ready for `flowmem run`.
+    for id in 0..5 {
+        assert!(candidate_path(dir.path(), id, "workflow").exists());
+    }
+}
+
+#[tokio::test]
+async fn patience_stops_when_validation_does_not_improve() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(30, 2), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.stopped, Some(StopReason::Patience));
+    assert_eq!(state.iteration, 2);
+    assert_eq!(state.best, 0, "no candidate beat G0 on validation");
+}
+
+#[tokio::test]
+async fn an_invalid_plan_is_shown_its_errors_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 1, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(1, 5), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.failed_expansions, 0);
+    let asked = proposer.asked.lock().unwrap();
+    assert_eq!(asked.len(), 2);
+    assert!(asked[0].is_empty());
+    assert!(asked[1][0].contains("no node `no_such_node`"), "{:?}", asked[1]);
+}
+
+#[tokio::test]
+async fn a_plan_that_never_validates_is_given_up_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 100, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(2, 5), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    // One first try plus two repairs per expansion, two expansions.
+    assert_eq!(proposer.asked.lock().unwrap().len(), 6);
+    assert_eq!(state.failed_expansions, 2);
+    assert_eq!(state.history[0].candidate, None);
+    assert!(!candidate_path(dir.path(), 1, "opt").exists(), "a failed plan is never executed");
+}
+
+#[tokio::test]
+async fn resume_after_a_kill_at_any_point_matches_an_uninterrupted_run() {
+    let config = cfg(6, 10);
+    let whole_dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, |n| ((n * 37) % 10) as f64 / 10.0);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let whole = run(whole_dir.path(), &config, Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+
+    for stop_at in [Checkpoint::Proposed(3), Checkpoint::Simulated(4), Checkpoint::Committed(2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let sim2 = SizeSimulator::new(growing, |n| ((n * 37) % 10) as f64 / 10.0);
+        let proposer2 = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+        let err = run(dir.path(), &config, Strategy::Mcts, &sim2, &proposer2, Some(stop_at)).await.unwrap_err();
+        assert!(matches!(err, SearchError::Interrupted), "{err}");
+        let resumed = run(dir.path(), &config, Strategy::Mcts, &sim2, &proposer2, None).await.unwrap();
+        assert_eq!(resumed, whole, "stopped at {stop_at:?}");
+        assert_eq!(sim2.max_calls_per_candidate(), 1, "a candidate was evaluated twice (stopped at {stop_at:?})");
+        for id in 0..whole.tree.len() {
+            let a = std::fs::read_to_string(candidate_path(whole_dir.path(), id, "workflow")).unwrap();
+            let b = std::fs::read_to_string(candidate_path(dir.path(), id, "workflow")).unwrap();
+            assert_eq!(a, b, "candidate {id} differs (stopped at {stop_at:?})");
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_search_evaluates_g0_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(30, 5), Strategy::NoSearch, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.stopped, Some(StopReason::NoSearch));
+    assert_eq!(state.tree.len(), 1);
+    assert!(proposer.asked.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn beam_search_keeps_the_best_per_step_within_the_same_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(5, 10), Strategy::Beam { width: 2 }, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.stopped, Some(StopReason::Budget));
+    assert_eq!(state.tree.len(), 6, "five candidates beside G0");
+    // Step 1 expands G0 once; the beam is then {1, 0} (1 has the higher reward), so step 2
+    // expands 1 and then 0.
+    let parents: Vec<usize> = state.history.iter().map(|h| h.parent).collect();
+    assert_eq!(&parents[..3], &[0, 1, 0]);
+}
+
+#[tokio::test]
+async fn report_pictures_show_every_candidate_and_the_best_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(growing, growing);
+    let proposer = InsertingProposer { broken: 0, asked: Mutex::new(vec![]) };
+    let state = run(dir.path(), &cfg(4, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    let tree = flowmem_optimize::search_tree_svg(&state);
+    assert_eq!(tree.matches("<g class=\"tree-node").count(), state.tree.len());
+    assert_eq!(tree.matches("tree-node best").count(), 1);
+    // The best path's edges are the thick red ones: one per step from the root.
+    let best_depth = state.tree.path_to(state.best).len() - 1;
+    assert_eq!(tree.matches("stroke-width=\"3\"").count(), best_depth);
+    let curve = flowmem_optimize::validation_curve_svg(&state, 0.0);
+    assert_eq!(curve.matches("class=\"candidate\"").count(), state.history.len());
+    let best: WorkflowGraph =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), state.best, "workflow")).unwrap()).unwrap();
+    let picture = flowmem_optimize::workflow_graph_svg(&best);
+    assert_eq!(picture.matches("class=\"graph-node\"").count(), best.nodes.len());
+    assert_eq!(picture.matches("class=\"edge\"").count(), best.edges.len());
+}
