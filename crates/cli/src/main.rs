@@ -32,6 +32,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Graph(command) => commands::graph::run(&command, printer),
     }
 }
 
