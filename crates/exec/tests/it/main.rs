@@ -1,4 +1,5 @@
 //! Integration tests of flowmem-exec, one module per topic.
 
 mod file;
+mod otel;
 mod validate;
