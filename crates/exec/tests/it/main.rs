@@ -2,4 +2,5 @@
 
 mod file;
 mod otel;
+mod prompts;
 mod validate;
