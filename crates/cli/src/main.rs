@@ -33,6 +33,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
         Command::Graph(command) => commands::graph::run(&command, printer),
+        Command::Tools(args) => commands::tools::run(&args, printer),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod graph;
 pub mod schema;
+pub mod tools;
 
 use std::process::ExitCode;
 

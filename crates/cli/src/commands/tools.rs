@@ -1,0 +1,195 @@
+//! `flowmem tools`: list, call and replay the tools of the configured MCP servers.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use flowmem_model::Record;
+use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, ToolsConfig};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::args::{ToolsArgs, ToolsCallArgs, ToolsCommand, ToolsReplayArgs};
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+
+/// Runs a `flowmem tools` subcommand.
+pub fn run(args: &ToolsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let config = load_config(args.config.as_deref())?;
+    if config.servers.is_empty() {
+        anyhow::bail!("no tool servers are configured\nhint: add `[[tools.mcp]]` entries to flowmem.toml (see `flowmem tools --help`)");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let registry = Registry::connect(&config).await?;
+        for warning in registry.warnings() {
+            printer.warn(warning);
+        }
+        let res = match &args.command {
+            ToolsCommand::List => list(&registry, printer),
+            ToolsCommand::Call(call_args) => call(&registry, call_args, printer).await,
+            ToolsCommand::Replay(replay_args) => replay(&registry, replay_args, printer).await,
+        };
+        registry.shutdown().await;
+        res
+    })
+}
+
+/// Finds and reads the tool configuration: `--config`, then `$FLOWMEM_CONFIG`, then
+/// `./flowmem.toml`.
+fn load_config(explicit: Option<&Path>) -> anyhow::Result<ToolsConfig> {
+    let env_path = std::env::var_os("FLOWMEM_CONFIG").map(PathBuf::from);
+    let path = match (explicit, env_path) {
+        (Some(path), _) => path.to_path_buf(),
+        (None, Some(path)) => path,
+        (None, None) => PathBuf::from("flowmem.toml"),
+    };
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!("cannot read the configuration `{}`\nhint: pass --config PATH or set FLOWMEM_CONFIG", path.display())
+    })?;
+    Ok(ToolsConfig::from_toml_str(&text, &path)?)
+}
+
+fn list(registry: &Registry, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    if printer.json {
+        printer.json_result(&registry.tools())?;
+        return Ok(ExitStatus::Success);
+    }
+    for tool in registry.tools() {
+        printer.result(&format!("{}  [{}]", tool.name, tool.server))?;
+        if !tool.description.is_empty() {
+            printer.result(&format!("    {}", tool.description.replace('\n', "\n    ")))?;
+        }
+        printer.result(&format!("    input: {}", tool.input_schema))?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The `--json` shape of `flowmem tools call`: the traced call plus how it ended.
+#[derive(Serialize)]
+struct CallOutput<'a> {
+    status: CallStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<&'a str>,
+    #[serde(flatten)]
+    call: &'a flowmem_model::ToolCall,
+}
+
+async fn call(registry: &Registry, args: &ToolsCallArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let parsed: Value = serde_json::from_str(&args.args)
+        .with_context(|| format!("`--args` is not valid JSON: `{}`", args.args))?;
+    let Value::Object(call_args) = parsed else {
+        anyhow::bail!("`--args` must be a JSON object, such as '{{\"a\": 1}}'");
+    };
+    let invocation = registry.invoke(&args.name, call_args).await;
+    if let Some(restart) = &invocation.restart {
+        printer.warn(&format!("server `{}` restarted: {}", restart.server, restart.reason));
+    }
+    if printer.json {
+        let output = CallOutput { status: invocation.status, server: invocation.server.as_deref(), call: &invocation.call };
+        printer.json_result(&output)?;
+    } else if invocation.status == CallStatus::Ok {
+        match &invocation.call.result {
+            Some(Value::String(text)) => printer.result(text)?,
+            Some(other) => printer.json_result(other)?,
+            None => {}
+        }
+    } else {
+        printer.error(&format!(
+            "{}: {}",
+            status_name(invocation.status),
+            invocation.call.error.as_deref().unwrap_or("no details")
+        ));
+    }
+    Ok(if invocation.status == CallStatus::Ok { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// The `--json` shape of `flowmem tools replay`: the replay report plus skipped lines.
+#[derive(Serialize)]
+struct ReplayOutput<'a> {
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+    /// Input lines that were not records, as `file:line: reason`.
+    skipped: &'a [String],
+}
+
+async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let (records, skipped) = read_records(&args.records)?;
+    for reason in &skipped {
+        printer.warn(&format!("skipped {reason}"));
+    }
+    let cfg = ReplayConfig {
+        concurrency: args.concurrency,
+        isolation: args.state_key_arg.as_ref().map(|key_arg| StateIsolation {
+            key_arg: key_arg.clone(),
+            reset_tool: args.reset_tool.clone(),
+            key_prefix: args.state_key_prefix.clone(),
+        }),
+    };
+    let report = flowmem_tools::replay(registry, &records, &cfg).await;
+    if printer.json {
+        printer.json_result(&ReplayOutput { report: &report, skipped: &skipped })?;
+    } else {
+        for record in report.per_record.iter().filter(|record| !record.ok) {
+            if let Some(reason) = &record.reset_error {
+                printer.result(&format!("record {}: not run, reset failed: {reason}", record.id))?;
+            }
+            for failure in &record.failures {
+                printer.result(&format!(
+                    "record {}: call {} `{}` {}: {}",
+                    record.id,
+                    failure.index,
+                    failure.tool,
+                    status_name(failure.status),
+                    failure.error
+                ))?;
+            }
+        }
+        printer.result(&format!(
+            "{} of {} records ok; {} calls: {} executed, {} tool errors, {} transport errors, {} protocol errors, {} invalid arguments, {} unknown tools, {} not run; {} server restarts",
+            report.records_ok,
+            report.records,
+            report.calls,
+            report.executed,
+            report.tool_errors,
+            report.transport_errors,
+            report.protocol_errors,
+            report.invalid_arguments,
+            report.unknown_tools,
+            report.not_run,
+            report.restarts,
+        ))?;
+    }
+    let all_ok = report.records_ok == report.records && skipped.is_empty();
+    Ok(if all_ok { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// Reads a JSONL file of records; lines that are not records are skipped with a reason.
+fn read_records(path: &Path) -> anyhow::Result<(Vec<Record>, Vec<String>)> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let mut records = Vec::new();
+    let mut skipped = Vec::new();
+    for (idx, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read `{}`", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(&line) {
+            Ok(record) => records.push(record),
+            Err(err) => skipped.push(format!("`{}:{}`: not a record: {err}", path.display(), idx + 1)),
+        }
+    }
+    Ok((records, skipped))
+}
+
+fn status_name(status: CallStatus) -> &'static str {
+    match status {
+        CallStatus::Ok => "ok",
+        CallStatus::ToolError => "tool error",
+        CallStatus::InvalidArguments => "invalid arguments",
+        CallStatus::UnknownTool => "unknown tool",
+        CallStatus::ProtocolError => "protocol error",
+        CallStatus::Timeout => "timeout",
+        CallStatus::TransportError => "transport error",
+    }
+}

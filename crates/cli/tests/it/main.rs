@@ -1,0 +1,3 @@
+//! Integration tests of the `flowmem` binary, run as a subprocess in a temp dir.
+
+mod tools;

@@ -1,0 +1,215 @@
+//! Replaying records' validated tool-call logs through the real tools.
+
+use flowmem_model::{JsonObject, Record};
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{CallStatus, Invocation, Registry};
+
+/// How to replay records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// How many records replay at once (at least 1). Calls within a record stay in order.
+    pub concurrency: usize,
+    /// Per-record state isolation, for servers that keep state between calls.
+    pub isolation: Option<StateIsolation>,
+}
+
+/// Gives each record its own server-side state.
+///
+/// For the τ²-bench servers: `key_arg = "state_key"`, `reset_tool = Some("reset_state")`.
+/// Before a record's calls, `reset_tool` is called with `{key_arg: key}`; then every call
+/// whose tool's input schema has a `key_arg` property gets `key_arg: key` added (unless the
+/// record already sets it). The key is `key_prefix` followed by the record's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateIsolation {
+    /// The argument that selects the state, such as `state_key`.
+    pub key_arg: String,
+    /// The tool that resets one state, such as `reset_state`, if any.
+    pub reset_tool: Option<String>,
+    /// Prepended to the record id to make the key, such as `flowmem/`.
+    pub key_prefix: String,
+}
+
+/// What a replay did, over all records and per record.
+///
+/// This is the `--json` output of `flowmem tools replay` (one object). Counts are over the
+/// records' own calls; reset calls are not counted (a failed reset is reported on its
+/// record as `reset_error`, and that record's calls are not run).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Records replayed.
+    pub records: usize,
+    /// Records whose every call returned a result that is not an error.
+    pub records_ok: usize,
+    /// Calls in the records' logs.
+    pub calls: usize,
+    /// Calls that returned a result, error results included.
+    pub executed: usize,
+    /// Calls that timed out or whose session broke.
+    pub transport_errors: usize,
+    /// Calls whose result was flagged as an error.
+    pub tool_errors: usize,
+    /// Calls that the server refused with a JSON-RPC error.
+    pub protocol_errors: usize,
+    /// Calls whose arguments failed the tool's input schema (not sent).
+    pub invalid_arguments: usize,
+    /// Calls of tools that no server exposes (not sent).
+    pub unknown_tools: usize,
+    /// Calls that were not run because their record's reset failed.
+    pub not_run: usize,
+    /// Servers restarted during the replay.
+    pub restarts: usize,
+    /// One entry per record, in input order.
+    pub per_record: Vec<RecordReport>,
+}
+
+/// What replaying one record did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordReport {
+    /// The record's id.
+    pub id: String,
+    /// Whether every call returned a result that is not an error.
+    pub ok: bool,
+    /// Calls in the record's log.
+    pub calls: usize,
+    /// Calls that returned a result, error results included.
+    pub executed: usize,
+    /// The state key the record ran under, when isolation is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_key: Option<String>,
+    /// Why the state reset failed; the record's calls were then not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_error: Option<String>,
+    /// Every call that did not end [`CallStatus::Ok`], in log order.
+    pub failures: Vec<CallFailure>,
+    /// Server restarts that this record's calls triggered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restarts: Vec<String>,
+}
+
+/// One call of a record that did not end [`CallStatus::Ok`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallFailure {
+    /// The call's position in the record's log, from 0.
+    pub index: usize,
+    /// The tool's name.
+    pub tool: String,
+    /// How it ended.
+    pub status: CallStatus,
+    /// The error text.
+    pub error: String,
+}
+
+/// Replays each record's orchestration log through `registry` and reports per record
+/// whether every call succeeded.
+///
+/// Records run concurrently (up to `cfg.concurrency`), each record's calls in order. No
+/// failure stops the replay: every call's outcome is counted in the report.
+pub async fn replay(registry: &Registry, records: &[Record], cfg: &ReplayConfig) -> ReplayReport {
+    let per_record: Vec<RecordReport> = futures::stream::iter(records.iter())
+        .map(|record| replay_record(registry, record, cfg.isolation.as_ref()))
+        .buffered(cfg.concurrency.max(1))
+        .collect()
+        .await;
+    let mut report = ReplayReport {
+        records: per_record.len(),
+        records_ok: 0,
+        calls: 0,
+        executed: 0,
+        transport_errors: 0,
+        tool_errors: 0,
+        protocol_errors: 0,
+        invalid_arguments: 0,
+        unknown_tools: 0,
+        not_run: 0,
+        restarts: 0,
+        per_record: Vec::new(),
+    };
+    for record in &per_record {
+        report.records_ok += usize::from(record.ok);
+        report.calls += record.calls;
+        report.executed += record.executed;
+        report.restarts += record.restarts.len();
+        if record.reset_error.is_some() {
+            report.not_run += record.calls;
+        }
+        for failure in &record.failures {
+            match failure.status {
+                CallStatus::Ok => {}
+                CallStatus::ToolError => report.tool_errors += 1,
+                CallStatus::InvalidArguments => report.invalid_arguments += 1,
+                CallStatus::UnknownTool => report.unknown_tools += 1,
+                CallStatus::ProtocolError => report.protocol_errors += 1,
+                CallStatus::Timeout | CallStatus::TransportError => report.transport_errors += 1,
+            }
+        }
+    }
+    report.per_record = per_record;
+    report
+}
+
+async fn replay_record(registry: &Registry, record: &Record, isolation: Option<&StateIsolation>) -> RecordReport {
+    let mut report = RecordReport {
+        id: record.id.clone(),
+        ok: false,
+        calls: record.orchestration.len(),
+        executed: 0,
+        state_key: None,
+        reset_error: None,
+        failures: Vec::new(),
+        restarts: Vec::new(),
+    };
+    if let Some(isolation) = isolation {
+        let key = format!("{}{}", isolation.key_prefix, record.id);
+        report.state_key = Some(key.clone());
+        if let Some(reset_tool) = &isolation.reset_tool {
+            let mut args = JsonObject::new();
+            with_key(registry, reset_tool, &mut args, &isolation.key_arg, &key);
+            let reset = registry.invoke(reset_tool, args).await;
+            note_restart(&mut report, &reset);
+            if reset.status != CallStatus::Ok {
+                report.reset_error = Some(reset.call.error.unwrap_or_else(|| format!("`{reset_tool}` failed")));
+                return report;
+            }
+        }
+    }
+    for (index, logged) in record.orchestration.iter().enumerate() {
+        let mut args = logged.args.clone();
+        if let (Some(isolation), Some(key)) = (isolation, &report.state_key) {
+            with_key(registry, &logged.tool, &mut args, &isolation.key_arg, key);
+        }
+        let invocation = registry.invoke(&logged.tool, args).await;
+        note_restart(&mut report, &invocation);
+        report.executed += usize::from(invocation.status.executed());
+        if invocation.status != CallStatus::Ok {
+            report.failures.push(CallFailure {
+                index,
+                tool: logged.tool.clone(),
+                status: invocation.status,
+                error: invocation.call.error.unwrap_or_default(),
+            });
+        }
+    }
+    report.ok = report.failures.is_empty();
+    report
+}
+
+/// Adds `key_arg: key` when the tool takes that argument and the call does not set it.
+fn with_key(registry: &Registry, tool: &str, args: &mut JsonObject, key_arg: &str, key: &str) {
+    let takes_key = registry
+        .tool(tool)
+        .and_then(|spec| spec.input_schema.get("properties"))
+        .and_then(Value::as_object)
+        .is_some_and(|properties| properties.contains_key(key_arg));
+    if takes_key && !args.contains_key(key_arg) {
+        args.insert(key_arg.to_owned(), Value::String(key.to_owned()));
+    }
+}
+
+fn note_restart(report: &mut RecordReport, invocation: &Invocation) {
+    if let Some(restart) = &invocation.restart {
+        report.restarts.push(format!("{}: {}", restart.server, restart.reason));
+    }
+}

