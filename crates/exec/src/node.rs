@@ -333,3 +333,26 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     }
     res
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::node::parse_choice;
+
+    fn options() -> Vec<String> {
+        vec!["yes".to_owned(), "no".to_owned(), "needs_more".to_owned()]
+    }
+
+    #[test]
+    fn a_judge_reply_is_read_as_json_a_bare_option_or_the_only_option_named() {
+        assert_eq!(parse_choice("{\"choice\": \"no\"}", &options()).as_deref(), Some("no"));
+        assert_eq!(parse_choice(" `Yes`. ", &options()).as_deref(), Some("yes"));
+        assert_eq!(parse_choice("I think needs_more is right", &options()).as_deref(), Some("needs_more"));
+    }
+
+    #[test]
+    fn an_unclear_judge_reply_is_no_choice() {
+        assert_eq!(parse_choice("{\"choice\": \"maybe\"}", &options()), None);
+        assert_eq!(parse_choice("yes or no", &options()), None);
+        assert_eq!(parse_choice("", &options()), None);
+    }
+}
