@@ -317,6 +317,9 @@ impl<'a> RunState<'a> {
         self.emit_observation(observation, None);
         if stop {
             self.nodes[loop_idx] = NodeState::Done;
+            if loop_idx == self.plan.exit {
+                self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
+            }
             let exits: Vec<usize> = self.plan.nodes[loop_idx]
                 .outgoing
                 .iter()
