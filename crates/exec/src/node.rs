@@ -157,7 +157,7 @@ fn render_node_template(
 ) -> Result<String, String> {
     let mut values = serde_json::Map::new();
     values.insert("query".to_owned(), Value::String(query.to_owned()));
-    for name in &node.template_vars {
+    for name in node.template_vars.iter().filter(|name| name.as_str() != crate::validate::VAR_QUERY) {
         // The latest output of that node; an ancestor skipped by a branch renders empty.
         let output = items.iter().rev().find(|item| &item.node == name).map_or("", |item| item.output.as_str());
         values.insert(name.clone(), Value::String(output.to_owned()));

@@ -121,7 +121,7 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
     assert!(observations(&trace, "think").is_empty());
     let route = observations(&trace, "route");
     assert_eq!(route[0].output.as_deref(), Some("done"));
-    assert!(route[0].prompt.as_ref().unwrap().contains("ROUTE-Q: is add 1 and 2 answered?"));
+    assert!(route[0].prompt.as_ref().unwrap().contains("ROUTE-Q: is add 1 and 2 answered?"), "{:?}", route[0].prompt);
     // Every other node left an observation with its kind.
     for (node_id, kind) in [
         ("plan", "llm:plan"),
