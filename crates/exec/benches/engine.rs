@@ -12,16 +12,21 @@
 
 #![allow(clippy::print_stderr, missing_docs)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use flowmem_exec::{check, compile, exec_prompts, run, NoObserver, Plan, RunInput, Runtime, ToolCatalog};
-use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, HttpModel, HttpModelConfig, LlmError, RetryPolicy};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use flowmem_exec::{
+    NoObserver, Plan, RunInput, Runtime, ToolCatalog, check, compile, exec_prompts, run,
+};
+use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+#[path = "../tests/it/openai.rs"]
+mod openai;
 use flowmem_model::WorkflowGraph;
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use flowmem_tools::{Registry, ToolsConfig};
+use openai::HttpModel;
 use serde_json::json;
 
 const LATENCY: Duration = Duration::from_millis(50);
@@ -42,7 +47,8 @@ impl ChatModel for Timed {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let res = self.inner.chat(request).await;
-        self.inside_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.inside_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         res
     }
 }
@@ -64,14 +70,22 @@ fn staged_graph(stages: usize, members: usize) -> WorkflowGraph {
         }
         previous = join;
     }
-    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "start", "exit": previous})).unwrap()
+    serde_json::from_value(
+        json!({"nodes": nodes, "edges": edges, "entry": "start", "exit": previous}),
+    )
+    .unwrap()
 }
 
 fn chain_graph(n_nodes: usize) -> WorkflowGraph {
-    let nodes: Vec<_> = (0..n_nodes).map(|idx| json!({"id": format!("n{idx}"), "kind": "llm", "role": "reason"})).collect();
-    let edges: Vec<_> = (1..n_nodes).map(|idx| json!({"from": format!("n{}", idx - 1), "to": format!("n{idx}")})).collect();
+    let nodes: Vec<_> = (0..n_nodes)
+        .map(|idx| json!({"id": format!("n{idx}"), "kind": "llm", "role": "reason"}))
+        .collect();
+    let edges: Vec<_> = (1..n_nodes)
+        .map(|idx| json!({"from": format!("n{}", idx - 1), "to": format!("n{idx}")}))
+        .collect();
     let exit = format!("n{}", n_nodes - 1);
-    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "n0", "exit": exit})).unwrap()
+    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "n0", "exit": exit}))
+        .unwrap()
 }
 
 struct Setup {
@@ -81,14 +95,23 @@ struct Setup {
 }
 
 async fn setup(latency: Duration) -> Setup {
-    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency))).await;
-    let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
-    cfg.max_concurrency = 256;
-    cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
-    let model = Arc::new(Timed { inner: HttpModel::new(cfg).unwrap(), inside_ns: AtomicU64::new(0) });
+    let server =
+        ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency))).await;
+    let inner = HttpModel {
+        base_url: server.base_url(),
+        client: reqwest::Client::new(),
+    };
+    let model = Arc::new(Timed {
+        inner,
+        inside_ns: AtomicU64::new(0),
+    });
     // A real registry with no servers: these graphs have no tool nodes.
     let registry = Arc::new(Registry::connect(&ToolsConfig::empty()).await.unwrap());
-    Setup { _server: server, model, registry }
+    Setup {
+        _server: server,
+        model,
+        registry,
+    }
 }
 
 fn plan(setup: &Setup, graph: WorkflowGraph) -> Plan {
@@ -102,11 +125,18 @@ fn plan(setup: &Setup, graph: WorkflowGraph) -> Plan {
 }
 
 fn input() -> RunInput {
-    RunInput { id: "bench".to_owned(), query: "benchmark the engine".to_owned() }
+    RunInput {
+        id: "bench".to_owned(),
+        query: "benchmark the engine".to_owned(),
+    }
 }
 
 fn critical_path(c: &mut Criterion) {
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let setup = tokio.block_on(setup(LATENCY));
     let bound = LATENCY.as_secs_f64() * STAGES as f64;
     let mut group = c.benchmark_group("critical_path");
@@ -140,11 +170,18 @@ fn critical_path(c: &mut Criterion) {
 }
 
 fn overhead(c: &mut Criterion) {
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let setup = tokio.block_on(setup(Duration::ZERO));
     let mut group = c.benchmark_group("overhead");
     group.sample_size(20);
-    for (name, graph, n_llm) in [("chain50", chain_graph(50), 50usize), ("fan64", staged_graph(1, 64), 64)] {
+    for (name, graph, n_llm) in [
+        ("chain50", chain_graph(50), 50usize),
+        ("fan64", staged_graph(1, 64), 64),
+    ] {
         let n_nodes = graph.nodes.len();
         let plan = plan(&setup, graph);
         let (mut engine_ns, mut runs) = (0u128, 0u128);
@@ -163,7 +200,13 @@ fn overhead(c: &mut Criterion) {
                     let inside_path = if name.starts_with("chain") {
                         inside
                     } else {
-                        trace.observations.iter().map(|o| (o.latency_ms * 1e6) as u128).max().unwrap_or(0).min(inside)
+                        trace
+                            .observations
+                            .iter()
+                            .map(|o| (o.latency_ms * 1e6) as u128)
+                            .max()
+                            .unwrap_or(0)
+                            .min(inside)
                     };
                     engine_ns += wall.as_nanos().saturating_sub(inside_path);
                     runs += 1;

@@ -54,17 +54,21 @@ mod render;
 mod toolbox;
 mod validate;
 
-pub use crate::engine::{run, RunInput};
+pub use crate::engine::{RunInput, run};
 pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers};
-pub use crate::file::{graph_to_string, load_graph, parse_graph, save_graph, GraphFileError, GraphFormat};
+pub use crate::file::{
+    GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph,
+};
 pub use crate::jsonl::JsonlTraceWriter;
 pub use crate::otel::{OtelError, OtelExporter};
-pub use crate::plan::{compile, CompileError, Plan, Runtime};
-pub use crate::prompts::{exec_prompts, register_prompts, ContextItem, PromptContext, EXEC_PROMPTS};
-pub use crate::react::{run_agent, AgentConfig};
+pub use crate::plan::{CompileError, Plan, Runtime, compile};
+pub use crate::prompts::{
+    ContextItem, EXEC_PROMPTS, PromptContext, exec_prompts, register_prompts,
+};
+pub use crate::react::{AgentConfig, run_agent};
 pub use crate::render::{to_dot, to_mermaid};
 pub use crate::toolbox::ToolBox;
 pub use crate::validate::{
-    check, violations, InvalidGraph, ToolCatalog, ValidatedGraph, Violation, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT,
-    ROUTE_ERROR, ROUTE_OK, VAR_QUERY,
+    InvalidGraph, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK, ToolCatalog,
+    VAR_QUERY, ValidatedGraph, Violation, check, violations,
 };

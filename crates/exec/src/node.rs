@@ -6,12 +6,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice};
+use flowmem_llm::{
+    ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice,
+};
 use flowmem_model::{Condition, NodeObservation, ToolCall};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::event::now_ms;
-use crate::plan::{Op, PlanInner, PlanNode, JUDGE_TEMPLATE, TOOL_TEMPLATE};
+use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
 use crate::prompts::{ContextItem, PromptContext};
 
 /// One upstream result in a run's context, with its position in the run.
@@ -24,11 +26,23 @@ pub(crate) struct CtxEntry {
 }
 
 impl CtxEntry {
-    pub(crate) fn new(seq: u64, node: &PlanNode, iteration: u32, output: String, failed: bool) -> CtxEntry {
+    pub(crate) fn new(
+        seq: u64,
+        node: &PlanNode,
+        iteration: u32,
+        output: String,
+        failed: bool,
+    ) -> CtxEntry {
         CtxEntry {
             seq,
             is_tool: matches!(node.op, Op::Tool { .. }),
-            item: ContextItem { node: node.id.clone(), kind: node.kind_label.clone(), iteration, output, failed },
+            item: ContextItem {
+                node: node.id.clone(),
+                kind: node.kind_label.clone(),
+                iteration,
+                output,
+                failed,
+            },
         }
     }
 }
@@ -79,19 +93,60 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         started_at_ms,
         ..NodeObservation::default()
     };
-    let mut step = Step { observation: &mut observation, model: None, tool_call: None };
+    let mut step = Step {
+        observation: &mut observation,
+        model: None,
+        tool_call: None,
+    };
     let outcome = match &node.op {
-        Op::Llm { template, instruction, model } => {
-            llm_node(plan, query, node, &items, template, instruction.as_deref(), model.as_ref(), &mut step).await
+        Op::Llm {
+            template,
+            instruction,
+            model,
+        } => {
+            llm_node(
+                plan,
+                query,
+                node,
+                &items,
+                template,
+                instruction.as_deref(),
+                model.as_ref(),
+                &mut step,
+            )
+            .await
         }
-        Op::Tool { tools, hints, instruction } => {
-            tool_node(plan, query, node, &items, tools, hints, instruction.as_deref(), &mut step).await
+        Op::Tool {
+            tools,
+            hints,
+            instruction,
+        } => {
+            tool_node(
+                plan,
+                query,
+                node,
+                &items,
+                tools,
+                hints,
+                instruction.as_deref(),
+                &mut step,
+            )
+            .await
         }
-        Op::Branch { condition: Condition::Judge { question }, routes } => {
-            judge(plan, query, node, &items, question, routes, &mut step).await.map(Outcome::Route)
-        }
-        Op::Loop { until: Condition::Judge { question }, .. } if work.loop_check => {
-            let options: Vec<String> = LOOP_OPTIONS.iter().map(|&option| option.to_owned()).collect();
+        Op::Branch {
+            condition: Condition::Judge { question },
+            routes,
+        } => judge(plan, query, node, &items, question, routes, &mut step)
+            .await
+            .map(Outcome::Route),
+        Op::Loop {
+            until: Condition::Judge { question },
+            ..
+        } if work.loop_check => {
+            let options: Vec<String> = LOOP_OPTIONS
+                .iter()
+                .map(|&option| option.to_owned())
+                .collect();
             judge(plan, query, node, &items, question, &options, &mut step)
                 .await
                 .map(|choice| Outcome::LoopStop(choice == LOOP_OPTIONS[0]))
@@ -111,7 +166,14 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         Ok(Outcome::LoopStop(_)) => {}
         Err(message) => observation.error = Some(message.clone()),
     }
-    NodeResult { node_idx: work.node_idx, ctx: work.ctx, observation, model, tool_call, outcome }
+    NodeResult {
+        node_idx: work.node_idx,
+        ctx: work.ctx,
+        observation,
+        model,
+        tool_call,
+        outcome,
+    }
 }
 
 /// The context as the `input` of an observation.
@@ -139,7 +201,11 @@ struct Step<'o> {
 }
 
 impl Step<'_> {
-    async fn chat(&mut self, model: &dyn ChatModel, request: &ChatRequest) -> Result<ChatResponse, String> {
+    async fn chat(
+        &mut self,
+        model: &dyn ChatModel,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, String> {
         self.model = Some(model.name().to_owned());
         let response = model.chat(request).await.map_err(|err| error_chain(&err))?;
         self.observation.prompt_tokens += response.usage.prompt_tokens;
@@ -157,12 +223,21 @@ fn render_node_template(
 ) -> Result<String, String> {
     let mut values = serde_json::Map::new();
     values.insert("query".to_owned(), Value::String(query.to_owned()));
-    for name in node.template_vars.iter().filter(|name| name.as_str() != crate::validate::VAR_QUERY) {
+    for name in node
+        .template_vars
+        .iter()
+        .filter(|name| name.as_str() != crate::validate::VAR_QUERY)
+    {
         // The latest output of that node; an ancestor skipped by a branch renders empty.
-        let output = items.iter().rev().find(|item| &item.node == name).map_or("", |item| item.output.as_str());
+        let output = items
+            .iter()
+            .rev()
+            .find(|item| &item.node == name)
+            .map_or("", |item| item.output.as_str());
         values.insert(name.clone(), Value::String(output.to_owned()));
     }
-    crate::prompts::render_node_source(source, &Value::Object(values)).map_err(|err| error_chain(&err))
+    crate::prompts::render_node_source(source, &Value::Object(values))
+        .map_err(|err| error_chain(&err))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -176,7 +251,9 @@ async fn llm_node(
     model: &dyn ChatModel,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let instruction = instruction
+        .map(|source| render_node_template(query, node, items, source))
+        .transpose()?;
     let ctx = PromptContext {
         query,
         instruction: instruction.as_deref(),
@@ -185,12 +262,20 @@ async fn llm_node(
         options: &[],
         hints: &[],
     };
-    let prompt = plan.runtime.prompts.render(template, &ctx).map_err(|err| error_chain(&err))?.text;
+    let prompt = plan
+        .runtime
+        .prompts
+        .render(template, &ctx)
+        .map_err(|err| error_chain(&err))?
+        .text;
     step.observation.prompt = Some(prompt.clone());
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
     match response.content {
-        Some(text) => Ok(Outcome::Output { output: text, failed: false }),
+        Some(text) => Ok(Outcome::Output {
+            output: text,
+            failed: false,
+        }),
         None => Err("the model returned no text".to_owned()),
     }
 }
@@ -206,7 +291,9 @@ async fn tool_node(
     instruction: Option<&str>,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let instruction = instruction
+        .map(|source| render_node_template(query, node, items, source))
+        .transpose()?;
     let ctx = PromptContext {
         query,
         instruction: instruction.as_deref(),
@@ -215,7 +302,12 @@ async fn tool_node(
         options: &[],
         hints,
     };
-    let prompt = plan.runtime.prompts.render(TOOL_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
+    let prompt = plan
+        .runtime
+        .prompts
+        .render(TOOL_TEMPLATE, &ctx)
+        .map_err(|err| error_chain(&err))?
+        .text;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.tools = tools.to_vec();
@@ -226,7 +318,11 @@ async fn tool_node(
     };
     if !tools.iter().any(|tool| tool.name == chosen.name) {
         let allowed: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
-        let message = format!("the model chose tool `{}`, which is outside the allowed tools [{}]", chosen.name, allowed.join(", "));
+        let message = format!(
+            "the model chose tool `{}`, which is outside the allowed tools [{}]",
+            chosen.name,
+            allowed.join(", ")
+        );
         let mut rejected = ToolCall {
             tool: chosen.name,
             args: chosen.arguments,
@@ -241,15 +337,28 @@ async fn tool_node(
         return Err(message);
     }
     let started_at_ms = now_ms();
-    let mut call = plan.runtime.tools.call(&chosen.name, chosen.arguments).await;
+    let mut call = plan
+        .runtime
+        .tools
+        .call(&chosen.name, chosen.arguments)
+        .await;
     if call.call_id.is_none() {
         call.call_id = Some(chosen.id);
     }
     step.observation.tool_call = Some(call.clone());
     let outcome = match (&call.error, &call.result) {
-        (Some(error), _) => Outcome::Output { output: format!("error: {error}"), failed: true },
-        (None, Some(result)) => Outcome::Output { output: value_text(result), failed: false },
-        (None, None) => Outcome::Output { output: String::new(), failed: false },
+        (Some(error), _) => Outcome::Output {
+            output: format!("error: {error}"),
+            failed: true,
+        },
+        (None, Some(result)) => Outcome::Output {
+            output: value_text(result),
+            failed: false,
+        },
+        (None, None) => Outcome::Output {
+            output: String::new(),
+            failed: false,
+        },
     };
     step.tool_call = Some((started_at_ms, call));
     Ok(outcome)
@@ -273,7 +382,12 @@ async fn judge(
         options,
         hints: &[],
     };
-    let prompt = plan.runtime.prompts.render(JUDGE_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
+    let prompt = plan
+        .runtime
+        .prompts
+        .render(JUDGE_TEMPLATE, &ctx)
+        .map_err(|err| error_chain(&err))?
+        .text;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.response_format = Some(ResponseFormat {
@@ -289,25 +403,43 @@ async fn judge(
     let text = response.content.unwrap_or_default();
     match parse_choice(&text, options) {
         Some(choice) => Ok(choice),
-        None => Err(format!("the judge answered `{}`, which is none of [{}]", text.trim(), options.join(", "))),
+        None => Err(format!(
+            "the judge answered `{}`, which is none of [{}]",
+            text.trim(),
+            options.join(", ")
+        )),
     }
 }
 
 /// Reads a judge's choice: `{"choice": ...}`, a bare option, or the only option named.
 pub(crate) fn parse_choice(text: &str, options: &[String]) -> Option<String> {
-    let normalise = |text: &str| text.trim().trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'').to_lowercase();
+    let normalise = |text: &str| {
+        text.trim()
+            .trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'')
+            .to_lowercase()
+    };
     if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text.trim()) {
         if let Some(Value::String(choice)) = map.get("choice") {
             let choice = normalise(choice);
-            return options.iter().find(|option| option.to_lowercase() == choice).cloned();
+            return options
+                .iter()
+                .find(|option| option.to_lowercase() == choice)
+                .cloned();
         }
     }
     let answer = normalise(text);
-    if let Some(option) = options.iter().find(|option| option.to_lowercase() == answer) {
+    if let Some(option) = options
+        .iter()
+        .find(|option| option.to_lowercase() == answer)
+    {
         return Some(option.clone());
     }
-    let words: Vec<&str> = answer.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-').collect();
-    let mut named = options.iter().filter(|option| words.contains(&option.to_lowercase().as_str()));
+    let words: Vec<&str> = answer
+        .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+        .collect();
+    let mut named = options
+        .iter()
+        .filter(|option| words.contains(&option.to_lowercase().as_str()));
     match (named.next(), named.next()) {
         (Some(option), None) => Some(option.clone()),
         _ => None,
@@ -344,9 +476,15 @@ mod tests {
 
     #[test]
     fn a_judge_reply_is_read_as_json_a_bare_option_or_the_only_option_named() {
-        assert_eq!(parse_choice("{\"choice\": \"no\"}", &options()).as_deref(), Some("no"));
+        assert_eq!(
+            parse_choice("{\"choice\": \"no\"}", &options()).as_deref(),
+            Some("no")
+        );
         assert_eq!(parse_choice(" `Yes`. ", &options()).as_deref(), Some("yes"));
-        assert_eq!(parse_choice("I think needs_more is right", &options()).as_deref(), Some("needs_more"));
+        assert_eq!(
+            parse_choice("I think needs_more is right", &options()).as_deref(),
+            Some("needs_more")
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use flowmem_llm::{embedded_prompt, EmbeddedPrompt, PromptError, Prompts};
+use flowmem_llm::{EmbeddedPrompt, PromptError, Prompts, embedded_prompt};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
@@ -86,7 +86,10 @@ pub struct PromptContext<'a> {
 }
 
 /// Renders a node's instruction or question source against named values.
-pub(crate) fn render_node_source(source: &str, values: &serde_json::Value) -> Result<String, minijinja::Error> {
+pub(crate) fn render_node_source(
+    source: &str,
+    values: &serde_json::Value,
+) -> Result<String, minijinja::Error> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
         let mut env = Environment::new();

