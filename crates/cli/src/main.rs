@@ -32,6 +32,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::ServeLlm(args) => commands::serve_llm::run(&args, printer),
     }
 }
 

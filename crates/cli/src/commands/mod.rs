@@ -2,6 +2,7 @@
 //! [`ExitStatus`].
 
 pub mod schema;
+pub mod serve_llm;
 
 use std::process::ExitCode;
 
