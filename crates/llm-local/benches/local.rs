@@ -4,7 +4,7 @@
 //!
 //! Run in release, on one core for the target figure:
 //!     RAYON_NUM_THREADS=1 cargo bench -p flowmem-llm-local --bench local
-//! `FLOWMEM_BENCH_PRECISION=f32` measures F32 weights instead of the default F16.
+//! `FLOWMEM_BENCH_PRECISION=f16` measures F16 weights instead of the default F32.
 
 #![allow(clippy::print_stdout)]
 
@@ -30,8 +30,8 @@ fn peak_rss_mb() -> Option<f64> {
 
 fn main() {
     let mut config = LocalConfig::standard();
-    if std::env::var("FLOWMEM_BENCH_PRECISION").as_deref() == Ok("f32") {
-        config.precision = Precision::F32;
+    if std::env::var("FLOWMEM_BENCH_PRECISION").as_deref() == Ok("f16") {
+        config.precision = Precision::F16;
     }
     if !config.path.is_file() {
         eprintln!("model file `{}` is missing; run `{SETUP_COMMAND}`", config.path.display());

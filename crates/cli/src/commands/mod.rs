@@ -11,6 +11,7 @@ pub mod score;
 pub mod split;
 pub mod stats;
 pub mod tools;
+pub mod serve_llm;
 
 use std::process::ExitCode;
 

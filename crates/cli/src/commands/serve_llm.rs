@@ -1,0 +1,44 @@
+//! `flowmem serve-llm`: the embedded model behind an OpenAI-compatible endpoint on
+//! loopback.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::Context;
+use flowmem_llm_local::{LocalConfig, LocalModel};
+
+use crate::args::ServeLlmArgs;
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+
+/// Loads the model, binds `127.0.0.1:PORT`, prints the base URL, and serves until
+/// Ctrl-C.
+pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let mut config = LocalConfig::standard();
+    if let Some(path) = &args.model {
+        config.path.clone_from(path);
+    }
+    let model = LocalModel::new(config);
+    // Load before binding, so a missing file fails now with the setup command to run.
+    model.load().with_context(|| "cannot start the embedded model")?;
+
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let bound = listener.local_addr()?;
+        if printer.json {
+            printer.json_result(&serde_json::json!({"base_url": format!("http://{bound}/v1"), "model": flowmem_llm_local::MODEL_NAME}))?;
+        } else {
+            printer.result(&format!("http://{bound}/v1"))?;
+        }
+        printer.info("serving the embedded model; press Ctrl-C to stop");
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        flowmem_llm_local::serve(listener, Arc::new(model), shutdown).await.context("the server failed")?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitStatus::Success)
+}
