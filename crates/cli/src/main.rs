@@ -4,6 +4,7 @@
 mod args;
 mod commands;
 mod printer;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match cli.command {
         Command::Schema(args) => commands::schema::run(&args, printer),
+        Command::Llm(args) => commands::llm::run(&args, printer),
     }
 }
 

@@ -1,6 +1,7 @@
 //! One module per command. Each `run` takes its arguments and the printer and returns an
 //! [`ExitStatus`].
 
+pub mod llm;
 pub mod schema;
 
 use std::process::ExitCode;

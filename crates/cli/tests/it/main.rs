@@ -1,0 +1,3 @@
+//! Integration tests of the `flowmem` binary.
+
+mod llm_chat;
