@@ -9,6 +9,9 @@
 //!
 //! Run with `cargo bench -p flowmem-llm --bench client`.
 
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
