@@ -4,6 +4,7 @@
 mod args;
 mod commands;
 mod printer;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -42,6 +43,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),
         Command::ServeLlm(args) => commands::serve_llm::run(&args, printer),
+        Command::Llm(args) => commands::llm::run(&args, printer),
     }
 }
 

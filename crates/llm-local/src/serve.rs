@@ -252,6 +252,7 @@ fn to_request(wire: WireRequest) -> Result<ChatRequest, ApiError> {
         max_tokens: wire.max_completion_tokens.or(wire.max_tokens),
         seed: wire.seed,
         purpose: Purpose::Other,
+        prompts: Vec::new(),
     })
 }
 

@@ -1,12 +1,13 @@
 //! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
 //! directory, one module per command.
 
-mod memory;
+mod graph;
 mod import;
+mod llm_chat;
+mod memory;
 mod mine;
 mod score;
 mod split;
 mod stats;
 mod support;
-mod graph;
 mod tools;
