@@ -15,7 +15,6 @@
 use rusqlite::Connection;
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::text::tokens;
 
 /// BM25 term-frequency saturation.
 const K1: f32 = 1.2;
@@ -37,7 +36,8 @@ struct Doc {
 /// scopes it admits, and BM25 statistics are those of the filtered collection.
 #[derive(Debug, Default)]
 struct Partition {
-    postings: HashMap<String, Vec<(u32, u32)>>,
+    // Term id → (document index, term frequency), in document order.
+    postings: HashMap<u32, Vec<(u32, u32)>>,
     n_alive: u32,
     total_len_alive: u64,
 }
@@ -51,6 +51,8 @@ pub(crate) struct SearchIndex {
     scopes: Vec<(Option<String>, Option<String>)>,
     partitions: Vec<Partition>,
     scope_ids: HashMap<(Option<String>, Option<String>), u32>,
+    // Interned terms, shared by every partition.
+    term_ids: HashMap<String, u32>,
     n_dead: u32,
     // The last `index_log.seq` applied.
     last_seq: i64,
@@ -114,8 +116,13 @@ impl SearchIndex {
             return Vec::new();
         }
         let total_len: u64 = admitted.iter().map(|p| p.total_len_alive).sum();
-        let mut terms: Vec<String> = tokens(query).filter(|t| !is_stopword(t)).map(|token| stem(&token)).collect();
-        terms.sort();
+        let mut terms: Vec<u32> = Vec::new();
+        for_each_term(query, &mut String::new(), |term| {
+            if let Some(&id) = self.term_ids.get(term) {
+                terms.push(id);
+            }
+        });
+        terms.sort_unstable();
         terms.dedup();
         let n = n_alive as f32;
         let avg_len = (total_len as f32 / n).max(1.0);
@@ -165,16 +172,32 @@ impl SearchIndex {
             return;
         }
         let doc_idx = u32::try_from(self.docs.len()).unwrap_or(u32::MAX);
-        let mut counts: HashMap<String, u32> = HashMap::default();
-        let mut len = 0;
-        for token in tokens(description).filter(|t| !is_stopword(t)) {
-            *counts.entry(stem(&token)).or_insert(0) += DESCRIPTION_WEIGHT;
-            len += DESCRIPTION_WEIGHT;
+        // (term id, weight) per occurrence, then summed per term; a sorted vector beats a
+        // map for the few dozen terms of a workflow.
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        let mut buf = String::new();
+        for (text, weight) in [(description, DESCRIPTION_WEIGHT), (steps_text, 1)] {
+            for_each_term(text, &mut buf, |term| {
+                let id = match self.term_ids.get(term) {
+                    Some(&id) => id,
+                    None => {
+                        let id = u32::try_from(self.term_ids.len()).unwrap_or(u32::MAX);
+                        self.term_ids.insert(term.to_owned(), id);
+                        id
+                    }
+                };
+                counts.push((id, weight));
+            });
         }
-        for token in tokens(steps_text).filter(|t| !is_stopword(t)) {
-            *counts.entry(stem(&token)).or_insert(0) += 1;
-            len += 1;
-        }
+        counts.sort_unstable_by_key(|&(id, _)| id);
+        counts.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 += later.1;
+            }
+            same
+        });
+        let len: u32 = counts.iter().map(|&(_, tf)| tf).sum();
         let next_scope = u32::try_from(self.scopes.len()).unwrap_or(u32::MAX);
         let scope_id = *self.scope_ids.entry(scope.clone()).or_insert_with(|| {
             self.scopes.push(scope);
@@ -248,20 +271,40 @@ fn is_stopword(token: &str) -> bool {
     STOPWORDS.binary_search(&token).is_ok()
 }
 
+/// Calls `f` with each index term of `text`: lowercase alphanumeric runs (the same
+/// splitting as [`crate::text::tokens`]), stopwords left out, plurals stemmed. `buf` is
+/// reused so that no term allocates.
+fn for_each_term(text: &str, buf: &mut String, mut f: impl FnMut(&str)) {
+    for raw in text.split(|ch: char| !ch.is_alphanumeric()).filter(|raw| !raw.is_empty()) {
+        buf.clear();
+        buf.extend(raw.chars().flat_map(char::to_lowercase));
+        if is_stopword(buf) {
+            continue;
+        }
+        stem_in_place(buf);
+        f(buf);
+    }
+}
+
 /// A light English plural stemmer: `entries` → `entry`, `boxes` → `box`, `orders` →
-/// `order`; words of three letters or fewer and words in `ss` are kept.
-pub(crate) fn stem(token: &str) -> String {
+/// `order`; words of three letters or fewer and words in `ss`, `us` or `is` are kept.
+fn stem_in_place(token: &mut String) {
     let n = token.len();
     if n > 4 && token.ends_with("ies") {
-        return format!("{}y", &token[..n - 3]);
+        token.truncate(n - 3);
+        token.push('y');
+    } else if n > 4 && (token.ends_with("xes") || token.ends_with("ches") || token.ends_with("shes") || token.ends_with("sses")) {
+        token.truncate(n - 2);
+    } else if n > 3 && token.ends_with('s') && !token.ends_with("ss") && !token.ends_with("us") && !token.ends_with("is") {
+        token.truncate(n - 1);
     }
-    if n > 4 && (token.ends_with("xes") || token.ends_with("ches") || token.ends_with("shes") || token.ends_with("sses")) {
-        return token[..n - 2].to_owned();
-    }
-    if n > 3 && token.ends_with('s') && !token.ends_with("ss") && !token.ends_with("us") && !token.ends_with("is") {
-        return token[..n - 1].to_owned();
-    }
-    token.to_owned()
+}
+
+#[cfg(test)]
+fn stem(token: &str) -> String {
+    let mut token = token.to_owned();
+    stem_in_place(&mut token);
+    token
 }
 
 #[cfg(test)]

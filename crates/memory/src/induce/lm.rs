@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use flowmem_llm::{ChatModel, ChatRequest, Message, Prompts, Purpose, ResponseFormat};
+use flowmem_llm::{ChatModel, ChatRequest, LlmError, Message, Prompts, Purpose, ResponseFormat};
 use flowmem_model::{Provenance, Scope, Trajectory, Workflow, WorkflowStats, WorkflowStep, canonical_json};
 
 use crate::error::InduceError;
@@ -137,7 +137,9 @@ pub fn reply_schema(tools: &[String]) -> Value {
 /// AWM's instructions: common sub-routines finer than whole tasks, at least
 /// [`LmConfig::min_steps`] steps, non-fixed values as descriptive `{variables}`, no
 /// overlapping workflows. The reply is parsed by [`parse_reply`] (structured JSON first,
-/// then AWM's text form split on blank lines), and each workflow is checked by
+/// then AWM's text form split on blank lines; a reply the client rejected as not matching
+/// the schema, [`LlmError::InvalidReply`], is parsed from its raw text), and each
+/// workflow is checked by
 /// [`validate`]. Workflows that fail are reported in [`Induction::skipped`]; a reply that
 /// does not parse at all is reported as [`SkipReason::Unparseable`] and yields nothing.
 ///
@@ -160,8 +162,13 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     if cfg.structured {
         request.response_format = Some(ResponseFormat { name: "workflows".to_owned(), schema: reply_schema(&tools) });
     }
-    let response = cfg.model.chat(&request).await.map_err(InduceError::Llm)?;
-    let content = response.content.unwrap_or_default();
+    let content = match cfg.model.chat(&request).await {
+        Ok(response) => response.content.unwrap_or_default(),
+        // The model ignored the schema (even when re-asked): its raw text may still be
+        // AWM's text form, which the parser below reads.
+        Err(LlmError::InvalidReply { raw, .. }) => raw,
+        Err(err) => return Err(InduceError::Llm(err)),
+    };
 
     let mut res = Induction::default();
     let proposed = match parse_reply(&content) {
