@@ -57,6 +57,10 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
+    /// Induce AWM workflows from trajectories into a workflow memory.
+    Induce(InduceArgs),
+    /// Browse, search, export, import and prune a workflow memory.
+    Memory(MemoryArgs),
     /// Import agent logs or benchmark tasks into flowmem JSONL (records or trajectories).
     ///
     /// Reads every item it can and skips the rest, then prints what it read, wrote and
@@ -155,6 +159,8 @@ pub struct ScoreArgs {
     /// Exit 1 when the mean TC is below this value.
     #[arg(long)]
     pub fail_under: Option<f64>,
+}
+
 /// Arguments of `flowmem tools`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
@@ -213,6 +219,8 @@ pub struct ToolsReplayArgs {
     /// Prepended to each record id to make its state key.
     #[arg(long, default_value = "flowmem/", value_name = "PREFIX")]
     pub state_key_prefix: String,
+}
+
 /// Arguments of `flowmem mine`.
 ///
 /// Reads a log, groups its cases into variants, discovers a process tree with the
@@ -279,6 +287,158 @@ pub enum ActivityClassifier {
     Tool,
     /// The tool name plus its sorted argument keys.
     ToolArgs,
+}
+
+/// Arguments of `flowmem induce`.
+///
+/// Reads trajectories (JSONL, one `Trajectory` per line, as `flowmem import` writes
+/// them), drops runs labelled unsuccessful, induces workflows per scope and stores them.
+///
+/// Example: `flowmem induce --mode rule runs.jsonl --memory memory.db --scope-domain retail`
+#[derive(Debug, Args)]
+pub struct InduceArgs {
+    /// How to induce: `rule` groups runs by tool sequence (deterministic, no model);
+    /// `lm` asks a language model for common sub-routines.
+    #[arg(long, value_enum, default_value = "rule")]
+    pub mode: InduceMode,
+    /// The trajectories, as JSONL.
+    pub input: std::path::PathBuf,
+    /// The memory database file (created if missing).
+    #[arg(long, env = "FLOWMEM_MEMORY")]
+    pub memory: std::path::PathBuf,
+    /// Scope every workflow to this domain (default: each trajectory's own domain).
+    #[arg(long)]
+    pub scope_domain: Option<String>,
+    /// Scope every workflow to this site (default: each trajectory's own site).
+    #[arg(long)]
+    pub scope_site: Option<String>,
+    /// The fewest steps a workflow may have.
+    #[arg(long, default_value_t = 2)]
+    pub min_steps: usize,
+    /// LM mode: trajectories shown to the model per prompt.
+    #[arg(long, default_value_t = 5)]
+    pub batch_size: usize,
+    /// Keep at most this many workflows per scope, evicting by retention score.
+    #[arg(long)]
+    pub max_per_scope: Option<usize>,
+}
+
+/// The induction modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InduceMode {
+    /// Group runs by tool-name sequence and abstract differing arguments.
+    Rule,
+    /// Ask a language model for common sub-routines.
+    Lm,
+}
+
+/// Arguments of `flowmem memory`.
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    /// The memory database file.
+    #[arg(long, global = true, env = "FLOWMEM_MEMORY")]
+    pub memory: Option<std::path::PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: MemoryCommand,
+}
+
+/// Which workflows a memory command looks at: a flag left out matches anything.
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    /// Only workflows of this domain.
+    #[arg(long)]
+    pub scope_domain: Option<String>,
+    /// Only workflows of this site.
+    #[arg(long)]
+    pub scope_site: Option<String>,
+}
+
+/// The `flowmem memory` commands.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// List stored workflows, oldest first.
+    ///
+    /// Example: `flowmem memory list --memory memory.db --scope-domain retail --json`
+    List(ScopeArgs),
+    /// Show one workflow: its steps, provenance and statistics.
+    ///
+    /// Example: `flowmem memory show wf-1a2b3c4d5e6f7a8b --memory memory.db --graph`
+    Show {
+        /// The workflow id, as `list` prints it.
+        id: String,
+        /// Also print the workflow as an executable graph (JSON), for `flowmem scout`.
+        #[arg(long)]
+        graph: bool,
+    },
+    /// Rank workflows by BM25 relevance to a query.
+    ///
+    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3`
+    Search {
+        /// The query text.
+        query: String,
+        /// How many workflows to print.
+        #[arg(short = 'k', long, default_value_t = 5)]
+        limit: usize,
+        /// Which workflows to search.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Write workflows as JSONL or AWM plain text.
+    ///
+    /// Example: `flowmem memory export --memory memory.db --format text -o workflows.txt`
+    Export {
+        /// The output format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExchangeFormat,
+        /// The output file (default: stdout).
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+        /// Which workflows to export.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Add workflows from JSONL or AWM plain text; near-duplicates merge.
+    ///
+    /// Example: `flowmem memory import workflows.txt --format text --memory memory.db --scope-domain retail`
+    Import {
+        /// The file to read.
+        input: std::path::PathBuf,
+        /// The input format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExchangeFormat,
+        /// Put every imported workflow in this domain (text has no scope of its own).
+        #[arg(long)]
+        scope_domain: Option<String>,
+        /// Put every imported workflow in this site.
+        #[arg(long)]
+        scope_site: Option<String>,
+    },
+    /// Remove workflows: cut each scope to a size, or retire those that keep failing.
+    ///
+    /// Example: `flowmem memory prune --memory memory.db --max-per-scope 200`
+    Prune {
+        /// Keep at most this many per scope, by retention score
+        /// `(s+1)/(s+f+2) × ln(e+s+f)` (s, f: uses in successful and failed runs), oldest
+        /// evicted first on ties.
+        #[arg(long)]
+        max_per_scope: Option<usize>,
+        /// Retire workflows whose smoothed success rate `(s+1)/(s+f+2)` is below this.
+        #[arg(long)]
+        min_success_rate: Option<f64>,
+        /// Uses needed before `--min-success-rate` applies.
+        #[arg(long, default_value_t = 5)]
+        min_uses: u64,
+    },
+}
+
+/// Workflow exchange formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExchangeFormat {
+    /// One `Workflow` JSON object per line, with scope, provenance and statistics.
+    Jsonl,
+    /// AWM's plain text: blocks of `Workflow:`, `State:`, `Reasoning:`, `Action:` lines.
+    Text,
 }
 
 /// Arguments of `flowmem import`.
