@@ -36,6 +36,8 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Score(args) => commands::score::run(&args, printer),
         Command::Tools(args) => commands::tools::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
+        Command::Induce(args) => commands::induce::run(&args, printer),
+        Command::Memory(args) => commands::memory::run(&args, printer),
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),
     }

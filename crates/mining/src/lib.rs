@@ -43,10 +43,10 @@ mod xes;
 
 pub use crate::dfg::{Dfg, discover_dfg};
 pub use crate::error::Error;
+pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
 pub use crate::petri::{PetriNet, Transition, tree_to_petri_net};
 pub use crate::render::{tree_to_dot, tree_to_mermaid};
 pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_skeleton};
-pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};
 pub use crate::xes::{XesCase, XesEvent, XesLog, parse_xes, parse_xes_str, read_xes};

@@ -185,7 +185,7 @@ impl ProcessTree {
                     .collect();
                 let total = keyed.iter().fold(HashSum::default(), |acc, (sum, _)| acc.add(*sum));
                 if matches!(operator, Operator::Xor | Operator::Parallel) {
-                    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+                    keyed.sort_by_key(|(sum, _)| *sum);
                 }
                 *children = keyed.into_iter().map(|(_, child)| child).collect();
                 total

@@ -13,7 +13,7 @@
 //! time order (`interval_event_log.xes` has one such case: 10 variants against 9).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use flowmem_model::{Action, Meta, Step, ToolCall, Trajectory};
@@ -71,11 +71,88 @@ pub fn read_xes(path: &Path) -> Result<XesLog, Error> {
     let file = File::open(path).map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let is_gzip = reader.fill_buf().map_err(io_error)?.starts_with(&[0x1f, 0x8b]);
-    if is_gzip {
+    if !is_gzip {
+        return parse_xes(reader, path);
+    }
+    let compressed_len = reader.get_ref().metadata().map_err(io_error)?.len();
+    if compressed_len < PIPELINE_MIN_BYTES {
         let decoder = flate2::bufread::MultiGzDecoder::new(reader);
-        parse_xes(BufReader::with_capacity(1 << 16, decoder), path)
-    } else {
-        parse_xes(reader, path)
+        return parse_xes(BufReader::with_capacity(1 << 16, decoder), path);
+    }
+    // Decompression and parsing cost about the same, so large files run them in two
+    // threads joined by a bounded channel of chunks; the scope joins the decompressing
+    // thread. Small files skip the thread, whose start-up would cost more than it saves.
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut decoder = flate2::bufread::MultiGzDecoder::new(reader);
+            loop {
+                let mut chunk = vec![0u8; CHUNK_SIZE];
+                let mut filled = 0;
+                while filled < CHUNK_SIZE {
+                    match decoder.read(&mut chunk[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(err) => {
+                            let _ = sender.send(Err(err));
+                            return;
+                        }
+                    }
+                }
+                chunk.truncate(filled);
+                let done = filled < CHUNK_SIZE;
+                // A closed channel means the parser stopped early (an XML error).
+                if (filled > 0 && sender.send(Ok(chunk)).is_err()) || done {
+                    return;
+                }
+            }
+        });
+        let chunks = ChunkReader { receiver, chunk: Vec::new(), pos: 0 };
+        parse_xes(chunks, path)
+    })
+}
+
+const CHUNK_SIZE: usize = 1 << 18;
+
+/// Compressed files at least this large are decompressed in a second thread.
+const PIPELINE_MIN_BYTES: u64 = 256 * 1024;
+
+/// A `BufRead` over chunks received from the decompressing thread.
+struct ChunkReader {
+    receiver: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for ChunkReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.pos >= self.chunk.len() {
+            match self.receiver.recv() {
+                Ok(Ok(chunk)) => {
+                    self.chunk = chunk;
+                    self.pos = 0;
+                }
+                Ok(Err(err)) => return Err(err),
+                // The sender is gone: end of the stream.
+                Err(_) => return Ok(&[]),
+            }
+        }
+        Ok(&self.chunk[self.pos..])
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.pos = (self.pos + amount).min(self.chunk.len());
     }
 }
 
@@ -225,6 +302,11 @@ impl<'p> Parser<'p> {
         loop {
             let event = match reader.read_event_into(&mut buf) {
                 Ok(event) => event,
+                Err(quick_xml::Error::Io(cause)) => {
+                    // Reading or decompressing failed; the XML itself may be fine.
+                    let source = std::io::Error::new(cause.kind(), cause.to_string());
+                    return Err(Error::Io { path: self.path.to_path_buf(), source });
+                }
                 Err(source) => {
                     return Err(Error::Xml {
                         path: self.path.to_path_buf(),
@@ -296,12 +378,24 @@ impl<'p> Parser<'p> {
         let (Some(key), Some(value)) = (key, value) else { return };
         match (key.as_ref(), in_event) {
             (b"concept:name", true) => {
-                let value = unescape(&value);
-                let next_id = self.log.activities.len() as u32;
-                let id = *self.names.entry(value.as_bytes().to_vec()).or_insert_with(|| {
-                    self.log.activities.push(value.clone());
-                    next_id
-                });
+                // Most events repeat a known name without escapes: look the raw bytes up
+                // before allocating.
+                if !value.contains(&b'&')
+                    && let Some(&id) = self.names.get(value.as_ref())
+                {
+                    self.event_activity = Some(id);
+                    return;
+                }
+                let name = unescape(&value);
+                let id = match self.names.get(name.as_bytes()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.log.activities.len() as u32;
+                        self.names.insert(name.as_bytes().to_vec(), id);
+                        self.log.activities.push(name);
+                        id
+                    }
+                };
                 self.event_activity = Some(id);
             }
             (b"time:timestamp", true) if name == b"date" => {
@@ -497,6 +591,53 @@ mod tests {
         assert_eq!(steps, ["a", "b", "c", "x"]);
         assert_eq!(xes.skipped_events, 1);
         assert_eq!(xes.to_event_log().n_events(), 4);
+    }
+
+    #[test]
+    fn gzip_files_stream_through_the_decompressing_thread() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("flowmem-mining-xes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Enough events to span several chunks, and a compressed size above the threshold
+        // (the padding is random so that it does not compress away).
+        let mut xml = String::from("<log>");
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for case in 0..3000 {
+            xml.push_str(&format!(r#"<trace><string key="concept:name" value="{case}"/>"#));
+            for activity in ["a", "b", "c"] {
+                let padding: String = (0..60)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        char::from(b'a' + (seed % 26) as u8)
+                    })
+                    .collect();
+                xml.push_str(&format!(
+                    r#"<event><string key="concept:name" value="{activity}"/><string key="pad" value="{padding}"/></event>"#
+                ));
+            }
+            xml.push_str("</trace>");
+        }
+        xml.push_str("</log>");
+        let good = dir.join("good.xes.gz");
+        let mut encoder = flate2::write::GzEncoder::new(std::fs::File::create(&good).unwrap(), flate2::Compression::fast());
+        encoder.write_all(xml.as_bytes()).unwrap();
+        encoder.finish().unwrap();
+        assert!(std::fs::metadata(&good).unwrap().len() > super::PIPELINE_MIN_BYTES);
+        let xes = crate::read_xes(&good).unwrap();
+        assert_eq!((xes.cases.len(), xes.n_events()), (3000, 9000));
+        let bad = dir.join("bad.xes.gz");
+        // Corrupt data fails as an I/O error, small (inline) or large (threaded).
+        let mut corrupt = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff];
+        std::fs::write(&bad, &corrupt).unwrap();
+        let err = crate::read_xes(&bad).unwrap_err();
+        assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
+        corrupt.resize(super::PIPELINE_MIN_BYTES as usize + 1, 0xff);
+        std::fs::write(&bad, &corrupt).unwrap();
+        let err = crate::read_xes(&bad).unwrap_err();
+        assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! [`ExitStatus`].
 
 pub mod mine;
+pub mod induce;
+pub mod memory;
 pub mod import;
 pub mod schema;
 pub mod score;

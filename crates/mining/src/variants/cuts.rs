@@ -216,12 +216,8 @@ fn loop_cut(graph: &Graph) -> Option<Vec<Vec<usize>>> {
         }
     }
     // group[a]: 0 for the do part, otherwise the component's id + 1.
-    let mut group_of = vec![0usize; n];
-    for a in 0..n {
-        if !boundary(a) {
-            group_of[a] = inner.find(a) + 1;
-        }
-    }
+    let group_of_inner: Vec<usize> = (0..n).map(|a| if boundary(a) { 0 } else { inner.find(a) + 1 }).collect();
+    let mut group_of = group_of_inner;
     let merge_into_do = |group_of: &mut Vec<usize>, g: usize| {
         if g != 0 {
             for slot in group_of.iter_mut() {

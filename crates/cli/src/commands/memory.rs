@@ -1,0 +1,245 @@
+//! `flowmem memory`: list, show, search, export, import and prune a workflow memory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use flowmem_memory::render::{self, read_jsonl, to_graph, write_jsonl};
+use flowmem_memory::{AddOutcome, MemoryStore, PrunePolicy, StoreConfig};
+use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
+
+use crate::args::{ExchangeFormat, MemoryArgs, MemoryCommand, ScopeArgs};
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+
+/// Runs one `flowmem memory` command.
+pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let Some(path) = &args.memory else {
+        anyhow::bail!("no memory database given\nhint: pass `--memory FILE` or set FLOWMEM_MEMORY");
+    };
+    if !matches!(args.command, MemoryCommand::Import { .. }) && !path.exists() {
+        anyhow::bail!("memory database `{}` does not exist\nhint: create it with `flowmem induce` or `flowmem memory import`", path.display());
+    }
+    let mut store = MemoryStore::open(path, StoreConfig::standard())?;
+    match &args.command {
+        MemoryCommand::List(scope) => list(&store, &filter(scope), printer),
+        MemoryCommand::Show { id, graph } => show(&store, id, *graph, printer),
+        MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &filter(scope), printer),
+        MemoryCommand::Export { format, output, scope } => export(&store, *format, output.as_deref(), &filter(scope), printer),
+        MemoryCommand::Import { input, format, scope_domain, scope_site } => {
+            let scope = (scope_domain.is_some() || scope_site.is_some())
+                .then(|| Scope { site: scope_site.clone(), domain: scope_domain.clone() });
+            import(&mut store, input, *format, scope, printer)
+        }
+        MemoryCommand::Prune { max_per_scope, min_success_rate, min_uses } => {
+            let policy = PrunePolicy { max_per_scope: *max_per_scope, min_success_rate: *min_success_rate, min_uses: *min_uses };
+            prune(&mut store, &policy, printer)
+        }
+    }
+}
+
+fn filter(scope: &ScopeArgs) -> Scope {
+    Scope { site: scope.scope_site.clone(), domain: scope.scope_domain.clone() }
+}
+
+fn scope_label(scope: &Scope) -> String {
+    match (&scope.site, &scope.domain) {
+        (Some(site), Some(domain)) => format!("{domain}@{site}"),
+        (Some(site), None) => format!("@{site}"),
+        (None, Some(domain)) => domain.clone(),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+fn summary_line(workflow: &Workflow) -> String {
+    let WorkflowStats { retrieved, used_success, used_failure } = workflow.stats;
+    format!(
+        "{}  {:<10} {} steps  retrieved {retrieved}, used {used_success}✓/{used_failure}✗  {}",
+        workflow.id,
+        scope_label(&workflow.scope),
+        workflow.steps.len(),
+        workflow.description
+    )
+}
+
+fn list(store: &MemoryStore, scope: &Scope, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let workflows = store.list(scope)?;
+    if printer.json {
+        printer.json_result(&workflows)?;
+    } else {
+        for workflow in &workflows {
+            printer.result(&summary_line(workflow))?;
+        }
+        printer.info(&format!("{} workflows", workflows.len()));
+    }
+    Ok(ExitStatus::Success)
+}
+
+fn show(store: &MemoryStore, id: &str, graph: bool, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let workflow = store.get(id)?;
+    let provenances = store.provenances(id)?;
+    if printer.json {
+        let mut doc = serde_json::json!({"workflow": workflow, "provenances": provenances});
+        if graph {
+            doc["graph"] = serde_json::to_value(to_graph(&workflow))?;
+        }
+        printer.json_result(&doc)?;
+        return Ok(ExitStatus::Success);
+    }
+    printer.result(&summary_line(&workflow))?;
+    for (idx, step) in workflow.steps.iter().enumerate() {
+        let args = flowmem_model::canonical_json(&serde_json::Value::Object(step.action.args.clone()));
+        printer.result(&format!("  {}. {}({args})", idx + 1, step.action.tool))?;
+        if !step.state.is_empty() {
+            printer.result(&format!("     state: {}", step.state))?;
+        }
+        if !step.reasoning.is_empty() {
+            printer.result(&format!("     reasoning: {}", step.reasoning))?;
+        }
+    }
+    for provenance in &provenances {
+        printer.result(&provenance_line(provenance))?;
+    }
+    if graph {
+        printer.result(&serde_json::to_string_pretty(&to_graph(&workflow))?)?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+fn provenance_line(provenance: &Provenance) -> String {
+    let mut line = format!("  from {} induction", provenance.inducer);
+    if let Some(model) = &provenance.model {
+        line.push_str(&format!(" by {model}"));
+    }
+    if let Some(prompt) = &provenance.prompt_version {
+        line.push_str(&format!(" with prompt {prompt}"));
+    }
+    if let Some(created) = &provenance.created_at {
+        line.push_str(&format!(" at {created}"));
+    }
+    line.push_str(&format!(" of [{}]", provenance.trajectory_ids.join(", ")));
+    line
+}
+
+fn search(store: &MemoryStore, query: &str, limit: usize, scope: &Scope, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let hits = store.search(query, scope, limit)?;
+    if printer.json {
+        printer.json_result(&hits)?;
+    } else {
+        for hit in &hits {
+            printer.result(&format!("{:>7.3}  {}", hit.score, summary_line(&hit.workflow)))?;
+        }
+    }
+    Ok(if hits.is_empty() { ExitStatus::Failure } else { ExitStatus::Success })
+}
+
+fn export(
+    store: &MemoryStore,
+    format: ExchangeFormat,
+    output: Option<&Path>,
+    scope: &Scope,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
+    let workflows = store.list(scope)?;
+    let mut buffer: Vec<u8> = Vec::new();
+    match format {
+        ExchangeFormat::Jsonl => write_jsonl(&workflows, &mut buffer)?,
+        ExchangeFormat::Text => {
+            let prompts = render::prompts()?;
+            buffer.extend_from_slice(render::prompt_text(&prompts, &workflows)?.text.as_bytes());
+        }
+    }
+    match output {
+        Some(path) => std::fs::write(path, &buffer).with_context(|| format!("cannot write `{}`", path.display()))?,
+        None => std::io::stdout().lock().write_all(&buffer)?,
+    }
+    printer.info(&format!("exported {} workflows", workflows.len()));
+    Ok(ExitStatus::Success)
+}
+
+fn import(
+    store: &mut MemoryStore,
+    input: &PathBuf,
+    format: ExchangeFormat,
+    scope: Option<Scope>,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
+    let mut errors: Vec<String> = Vec::new();
+    let mut workflows = match format {
+        ExchangeFormat::Jsonl => {
+            let file = std::fs::File::open(input).with_context(|| format!("cannot open `{}`", input.display()))?;
+            let (workflows, bad) = read_jsonl(&mut std::io::BufReader::new(file))?;
+            errors.extend(bad.iter().map(|err| format!("`{}:{}`: not a workflow: {}", input.display(), err.line, err.source)));
+            workflows
+        }
+        ExchangeFormat::Text => {
+            let text = std::fs::read_to_string(input).with_context(|| format!("cannot read `{}`", input.display()))?;
+            let (parsed, bad) = render::parse_text(&text);
+            errors.extend(bad.iter().map(|err| format!("`{}:{}`: {}", input.display(), err.line, err.message)));
+            parsed
+                .into_iter()
+                .map(|tw| Workflow {
+                    id: String::new(),
+                    description: tw.description,
+                    steps: tw.steps,
+                    scope: Scope::default(),
+                    provenance: Provenance {
+                        inducer: "import".to_owned(),
+                        trajectory_ids: Vec::new(),
+                        model: None,
+                        prompt_version: None,
+                        created_at: None,
+                    },
+                    stats: WorkflowStats::default(),
+                    composed_of: Vec::new(),
+                })
+                .collect()
+        }
+    };
+    if let Some(scope) = scope {
+        for workflow in &mut workflows {
+            workflow.scope = scope.clone();
+        }
+    }
+    // Skip, and report, workflows the store refuses, rather than losing the whole file.
+    workflows.retain(|workflow| {
+        let keep = !workflow.steps.is_empty();
+        if !keep {
+            errors.push(format!("`{}`: workflow `{}` has no steps", input.display(), workflow.description));
+        }
+        keep
+    });
+    let outcomes = store.add_all(&workflows)?;
+    let n_merged = outcomes.iter().filter(|o| matches!(o, AddOutcome::Merged { .. })).count();
+    if printer.json {
+        printer.json_result(&serde_json::json!({"added": outcomes, "errors": errors}))?;
+    } else {
+        for err in &errors {
+            printer.warn(&format!("skipped {err}"));
+        }
+        printer.info(&format!(
+            "imported {} workflows ({} new, {n_merged} merged), {} skipped",
+            outcomes.len(),
+            outcomes.len() - n_merged,
+            errors.len()
+        ));
+    }
+    Ok(if outcomes.is_empty() { ExitStatus::Failure } else { ExitStatus::Success })
+}
+
+fn prune(store: &mut MemoryStore, policy: &PrunePolicy, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    if policy.max_per_scope.is_none() && policy.min_success_rate.is_none() {
+        anyhow::bail!("nothing to prune by\nhint: pass `--max-per-scope N` and/or `--min-success-rate R`");
+    }
+    let removed = store.prune(policy)?;
+    if printer.json {
+        printer.json_result(&serde_json::json!({"removed": removed}))?;
+    } else {
+        for id in &removed {
+            printer.result(&format!("removed {id}"))?;
+        }
+        printer.info(&format!("removed {} workflows", removed.len()));
+    }
+    Ok(ExitStatus::Success)
+}

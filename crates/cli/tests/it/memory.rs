@@ -1,0 +1,118 @@
+//! `flowmem induce` and `flowmem memory` as subprocesses.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flowmem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flowmem"))
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "status {}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Writes three trajectories: two share a tool sequence, one is too short.
+fn trajectories(dir: &Path) -> PathBuf {
+    let path = dir.join("runs.jsonl");
+    let lines = [
+        r##"{"id":"a","query":"Cancel order #W1","success":true,"meta":{"domain":"retail"},"steps":[{"action":{"kind":"tool_call","tool":"get_order_details","args":{"order_id":"#W1"}}},{"action":{"kind":"tool_call","tool":"cancel_pending_order","args":{"order_id":"#W1","reason":"no longer needed"}}}]}"##,
+        r##"{"id":"b","query":"Cancel order #W2","success":true,"meta":{"domain":"retail"},"steps":[{"action":{"kind":"tool_call","tool":"get_order_details","args":{"order_id":"#W2"}}},{"action":{"kind":"tool_call","tool":"cancel_pending_order","args":{"order_id":"#W2","reason":"no longer needed"}}}]}"##,
+        r##"{"id":"c","query":"Where is my order?","meta":{"domain":"retail"},"steps":[{"action":{"kind":"tool_call","tool":"get_order_details","args":{"order_id":"#W3"}}}]}"##,
+        r##"{"id":"d","query":"lost run","success":false,"steps":[]}"##,
+        "{not json",
+    ];
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn induce_then_list_show_search_export_import_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.db");
+    let runs = trajectories(dir.path());
+
+    let out = flowmem().args(["induce", "--mode", "rule"]).arg(&runs).arg("--memory").arg(&db).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(stderr.contains("runs.jsonl:5"), "the bad line is named: {stderr}");
+    assert!(stderr.contains("fewer than the 2"), "the short run is reported: {stderr}");
+    assert!(stderr.contains("unsuccessful"), "the lost run is reported: {stderr}");
+    assert!(ok(out).contains("stored wf-"));
+
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&db).output().unwrap())).unwrap();
+    let listed = listed.as_array().expect("list --json prints an array");
+    assert_eq!(listed.len(), 1);
+    let workflow = &listed[0];
+    assert_eq!(workflow["scope"]["domain"], "retail");
+    assert_eq!(workflow["steps"][1]["action"]["args"]["order_id"], "{order_id}");
+    assert_eq!(workflow["steps"][1]["action"]["args"]["reason"], "no longer needed");
+    let id = workflow["id"].as_str().unwrap();
+
+    let shown = ok(flowmem().args(["memory", "show", id, "--graph", "--memory"]).arg(&db).output().unwrap());
+    assert!(shown.contains("from rule induction") && shown.contains("[a, b]"), "{shown}");
+    assert!(shown.contains("\"hints\""), "the graph is printed: {shown}");
+
+    let hits: serde_json::Value = serde_json::from_str(&ok(flowmem()
+        .args(["--json", "memory", "search", "cancel an order", "--scope-domain", "retail", "--memory"])
+        .arg(&db)
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(hits[0]["workflow"]["id"], id);
+    let miss = flowmem().args(["memory", "search", "cancel", "--scope-domain", "airline", "--memory"]).arg(&db).output().unwrap();
+    assert_eq!(miss.status.code(), Some(1), "no hit is a negative outcome");
+
+    // Export as AWM text and import into a fresh memory under another domain.
+    let text_path = dir.path().join("workflows.txt");
+    ok(flowmem().args(["memory", "export", "--format", "text", "-o"]).arg(&text_path).arg("--memory").arg(&db).output().unwrap());
+    let text = std::fs::read_to_string(&text_path).unwrap();
+    assert!(text.starts_with("Workflow: Cancel order #W1\n"), "{text}");
+    let other_db = dir.path().join("other.db");
+    ok(flowmem()
+        .args(["memory", "import", "--format", "text", "--scope-domain", "shop"])
+        .arg(&text_path)
+        .arg("--memory")
+        .arg(&other_db)
+        .output()
+        .unwrap());
+    let imported: serde_json::Value =
+        serde_json::from_str(&ok(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&other_db).output().unwrap())).unwrap();
+    assert_eq!(imported[0]["scope"]["domain"], "shop");
+    assert_eq!(imported[0]["steps"], workflow["steps"]);
+
+    // JSONL export and re-import into the same memory merges rather than duplicates.
+    let jsonl = ok(flowmem().args(["memory", "export", "--memory"]).arg(&db).output().unwrap());
+    let jsonl_path = dir.path().join("workflows.jsonl");
+    std::fs::write(&jsonl_path, jsonl).unwrap();
+    let again: serde_json::Value = serde_json::from_str(&ok(flowmem()
+        .args(["--json", "memory", "import"])
+        .arg(&jsonl_path)
+        .arg("--memory")
+        .arg(&db)
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(again["added"][0]["outcome"], "merged");
+
+    let pruned: serde_json::Value = serde_json::from_str(&ok(flowmem()
+        .args(["--json", "memory", "prune", "--max-per-scope", "0", "--memory"])
+        .arg(&db)
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(pruned["removed"][0], id);
+}
+
+#[test]
+fn a_missing_memory_or_id_is_an_error_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = flowmem().args(["memory", "list", "--memory"]).arg(dir.path().join("nope.db")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hint:"));
+    let db = dir.path().join("memory.db");
+    ok(flowmem().args(["induce"]).arg(trajectories(dir.path())).arg("--memory").arg(&db).output().unwrap());
+    let out = flowmem().args(["memory", "show", "wf-0000", "--memory"]).arg(&db).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no workflow `wf-0000`"));
+}

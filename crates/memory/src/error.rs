@@ -1,0 +1,77 @@
+//! The memory crate's errors.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong opening, reading or writing a workflow memory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// SQLite failed on the memory file.
+    #[error("memory database `{path}`: {what}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What the store was doing.
+        what: &'static str,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer flowmem with a schema this build does not know.
+    #[error(
+        "memory database `{path}` has schema version {found}, newer than the {supported} this flowmem supports\nhint: upgrade flowmem, or use another --memory file"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The `user_version` found in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// A stored row did not decode; the file was edited by hand or is corrupt.
+    #[error("memory database `{path}`: workflow `{id}` has a corrupt `{column}` column")]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// The workflow id.
+        id: String,
+        /// The column that failed to decode.
+        column: &'static str,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No workflow with this id is stored.
+    #[error("no workflow `{id}` in memory database `{path}`\nhint: `flowmem memory list` shows the stored ids")]
+    NotFound {
+        /// The database file.
+        path: PathBuf,
+        /// The id asked for.
+        id: String,
+    },
+    /// A workflow to be stored is unusable.
+    #[error("workflow `{description}` cannot be stored: {reason}")]
+    InvalidWorkflow {
+        /// The workflow's description, to name it.
+        description: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// Why an induction run could not proceed (as opposed to items it skipped, which are
+/// reported in its result).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InduceError {
+    /// The induction prompt did not render.
+    #[error("the induction prompt did not render")]
+    Prompt(#[source] flowmem_llm::PromptError),
+    /// The inducer model failed.
+    #[error("the inducer model failed")]
+    Llm(#[source] flowmem_llm::LlmError),
+    /// Storing the induced workflows failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}

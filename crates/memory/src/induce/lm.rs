@@ -1,0 +1,455 @@
+//! LM-based induction: a model extracts common sub-routines, and we check each one.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use flowmem_llm::{ChatModel, ChatRequest, Message, Prompts, Purpose, ResponseFormat};
+use flowmem_model::{Provenance, Scope, Trajectory, Workflow, WorkflowStats, WorkflowStep, canonical_json};
+
+use crate::error::InduceError;
+use crate::induce::rule::one_line;
+use crate::induce::{Induction, SkipReason, Skipped, scope_of};
+use crate::render::parse_text;
+
+/// The name of the induction prompt template (`prompts/induce.j2`).
+pub const PROMPT_NAME: &str = "induce";
+/// The version in the induction template's header.
+pub const PROMPT_VERSION: u32 = 1;
+
+/// Options of [`lm()`].
+pub struct LmConfig<'a> {
+    /// The inducer model.
+    pub model: &'a dyn ChatModel,
+    /// A registry holding the `induce` template ([`crate::render::prompts`]).
+    pub prompts: &'a Prompts,
+    /// The fewest steps a workflow may have (AWM: 2).
+    pub min_steps: usize,
+    /// The scope given to every workflow; `None` takes the trajectories' common site
+    /// and domain (a field on which they disagree is left unset).
+    pub scope: Option<Scope>,
+    /// Ask for structured output against [`reply_schema`]; otherwise ask for AWM's text
+    /// form. Either reply form is parsed whatever was asked.
+    pub structured: bool,
+    /// The largest reply, in tokens.
+    pub max_tokens: Option<u32>,
+    /// Characters of each tool result shown to the model.
+    pub max_result_chars: usize,
+}
+
+impl std::fmt::Debug for LmConfig<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmConfig")
+            .field("model", &self.model.name())
+            .field("min_steps", &self.min_steps)
+            .field("scope", &self.scope)
+            .field("structured", &self.structured)
+            .field("max_tokens", &self.max_tokens)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize)]
+struct InduceContext {
+    min_steps: usize,
+    tools: Vec<String>,
+    structured: bool,
+    trajectories: Vec<TrajectoryView>,
+}
+
+#[derive(Serialize)]
+struct TrajectoryView {
+    id: String,
+    query: String,
+    steps: Vec<StepView>,
+}
+
+#[derive(Serialize)]
+struct StepView {
+    reasoning: Option<String>,
+    tool: String,
+    args: String,
+    result: Option<String>,
+    error: Option<String>,
+}
+
+/// The structured reply: `{"workflows": [{description, steps: [{state, reasoning, action}]}]}`.
+#[derive(Debug, Deserialize)]
+struct Reply {
+    workflows: Vec<ProposedWorkflow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProposedWorkflow {
+    #[serde(default)]
+    description: String,
+    steps: Vec<WorkflowStep>,
+}
+
+/// The JSON Schema of the structured reply, with the tool names as an enum.
+///
+/// Strings and arrays are bounded, so a constrained decoder cannot run away.
+#[must_use]
+pub fn reply_schema(tools: &[String]) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "workflows": {
+                "type": "array",
+                "maxItems": 8,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "description": {"type": "string", "maxLength": 200},
+                        "steps": {
+                            "type": "array",
+                            "maxItems": 12,
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "state": {"type": "string", "maxLength": 200},
+                                    "reasoning": {"type": "string", "maxLength": 300},
+                                    "action": {
+                                        "type": "object",
+                                        "properties": {
+                                            "tool": {"type": "string", "enum": tools},
+                                            "args": {"type": "object"}
+                                        },
+                                        "required": ["tool", "args"]
+                                    }
+                                },
+                                "required": ["state", "reasoning", "action"]
+                            }
+                        }
+                    },
+                    "required": ["description", "steps"]
+                }
+            }
+        },
+        "required": ["workflows"]
+    })
+}
+
+/// Induces workflows with a language model, as AWM does.
+///
+/// The `induce` template shows the model the trajectories (queries and tool calls) and
+/// AWM's instructions: common sub-routines finer than whole tasks, at least
+/// [`LmConfig::min_steps`] steps, non-fixed values as descriptive `{variables}`, no
+/// overlapping workflows. The reply is parsed by [`parse_reply`] (structured JSON first,
+/// then AWM's text form split on blank lines), and each workflow is checked by
+/// [`validate`]. Workflows that fail are reported in [`Induction::skipped`]; a reply that
+/// does not parse at all is reported as [`SkipReason::Unparseable`] and yields nothing.
+///
+/// # Errors
+///
+/// [`InduceError::Prompt`] when the prompt does not render, and [`InduceError::Llm`] when
+/// the model cannot be reached.
+pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induction, InduceError> {
+    let trajectory_ids: Vec<String> = trajectories.iter().map(|t| t.id.clone()).collect();
+    let tools = called_tools(trajectories);
+    let ctx = InduceContext {
+        min_steps: cfg.min_steps,
+        tools: tools.clone(),
+        structured: cfg.structured,
+        trajectories: trajectories.iter().map(|t| view(t, cfg.max_result_chars)).collect(),
+    };
+    let rendered = cfg.prompts.render(PROMPT_NAME, &ctx).map_err(InduceError::Prompt)?;
+    let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Inducer);
+    request.max_tokens = cfg.max_tokens;
+    if cfg.structured {
+        request.response_format = Some(ResponseFormat { name: "workflows".to_owned(), schema: reply_schema(&tools) });
+    }
+    let response = cfg.model.chat(&request).await.map_err(InduceError::Llm)?;
+    let content = response.content.unwrap_or_default();
+
+    let mut res = Induction::default();
+    let proposed = match parse_reply(&content) {
+        Ok(proposed) => proposed,
+        Err(message) => {
+            res.skipped.push(Skipped { trajectory_ids, description: None, reason: SkipReason::Unparseable { message } });
+            return Ok(res);
+        }
+    };
+    let scope = match &cfg.scope {
+        Some(scope) => scope.clone(),
+        None => common_scope(trajectories),
+    };
+    let provenance = Provenance {
+        trajectory_ids: trajectory_ids.clone(),
+        inducer: "lm".to_owned(),
+        model: Some(cfg.model.name().to_owned()),
+        prompt_version: Some(rendered.id.to_string()),
+        created_at: None,
+    };
+    for workflow in proposed {
+        let workflow = Workflow {
+            scope: scope.clone(),
+            provenance: provenance.clone(),
+            ..workflow
+        };
+        match validate(&workflow, trajectories, cfg.min_steps) {
+            Ok(()) => res.workflows.push(workflow),
+            Err(reason) => res.skipped.push(Skipped {
+                trajectory_ids: trajectory_ids.clone(),
+                description: Some(workflow.description),
+                reason,
+            }),
+        }
+    }
+    Ok(res)
+}
+
+/// Parses an induction reply: the structured JSON form (`{"workflows": [...]}`, a bare
+/// array, or either inside a code fence), else AWM's text form.
+///
+/// # Errors
+///
+/// A message naming what both parsers found wrong, when neither yields a workflow.
+pub fn parse_reply(content: &str) -> Result<Vec<Workflow>, String> {
+    let json_err = match parse_json_reply(content) {
+        Ok(workflows) => return Ok(workflows),
+        Err(err) => err,
+    };
+    let (text_workflows, text_errors) = parse_text(content);
+    if !text_workflows.is_empty() {
+        return Ok(text_workflows
+            .into_iter()
+            .map(|tw| Workflow {
+                id: String::new(),
+                description: tw.description,
+                steps: tw.steps,
+                scope: Scope::default(),
+                provenance: Provenance::default(),
+                stats: WorkflowStats::default(),
+                composed_of: Vec::new(),
+            })
+            .collect());
+    }
+    let text_err = match text_errors.first() {
+        Some(err) => err.to_string(),
+        None => "no block has an `Action:` line".to_owned(),
+    };
+    Err(format!("as JSON: {json_err}; as AWM text: {text_err}"))
+}
+
+fn parse_json_reply(content: &str) -> Result<Vec<Workflow>, String> {
+    let trimmed = strip_fence(content.trim());
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return Err("the reply is not a JSON object or array".to_owned());
+    }
+    let value: Value = serde_json::from_str(trimmed).map_err(|err| err.to_string())?;
+    let proposed: Vec<ProposedWorkflow> = match value {
+        Value::Array(_) => serde_json::from_value(value),
+        other => serde_json::from_value::<Reply>(other).map(|reply| reply.workflows),
+    }
+    .map_err(|err| err.to_string())?;
+    if proposed.is_empty() {
+        return Err("the reply holds no workflows".to_owned());
+    }
+    Ok(proposed
+        .into_iter()
+        .map(|p| Workflow {
+            id: String::new(),
+            description: p.description,
+            steps: p.steps,
+            scope: Scope::default(),
+            provenance: Provenance::default(),
+            stats: WorkflowStats::default(),
+            composed_of: Vec::new(),
+        })
+        .collect())
+}
+
+fn strip_fence(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("```") else {
+        return text;
+    };
+    let rest = rest.trim_start_matches(|ch: char| ch.is_ascii_alphanumeric());
+    rest.strip_suffix("```").unwrap_or(rest).trim()
+}
+
+/// Checks one proposed workflow against the trajectories it was induced from.
+///
+/// In order:
+/// 1. at least `min_steps` steps, else [`SkipReason::TooFewSteps`];
+/// 2. every step's tool was called in some trajectory, else [`SkipReason::UnknownTool`];
+/// 3. no argument is an unabstracted literal copied from a single trajectory, else
+///    [`SkipReason::CopiedLiteral`]. A literal is a string or number (anywhere inside
+///    the argument) without a `{variable}`; it counts as copied when it equals an argument
+///    value of calls in exactly one of the trajectories. A value that recurs in two or
+///    more trajectories is a fixed value and may stay; booleans and null always may. With a
+///    single input trajectory, every value taken from it counts as copied.
+///
+/// # Errors
+///
+/// The first failed check, as the reason to report.
+pub fn validate(workflow: &Workflow, trajectories: &[Trajectory], min_steps: usize) -> Result<(), SkipReason> {
+    if workflow.steps.len() < min_steps {
+        return Err(SkipReason::TooFewSteps {
+            tools: workflow.tool_sequence().map(str::to_owned).collect(),
+            min_steps,
+        });
+    }
+    let tools: BTreeSet<&str> = trajectories.iter().flat_map(|t| t.tool_calls().map(|c| c.tool.as_str())).collect();
+    for (step_idx, step) in workflow.steps.iter().enumerate() {
+        if !tools.contains(step.action.tool.as_str()) {
+            return Err(SkipReason::UnknownTool { step: step_idx, tool: step.action.tool.clone() });
+        }
+    }
+    // For each literal value (canonical JSON), the trajectories whose arguments hold it.
+    let mut sources: HashMap<String, BTreeSet<usize>> = HashMap::new();
+    for (traj_idx, trajectory) in trajectories.iter().enumerate() {
+        for call in trajectory.tool_calls() {
+            for value in call.args.values() {
+                each_literal(value, &mut |literal| {
+                    sources.entry(canonical_json(literal)).or_default().insert(traj_idx);
+                });
+            }
+        }
+    }
+    for (step_idx, step) in workflow.steps.iter().enumerate() {
+        for (name, value) in &step.action.args {
+            let mut copied: Option<(String, usize)> = None;
+            each_literal(value, &mut |literal| {
+                if copied.is_some() || is_template(literal) {
+                    return;
+                }
+                let key = canonical_json(literal);
+                if let Some(owners) = sources.get(&key) {
+                    if owners.len() == 1 {
+                        // Invariant: the set has exactly one element.
+                        copied = owners.iter().next().map(|&idx| (key, idx));
+                    }
+                }
+            });
+            if let Some((value, traj_idx)) = copied {
+                return Err(SkipReason::CopiedLiteral {
+                    step: step_idx,
+                    arg: name.clone(),
+                    value,
+                    trajectory_id: trajectories[traj_idx].id.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f` on every string and number inside `value`.
+fn each_literal<'v>(value: &'v Value, f: &mut dyn FnMut(&'v Value)) {
+    match value {
+        Value::String(_) | Value::Number(_) => f(value),
+        Value::Array(items) => items.iter().for_each(|item| each_literal(item, f)),
+        Value::Object(map) => map.values().for_each(|item| each_literal(item, f)),
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// Whether a string holds a `{variable}` placeholder.
+fn is_template(value: &Value) -> bool {
+    let Value::String(text) = value else {
+        return false;
+    };
+    let Some(open) = text.find('{') else {
+        return false;
+    };
+    text[open + 1..].find('}').is_some_and(|close| close > 0)
+}
+
+fn called_tools(trajectories: &[Trajectory]) -> Vec<String> {
+    let set: BTreeSet<&str> = trajectories.iter().flat_map(|t| t.tool_calls().map(|c| c.tool.as_str())).collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
+fn common_scope(trajectories: &[Trajectory]) -> Scope {
+    let mut scopes = trajectories.iter().map(|t| scope_of(t, None));
+    let Some(mut scope) = scopes.next() else {
+        return Scope::default();
+    };
+    for other in scopes {
+        if scope.site != other.site {
+            scope.site = None;
+        }
+        if scope.domain != other.domain {
+            scope.domain = None;
+        }
+    }
+    scope
+}
+
+fn view(trajectory: &Trajectory, max_result_chars: usize) -> TrajectoryView {
+    let steps = trajectory
+        .steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            flowmem_model::Action::ToolCall(call) => Some(StepView {
+                reasoning: step.reasoning.as_deref().map(|text| one_line(text, 300)).filter(|text| !text.is_empty()),
+                tool: call.tool.clone(),
+                args: canonical_json(&Value::Object(call.args.clone())),
+                result: call.result.as_ref().map(|result| match result {
+                    Value::String(text) => one_line(text, max_result_chars),
+                    other => one_line(&canonical_json(other), max_result_chars),
+                }),
+                error: call.error.as_deref().map(|text| one_line(text, max_result_chars)),
+            }),
+            flowmem_model::Action::Message { .. } => None,
+        })
+        .collect();
+    TrajectoryView { id: trajectory.id.clone(), query: one_line(&trajectory.query, 1000), steps }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use flowmem_model::{Trajectory, Workflow};
+
+    use crate::induce::{SkipReason, parse_reply, validate};
+
+    fn trajectory(id: &str, email: &str, order: &str) -> Trajectory {
+        serde_json::from_value(json!({"id": id, "query": "q", "steps": [
+            {"action": {"kind": "tool_call", "tool": "find_user", "args": {"email": email, "status": "active"}}},
+            {"action": {"kind": "tool_call", "tool": "get_order", "args": {"order_id": order, "status": "active"}}}]}))
+        .unwrap()
+    }
+
+    fn workflow(args: serde_json::Value, tool: &str) -> Workflow {
+        serde_json::from_value(json!({"description": "d", "steps": [
+            {"action": {"tool": "find_user", "args": args}},
+            {"action": {"tool": tool, "args": {"order_id": "{order_id}"}}}]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn validation_rejects_unknown_tools_short_and_copied_values() {
+        let inputs = [trajectory("a", "x@y.z", "#1"), trajectory("b", "p@q.r", "#2")];
+        assert_eq!(validate(&workflow(json!({"email": "{email}"}), "get_order"), &inputs, 2), Ok(()));
+        // A value shared by both runs is fixed, not copied.
+        assert_eq!(validate(&workflow(json!({"status": "active"}), "get_order"), &inputs, 2), Ok(()));
+        assert!(matches!(
+            validate(&workflow(json!({"email": "{email}"}), "delete_all"), &inputs, 2),
+            Err(SkipReason::UnknownTool { step: 1, .. })
+        ));
+        assert!(matches!(
+            validate(&workflow(json!({"email": {"nested": "p@q.r"}}), "get_order"), &inputs, 2),
+            Err(SkipReason::CopiedLiteral { step: 0, ref trajectory_id, .. }) if trajectory_id == "b"
+        ));
+        assert!(matches!(
+            validate(&workflow(json!({}), "get_order"), &inputs, 3),
+            Err(SkipReason::TooFewSteps { min_steps: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn replies_parse_as_fenced_json_bare_arrays_and_text() {
+        let fenced = "```json\n{\"workflows\": [{\"description\": \"d\", \"steps\": [{\"action\": {\"tool\": \"f\"}}]}]}\n```";
+        assert_eq!(parse_reply(fenced).unwrap().len(), 1);
+        let array = "[{\"description\": \"d\", \"steps\": []}]";
+        assert_eq!(parse_reply(array).unwrap().len(), 1);
+        let text = "Workflow: d\nAction: f()\nAction: g()\n\nWorkflow: e\nAction: g()\nAction: f()";
+        assert_eq!(parse_reply(text).unwrap().len(), 2);
+        let err = parse_reply("I cannot help with that.").unwrap_err();
+        assert!(err.contains("as JSON") && err.contains("as AWM text"), "{err}");
+    }
+}

@@ -1,0 +1,233 @@
+//! Rule-based induction: group runs by tool-name sequence, abstract what differs.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use flowmem_model::{
+    Provenance, Scope, ToolCall, Trajectory, Workflow, WorkflowAction, WorkflowStats, WorkflowStep, canonical_json,
+};
+
+use crate::induce::{Induction, SkipReason, Skipped, scope_of};
+
+/// Options of [`rule`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleConfig {
+    /// The fewest steps a workflow may have (AWM: 2).
+    pub min_steps: usize,
+    /// The scope given to every workflow; `None` takes each trajectory's site and domain,
+    /// and trajectories of different scopes never share a workflow.
+    pub scope: Option<Scope>,
+}
+
+impl RuleConfig {
+    /// At least 2 steps, scope from each trajectory.
+    #[must_use]
+    pub fn standard() -> RuleConfig {
+        RuleConfig { min_steps: 2, scope: None }
+    }
+}
+
+/// Induces one workflow per distinct tool-name sequence, deterministically.
+///
+/// 1. Each trajectory is reduced to its tool calls that did not fail (`error` unset).
+/// 2. Trajectories with the same scope and the same tool-name sequence form a group; the
+///    group's first member, in input order, is its representative.
+/// 3. A group whose sequence has fewer than [`RuleConfig::min_steps`] calls is reported
+///    as [`SkipReason::TooFewSteps`].
+/// 4. In the representative's calls, an argument whose value differs across the group's
+///    members (or is missing in some) becomes the string `"{name}"`, named after the
+///    argument. Arguments that carry the same values across members share a variable,
+///    so data flow between steps survives; a name clash with different values gets a
+///    numeric suffix (`{order_id_2}`). Values equal in every member stay literal.
+///
+/// The description is the representative's query; provenance lists every member.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_memory::induce::{RuleConfig, rule};
+/// # let t = |id: &str, order: &str| -> flowmem_model::Trajectory { serde_json::from_value(serde_json::json!({
+/// #   "id": id, "query": "q", "steps": [
+/// #   {"action": {"kind": "tool_call", "tool": "find_user", "args": {"zip": "10001"}}},
+/// #   {"action": {"kind": "tool_call", "tool": "get_order", "args": {"order_id": order}}}]})).unwrap() };
+/// let induction = rule(&[t("a", "#1"), t("b", "#2")], &RuleConfig::standard());
+/// let steps = &induction.workflows[0].steps;
+/// assert_eq!(steps[0].action.args["zip"], "10001");
+/// assert_eq!(steps[1].action.args["order_id"], "{order_id}");
+/// ```
+pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
+    struct Group<'t> {
+        scope: Scope,
+        tools: Vec<String>,
+        members: Vec<(&'t Trajectory, Vec<&'t ToolCall>)>,
+    }
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    // Scope is not `Hash`; its two fields are.
+    let mut index: HashMap<(Option<String>, Option<String>, Vec<String>), usize> = HashMap::new();
+    for trajectory in trajectories {
+        let calls: Vec<&ToolCall> = trajectory.tool_calls().filter(|call| !call.failed()).collect();
+        let tools: Vec<String> = calls.iter().map(|call| call.tool.clone()).collect();
+        let scope = scope_of(trajectory, cfg.scope.as_ref());
+        let key = (scope.site.clone(), scope.domain.clone(), tools.clone());
+        let group_idx = *index.entry(key).or_insert_with(|| {
+            groups.push(Group { scope, tools, members: Vec::new() });
+            groups.len() - 1
+        });
+        groups[group_idx].members.push((trajectory, calls));
+    }
+
+    let mut res = Induction::default();
+    for group in groups {
+        let trajectory_ids: Vec<String> = group.members.iter().map(|(t, _)| t.id.clone()).collect();
+        if group.tools.len() < cfg.min_steps {
+            res.skipped.push(Skipped {
+                trajectory_ids,
+                description: None,
+                reason: SkipReason::TooFewSteps { tools: group.tools, min_steps: cfg.min_steps },
+            });
+            continue;
+        }
+        res.workflows.push(abstract_group(&group.members, group.scope, trajectory_ids));
+    }
+    res
+}
+
+/// Builds the workflow of one group from its representative, abstracting differences.
+fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, trajectory_ids: Vec<String>) -> Workflow {
+    // Invariant: a group is created with its first member, so it is never empty.
+    let (representative, rep_calls) = &members[0];
+    let rep_steps: Vec<&flowmem_model::Step> = representative
+        .steps
+        .iter()
+        .filter(|step| matches!(&step.action, flowmem_model::Action::ToolCall(call) if !call.failed()))
+        .collect();
+    // Variables are keyed by argument name and the values they take across members, so
+    // equal columns of values (the same id passed to two steps) share one variable.
+    let mut variables: HashMap<(String, Vec<String>), String> = HashMap::new();
+    let mut names_taken: HashMap<String, usize> = HashMap::new();
+    let mut steps = Vec::with_capacity(rep_calls.len());
+    for (step_idx, call) in rep_calls.iter().enumerate() {
+        let mut args = flowmem_model::JsonObject::new();
+        for (name, value) in &call.args {
+            let column: Vec<String> = members
+                .iter()
+                .map(|(_, calls)| calls[step_idx].args.get(name).map_or_else(|| "\u{0}missing".to_owned(), canonical_json))
+                .collect();
+            let all_equal = column.iter().all(|v| *v == column[0]);
+            if all_equal {
+                args.insert(name.clone(), value.clone());
+                continue;
+            }
+            let var = variables
+                .entry((name.clone(), column))
+                .or_insert_with(|| {
+                    let n = names_taken.entry(name.clone()).or_insert(0);
+                    *n += 1;
+                    if *n == 1 { name.clone() } else { format!("{name}_{n}") }
+                })
+                .clone();
+            args.insert(name.clone(), Value::String(format!("{{{var}}}")));
+        }
+        let state = match step_idx {
+            0 => "The task has just started.".to_owned(),
+            _ => format!("The previous call to {} has returned.", rep_calls[step_idx - 1].tool),
+        };
+        let reasoning = rep_steps
+            .get(step_idx)
+            .and_then(|step| step.reasoning.as_deref())
+            .map(|text| one_line(text, 300))
+            .filter(|text| !text.is_empty())
+            .unwrap_or_else(|| format!("Call {} next.", call.tool));
+        steps.push(WorkflowStep {
+            state,
+            reasoning,
+            action: WorkflowAction { tool: call.tool.clone(), args },
+        });
+    }
+    Workflow {
+        id: String::new(),
+        description: one_line(&representative.query, 300),
+        steps,
+        scope,
+        provenance: Provenance {
+            trajectory_ids,
+            inducer: "rule".to_owned(),
+            model: None,
+            prompt_version: None,
+            created_at: None,
+        },
+        stats: WorkflowStats::default(),
+        composed_of: Vec::new(),
+    }
+}
+
+/// The text on one line, whitespace collapsed, cut at `max_chars` characters.
+pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    match out.char_indices().nth(max_chars) {
+        Some((cut, _)) => {
+            out.truncate(cut);
+            out.push('…');
+            out
+        }
+        None => out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use flowmem_model::Trajectory;
+
+    use crate::induce::{RuleConfig, SkipReason, rule};
+
+    fn trajectory(id: &str, calls: serde_json::Value) -> Trajectory {
+        let steps: Vec<serde_json::Value> = calls
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|call| json!({"action": {"kind": "tool_call", "tool": call[0], "args": call[1], "error": call.get(2)}}))
+            .collect();
+        serde_json::from_value(json!({"id": id, "query": format!("query {id}"), "steps": steps})).unwrap()
+    }
+
+    #[test]
+    fn failed_calls_are_dropped_before_grouping() {
+        let a = trajectory("a", json!([["f", {}], ["g", {}, "boom"], ["h", {}]]));
+        let b = trajectory("b", json!([["f", {}], ["h", {}]]));
+        let induction = rule(&[a, b], &RuleConfig::standard());
+        assert_eq!(induction.workflows.len(), 1);
+        let tools: Vec<&str> = induction.workflows[0].tool_sequence().collect();
+        assert_eq!(tools, ["f", "h"]);
+        assert_eq!(induction.workflows[0].provenance.trajectory_ids, ["a", "b"]);
+    }
+
+    #[test]
+    fn shared_values_share_a_variable_and_clashes_get_a_suffix() {
+        let a = trajectory("a", json!([["f", {"id": 1, "k": "x"}], ["g", {"id": 1}], ["h", {"id": 5}]]));
+        let b = trajectory("b", json!([["f", {"id": 2, "k": "x"}], ["g", {"id": 2}], ["h", {"id": 6}]]));
+        let induction = rule(&[a, b], &RuleConfig::standard());
+        let steps = &induction.workflows[0].steps;
+        assert_eq!(steps[0].action.args["id"], "{id}");
+        assert_eq!(steps[0].action.args["k"], "x");
+        assert_eq!(steps[1].action.args["id"], "{id}");
+        assert_eq!(steps[2].action.args["id"], "{id_2}");
+    }
+
+    #[test]
+    fn short_sequences_are_reported() {
+        let a = trajectory("a", json!([["f", {}]]));
+        let induction = rule(&[a], &RuleConfig::standard());
+        assert!(induction.workflows.is_empty());
+        assert_eq!(induction.skipped.len(), 1);
+        assert!(matches!(&induction.skipped[0].reason, SkipReason::TooFewSteps { tools, .. } if tools == &["f"]));
+    }
+}

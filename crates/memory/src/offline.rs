@@ -1,0 +1,102 @@
+//! Offline AWM: induce from a training set into the memory, scoped per site or domain.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use flowmem_model::{Scope, Trajectory};
+
+use crate::error::InduceError;
+use crate::induce::{self, RuleConfig, SkipReason, Skipped, Variant};
+use crate::store::{AddOutcome, MemoryStore};
+
+/// Options of [`induce_offline`].
+#[derive(Debug, Clone, Copy)]
+pub struct OfflineConfig<'a> {
+    /// The inducer. Its own scope setting is replaced by the per-group scope.
+    pub variant: Variant<'a>,
+    /// Put every workflow in this scope; `None` groups the trajectories by their site
+    /// and domain and scopes each group's workflows accordingly (AWM's per-website memory).
+    pub scope: Option<&'a Scope>,
+    /// For LM induction: trajectories per prompt within one scope.
+    pub batch_size: usize,
+}
+
+/// What [`induce_offline`] did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[must_use]
+pub struct OfflineReport {
+    /// Trajectories read.
+    pub n_trajectories: usize,
+    /// Trajectories induced from (those not labelled unsuccessful).
+    pub n_used: usize,
+    /// What the inducer proposed and the store did with each workflow.
+    pub added: Vec<AddOutcome>,
+    /// Everything left out, with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+impl std::fmt::Debug for Variant<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Variant::Rule(cfg) => f.debug_tuple("Rule").field(cfg).finish(),
+            Variant::Lm(cfg) => f.debug_tuple("Lm").field(cfg).finish(),
+        }
+    }
+}
+
+/// Induces workflows from a training set and stores them.
+///
+/// Trajectories labelled unsuccessful are left out and reported (AWM learns only from
+/// successes when outcomes are known; unlabelled ones are used). The rest are grouped by
+/// scope (the override, or each trajectory's site and domain); each group is induced
+/// separately (LM induction in batches of [`OfflineConfig::batch_size`]) and its
+/// workflows are stored in that scope, one transaction per batch.
+///
+/// # Errors
+///
+/// [`InduceError`] when the inducer model fails or the store cannot be written; the
+/// batches stored before the failure stay stored.
+pub async fn induce_offline(
+    store: &mut MemoryStore,
+    trajectories: &[Trajectory],
+    cfg: &OfflineConfig<'_>,
+) -> Result<OfflineReport, InduceError> {
+    let mut report = OfflineReport { n_trajectories: trajectories.len(), ..OfflineReport::default() };
+    let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Trajectory>> = BTreeMap::new();
+    for trajectory in trajectories {
+        if trajectory.succeeded() == Some(false) {
+            report.skipped.push(Skipped {
+                trajectory_ids: vec![trajectory.id.clone()],
+                description: None,
+                reason: SkipReason::Unsuccessful,
+            });
+            continue;
+        }
+        report.n_used += 1;
+        let scope = induce::scope_of(trajectory, cfg.scope);
+        groups.entry((scope.site, scope.domain)).or_default().push(trajectory.clone());
+    }
+    for ((site, domain), members) in groups {
+        let scope = Scope { site, domain };
+        let batches: Vec<&[Trajectory]> = match cfg.variant {
+            Variant::Rule(_) => vec![&members[..]],
+            Variant::Lm(_) => members.chunks(cfg.batch_size.max(1)).collect(),
+        };
+        for batch in batches {
+            let induction = match cfg.variant {
+                Variant::Rule(rule_cfg) => {
+                    let rule_cfg = RuleConfig { scope: Some(scope.clone()), ..rule_cfg.clone() };
+                    induce::rule(batch, &rule_cfg)
+                }
+                Variant::Lm(lm_cfg) => {
+                    let lm_cfg = crate::induce::LmConfig { scope: Some(scope.clone()), ..*lm_cfg };
+                    induce::lm(batch, &lm_cfg).await?
+                }
+            };
+            report.skipped.extend(induction.skipped);
+            report.added.extend(store.add_all(&induction.workflows)?);
+        }
+    }
+    Ok(report)
+}

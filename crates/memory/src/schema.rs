@@ -1,0 +1,59 @@
+//! The SQLite schema, as an ordered list of migrations.
+//!
+//! `PRAGMA user_version` holds the number of migrations applied. Opening a file applies
+//! the missing ones in order, each in its own immediate transaction; a file is never
+//! dropped and recreated. A migration, once released, is never edited: changes go in a
+//! new migration appended to the list.
+
+/// The migrations, oldest first. Migration `n` (0-based) moves the file from
+/// `user_version = n` to `n + 1`.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: workflows, their provenances, and the BM25 full-text index.
+    "
+    CREATE TABLE workflows (
+        pk INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        description TEXT NOT NULL,
+        steps TEXT NOT NULL,
+        site TEXT,
+        domain TEXT,
+        scope_key TEXT NOT NULL,
+        action_key TEXT NOT NULL,
+        composed_of TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL,
+        retrieved INTEGER NOT NULL DEFAULT 0,
+        used_success INTEGER NOT NULL DEFAULT 0,
+        used_failure INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX workflows_by_scope_action ON workflows (scope_key, action_key);
+    CREATE INDEX workflows_by_domain ON workflows (domain);
+    CREATE INDEX workflows_by_site ON workflows (site);
+    CREATE TABLE provenance (
+        workflow_pk INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        trajectory_ids TEXT NOT NULL,
+        inducer TEXT NOT NULL,
+        model TEXT,
+        prompt_version TEXT,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (workflow_pk, seq)
+    ) WITHOUT ROWID;
+    CREATE VIRTUAL TABLE workflow_fts USING fts5 (
+        description, steps, tokenize = 'porter unicode61'
+    );
+    ",
+    // 2: BM25 moves from FTS5 to an in-memory index fed by a log of inserts and deletes,
+    // so that a search with a long query stays within milliseconds at 100,000 workflows.
+    "
+    ALTER TABLE workflows ADD COLUMN index_text TEXT NOT NULL DEFAULT '';
+    CREATE TABLE index_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        pk INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('insert', 'delete'))
+    );
+    UPDATE workflows SET index_text = COALESCE(
+        (SELECT steps FROM workflow_fts WHERE workflow_fts.rowid = workflows.pk), '');
+    INSERT INTO index_log (pk, op) SELECT pk, 'insert' FROM workflows ORDER BY pk;
+    DROP TABLE workflow_fts;
+    ",
+];

@@ -1,0 +1,833 @@
+//! The workflow memory: one SQLite file with BM25 retrieval, dedup and eviction.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, canonical_json};
+
+use crate::error::MemoryError;
+use crate::schema::MIGRATIONS;
+use crate::index::SearchIndex;
+use crate::text::{action_key, description_similarity, steps_text};
+
+/// How a store behaves; every field is a policy the caller chooses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// The most workflows kept per exact scope; the lowest [`retention_score`] goes
+    /// first when a new workflow would exceed it. `None` keeps everything, as AWM does.
+    pub max_per_scope: Option<usize>,
+    /// The token-Jaccard similarity of descriptions ([`description_similarity`]) at or
+    /// above which a new workflow with the same tool sequence and scope merges into a
+    /// stored one. Above 1.0 disables dedup.
+    pub dedup_threshold: f64,
+    /// How long a writer waits for another process's lock before failing.
+    pub busy_timeout: Duration,
+}
+
+impl StoreConfig {
+    /// The defaults the CLI uses: no size bound, dedup at Jaccard ≥ 0.5, 30 s lock wait.
+    #[must_use]
+    pub fn standard() -> StoreConfig {
+        StoreConfig { max_per_scope: None, dedup_threshold: 0.5, busy_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// A workflow memory backed by one SQLite file.
+///
+/// The file is in WAL mode, so readers never block the writer, and every write is one
+/// immediate transaction, so several processes can write to the same file at once and a
+/// killed process loses at most the write in flight.
+#[derive(Debug)]
+pub struct MemoryStore {
+    conn: Connection,
+    path: PathBuf,
+    cfg: StoreConfig,
+    // Loaded by the first search, then brought up to date from `index_log` before each
+    // one. A std mutex: it is never held across an await.
+    index: Mutex<SearchIndex>,
+}
+
+/// What [`MemoryStore::add`] did with a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum AddOutcome {
+    /// It was stored as a new workflow.
+    Inserted {
+        /// The new workflow's id.
+        id: String,
+        /// Ids evicted to keep the scope within its bound.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        evicted: Vec<String>,
+    },
+    /// It merged into a stored near-duplicate, whose provenance now lists both.
+    Merged {
+        /// The stored workflow's id.
+        id: String,
+        /// The description similarity that triggered the merge.
+        similarity: f64,
+    },
+}
+
+impl AddOutcome {
+    /// The id of the workflow that now holds the added one.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        match self {
+            AddOutcome::Inserted { id, .. } | AddOutcome::Merged { id, .. } => id,
+        }
+    }
+}
+
+/// One retrieval result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// BM25 relevance; higher is more relevant.
+    pub score: f64,
+    /// The workflow.
+    pub workflow: Workflow,
+}
+
+/// How a run that used a workflow ended, for the usage statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseOutcome {
+    /// The run succeeded.
+    Success,
+    /// The run failed.
+    Failure,
+}
+
+/// What [`MemoryStore::prune`] removes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrunePolicy {
+    /// Keep at most this many workflows per exact scope, by [`retention_score`].
+    pub max_per_scope: Option<usize>,
+    /// Retire workflows used at least `min_uses` times whose Laplace-smoothed success
+    /// rate is below this.
+    pub min_success_rate: Option<f64>,
+    /// The number of uses before `min_success_rate` applies.
+    pub min_uses: u64,
+}
+
+/// The score that decides which workflow a full scope evicts first (lowest first, ties
+/// broken by age, oldest first):
+///
+/// `(used_success + 1) / (used_success + used_failure + 2) × ln(e + used_success + used_failure)`
+///
+/// The first factor is the Laplace-smoothed success rate of runs that used the workflow,
+/// so an unused workflow counts as a coin flip; the second grows with evidence, so a
+/// workflow that kept helping outranks a new one, and a new one outranks one that kept
+/// failing. Retrievals without use do not count.
+#[must_use]
+pub fn retention_score(stats: &WorkflowStats) -> f64 {
+    let success = stats.used_success as f64;
+    let uses = success + stats.used_failure as f64;
+    (success + 1.0) / (uses + 2.0) * (std::f64::consts::E + uses).ln()
+}
+
+/// The Laplace-smoothed success rate `(s + 1) / (s + f + 2)` of runs that used a workflow.
+#[must_use]
+pub fn success_rate(stats: &WorkflowStats) -> f64 {
+    (stats.used_success as f64 + 1.0) / ((stats.used_success + stats.used_failure) as f64 + 2.0)
+}
+
+const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure";
+
+impl MemoryStore {
+    /// Opens the memory at `path`, creating the file if needed and applying any missing
+    /// schema migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the file cannot be opened or migrated, and
+    /// [`MemoryError::SchemaTooNew`] when a newer flowmem wrote it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_memory::{MemoryStore, StoreConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard())?;
+    /// assert_eq!(store.count(&Default::default())?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(path: &Path, cfg: StoreConfig) -> Result<MemoryStore, MemoryError> {
+        let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
+        let conn = Connection::open(path).map_err(sqlite("opening"))?;
+        conn.busy_timeout(cfg.busy_timeout).map_err(sqlite("setting the busy timeout"))?;
+        // Switching to WAL needs a moment of exclusive access, which the busy handler does
+        // not always cover while another process creates the same file; retry briefly.
+        let mut attempt = 0;
+        loop {
+            let res: Result<String, _> = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0));
+            match res {
+                Ok(_) => break,
+                Err(err) if is_busy(&err) && attempt < 200 => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(err) => return Err(sqlite("switching to WAL mode")(err)),
+            }
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
+        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Mutex::new(SearchIndex::default()) };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the file: the number of migrations applied.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the pragma cannot be read.
+    pub fn schema_version(&self) -> Result<i64, MemoryError> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(self.sqlite("reading the schema version"))
+    }
+
+    /// Adds a workflow in one transaction: merges it into a near-duplicate, or inserts it
+    /// and evicts to keep its scope within [`StoreConfig::max_per_scope`].
+    ///
+    /// A near-duplicate is a stored workflow with the same scope, the same tool-name
+    /// sequence and a description similarity of at least
+    /// [`StoreConfig::dedup_threshold`]. Merging keeps the stored description and steps,
+    /// appends the new provenance and adds the new usage statistics.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::InvalidWorkflow`] for a workflow without steps, and
+    /// [`MemoryError::Sqlite`] when the write fails.
+    pub fn add(&mut self, workflow: &Workflow) -> Result<AddOutcome, MemoryError> {
+        let tx = self.write_tx()?;
+        let outcome = add_in(&tx, &self.path, &self.cfg, workflow)?;
+        tx.commit().map_err(self.sqlite("committing a workflow"))?;
+        Ok(outcome)
+    }
+
+    /// Adds many workflows in one transaction, as [`MemoryStore::add`] does for each.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::add`]; on error nothing is stored.
+    pub fn add_all(&mut self, workflows: &[Workflow]) -> Result<Vec<AddOutcome>, MemoryError> {
+        let tx = self.write_tx()?;
+        let mut outcomes = Vec::with_capacity(workflows.len());
+        for workflow in workflows {
+            outcomes.push(add_in(&tx, &self.path, &self.cfg, workflow)?);
+        }
+        tx.commit().map_err(self.sqlite("committing workflows"))?;
+        Ok(outcomes)
+    }
+
+    /// The workflow with `id`, with its merged provenance and statistics.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn get(&self, id: &str) -> Result<Workflow, MemoryError> {
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = ?1");
+        let row = self
+            .conn
+            .query_row(&sql, [id], RawRow::read)
+            .optional()
+            .map_err(self.sqlite("reading a workflow"))?;
+        match row {
+            Some(row) => self.decode(row),
+            None => Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }),
+        }
+    }
+
+    /// Every provenance recorded for the workflow `id`, oldest first: one per induction
+    /// that produced it or merged into it.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn provenances(&self, id: &str) -> Result<Vec<Provenance>, MemoryError> {
+        let pk: Option<i64> = self
+            .conn
+            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
+            .optional()
+            .map_err(self.sqlite("reading a workflow"))?;
+        let Some(pk) = pk else {
+            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+        };
+        read_provenances(&self.conn, &self.path, pk, id)
+    }
+
+    /// The workflows whose scope matches `filter`, oldest first. A `None` field of the
+    /// filter matches any value; a `Some` field must be equal.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn list(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) ORDER BY pk"
+        );
+        let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
+        rows.into_iter().map(|row| self.decode(row)).collect()
+    }
+
+    /// The number of workflows whose scope matches `filter` (as in [`MemoryStore::list`]).
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when reading fails.
+    pub fn count(&self, filter: &Scope) -> Result<u64, MemoryError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2)",
+                params![filter.site, filter.domain],
+                |row| read_count(row, 0),
+            )
+            .map_err(self.sqlite("counting workflows"))
+    }
+
+    /// The `limit` workflows most relevant to `query` among those whose scope matches
+    /// `filter`, best first. Read-only: it does not count as a retrieval.
+    ///
+    /// Relevance is Okapi BM25 (k1 = 1.2, b = 0.75) over the description and the steps'
+    /// text (state, reasoning, tool names, argument names and values), with the
+    /// description weighted twice. Words are matched after lowercasing and plural
+    /// stemming; a query without any word matches nothing. The index lives in memory, is
+    /// loaded by the first search and then follows every process's writes.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn search(&self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
+        let ranked = {
+            // A poisoned lock only means another search panicked; the index is rebuilt
+            // from the log then.
+            let mut index = self.index.lock().unwrap_or_else(|poisoned| {
+                let mut guard = poisoned.into_inner();
+                *guard = SearchIndex::default();
+                guard
+            });
+            index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
+            index.search(query, (filter.site.as_deref(), filter.domain.as_deref()), limit)
+        };
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk = ?1");
+        let mut hits = Vec::with_capacity(ranked.len());
+        for (pk, score) in ranked {
+            let row = self
+                .conn
+                .query_row(&sql, [pk], RawRow::read)
+                .optional()
+                .map_err(self.sqlite("reading a search hit"))?;
+            // A row deleted by another process since the sync is simply no longer a hit.
+            if let Some(row) = row {
+                hits.push(Hit { score, workflow: self.decode(row)? });
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Searches as [`MemoryStore::search`] does and counts each hit as retrieved, in one
+    /// transaction. Agents call this; browsing calls `search`.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::search`], and [`MemoryError::Sqlite`] when the update fails.
+    pub fn retrieve(&mut self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
+        let mut hits = self.search(query, filter, limit)?;
+        let tx = self.write_tx()?;
+        for hit in &mut hits {
+            tx.execute("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1", [&hit.workflow.id])
+                .map_err(self.sqlite("counting a retrieval"))?;
+            hit.workflow.stats.retrieved += 1;
+        }
+        tx.commit().map_err(self.sqlite("counting retrievals"))?;
+        Ok(hits)
+    }
+
+    /// Records that the workflow `id` was used in a run that ended with `outcome`.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] when the update fails.
+    pub fn record_use(&mut self, id: &str, outcome: UseOutcome) -> Result<(), MemoryError> {
+        let sql = match outcome {
+            UseOutcome::Success => "UPDATE workflows SET used_success = used_success + 1 WHERE id = ?1",
+            UseOutcome::Failure => "UPDATE workflows SET used_failure = used_failure + 1 WHERE id = ?1",
+        };
+        let tx = self.write_tx()?;
+        let n_updated = tx.execute(sql, [id]).map_err(self.sqlite("recording a use"))?;
+        if n_updated == 0 {
+            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+        }
+        tx.commit().map_err(self.sqlite("recording a use"))
+    }
+
+    /// Deletes the workflow `id` with its provenance and index entry.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] when the delete fails.
+    pub fn delete(&mut self, id: &str) -> Result<(), MemoryError> {
+        let tx = self.write_tx()?;
+        let pk: Option<i64> = tx
+            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
+            .optional()
+            .map_err(self.sqlite("deleting a workflow"))?;
+        let Some(pk) = pk else {
+            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+        };
+        delete_pk(&tx, &self.path, pk)?;
+        tx.commit().map_err(self.sqlite("deleting a workflow"))
+    }
+
+    /// Removes what `policy` says, in one transaction, and returns the removed ids.
+    ///
+    /// Retirement by success rate runs first, then each exact scope is cut down to
+    /// `max_per_scope` by [`retention_score`], lowest first, oldest first on ties.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when reading or deleting fails.
+    pub fn prune(&mut self, policy: &PrunePolicy) -> Result<Vec<String>, MemoryError> {
+        let tx = self.write_tx()?;
+        let mut removed = Vec::new();
+        if let Some(min_rate) = policy.min_success_rate {
+            let mut stmt = tx
+                .prepare("SELECT pk, id, used_success, used_failure FROM workflows ORDER BY pk")
+                .map_err(self.sqlite("pruning"))?;
+            let rows: Vec<(i64, String, WorkflowStats)> = stmt
+                .query_map([], |row| {
+                    let stats = WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
+                    Ok((row.get(0)?, row.get(1)?, stats))
+                })
+                .map_err(self.sqlite("pruning"))?
+                .collect::<Result<_, _>>()
+                .map_err(self.sqlite("pruning"))?;
+            drop(stmt);
+            for (pk, id, stats) in rows {
+                let uses = stats.used_success + stats.used_failure;
+                if uses >= policy.min_uses && success_rate(&stats) < min_rate {
+                    delete_pk(&tx, &self.path, pk)?;
+                    removed.push(id);
+                }
+            }
+        }
+        if let Some(max) = policy.max_per_scope {
+            let scopes: Vec<String> = {
+                let mut stmt = tx
+                    .prepare("SELECT scope_key FROM workflows GROUP BY scope_key HAVING COUNT(*) > ?1")
+                    .map_err(self.sqlite("pruning"))?;
+                stmt.query_map([i64::try_from(max).unwrap_or(i64::MAX)], |row| row.get(0))
+                    .map_err(self.sqlite("pruning"))?
+                    .collect::<Result<_, _>>()
+                    .map_err(self.sqlite("pruning"))?
+            };
+            for scope_key in scopes {
+                removed.extend(evict_in(&tx, &self.path, &scope_key, max)?);
+            }
+        }
+        tx.commit().map_err(self.sqlite("pruning"))?;
+        Ok(removed)
+    }
+
+    fn migrate(&mut self) -> Result<(), MemoryError> {
+        let supported = MIGRATIONS.len() as i64;
+        loop {
+            let tx = self.write_tx()?;
+            // Read the version inside the immediate transaction: another process may have
+            // migrated the file while this one waited for the lock.
+            let version: i64 = tx
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .map_err(self.sqlite("reading the schema version"))?;
+            if version > supported {
+                return Err(MemoryError::SchemaTooNew { path: self.path.clone(), found: version, supported });
+            }
+            if version == supported {
+                return Ok(());
+            }
+            // Invariant: 0 <= version < supported, so the index is in range.
+            tx.execute_batch(MIGRATIONS[version as usize]).map_err(self.sqlite("migrating the schema"))?;
+            tx.pragma_update(None, "user_version", version + 1)
+                .map_err(self.sqlite("recording the schema version"))?;
+            tx.commit().map_err(self.sqlite("committing a migration"))?;
+        }
+    }
+
+    /// Starts an immediate transaction, which takes the write lock up front (waiting up to
+    /// the busy timeout) instead of failing on upgrade when another process writes.
+    fn write_tx(&self) -> Result<Transaction<'_>, MemoryError> {
+        // Every public writer takes `&mut self`, so transactions never nest.
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
+            .map_err(self.sqlite("starting a write transaction"))
+    }
+
+    fn query_rows(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<RawRow>, MemoryError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(self.sqlite("reading workflows"))?;
+        stmt.query_map(params, RawRow::read)
+            .map_err(self.sqlite("reading workflows"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sqlite("reading workflows"))
+    }
+
+    fn decode(&self, row: RawRow) -> Result<Workflow, MemoryError> {
+        let provenances = read_provenances(&self.conn, &self.path, row.pk, &row.id)?;
+        row.into_workflow(&self.path, provenances)
+    }
+
+    fn sqlite(&self, what: &'static str) -> impl FnOnce(rusqlite::Error) -> MemoryError + '_ {
+        move |source| MemoryError::Sqlite { path: self.path.clone(), what, source }
+    }
+}
+
+/// A `workflows` row before its JSON columns are decoded.
+struct RawRow {
+    pk: i64,
+    id: String,
+    description: String,
+    steps: String,
+    site: Option<String>,
+    domain: Option<String>,
+    composed_of: String,
+    created_at: String,
+    stats: WorkflowStats,
+}
+
+impl RawRow {
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+        Ok(RawRow {
+            pk: row.get(0)?,
+            id: row.get(1)?,
+            description: row.get(2)?,
+            steps: row.get(3)?,
+            site: row.get(4)?,
+            domain: row.get(5)?,
+            composed_of: row.get(6)?,
+            created_at: row.get(7)?,
+            stats: WorkflowStats { retrieved: read_count(row, 8)?, used_success: read_count(row, 9)?, used_failure: read_count(row, 10)? },
+        })
+    }
+
+    fn into_workflow(self, path: &Path, provenances: Vec<Provenance>) -> Result<Workflow, MemoryError> {
+        let corrupt = |column| {
+            let id = self.id.clone();
+            move |source| MemoryError::Corrupt { path: path.to_path_buf(), id, column, source }
+        };
+        let steps: Vec<WorkflowStep> = serde_json::from_str(&self.steps).map_err(corrupt("steps"))?;
+        let composed_of: Vec<String> = serde_json::from_str(&self.composed_of).map_err(corrupt("composed_of"))?;
+        let mut provenance = merge_provenances(provenances);
+        provenance.created_at = Some(self.created_at);
+        Ok(Workflow {
+            id: self.id,
+            description: self.description,
+            steps,
+            scope: Scope { site: self.site, domain: self.domain },
+            provenance,
+            stats: self.stats,
+            composed_of,
+        })
+    }
+}
+
+/// Folds a workflow's provenances into one: the first one's inducer, model and prompt,
+/// and the union of all trajectory ids in first-seen order.
+fn merge_provenances(provenances: Vec<Provenance>) -> Provenance {
+    let mut iter = provenances.into_iter();
+    let mut merged = iter.next().unwrap_or_default();
+    for provenance in iter {
+        for id in provenance.trajectory_ids {
+            if !merged.trajectory_ids.contains(&id) {
+                merged.trajectory_ids.push(id);
+            }
+        }
+    }
+    merged
+}
+
+fn read_provenances(conn: &Connection, path: &Path, pk: i64, id: &str) -> Result<Vec<Provenance>, MemoryError> {
+    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT trajectory_ids, inducer, model, prompt_version, created_at FROM provenance WHERE workflow_pk = ?1 ORDER BY seq",
+        )
+        .map_err(sqlite)?;
+    let rows: Vec<(String, Provenance)> = stmt
+        .query_map([pk], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                Provenance {
+                    trajectory_ids: Vec::new(),
+                    inducer: row.get(1)?,
+                    model: row.get(2)?,
+                    prompt_version: row.get(3)?,
+                    created_at: Some(row.get(4)?),
+                },
+            ))
+        })
+        .map_err(|source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source })?
+        .collect::<Result<_, _>>()
+        .map_err(|source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source })?;
+    rows.into_iter()
+        .map(|(ids, mut provenance)| {
+            provenance.trajectory_ids = serde_json::from_str(&ids).map_err(|source| MemoryError::Corrupt {
+                path: path.to_path_buf(),
+                id: id.to_owned(),
+                column: "provenance.trajectory_ids",
+                source,
+            })?;
+            Ok(provenance)
+        })
+        .collect()
+}
+
+fn add_in(tx: &Transaction<'_>, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Result<AddOutcome, MemoryError> {
+    let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
+    if workflow.steps.is_empty() {
+        return Err(MemoryError::InvalidWorkflow {
+            description: workflow.description.clone(),
+            reason: "it has no steps".to_owned(),
+        });
+    }
+    let scope_key = scope_key(&workflow.scope);
+    let action_key = action_key(workflow);
+    let now = now_rfc3339();
+    let created_at = workflow.provenance.created_at.clone().unwrap_or_else(|| now.clone());
+
+    // Dedup: the most similar stored workflow with the same scope and tool sequence.
+    let candidates: Vec<(i64, String, String)> = {
+        let mut stmt = tx
+            .prepare_cached("SELECT pk, id, description FROM workflows WHERE scope_key = ?1 AND action_key = ?2 ORDER BY pk")
+            .map_err(sqlite("looking for duplicates"))?;
+        stmt.query_map(params![scope_key, action_key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .map_err(sqlite("looking for duplicates"))?
+            .collect::<Result<_, _>>()
+            .map_err(sqlite("looking for duplicates"))?
+    };
+    let mut best: Option<(i64, String, f64)> = None;
+    for (pk, id, description) in candidates {
+        let similarity = description_similarity(&description, &workflow.description);
+        if similarity >= cfg.dedup_threshold && best.as_ref().is_none_or(|(_, _, s)| similarity > *s) {
+            best = Some((pk, id, similarity));
+        }
+    }
+    if let Some((pk, id, similarity)) = best {
+        insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+        let stats = &workflow.stats;
+        tx.execute(
+            "UPDATE workflows SET retrieved = retrieved + ?2, used_success = used_success + ?3, used_failure = used_failure + ?4 WHERE pk = ?1",
+            params![pk, to_sql_count(stats.retrieved), to_sql_count(stats.used_success), to_sql_count(stats.used_failure)],
+        )
+        .map_err(sqlite("merging a duplicate"))?;
+        return Ok(AddOutcome::Merged { id, similarity });
+    }
+
+    let id = content_id(workflow);
+    let steps_json = serde_json::to_string(&workflow.steps).map_err(|err| MemoryError::InvalidWorkflow {
+        description: workflow.description.clone(),
+        reason: format!("its steps do not serialize: {err}"),
+    })?;
+    let composed_json = serde_json::to_string(&workflow.composed_of).map_err(|err| MemoryError::InvalidWorkflow {
+        description: workflow.description.clone(),
+        reason: format!("its composition does not serialize: {err}"),
+    })?;
+    let existing: Option<i64> = tx
+        .query_row("SELECT pk FROM workflows WHERE id = ?1", [&id], |row| row.get(0))
+        .optional()
+        .map_err(sqlite("looking up an id"))?;
+    if let Some(pk) = existing {
+        // The same content in the same scope: only possible with dedup disabled. Keep one
+        // row and record the extra provenance.
+        insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+        return Ok(AddOutcome::Merged { id, similarity: 1.0 });
+    }
+    let stats = &workflow.stats;
+    tx.execute(
+        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            id,
+            workflow.description,
+            steps_json,
+            workflow.scope.site,
+            workflow.scope.domain,
+            scope_key,
+            action_key,
+            composed_json,
+            created_at,
+            to_sql_count(stats.retrieved),
+            to_sql_count(stats.used_success),
+            to_sql_count(stats.used_failure),
+            steps_text(workflow)
+        ],
+    )
+    .map_err(sqlite("inserting a workflow"))?;
+    let pk = tx.last_insert_rowid();
+    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk]).map_err(sqlite("indexing a workflow"))?;
+    insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+    let evicted = match cfg.max_per_scope {
+        Some(max) => evict_in(tx, path, &scope_key, max)?,
+        None => Vec::new(),
+    };
+    Ok(AddOutcome::Inserted { id, evicted })
+}
+
+fn insert_provenance(
+    tx: &Transaction<'_>,
+    path: &Path,
+    pk: i64,
+    provenance: &Provenance,
+    created_at: &str,
+) -> Result<(), MemoryError> {
+    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "recording provenance", source };
+    // Trajectory ids are strings, so this serialisation cannot fail.
+    let ids = serde_json::to_string(&provenance.trajectory_ids).unwrap_or_else(|_| "[]".to_owned());
+    tx.execute(
+        "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at)
+         VALUES (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM provenance WHERE workflow_pk = ?1), ?2, ?3, ?4, ?5, ?6)",
+        params![pk, ids, provenance.inducer, provenance.model, provenance.prompt_version, created_at],
+    )
+    .map_err(sqlite)?;
+    Ok(())
+}
+
+/// Evicts from the exact scope `scope_key` until at most `max` workflows remain.
+fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> Result<Vec<String>, MemoryError> {
+    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "evicting", source };
+    let count: i64 = tx
+        .query_row("SELECT COUNT(*) FROM workflows WHERE scope_key = ?1", [scope_key], |row| row.get(0))
+        .map_err(sqlite)?;
+    let excess = usize::try_from(count).unwrap_or(0).saturating_sub(max);
+    if excess == 0 {
+        return Ok(Vec::new());
+    }
+    let mut stmt = tx
+        .prepare_cached("SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = ?1")
+        .map_err(sqlite)?;
+    let mut rows: Vec<(f64, i64, String)> = stmt
+        .query_map([scope_key], |row| {
+            let stats = WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
+            Ok((retention_score(&stats), row.get(0)?, row.get(1)?))
+        })
+        .map_err(sqlite)?
+        .collect::<Result<_, _>>()
+        .map_err(sqlite)?;
+    drop(stmt);
+    // Lowest score first; among equal scores the oldest (smallest pk) first.
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut evicted = Vec::with_capacity(excess);
+    for (_, pk, id) in rows.into_iter().take(excess) {
+        delete_pk(tx, path, pk)?;
+        evicted.push(id);
+    }
+    Ok(evicted)
+}
+
+fn delete_pk(tx: &Transaction<'_>, path: &Path, pk: i64) -> Result<(), MemoryError> {
+    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "deleting a workflow", source };
+    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk]).map_err(sqlite)?;
+    tx.execute("DELETE FROM provenance WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
+    tx.execute("DELETE FROM workflows WHERE pk = ?1", [pk]).map_err(sqlite)?;
+    Ok(())
+}
+
+/// The exact-scope grouping key: both fields, with absence distinct from any value.
+fn scope_key(scope: &Scope) -> String {
+    let part = |value: &Option<String>| match value {
+        Some(value) => format!("={value}"),
+        None => "-".to_owned(),
+    };
+    format!("site{}\u{1f}domain{}", part(&scope.site), part(&scope.domain))
+}
+
+/// A workflow's id: a hash of its scope, description and steps, so the same workflow gets
+/// the same id in every memory file.
+fn content_id(workflow: &Workflow) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(scope_key(&workflow.scope).as_bytes());
+    hasher.update([0]);
+    hasher.update(workflow.description.as_bytes());
+    hasher.update([0]);
+    for step in &workflow.steps {
+        hasher.update(step.state.as_bytes());
+        hasher.update([0]);
+        hasher.update(step.reasoning.as_bytes());
+        hasher.update([0]);
+        hasher.update(step.action.tool.as_bytes());
+        hasher.update([0]);
+        hasher.update(canonical_json(&serde_json::Value::Object(step.action.args.clone())).as_bytes());
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    let mut id = String::from("wf-");
+    for byte in &digest[..8] {
+        id.push_str(&format!("{byte:02x}"));
+    }
+    id
+}
+
+/// Reads a counter column; SQLite integers are signed, counters never negative.
+fn read_count(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    Ok(u64::try_from(row.get::<_, i64>(idx)?).unwrap_or(0))
+}
+
+fn to_sql_count(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(e, _)
+            if e.code == rusqlite::ErrorCode::DatabaseBusy || e.code == rusqlite::ErrorCode::DatabaseLocked
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use flowmem_model::Scope;
+
+    use crate::schema::MIGRATIONS;
+    use crate::store::{MemoryStore, StoreConfig};
+
+    #[test]
+    fn a_version_1_file_migrates_in_place_and_stays_searchable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO workflows (pk, id, description, steps, scope_key, action_key, created_at)
+                 VALUES (1, 'wf-old', 'refund a returned parcel', '[{\"action\":{\"tool\":\"refund\",\"args\":{}}}]', 's', 'refund', '2026-01-01T00:00:00Z');
+                 INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, created_at) VALUES (1, 0, '[\"t9\"]', 'rule', '2026-01-01T00:00:00Z');
+                 INSERT INTO workflow_fts (rowid, description, steps) VALUES (1, 'refund a returned parcel', 'refund\nissue_voucher');",
+            )
+            .unwrap();
+        }
+        let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let hits = store.search("voucher", &Scope::default(), 5).unwrap();
+        assert_eq!(hits.len(), 1, "the old index text carried over");
+        assert_eq!(hits[0].workflow.id, "wf-old");
+        assert_eq!(hits[0].workflow.provenance.trajectory_ids, ["t9"]);
+    }
+}

@@ -1,0 +1,199 @@
+//! The SQLite store: retrieval ranking, dedup, eviction, statistics, migrations.
+
+use flowmem_memory::{AddOutcome, MemoryError, MemoryStore, PrunePolicy, StoreConfig, UseOutcome};
+use flowmem_model::Scope;
+
+use crate::workflow;
+
+fn open(dir: &tempfile::TempDir, cfg: StoreConfig) -> MemoryStore {
+    MemoryStore::open(&dir.path().join("memory.db"), cfg).expect("a fresh file opens")
+}
+
+fn domain(name: &str) -> Scope {
+    Scope { site: None, domain: Some(name.to_owned()) }
+}
+
+/// Ranks `query` within `scope` and returns the descriptions, best first.
+fn ranked(store: &MemoryStore, query: &str, scope: &Scope) -> Vec<String> {
+    let hits = store.search(query, scope, 10).unwrap();
+    for pair in hits.windows(2) {
+        assert!(pair[0].score >= pair[1].score, "hits must come best first");
+    }
+    hits.into_iter().map(|hit| hit.workflow.description).collect()
+}
+
+#[test]
+fn retrieval_ranks_a_hand_made_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir, StoreConfig::standard());
+    let set = [
+        workflow("Cancel a pending order and refund it to the original payment method", &["find_user_id_by_email", "get_order_details", "cancel_pending_order"], Some("retail")),
+        workflow("Exchange a delivered item for another variant of the same product", &["get_order_details", "get_product_details", "exchange_delivered_order_items"], Some("retail")),
+        workflow("Update the shipping address of a pending order", &["get_order_details", "modify_pending_order_address"], Some("retail")),
+        workflow("Look up a user's profile by name and zip code", &["find_user_id_by_name_zip", "get_user_details"], Some("retail")),
+        workflow("Cancel a flight reservation and refund it", &["get_reservation_details", "cancel_reservation"], Some("airline")),
+    ];
+    store.add_all(&set).unwrap();
+
+    let retail = domain("retail");
+    let cancel = ranked(&store, "I want to cancel my order and get a refund", &retail);
+    assert_eq!(cancel[0], set[0].description);
+    assert!(!cancel.contains(&set[4].description), "the scope filter keeps airline out: {cancel:?}");
+
+    let exchange = ranked(&store, "exchange an item for a different product variant", &retail);
+    assert_eq!(exchange[0], set[1].description);
+
+    // Tool names in steps are searchable too: `modify_pending_order_address` mentions address.
+    let address = ranked(&store, "change address", &retail);
+    assert_eq!(address[0], set[2].description);
+
+    // Without a scope filter the airline workflow competes, and wins on its own words.
+    let flight = ranked(&store, "cancel flight reservation", &Scope::default());
+    assert_eq!(flight[0], set[4].description);
+
+    assert!(ranked(&store, "zzzz unknownword", &retail).is_empty());
+    assert!(ranked(&store, "  ?! ", &retail).is_empty());
+}
+
+#[test]
+fn dedup_merges_near_duplicates_and_keeps_both_provenances() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir, StoreConfig::standard());
+    let tools = ["find_user_id_by_email", "get_order_details"];
+    let mut first = workflow("Look up the details of a user's order", &tools, Some("retail"));
+    first.provenance.trajectory_ids = vec!["t1".into()];
+    let mut second = workflow("look up details of the user's order", &tools, Some("retail"));
+    second.provenance.trajectory_ids = vec!["t2".into(), "t3".into()];
+    second.provenance.inducer = "lm".into();
+    second.provenance.model = Some("scripted".into());
+
+    let id = store.add(&first).unwrap().id().to_owned();
+    let outcome = store.add(&second).unwrap();
+    let AddOutcome::Merged { id: merged_id, similarity } = outcome else {
+        panic!("expected a merge, got {outcome:?}");
+    };
+    assert_eq!(merged_id, id);
+    assert!(similarity >= 0.5);
+    assert_eq!(store.count(&Scope::default()).unwrap(), 1);
+    let stored = store.get(&id).unwrap();
+    assert_eq!(stored.description, first.description, "the stored description is kept");
+    assert_eq!(stored.provenance.trajectory_ids, ["t1", "t2", "t3"]);
+    let provenances = store.provenances(&id).unwrap();
+    assert_eq!(provenances.len(), 2);
+    assert_eq!(provenances[1].inducer, "lm");
+    assert_eq!(provenances[1].model.as_deref(), Some("scripted"));
+
+    // Not merged: another tool sequence, a dissimilar description, or another scope.
+    let other_tools = workflow("Look up the details of a user's order", &["get_order_details", "find_user_id_by_email"], Some("retail"));
+    let dissimilar = workflow("Cancel a pending order", &tools, Some("retail"));
+    let other_scope = workflow("Look up the details of a user's order", &tools, Some("airline"));
+    for workflow in [other_tools, dissimilar, other_scope] {
+        assert!(matches!(store.add(&workflow).unwrap(), AddOutcome::Inserted { .. }));
+    }
+    assert_eq!(store.count(&Scope::default()).unwrap(), 4);
+}
+
+#[test]
+fn a_full_scope_evicts_the_lowest_retention_score_then_the_oldest() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig { max_per_scope: Some(3), ..StoreConfig::standard() };
+    let mut store = open(&dir, cfg);
+    let ids: Vec<String> = ["alpha", "bravo", "charlie"]
+        .iter()
+        .enumerate()
+        .map(|(idx, name)| {
+            let tools = [format!("tool_{idx}_a"), format!("tool_{idx}_b")];
+            let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+            store.add(&workflow(name, &tools, Some("retail"))).unwrap().id().to_owned()
+        })
+        .collect();
+    // alpha helped twice; bravo failed twice; charlie was never used.
+    for _ in 0..2 {
+        store.record_use(&ids[0], UseOutcome::Success).unwrap();
+        store.record_use(&ids[1], UseOutcome::Failure).unwrap();
+    }
+    // Another scope is not affected by this scope's bound.
+    store.add(&workflow("elsewhere", &["x", "y"], Some("airline"))).unwrap();
+
+    let outcome = store.add(&workflow("delta", &["d1", "d2"], Some("retail"))).unwrap();
+    let AddOutcome::Inserted { evicted, .. } = outcome else { panic!("expected an insert") };
+    assert_eq!(evicted, [ids[1].clone()], "the workflow that kept failing goes first");
+
+    // Now charlie and delta are both unused: the older one, charlie, goes.
+    let outcome = store.add(&workflow("echo", &["e1", "e2"], Some("retail"))).unwrap();
+    let AddOutcome::Inserted { evicted, .. } = outcome else { panic!("expected an insert") };
+    assert_eq!(evicted, [ids[2].clone()]);
+    assert_eq!(store.count(&domain("retail")).unwrap(), 3);
+    assert_eq!(store.count(&domain("airline")).unwrap(), 1);
+    assert!(matches!(store.get(&ids[2]), Err(MemoryError::NotFound { .. })));
+    assert!(store.search("charlie", &Scope::default(), 5).unwrap().is_empty(), "the index forgets evicted workflows");
+}
+
+#[test]
+fn usage_statistics_and_prune_by_success_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir, StoreConfig::standard());
+    let good = store.add(&workflow("reliable order lookup", &["a", "b"], None)).unwrap().id().to_owned();
+    let bad = store.add(&workflow("unreliable order lookup", &["c", "d"], None)).unwrap().id().to_owned();
+    let hits = store.retrieve("order lookup", &Scope::default(), 5).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(hits.iter().all(|hit| hit.workflow.stats.retrieved == 1));
+    store.search("order lookup", &Scope::default(), 5).unwrap();
+    assert_eq!(store.get(&good).unwrap().stats.retrieved, 1, "search alone does not count");
+    for _ in 0..4 {
+        store.record_use(&good, UseOutcome::Success).unwrap();
+        store.record_use(&bad, UseOutcome::Failure).unwrap();
+    }
+    let stats = store.get(&bad).unwrap().stats;
+    assert_eq!((stats.used_success, stats.used_failure), (0, 4));
+    assert!(matches!(store.record_use("wf-missing", UseOutcome::Success), Err(MemoryError::NotFound { .. })));
+
+    let policy = PrunePolicy { max_per_scope: None, min_success_rate: Some(0.4), min_uses: 3 };
+    assert_eq!(store.prune(&policy).unwrap(), [bad]);
+    assert_eq!(store.count(&Scope::default()).unwrap(), 1);
+}
+
+#[test]
+fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let id = {
+        let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
+    };
+    let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    assert_eq!(store.get(&id).unwrap().description, "persisted");
+    assert_eq!(store.schema_version().unwrap(), 2);
+    drop(store);
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 2, .. }), "{err}");
+}
+
+#[test]
+fn workflows_without_steps_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir, StoreConfig::standard());
+    let err = store.add(&workflow("empty", &[], None)).unwrap_err();
+    assert!(err.to_string().contains("no steps"), "{err}");
+}
+
+#[test]
+fn an_open_store_sees_writes_and_deletes_made_through_another_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let mut writer = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    assert!(reader.search("parcel", &Scope::default(), 5).unwrap().is_empty());
+    let id = writer.add(&workflow("track a parcel", &["a", "b"], None)).unwrap().id().to_owned();
+    writer.add(&workflow("return a parcel", &["c", "d"], None)).unwrap();
+    assert_eq!(reader.search("parcel", &Scope::default(), 5).unwrap().len(), 2);
+    writer.delete(&id).unwrap();
+    let hits = reader.search("parcel", &Scope::default(), 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].workflow.description, "return a parcel");
+}

@@ -1,0 +1,47 @@
+//! Test helpers shared by every flowmem crate.
+//!
+//! # Brief overview
+//!
+//! - [`ScriptedLlmServer`] is a real HTTP server on loopback that speaks the OpenAI
+//!   chat-completions API (`POST /v1/chat/completions`, `GET /v1/models`). It answers
+//!   from a [`Script`] of [`Reply`] values, in request order or matched on content with
+//!   [`Match`], injects faults (429 with `Retry-After`, 500, slow replies, malformed
+//!   JSON, missing fields), records every request, and tracks the most requests it had
+//!   in flight at once.
+//! - [`repo_root`], [`deps_dir`], [`shared_data_dir`] and [`require_path`] find the
+//!   repository, the external test dependencies installed by `scripts/setup/`, and the
+//!   shared test data.
+//!
+//! Use it as a dev-dependency only.
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let server = ScriptedLlmServer::start(
+//!     Script::in_order([
+//!         Reply::server_error(),
+//!         Reply::tool_call("get_order", json!({"order_id": "#W42"})),
+//!     ])
+//!     .when(Match::after_tool_result(), Reply::text("Your order has shipped.")),
+//! )
+//! .await;
+//! let base_url = server.base_url(); // give this to the client under test
+//! # let _ = base_url;
+//! // ... run the code under test, then assert on what the server saw:
+//! assert_eq!(server.chat_requests().len(), 0);
+//! assert_eq!(server.max_in_flight(), 0);
+//! # }
+//! ```
+
+mod paths;
+mod script;
+mod server;
+
+pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
+pub use crate::script::{Match, Reply, Script};
+pub use crate::server::{RecordedRequest, ScriptedLlmServer};

@@ -1,0 +1,381 @@
+//! The scripted OpenAI-compatible chat server.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::script::{Reply, ReplyKind, Script};
+
+/// A real HTTP server on `127.0.0.1` speaking the OpenAI chat-completions API, with
+/// replies taken from a [`Script`].
+///
+/// It serves `POST /v1/chat/completions` and `GET /v1/models`, records every request
+/// it receives, and tracks how many chat requests were in flight at once. The server
+/// stops when the handle is dropped.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let server = ScriptedLlmServer::start(Script::in_order([
+///     Reply::tool_call("get_order", json!({"order_id": "#W42"})),
+///     Reply::text("It shipped."),
+/// ]))
+/// .await;
+/// // Point the client under test at `server.base_url()`, e.g. "http://127.0.0.1:PORT/v1".
+/// assert!(server.base_url().ends_with("/v1"));
+/// assert_eq!(server.requests().len(), 0);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ScriptedLlmServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// The HTTP method.
+    pub method: String,
+    /// The path, such as `/v1/chat/completions`.
+    pub path: String,
+    /// The headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON, or `Value::String` of the raw text if it is not JSON,
+    /// or `Value::Null` when empty.
+    pub body: Value,
+    /// When it arrived, relative to the server's start.
+    pub at: std::time::Duration,
+}
+
+impl RecordedRequest {
+    /// The value of header `name` (case-insensitive), if present.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str())
+    }
+
+    /// Whether this is a chat-completions request.
+    #[must_use]
+    pub fn is_chat(&self) -> bool {
+        self.path.ends_with("/chat/completions")
+    }
+
+    /// The messages of a chat request.
+    #[must_use]
+    pub fn messages(&self) -> &[Value] {
+        self.body["messages"].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    /// The text of the last message with `role`, if any.
+    #[must_use]
+    pub fn last_text(&self, role: &str) -> Option<&str> {
+        self.messages().iter().rev().find(|message| message["role"] == role)?["content"].as_str()
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    script: Mutex<Script>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    n_chat: AtomicUsize,
+    started: Instant,
+}
+
+impl ScriptedLlmServer {
+    /// Starts a server on `127.0.0.1` with an OS-assigned port.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound, which a test cannot recover from. Must be
+    /// called within a Tokio runtime.
+    pub async fn start(script: Script) -> ScriptedLlmServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("scripted LLM server: binding a loopback port");
+        let addr = listener.local_addr().expect("scripted LLM server: local address");
+        let shared = Arc::new(Shared {
+            script: Mutex::new(script),
+            requests: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            n_chat: AtomicUsize::new(0),
+            started: Instant::now(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/models", get(models))
+            .fallback(not_found)
+            .with_state(Arc::clone(&shared));
+        let task = tokio::spawn(async move {
+            // An accept error ends the server; requests then fail as connection errors,
+            // which the test will report.
+            let _ = axum::serve(listener, app).await;
+        });
+        ScriptedLlmServer { addr, shared, task }
+    }
+
+    /// The API base URL, `http://127.0.0.1:PORT/v1`, as in `OPENAI_BASE_URL`.
+    #[must_use]
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The socket address the server listens on.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far (chat and models), in arrival order.
+    #[must_use]
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.requests.lock().expect("request log lock").clone()
+    }
+
+    /// The chat-completions requests received so far, in arrival order.
+    #[must_use]
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(RecordedRequest::is_chat).collect()
+    }
+
+    /// How many requests of any kind arrived so far.
+    #[must_use]
+    pub fn request_count(&self) -> usize {
+        self.shared.requests.lock().expect("request log lock").len()
+    }
+
+    /// The largest number of chat requests being answered at the same moment.
+    #[must_use]
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How many chat requests are being answered right now.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ScriptedLlmServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Value {
+    let parsed = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+    };
+    let headers = headers
+        .iter()
+        .map(|(name, value)| {
+            (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
+        })
+        .collect();
+    shared.requests.lock().expect("request log lock").push(RecordedRequest {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers,
+        body: parsed.clone(),
+        at: shared.started.elapsed(),
+    });
+    parsed
+}
+
+/// Counts a request in flight for as long as it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> InFlight<'a> {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let _in_flight = InFlight::enter(&shared);
+    let request = record(&shared, &method, &uri, &headers, &body);
+    let n = shared.n_chat.fetch_add(1, Ordering::SeqCst);
+    let reply = shared.script.lock().expect("script lock").next_reply(&request);
+    let Some(reply) = reply else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {
+                "message": format!("scripted server: the script has no reply for chat request #{n}"),
+                "type": "script_exhausted",
+            }})
+            .to_string(),
+        );
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = render(&reply, &request, n);
+    for (name, value) in &reply.headers {
+        if let (Ok(name), Ok(value)) =
+            (header::HeaderName::try_from(name.as_str()), header::HeaderValue::try_from(value.as_str()))
+        {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+async fn models(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, &method, &uri, &headers, &body);
+    let ids = shared.script.lock().expect("script lock").models.clone();
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "flowmem-testsupport"}))
+        .collect();
+    json_response(StatusCode::OK, json!({"object": "list", "data": data}).to_string())
+}
+
+async fn not_found(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&shared, &method, &uri, &headers, &body);
+    let message = format!("scripted server: no route for {method} {}", uri.path());
+    json_response(StatusCode::NOT_FOUND, json!({"error": {"message": message}}).to_string())
+}
+
+fn render(reply: &Reply, request: &Value, n: usize) -> Response {
+    let (message, default_finish, completion_words) = match &reply.kind {
+        ReplyKind::Status { status, retry_after, body } => {
+            let mut builder = Response::builder()
+                .status(*status)
+                .header(header::CONTENT_TYPE, "application/json");
+            if let Some(seconds) = retry_after {
+                builder = builder.header(header::RETRY_AFTER, seconds.as_str());
+            }
+            return builder.body(Body::from(body.clone())).expect("valid response");
+        }
+        ReplyKind::Raw { status, body } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::OK);
+            return json_response(status, body.clone());
+        }
+        ReplyKind::Text(text) => (
+            json!({"role": "assistant", "content": text}),
+            "stop",
+            text.split_whitespace().count(),
+        ),
+        ReplyKind::ToolCalls(calls) => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, arguments))| {
+                    json!({
+                        "id": format!("call_{n}_{i}"),
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    })
+                })
+                .collect();
+            let words = calls.iter().map(|(_, args)| args.split_whitespace().count() + 1).sum();
+            (json!({"role": "assistant", "content": null, "tool_calls": tool_calls}), "tool_calls", words)
+        }
+    };
+    let (prompt_tokens, completion_tokens) = reply.usage.unwrap_or_else(|| {
+        let prompt_words: usize = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|message| message["content"].as_str())
+            .map(|text| text.split_whitespace().count())
+            .sum();
+        (prompt_words as u64, completion_words as u64)
+    });
+    let mut body = json!({
+        "id": format!("chatcmpl-scripted-{n}"),
+        "object": "chat.completion",
+        "created": 0,
+        "model": request["model"].as_str().unwrap_or("scripted-model"),
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "finish_reason": reply.finish_reason.as_deref().unwrap_or(default_finish),
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    });
+    for pointer in &reply.remove {
+        remove_pointer(&mut body, pointer);
+    }
+    json_response(StatusCode::OK, body.to_string())
+}
+
+/// Removes the value at a JSON pointer, if present.
+fn remove_pointer(root: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else { return };
+    let Some(parent) = root.pointer_mut(parent) else { return };
+    match parent {
+        Value::Object(map) => {
+            map.remove(last);
+        }
+        Value::Array(items) => {
+            if let Ok(idx) = last.parse::<usize>() {
+                if idx < items.len() {
+                    items.remove(idx);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("valid response")
+}
