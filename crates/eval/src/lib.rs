@@ -48,6 +48,7 @@ mod reward;
 mod run;
 mod score;
 mod split;
+mod systems;
 mod task_check;
 mod tc;
 
@@ -69,5 +70,6 @@ pub use crate::run::{
     CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate,
 };
 pub use crate::split::{Split, SplitRatios, split};
+pub use crate::systems::{IsolatedTools, ReactSystem, StateIsolation, WorkflowSystem};
 pub use crate::task_check::{StateServer, TaskCheck, TaskChecker};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};

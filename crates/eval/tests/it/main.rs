@@ -2,5 +2,6 @@
 
 mod evaluate;
 mod report_html;
+mod systems;
 mod task_check;
 mod util;
