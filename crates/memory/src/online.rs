@@ -12,7 +12,7 @@ use flowmem_exec::{ExecObserver, RunInput, Runtime, run_agent};
 use flowmem_llm::{ChatModel, Prompts};
 use flowmem_model::{Action, Outcome, Record, Scope, Step, ToolCall, Trace, Trajectory};
 
-use crate::agent::{MemoryAgentConfig, MemoryMode, record_uses, run_with_memory};
+use crate::agent::{MemoryAgentConfig, record_uses, run_with_memory};
 use crate::compose::composition;
 use crate::error::OnlineError;
 use crate::induce::{Variant, induce};

@@ -271,7 +271,8 @@ async fn a_new_workflow_containing_a_stored_one_is_composed_of_it() {
         ]));
     let llm = ScriptedLlmServer::start(script).await;
     let records = [record("r1", "say hello, add, and say the sum")];
-    learn(&llm, &mut store, &records, &dir.path().join("out"), None).await.unwrap();
+    let report = learn(&llm, &mut store, &records, &dir.path().join("out"), None).await.unwrap();
+    assert_eq!(report.curve.n_workflows_added, 1);
 
     let all = store.list(&Scope::default()).unwrap();
     assert_eq!(all.len(), 2);
