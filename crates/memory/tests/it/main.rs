@@ -1,6 +1,7 @@
 //! Integration tests of flowmem-memory: one binary, one module per topic.
 
 mod concurrency;
+mod curve_html;
 mod online;
 mod render;
 mod rule_data;
