@@ -442,6 +442,12 @@ pub enum MemoryCommand {
         /// Also print the workflow as an executable graph (JSON), for `flowmem scout`.
         #[arg(long)]
         graph: bool,
+        /// Also print its composition: the stored workflows it is built from (AWM's
+        /// snowballing), indented below it, recursively.
+        ///
+        /// Example: `flowmem memory show wf-1a2b3c4d5e6f7a8b --memory memory.db --tree`
+        #[arg(long)]
+        tree: bool,
     },
     /// Rank workflows by BM25 relevance to a query.
     ///

@@ -75,3 +75,58 @@ pub enum InduceError {
     #[error(transparent)]
     Memory(#[from] MemoryError),
 }
+
+/// Why a memory-augmented run, an evaluation or the online loop failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OnlineError {
+    /// The memory could not be read or written.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Induction from a judged run failed.
+    #[error(transparent)]
+    Induce(#[from] InduceError),
+    /// A prompt template did not render.
+    #[error("the `{template}` prompt did not render")]
+    Prompt {
+        /// The template's name.
+        template: &'static str,
+        /// The renderer's error.
+        #[source]
+        source: flowmem_llm::PromptError,
+    },
+    /// The evaluator model could not be reached.
+    #[error("the evaluator model failed")]
+    Llm(#[source] flowmem_llm::LlmError),
+    /// The evaluator's reply is not the structured judgement asked for.
+    #[error("the evaluator `{model}` replied with no valid judgement ({problem}): {raw}")]
+    Judge {
+        /// The evaluator model's name.
+        model: String,
+        /// What is wrong with the reply.
+        problem: String,
+        /// The reply text.
+        raw: String,
+    },
+    /// A file of the online run could not be read or written.
+    #[error("`{path}`: {what}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of the progress file does not parse.
+    #[error("`{path}` line {line}: {message}\nhint: the progress file was written by another flowmem version or edited; remove it to start over")]
+    Progress {
+        /// The progress file.
+        path: std::path::PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// The parser's message.
+        message: String,
+    },
+}

@@ -14,6 +14,14 @@
 //! - [`render`] turns a workflow into AWM's prompt text and into a linear
 //!   [`WorkflowGraph`](flowmem_model::WorkflowGraph), and reads and writes the
 //!   plain-text and JSONL exchange formats.
+//! - [`run_with_memory`] runs exec's ReAct agent with retrieved workflows, either in its
+//!   system prompt within a token budget ([`prompt_memory`]) or as callable tools
+//!   ([`WorkflowTools`], AWM_AS) whose calls expand to their steps.
+//! - [`judge_run`] is AWM's LM evaluator; [`agreement`] compares it with ground truth.
+//! - [`learn_online`] is online AWM over a task stream, resumable from its progress
+//!   file, with the [`LearningCurve`] against the same agent without memory.
+//! - [`composition`] finds the stored workflows a new one is built from (snowballing);
+//!   [`composition_tree`] lays the hierarchy out.
 //!
 //! # Example
 //!
@@ -38,17 +46,31 @@
 
 #![deny(missing_docs)]
 
+mod agent;
+mod compose;
 mod error;
 mod index;
 pub mod induce;
+mod judge;
 mod offline;
+mod online;
 pub mod render;
 mod schema;
 mod store;
 mod templates;
 mod text;
 
-pub use crate::error::{InduceError, MemoryError};
+pub use crate::agent::{
+    CHARS_PER_TOKEN, MemoryAgentConfig, MemoryMode, MemoryRun, PromptMemory, WorkflowTools, WorkflowUse, approx_tokens,
+    expand_calls, prompt_memory, record_uses, run_with_memory, workflow_tool_name, workflow_variables,
+};
+pub use crate::compose::{TreeLine, composition, composition_tree};
+pub use crate::error::{InduceError, MemoryError, OnlineError};
+pub use crate::judge::{Agreement, EVALUATE_PROMPT, Judgement, RunToJudge, agreement, judge_run};
+pub use crate::online::{
+    Arm, ArmCurve, CURVE_HTML_FILE, CURVE_JSON_FILE, LearningCurve, OnlineConfig, OnlineReport, PROGRESS_FILE,
+    ProgressLine, SuccessSource, TaskRun, learn_online, learning_curve, read_progress, render_curve_html,
+};
 pub use crate::offline::{OfflineConfig, OfflineReport, induce_offline};
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,

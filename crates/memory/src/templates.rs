@@ -14,7 +14,7 @@ pub const WORKFLOW_PROMPT: EmbeddedPrompt = flowmem_llm::embedded_prompt!("workf
 /// The `induce` template: AWM's induction instructions and the input trajectories.
 pub const INDUCE_PROMPT: EmbeddedPrompt = flowmem_llm::embedded_prompt!("induce");
 
-/// A prompt registry holding this crate's templates (`induce`, `workflow`).
+/// A prompt registry holding this crate's templates (`induce`, `workflow`, `evaluate`).
 ///
 /// # Errors
 ///
@@ -36,6 +36,7 @@ pub fn add_prompts(prompts: &mut Prompts) -> Result<(), PromptError> {
     debug_assert_eq!(INDUCE_PROMPT.name, INDUCE_PROMPT_NAME);
     prompts.register(WORKFLOW_PROMPT)?;
     prompts.register(INDUCE_PROMPT)?;
+    prompts.register(crate::judge::EVALUATE_PROMPT)?;
     Ok(())
 }
 

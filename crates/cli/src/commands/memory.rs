@@ -24,7 +24,7 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let mut store = MemoryStore::open(path, StoreConfig::standard())?;
     match &args.command {
         MemoryCommand::List(scope) => list(&store, &filter(scope), printer),
-        MemoryCommand::Show { id, graph } => show(&store, id, *graph, printer),
+        MemoryCommand::Show { id, graph, tree } => show(&store, id, *graph, *tree, printer),
         MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &filter(scope), printer),
         MemoryCommand::Export { format, output, scope } => export(&store, *format, output.as_deref(), &filter(scope), printer),
         MemoryCommand::Import { input, format, scope_domain, scope_site } => {
@@ -76,13 +76,21 @@ fn list(store: &MemoryStore, scope: &Scope, printer: &Printer) -> anyhow::Result
     Ok(ExitStatus::Success)
 }
 
-fn show(store: &MemoryStore, id: &str, graph: bool, printer: &Printer) -> anyhow::Result<ExitStatus> {
+fn show(store: &MemoryStore, id: &str, graph: bool, tree: bool, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let workflow = store.get(id)?;
     let provenances = store.provenances(id)?;
     if printer.json {
         let mut doc = serde_json::json!({"workflow": workflow, "provenances": provenances});
         if graph {
             doc["graph"] = serde_json::to_value(to_graph(&workflow))?;
+        }
+        if tree {
+            let all = store.list(&Scope::default())?;
+            let lines: Vec<serde_json::Value> = flowmem_memory::composition_tree(&all, Some(id))
+                .iter()
+                .map(|line| serde_json::json!({"depth": line.depth, "id": line.workflow.id, "description": line.workflow.description}))
+                .collect();
+            doc["tree"] = serde_json::Value::Array(lines);
         }
         printer.json_result(&doc)?;
         return Ok(ExitStatus::Success);
@@ -104,7 +112,22 @@ fn show(store: &MemoryStore, id: &str, graph: bool, printer: &Printer) -> anyhow
     if graph {
         printer.result(&serde_json::to_string_pretty(&to_graph(&workflow))?)?;
     }
+    if tree {
+        show_tree(store, id, printer)?;
+    }
     Ok(ExitStatus::Success)
+}
+
+/// Prints the composition tree below workflow `id`, one indented line per workflow.
+fn show_tree(store: &MemoryStore, id: &str, printer: &Printer) -> anyhow::Result<()> {
+    let all = store.list(&Scope::default())?;
+    let lines = flowmem_memory::composition_tree(&all, Some(id));
+    printer.result("composition:")?;
+    for line in &lines {
+        let mark = if line.repeated { " (cycle)" } else { "" };
+        printer.result(&format!("{}{}  {}{mark}", "  ".repeat(line.depth + 1), line.workflow.id, line.workflow.description))?;
+    }
+    Ok(())
 }
 
 fn provenance_line(provenance: &Provenance) -> String {

@@ -1,9 +1,12 @@
 //! Integration tests of flowmem-memory: one binary, one module per topic.
 
 mod concurrency;
+mod curve_html;
+mod online;
 mod render;
 mod rule_data;
 mod store;
+mod wire;
 
 use std::path::PathBuf;
 

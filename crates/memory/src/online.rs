@@ -1,0 +1,557 @@
+//! Online AWM: solve a stream of tasks, judge each run, learn from the ones judged
+//! successful, and measure the learning curve against the same agent without memory.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use flowmem_eval::TaskOracle;
+use flowmem_exec::{ExecObserver, RunInput, Runtime, run_agent};
+use flowmem_llm::{ChatModel, Prompts};
+use flowmem_model::{Action, Outcome, Record, Scope, Step, ToolCall, Trace, Trajectory};
+
+use crate::agent::{MemoryAgentConfig, record_uses, run_with_memory};
+use crate::compose::composition;
+use crate::error::OnlineError;
+use crate::induce::{Variant, induce};
+use crate::judge::{Agreement, Judgement, RunToJudge, agreement, judge_run};
+use crate::store::{AddOutcome, MemoryStore, UseOutcome};
+
+/// The progress file in the output directory: one JSON line per finished run or
+/// induction, appended and flushed as soon as it happens.
+pub const PROGRESS_FILE: &str = "progress.jsonl";
+/// The learning curve, as JSON.
+pub const CURVE_JSON_FILE: &str = "learning_curve.json";
+/// The learning curve, as an HTML report with an inline SVG plot.
+pub const CURVE_HTML_FILE: &str = "learning_curve.html";
+
+/// Options of [`learn_online`].
+pub struct OnlineConfig<'a> {
+    /// The executor model and the real tools.
+    pub runtime: &'a Runtime,
+    /// The LM evaluator.
+    pub evaluator: &'a dyn ChatModel,
+    /// Prompt templates holding `evaluate` (see [`render::prompts`](crate::render::prompts)).
+    pub prompts: &'a Prompts,
+    /// The memory agent. A scope without site and domain means "each record's own".
+    pub agent: MemoryAgentConfig,
+    /// The inducer used on runs judged successful.
+    pub inducer: Variant<'a>,
+    /// Induce once this many runs judged successful are pending (at least 1).
+    pub batch_size: usize,
+    /// Process at most this many tasks of the stream.
+    pub limit: Option<usize>,
+    /// Also run the same agent without memory on each task, for the comparison curve.
+    pub baseline: bool,
+    /// Ground truth (τ-bench's database check), when available.
+    pub oracle: Option<&'a dyn TaskOracle>,
+    /// Receives every execution event of every run.
+    pub observer: &'a dyn ExecObserver,
+}
+
+/// Which agent a run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arm {
+    /// The agent with the online memory.
+    Memory,
+    /// The same agent without memory.
+    Baseline,
+}
+
+/// One finished run in the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRun {
+    /// The 0-based position of the task in the stream.
+    pub index: usize,
+    /// The record's id.
+    pub record_id: String,
+    /// Which agent ran.
+    pub arm: Arm,
+    /// The evaluator's label and reason.
+    pub judgement: Judgement,
+    /// Ground truth, when an oracle is configured and could check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truth: Option<bool>,
+    /// Why ground truth is missing although an oracle is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_error: Option<String>,
+    /// The success that counts: ground truth when known, otherwise the judgement.
+    pub success: bool,
+    /// The agent's actions: tool calls as the agent made them (a workflow call is one).
+    pub steps: usize,
+    /// Workflows given to the agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offered: Vec<String>,
+    /// Workflows used (called, in actions mode; offered, in prompt mode).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used: Vec<String>,
+    /// For workflow calls that failed: the workflow id and the failed step's error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_workflow_steps: Vec<String>,
+    /// The run as a trajectory, kept for memory-arm runs judged successful until they
+    /// are induced from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<Trajectory>,
+}
+
+/// One line of the progress file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProgressLine {
+    /// A finished run.
+    Run(TaskRun),
+    /// An induction from the pending successful runs.
+    Induced {
+        /// The stream index of the last task before it.
+        after_task: usize,
+        /// The runs induced from.
+        trajectory_ids: Vec<String>,
+        /// What the store did with each induced workflow.
+        added: Vec<AddOutcome>,
+        /// How many proposals or trajectories the inducer left out.
+        n_skipped: usize,
+    },
+}
+
+/// One agent's curve and figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ArmCurve {
+    /// Tasks run.
+    pub n_tasks: usize,
+    /// Tasks solved.
+    pub n_solved: usize,
+    /// Cumulative success rate after each task seen (index `i` is after `i + 1` tasks).
+    pub cumulative_success_rate: Vec<f64>,
+    /// Mean agent actions per solved task.
+    pub steps_per_solved: Option<f64>,
+    /// Share of runs that used a workflow among runs offered at least one.
+    pub utilisation_rate: Option<f64>,
+}
+
+/// Where the success figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuccessSource {
+    /// Every run had ground truth.
+    GroundTruth,
+    /// Some or all runs had only the evaluator's label.
+    Evaluator,
+}
+
+/// The learning curve of an online run (AWM Fig. 5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LearningCurve {
+    /// Where success comes from.
+    pub success_source: SuccessSource,
+    /// The agent with memory.
+    pub memory: ArmCurve,
+    /// The agent without memory, when it was run.
+    pub baseline: Option<ArmCurve>,
+    /// The evaluator against ground truth, over every run that has both.
+    pub agreement: Option<Agreement>,
+    /// Inductions made and workflows they inserted or merged.
+    pub n_inductions: usize,
+    /// Workflows added (inserted or merged) over the stream.
+    pub n_workflows_added: usize,
+}
+
+/// What [`learn_online`] did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[must_use]
+pub struct OnlineReport {
+    /// Runs found in the progress file and not repeated.
+    pub n_resumed_runs: usize,
+    /// Runs made by this call.
+    pub n_new_runs: usize,
+    /// The curve over everything in the progress file.
+    pub curve: LearningCurve,
+    /// The JSON and HTML files written.
+    pub files: Vec<PathBuf>,
+}
+
+/// Runs online AWM over `records` in order, resuming from `dir`'s progress file.
+///
+/// For each task: run the memory agent with the current memory, judge the run with the
+/// evaluator, check it against ground truth when an oracle is configured, record the
+/// workflow uses in the store's statistics, and keep the run as a trajectory if the
+/// evaluator judged it successful (AWM induces from `L_eval = 1` runs only; ground
+/// truth is never used for learning). With `baseline`, the same agent without memory
+/// runs the same task. Once `batch_size` successful runs are pending, and at the end,
+/// they are induced from; each new workflow that contains a stored one is stored as
+/// composed of it ([`composition`]), one SQLite transaction per workflow.
+///
+/// Every run and induction is appended to `dir/progress.jsonl` and flushed before the
+/// next starts, so a killed run resumes from there: finished runs are not repeated and
+/// pending trajectories are restored. A kill between a memory write and its progress
+/// line makes the resumed run induce that batch again, which the store's dedup merges.
+///
+/// # Errors
+///
+/// [`OnlineError::Progress`] when the progress file is corrupt or belongs to another
+/// stream, [`OnlineError::Io`] when files cannot be written, and the agent's,
+/// evaluator's, inducer's and store's errors. Runs finished before an error stay in the
+/// progress file.
+pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Path, cfg: &OnlineConfig<'_>) -> Result<OnlineReport, OnlineError> {
+    std::fs::create_dir_all(dir).map_err(io(dir, "creating the output directory"))?;
+    let progress_path = dir.join(PROGRESS_FILE);
+    let mut lines = read_progress(&progress_path)?;
+    let n_tasks = cfg.limit.map_or(records.len(), |limit| limit.min(records.len()));
+    check_stream(&progress_path, &lines, records)?;
+    let n_resumed_runs = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
+    let mut pending = pending_trajectories(&lines);
+    let mut file = OpenOptions::new().create(true).append(true).open(&progress_path).map_err(io(&progress_path, "opening"))?;
+    let mut n_new_runs = 0;
+    for (index, record) in records.iter().enumerate().take(n_tasks) {
+        let done = |arm: Arm| lines.iter().any(|line| matches!(line, ProgressLine::Run(run) if run.index == index && run.arm == arm));
+        let (memory_done, baseline_done) = (done(Arm::Memory), done(Arm::Baseline));
+        if !memory_done {
+            let run = run_memory_arm(store, index, record, cfg).await?;
+            if let Some(trajectory) = &run.trajectory {
+                pending.push(trajectory.clone());
+            }
+            append(&mut file, &progress_path, &mut lines, ProgressLine::Run(run))?;
+            n_new_runs += 1;
+        }
+        if cfg.baseline && !baseline_done {
+            let run = run_baseline_arm(index, record, cfg).await?;
+            append(&mut file, &progress_path, &mut lines, ProgressLine::Run(run))?;
+            n_new_runs += 1;
+        }
+        if pending.len() >= cfg.batch_size.max(1) {
+            let line = induce_pending(store, &mut pending, index, cfg).await?;
+            append(&mut file, &progress_path, &mut lines, line)?;
+        }
+    }
+    if !pending.is_empty() && n_tasks > 0 {
+        let line = induce_pending(store, &mut pending, n_tasks - 1, cfg).await?;
+        append(&mut file, &progress_path, &mut lines, line)?;
+    }
+    let curve = learning_curve(&lines);
+    let files = write_curve(&curve, dir)?;
+    Ok(OnlineReport { n_resumed_runs, n_new_runs, curve, files })
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> OnlineError + 'a {
+    move |source| OnlineError::Io { path: path.to_path_buf(), what, source }
+}
+
+/// Reads a progress file; a missing file is an empty progress.
+///
+/// # Errors
+///
+/// [`OnlineError::Progress`] naming the line that does not parse, and
+/// [`OnlineError::Io`] when the file cannot be read.
+pub fn read_progress(path: &Path) -> Result<Vec<ProgressLine>, OnlineError> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(OnlineError::Io { path: path.to_path_buf(), what: "reading", source: err }),
+    };
+    let mut lines = Vec::new();
+    for (number, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io(path, "reading"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = serde_json::from_str(&line)
+            .map_err(|err| OnlineError::Progress { path: path.to_path_buf(), line: number + 1, message: err.to_string() })?;
+        lines.push(parsed);
+    }
+    Ok(lines)
+}
+
+fn check_stream(path: &Path, lines: &[ProgressLine], records: &[Record]) -> Result<(), OnlineError> {
+    for (number, line) in lines.iter().enumerate() {
+        if let ProgressLine::Run(run) = line {
+            let expected = records.get(run.index).map(|record| record.id.as_str());
+            if expected != Some(run.record_id.as_str()) {
+                return Err(OnlineError::Progress {
+                    path: path.to_path_buf(),
+                    line: number + 1,
+                    message: format!(
+                        "task {} is record `{}` here but `{}` in the records given; this progress belongs to another stream",
+                        run.index,
+                        run.record_id,
+                        expected.unwrap_or("(none)")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The memory-arm trajectories judged successful since the last induction.
+fn pending_trajectories(lines: &[ProgressLine]) -> Vec<Trajectory> {
+    let start = lines.iter().rposition(|line| matches!(line, ProgressLine::Induced { .. })).map_or(0, |at| at + 1);
+    lines[start..]
+        .iter()
+        .filter_map(|line| match line {
+            ProgressLine::Run(run) if run.arm == Arm::Memory => run.trajectory.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+fn append(file: &mut File, path: &Path, lines: &mut Vec<ProgressLine>, line: ProgressLine) -> Result<(), OnlineError> {
+    let mut text = serde_json::to_string(&line).map_err(|err| OnlineError::Io {
+        path: path.to_path_buf(),
+        what: "serializing a progress line",
+        source: std::io::Error::other(err),
+    })?;
+    text.push('\n');
+    file.write_all(text.as_bytes()).map_err(io(path, "appending"))?;
+    file.sync_data().map_err(io(path, "flushing"))?;
+    lines.push(line);
+    Ok(())
+}
+
+fn input_of(record: &Record) -> RunInput {
+    RunInput { id: record.id.clone(), query: record.query.clone() }
+}
+
+fn scope_for(cfg: &MemoryAgentConfig, record: &Record) -> Scope {
+    if cfg.scope.site.is_some() || cfg.scope.domain.is_some() {
+        cfg.scope.clone()
+    } else {
+        Scope { site: record.meta.site.clone(), domain: record.meta.domain.clone() }
+    }
+}
+
+async fn run_memory_arm(store: &mut MemoryStore, index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+    let agent = MemoryAgentConfig { scope: scope_for(&cfg.agent, record), ..cfg.agent.clone() };
+    let run = run_with_memory(cfg.runtime, &agent, store, &input_of(record), cfg.observer).await?;
+    let used = run.used_workflows(agent.mode);
+    let failed_workflow_steps = run
+        .uses
+        .iter()
+        .filter_map(|used| used.error.as_ref().map(|error| format!("{}: {error}", used.workflow_id)))
+        .collect();
+    let mut task = measure(index, record, Arm::Memory, &run.trace, &run.calls, cfg).await?;
+    let outcome = if task.success { UseOutcome::Success } else { UseOutcome::Failure };
+    record_uses(store, &used, outcome)?;
+    if task.judgement.success {
+        task.trajectory = Some(trajectory_of(record, &run.trace, &run.calls));
+    }
+    task.offered = run.offered;
+    task.used = used;
+    task.failed_workflow_steps = failed_workflow_steps;
+    Ok(task)
+}
+
+async fn run_baseline_arm(index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+    let trace = run_agent(cfg.runtime, &cfg.agent.agent, &input_of(record), cfg.observer).await;
+    measure(index, record, Arm::Baseline, &trace, &trace.tool_calls, cfg).await
+}
+
+async fn measure(index: usize, record: &Record, arm: Arm, trace: &Trace, calls: &[ToolCall], cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+    let judgement = judge_run(
+        cfg.evaluator,
+        cfg.prompts,
+        &RunToJudge { query: &record.query, calls, answer: trace.result.as_deref(), error: trace.error.as_deref() },
+    )
+    .await?;
+    let (truth, oracle_error) = match cfg.oracle {
+        Some(oracle) => {
+            let expanded = Trace { tool_calls: calls.to_vec(), ..trace.clone() };
+            match oracle.task_success(record, &expanded).await {
+                Ok(truth) => (Some(truth), None),
+                Err(message) => (None, Some(message)),
+            }
+        }
+        None => (None, None),
+    };
+    Ok(TaskRun {
+        index,
+        record_id: record.id.clone(),
+        arm,
+        success: truth.unwrap_or(judgement.success),
+        judgement,
+        truth,
+        oracle_error,
+        steps: trace.tool_calls.len(),
+        offered: Vec::new(),
+        used: Vec::new(),
+        failed_workflow_steps: Vec::new(),
+        trajectory: None,
+    })
+}
+
+fn trajectory_of(record: &Record, trace: &Trace, calls: &[ToolCall]) -> Trajectory {
+    Trajectory {
+        id: record.id.clone(),
+        attempt: None,
+        query: record.query.clone(),
+        steps: calls.iter().map(|call| Step { observation: None, reasoning: None, action: Action::ToolCall(call.clone()) }).collect(),
+        final_answer: trace.result.clone(),
+        reference: None,
+        success: Some(Outcome::Bool(true)),
+        meta: record.meta.clone(),
+    }
+}
+
+async fn induce_pending(store: &mut MemoryStore, pending: &mut Vec<Trajectory>, after_task: usize, cfg: &OnlineConfig<'_>) -> Result<ProgressLine, OnlineError> {
+    let trajectories = std::mem::take(pending);
+    let induction = induce(&trajectories, cfg.inducer).await?;
+    let mut added = Vec::with_capacity(induction.workflows.len());
+    for mut workflow in induction.workflows {
+        let stored = store.list(&workflow.scope)?;
+        workflow.composed_of = composition(&workflow, &stored);
+        added.push(store.add(&workflow)?);
+    }
+    Ok(ProgressLine::Induced {
+        after_task,
+        trajectory_ids: trajectories.iter().map(|trajectory| trajectory.id.clone()).collect(),
+        added,
+        n_skipped: induction.skipped.len(),
+    })
+}
+
+/// The learning curve of the runs in a progress file.
+#[must_use]
+pub fn learning_curve(lines: &[ProgressLine]) -> LearningCurve {
+    let runs: Vec<&TaskRun> = lines
+        .iter()
+        .filter_map(|line| match line {
+            ProgressLine::Run(run) => Some(run),
+            ProgressLine::Induced { .. } => None,
+        })
+        .collect();
+    let arm = |which: Arm| {
+        let mut ordered: Vec<&TaskRun> = runs.iter().copied().filter(|run| run.arm == which).collect();
+        ordered.sort_by_key(|run| run.index);
+        arm_curve(&ordered)
+    };
+    let has_baseline = runs.iter().any(|run| run.arm == Arm::Baseline);
+    let all_truth = !runs.is_empty() && runs.iter().all(|run| run.truth.is_some());
+    let with_truth: Vec<(bool, bool)> = runs.iter().filter_map(|run| run.truth.map(|truth| (run.judgement.success, truth))).collect();
+    let (n_inductions, n_workflows_added) = lines.iter().fold((0, 0), |(n, w), line| match line {
+        ProgressLine::Induced { added, .. } => (n + 1, w + added.len()),
+        ProgressLine::Run(_) => (n, w),
+    });
+    LearningCurve {
+        success_source: if all_truth { SuccessSource::GroundTruth } else { SuccessSource::Evaluator },
+        memory: arm(Arm::Memory),
+        baseline: has_baseline.then(|| arm(Arm::Baseline)),
+        agreement: (!with_truth.is_empty()).then(|| agreement(with_truth)),
+        n_inductions,
+        n_workflows_added,
+    }
+}
+
+fn arm_curve(runs: &[&TaskRun]) -> ArmCurve {
+    let mut curve = ArmCurve { n_tasks: runs.len(), ..ArmCurve::default() };
+    let mut solved_steps = 0;
+    for (seen, run) in runs.iter().enumerate() {
+        if run.success {
+            curve.n_solved += 1;
+            solved_steps += run.steps;
+        }
+        curve.cumulative_success_rate.push(curve.n_solved as f64 / (seen + 1) as f64);
+    }
+    if curve.n_solved > 0 {
+        curve.steps_per_solved = Some(solved_steps as f64 / curve.n_solved as f64);
+    }
+    let offered = runs.iter().filter(|run| !run.offered.is_empty()).count();
+    if offered > 0 {
+        let used = runs.iter().filter(|run| !run.offered.is_empty() && !run.used.is_empty()).count();
+        curve.utilisation_rate = Some(used as f64 / offered as f64);
+    }
+    curve
+}
+
+fn write_curve(curve: &LearningCurve, dir: &Path) -> Result<Vec<PathBuf>, OnlineError> {
+    let json_path = dir.join(CURVE_JSON_FILE);
+    let json = serde_json::to_string_pretty(curve)
+        .map_err(|err| OnlineError::Io { path: json_path.clone(), what: "serializing", source: std::io::Error::other(err) })?;
+    std::fs::write(&json_path, json + "\n").map_err(io(&json_path, "writing"))?;
+    let html_path = dir.join(CURVE_HTML_FILE);
+    std::fs::write(&html_path, render_curve_html(curve)).map_err(io(&html_path, "writing"))?;
+    Ok(vec![json_path, html_path])
+}
+
+/// The HTML report of a learning curve: an inline SVG plot of cumulative success
+/// against tasks seen, one line per agent, and a table of the figures.
+#[must_use]
+pub fn render_curve_html(curve: &LearningCurve) -> String {
+    let mut arms = vec![("with memory", "#1f77b4", &curve.memory)];
+    if let Some(baseline) = &curve.baseline {
+        arms.push(("without memory", "#d62728", baseline));
+    }
+    let source = match curve.success_source {
+        SuccessSource::GroundTruth => "ground truth",
+        SuccessSource::Evaluator => "the LM evaluator (ground truth where available)",
+    };
+    let mut html = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>flowmem online learning curve</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>\n<h1>Online AWM learning curve</h1>\n");
+    html.push_str(&format!("<p>Cumulative success rate against tasks seen. Success from {source}.</p>\n"));
+    html.push_str(&curve_svg(&arms));
+    html.push_str("\n<table><tr><th>agent</th><th>tasks</th><th>solved</th><th>success rate</th><th>steps per solved task</th><th>workflow utilisation</th></tr>\n");
+    for (label, _, arm) in &arms {
+        let rate = arm.cumulative_success_rate.last().copied();
+        html.push_str(&format!(
+            "<tr><td>{label}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            arm.n_tasks,
+            arm.n_solved,
+            figure(rate),
+            figure(arm.steps_per_solved),
+            figure(arm.utilisation_rate)
+        ));
+    }
+    html.push_str("</table>\n");
+    if let Some(agreement) = &curve.agreement {
+        html.push_str(&format!(
+            "<h2>Evaluator agreement with ground truth</h2>\n<p>{} runs: accuracy {}, false-positive rate {} (TP {}, FP {}, TN {}, FN {}).</p>\n",
+            agreement.n,
+            figure(agreement.accuracy),
+            figure(agreement.false_positive_rate),
+            agreement.true_positives,
+            agreement.false_positives,
+            agreement.true_negatives,
+            agreement.false_negatives
+        ));
+    }
+    html.push_str(&format!("<p>{} inductions added {} workflows.</p>\n</body></html>\n", curve.n_inductions, curve.n_workflows_added));
+    html
+}
+
+fn figure(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.3}"))
+}
+
+fn curve_svg(arms: &[(&str, &str, &ArmCurve)]) -> String {
+    let (width, height, left, bottom, top, right) = (640.0, 320.0, 50.0, 40.0, 20.0, 160.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let n = arms.iter().map(|(_, _, arm)| arm.cumulative_success_rate.len()).max().unwrap_or(0).max(1);
+    let x = |i: usize| left + if n == 1 { plot_w / 2.0 } else { plot_w * i as f64 / (n - 1) as f64 };
+    let y = |rate: f64| top + plot_h * (1.0 - rate);
+    let mut svg = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"learning curve\">\n");
+    svg.push_str(&format!(
+        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n",
+        top + plot_h,
+        left + plot_w,
+        top + plot_h,
+        top + plot_h
+    ));
+    for tick in [0.0, 0.5, 1.0] {
+        svg.push_str(&format!("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">{tick:.1}</text>\n", left - 6.0, y(tick) + 4.0));
+    }
+    svg.push_str(&format!("<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">tasks seen (1 to {n})</text>\n", left + plot_w / 2.0, height - 8.0));
+    for (slot, (label, colour, arm)) in arms.iter().enumerate() {
+        let points: Vec<String> = arm.cumulative_success_rate.iter().enumerate().map(|(i, rate)| format!("{:.1},{:.1}", x(i), y(*rate))).collect();
+        svg.push_str(&format!("<polyline class=\"curve\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n", points.join(" ")));
+        let legend_y = top + 16.0 * slot as f64 + 10.0;
+        svg.push_str(&format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{colour}\"/><text x=\"{}\" y=\"{}\" font-size=\"12\">{label}</text>\n",
+            left + plot_w + 12.0,
+            legend_y - 4.0,
+            left + plot_w + 30.0,
+            legend_y
+        ));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
