@@ -1,5 +1,7 @@
 //! Integration tests of the embedded model. They need the model file; without it each
-//! test prints which command fetches it and returns early (CI always fetches it).
+//! test prints which command fetches it and returns early. Under CI (`CI` set), where
+//! `scripts/test.sh` always fetches the model, a missing file fails the test instead, so
+//! a broken setup can never pass silently.
 
 #![allow(clippy::print_stderr)]
 
@@ -16,6 +18,11 @@ use flowmem_llm_local::{LocalConfig, LocalModel, SETUP_COMMAND};
 pub fn model() -> Option<LocalModel> {
     let config = LocalConfig::standard();
     if !config.path.is_file() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "model file `{}` is missing under CI; `{SETUP_COMMAND}` should have fetched it",
+            config.path.display()
+        );
         eprintln!(
             "SKIPPED: model file `{}` is missing; run `{SETUP_COMMAND}` from the repository root",
             config.path.display()
