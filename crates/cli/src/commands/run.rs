@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use flowmem_exec::{
     check, compile, exec_prompts, load_graph, run, run_agent, AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter,
-    Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog, ToolBox,
+    Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog,
 };
 use flowmem_llm::{Accounting, Purpose};
 use flowmem_model::{Record, Trace};
