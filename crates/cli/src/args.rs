@@ -96,6 +96,71 @@ pub enum Command {
     Stats(StatsArgs),
     /// Talk to the configured language models.
     Llm(LlmArgs),
+    /// Run a workflow graph on a query, or on every record of a file.
+    ///
+    /// Models come from `flowmem.toml` `[models]`/`[roles]` (or `OPENAI_BASE_URL`), tools
+    /// from its `[[tools.mcp]]` servers. The final answer goes to stdout; with
+    /// `--records`, one `ID<TAB>ANSWER` line per record, and a summary on stderr.
+    ///
+    /// Example: `flowmem run order-status.yaml --query "Where is order #W2378156?" --trace run.jsonl`
+    Run(RunArgs),
+    /// Run the ReAct baseline agent on a query, with the same models and tools.
+    ///
+    /// Example: `flowmem agent --query "Where is order #W2378156?" --max-steps 8 --trace agent.jsonl`
+    Agent(AgentArgs),
+}
+
+/// Arguments of `flowmem run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow graph file (`.json`, `.yaml` or `.yml`).
+    pub workflow: std::path::PathBuf,
+    /// The query to run.
+    #[arg(long, conflicts_with = "records", required_unless_present = "records")]
+    pub query: Option<String>,
+    /// A JSONL file of records (`id`, `query`, ...) to run, concurrently.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<std::path::PathBuf>,
+    /// How many records run at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub concurrency: usize,
+    /// Where models, tools and traces come from and go.
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// Arguments of `flowmem agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The query to answer.
+    #[arg(long)]
+    pub query: String,
+    /// The most model calls before giving up.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub max_steps: u32,
+    /// Where models, tools and traces come from and go.
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+/// Options shared by `flowmem run` and `flowmem agent`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// The model to use (a `[models]` name, or a model id at `OPENAI_BASE_URL`).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// Write the JSONL trace here: node lines, a `tool_call` line per invocation, a `final` line per query.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Export OpenTelemetry spans to this OTLP/HTTP endpoint (such as `http://localhost:4318`).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// A directory of `NAME.j2` files replacing the built-in prompt templates.
+    #[arg(long, value_name = "DIR")]
+    pub prompts: Option<std::path::PathBuf>,
 }
 
 /// `flowmem graph` subcommands.

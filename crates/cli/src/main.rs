@@ -44,6 +44,8 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Stats(args) => commands::stats::run(&args, printer),
         Command::ServeLlm(args) => commands::serve_llm::run(&args, printer),
         Command::Llm(args) => commands::llm::run(&args, printer),
+        Command::Run(args) => commands::run::run_workflow(&args, printer),
+        Command::Agent(args) => commands::run::run_baseline(&args, printer),
     }
 }
 

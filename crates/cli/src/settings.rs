@@ -9,6 +9,7 @@ use flowmem_llm::{
     AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, HttpModel, LlmSettings, LocalModelConfig,
     ModelChoice, Purpose, ResponseCache,
 };
+use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then
 /// `./flowmem.toml` if it exists. `None` means no file: defaults and the environment.
@@ -85,12 +86,17 @@ pub async fn open_model(
     Ok(Arc::new(AccountedModel::new(model, accounting.clone())))
 }
 
-/// The embedded local model. It plugs in here once `flowmem-llm-local` is part of the
-/// build; until then choosing it is an error that says how to pick another model.
+/// The embedded local model from `cfg` (its configured file, else the file the setup
+/// script installs). The weights load on first use; a missing file is reported now, with
+/// the setup command to run.
 fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
-    bail!(
-        "model `{}` is the embedded local model, which this build does not include yet; \
-         configure an OpenAI-compatible model in flowmem.toml [models] or set OPENAI_BASE_URL",
-        cfg.name
-    )
+    let mut config = LocalConfig::standard();
+    if let Some(path) = &cfg.path {
+        config.path.clone_from(path);
+    }
+    if !config.path.is_file() {
+        let error = LocalError::ModelMissing { path: config.path };
+        return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
+    }
+    Ok(Arc::new(LocalModel::new(config)))
 }

@@ -13,6 +13,7 @@ pub mod split;
 pub mod stats;
 pub mod tools;
 pub mod serve_llm;
+pub mod run;
 
 use std::process::ExitCode;
 

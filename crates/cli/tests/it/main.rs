@@ -6,6 +6,7 @@ mod import;
 mod llm_chat;
 mod memory;
 mod mine;
+mod run;
 mod score;
 mod split;
 mod stats;
