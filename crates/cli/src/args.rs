@@ -47,6 +47,9 @@ pub enum Command {
     Split(SplitArgs),
     /// Score logged agent runs against records: TC with alignments, no LLM needed.
     Score(ScoreArgs),
+    /// Check or draw a workflow graph file.
+    #[command(subcommand)]
+    Graph(GraphCommand),
     /// List, call and replay the tools of the configured MCP servers.
     ///
     /// Servers come from the `[[tools.mcp]]` entries of `flowmem.toml`, found at `--config`,
@@ -82,6 +85,52 @@ pub enum Command {
     ///
     ///   flowmem stats retail.jsonl --top 5
     Stats(StatsArgs),
+}
+
+/// `flowmem graph` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Check a workflow graph against `Valid(G, T)` and print every violation.
+    ///
+    /// Prints each violation on its own line with the node it concerns, and exits 1 when
+    /// there is any. Tool binding is checked against the tools named with `--tool`;
+    /// without `--tool`, only the structure is checked.
+    ///
+    /// Example: `flowmem graph check flow.yaml --tool get_order_details --tool cancel_pending_order`
+    Check(GraphCheckArgs),
+    /// Draw a workflow graph as Mermaid or Graphviz DOT on stdout.
+    ///
+    /// Example: `flowmem graph render flow.yaml --format dot | dot -Tsvg > flow.svg`
+    Render(GraphRenderArgs),
+}
+
+/// Arguments of `flowmem graph check`.
+#[derive(Debug, Args)]
+pub struct GraphCheckArgs {
+    /// The graph file (`.json`, `.yaml` or `.yml`).
+    pub file: std::path::PathBuf,
+    /// An available tool name (repeat for each); tool hints must name one of these.
+    #[arg(long = "tool", value_name = "NAME")]
+    pub tools: Vec<String>,
+}
+
+/// Arguments of `flowmem graph render`.
+#[derive(Debug, Args)]
+pub struct GraphRenderArgs {
+    /// The graph file (`.json`, `.yaml` or `.yml`).
+    pub file: std::path::PathBuf,
+    /// The picture format.
+    #[arg(long, value_enum, default_value = "mermaid")]
+    pub format: RenderFormat,
+}
+
+/// Picture formats for `flowmem graph render`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RenderFormat {
+    /// A Mermaid flowchart, for Markdown and browsers.
+    Mermaid,
+    /// Graphviz DOT, for `dot -Tsvg`.
+    Dot,
 }
 
 /// Arguments of `flowmem schema`.

@@ -34,6 +34,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Schema(args) => commands::schema::run(&args, printer),
         Command::Split(args) => commands::split::run(&args, printer),
         Command::Score(args) => commands::score::run(&args, printer),
+        Command::Graph(command) => commands::graph::run(&command, printer),
         Command::Tools(args) => commands::tools::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
         Command::Induce(args) => commands::induce::run(&args, printer),

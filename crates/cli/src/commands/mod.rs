@@ -5,6 +5,7 @@ pub mod mine;
 pub mod induce;
 pub mod memory;
 pub mod import;
+pub mod graph;
 pub mod schema;
 pub mod score;
 pub mod split;

@@ -8,4 +8,5 @@ mod score;
 mod split;
 mod stats;
 mod support;
+mod graph;
 mod tools;

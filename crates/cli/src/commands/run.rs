@@ -1,0 +1,261 @@
+//! `flowmem run` (a workflow graph) and `flowmem agent` (the ReAct baseline): run
+//! queries against the configured models and MCP tools, print the final answers, and
+//! write traces.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use flowmem_exec::{
+    check, compile, exec_prompts, load_graph, run, run_agent, AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter,
+    Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog, ToolBox,
+};
+use flowmem_llm::{Accounting, Purpose};
+use flowmem_model::{Record, Trace};
+use flowmem_tools::{Registry, ToolsConfig};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::args::{AgentArgs, ExecArgs, RunArgs};
+use crate::commands::ExitStatus;
+use crate::printer::Printer;
+use crate::settings;
+
+/// Runs `flowmem run`.
+pub fn run_workflow(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    block_on(run_workflow_async(args, printer))
+}
+
+/// Runs `flowmem agent`.
+pub fn run_baseline(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    block_on(run_agent_async(args, printer))
+}
+
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitStatus>>>(future: F) -> anyhow::Result<ExitStatus> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    runtime.block_on(future)
+}
+
+/// What a run of one or many queries needs besides the plan or agent.
+struct Session {
+    runtime: Runtime,
+    registry: Arc<Registry>,
+    observers: Observers,
+    trace_writer: Option<Arc<JsonlTraceWriter<std::io::BufWriter<std::fs::File>>>>,
+    otel: Option<Arc<OtelExporter>>,
+}
+
+async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow::Result<Session> {
+    let llm_settings = settings::llm_settings(args.config.as_deref())?;
+    let accounting = Accounting::new();
+    let executor = settings::open_model(&llm_settings, purpose, args.model.as_deref(), None, &accounting).await?;
+    let tools_config = tools_config(args.config.as_deref())?;
+    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
+    let prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
+    let runtime = Runtime {
+        executor,
+        models: Default::default(),
+        tools: registry.clone(),
+        prompts: Arc::new(prompts),
+    };
+    let mut observers = Observers::default();
+    let trace_writer = match &args.trace {
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("cannot create the trace file `{}`", path.display()))?;
+            let writer = Arc::new(JsonlTraceWriter::new(std::io::BufWriter::new(file)));
+            observers.0.push(writer.clone());
+            Some(writer)
+        }
+        None => None,
+    };
+    let otel = match &args.otlp {
+        Some(endpoint) => {
+            let exporter = Arc::new(OtelExporter::new(endpoint, &format!("flowmem {runner}"))?);
+            observers.0.push(exporter.clone());
+            Some(exporter)
+        }
+        None => None,
+    };
+    Ok(Session { runtime, registry, observers, trace_writer, otel })
+}
+
+impl Session {
+    async fn close(self) -> anyhow::Result<()> {
+        self.registry.shutdown().await;
+        drop(self.observers);
+        if let Some(writer) = self.trace_writer {
+            let writer = Arc::try_unwrap(writer).map_err(|_| anyhow::anyhow!("the trace writer is still in use"))?;
+            writer.finish().context("writing the trace file")?;
+        }
+        if let Some(otel) = self.otel {
+            tokio::task::spawn_blocking(move || otel.shutdown()).await.context("exporting spans")??;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the `[tools]` tables of the configuration file, if there is one.
+fn tools_config(flag: Option<&Path>) -> anyhow::Result<ToolsConfig> {
+    match settings::config_path(flag, &flowmem_llm::std_env)? {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+            Ok(ToolsConfig::from_toml_str(&text, &path)?)
+        }
+        None => Ok(ToolsConfig::empty()),
+    }
+}
+
+async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let graph = load_graph(&args.workflow)?;
+    let session = open_session(&args.exec, Purpose::Executor, graph.name.as_deref().unwrap_or("workflow")).await?;
+    let names: Vec<String> = session.runtime.tools.definitions().into_iter().map(|tool| tool.name).collect();
+    let validated = check(graph, ToolCatalog::Known(&names))
+        .with_context(|| format!("`{}` cannot run", args.workflow.display()))?;
+    let plan = compile(&validated, session.runtime.clone())?;
+    let inputs = match (&args.query, &args.records) {
+        (Some(query), _) => vec![RunInput { id: "query".to_owned(), query: query.clone() }],
+        (None, Some(path)) => read_inputs(path, printer)?,
+        (None, None) => anyhow::bail!("give --query or --records"),
+    };
+    let traces = run_all(Runner::Workflow(plan), inputs, args.concurrency, &session, printer).await;
+    session.close().await?;
+    report(&traces, printer)
+}
+
+async fn run_agent_async(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let session = open_session(&args.exec, Purpose::Agent, "react").await?;
+    let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
+    let inputs = vec![RunInput { id: "query".to_owned(), query: args.query.clone() }];
+    let traces = run_all(Runner::Agent(cfg), inputs, 1, &session, printer).await;
+    session.close().await?;
+    report(&traces, printer)
+}
+
+#[derive(Clone)]
+enum Runner {
+    Workflow(Plan),
+    Agent(AgentConfig),
+}
+
+/// Runs every input, at most `concurrency` at a time, with a progress bar.
+async fn run_all(runner: Runner, inputs: Vec<RunInput>, concurrency: usize, session: &Session, printer: &Printer) -> Vec<Trace> {
+    let n_inputs = inputs.len();
+    let bar = (printer.progress && n_inputs > 1).then(|| {
+        let bar = indicatif::ProgressBar::new(n_inputs as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} queries, {elapsed} ({msg})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut observers = session.observers.clone();
+    if let Some(bar) = &bar {
+        observers.0.push(Arc::new(Progress { bar: bar.clone(), failed: Default::default() }));
+    }
+    let observers = Arc::new(observers);
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut tasks = JoinSet::new();
+    for (input_idx, input) in inputs.into_iter().enumerate() {
+        // Back-pressure before spawning; the semaphore is never closed.
+        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        let (runner, runtime, observers) = (runner.clone(), session.runtime.clone(), observers.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            let trace = match &runner {
+                Runner::Workflow(plan) => run(plan, &input, observers.as_ref()).await,
+                Runner::Agent(cfg) => run_agent(&runtime, cfg, &input, observers.as_ref()).await,
+            };
+            (input_idx, trace)
+        });
+    }
+    let mut traces: Vec<(usize, Trace)> = Vec::with_capacity(n_inputs);
+    while let Some(joined) = tasks.join_next().await {
+        // A panicking run is reported by the join error; the others still count.
+        if let Ok(done) = joined {
+            traces.push(done);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    traces.sort_by_key(|(input_idx, _)| *input_idx);
+    traces.into_iter().map(|(_, trace)| trace).collect()
+}
+
+/// Counts finished runs on the progress bar.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl ExecObserver for Progress {
+    fn on_event(&self, event: &ExecEvent) {
+        if let ExecEvent::RunFinished { trace, .. } = event {
+            if trace.error.is_some() {
+                self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let failed = self.failed.load(std::sync::atomic::Ordering::Relaxed);
+            self.bar.set_message(format!("{failed} failed"));
+            self.bar.inc(1);
+        }
+    }
+}
+
+/// Prints each final answer on stdout and a summary on stderr.
+fn report(traces: &[Trace], printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let single = traces.len() == 1;
+    for trace in traces {
+        if printer.json {
+            printer.result(&serde_json::to_string(&serde_json::json!({
+                "id": trace.query_id,
+                "result": trace.result,
+                "error": trace.error,
+                "tool_calls": trace.tool_calls.len(),
+            }))?)?;
+            continue;
+        }
+        match (&trace.result, single) {
+            (Some(result), true) => printer.result(result)?,
+            (Some(result), false) => printer.result(&format!("{}\t{}", trace.query_id, result.replace('\n', " ")))?,
+            (None, _) => {}
+        }
+        if let Some(error) = &trace.error {
+            printer.warn(&format!("query `{}`: {error}", trace.query_id));
+        }
+    }
+    let n_failed = traces.iter().filter(|trace| trace.error.is_some()).count();
+    let n_calls: usize = traces.iter().map(|trace| trace.tool_calls.len()).sum();
+    let n_failed_calls: usize = traces.iter().flat_map(|trace| &trace.tool_calls).filter(|call| call.failed()).count();
+    printer.info(&format!(
+        "{} queries: {} answered, {n_failed} failed; {n_calls} tool calls ({n_failed_calls} failed)",
+        traces.len(),
+        traces.len() - n_failed,
+    ));
+    Ok(if n_failed == 0 { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// Reads records (one JSON object a line); lines that are not records are reported and
+/// skipped.
+fn read_inputs(path: &Path, printer: &Printer) -> anyhow::Result<Vec<RunInput>> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let mut inputs = Vec::new();
+    let mut n_skipped = 0;
+    for (line_idx, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read `{}`", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(&line) {
+            Ok(record) => inputs.push(RunInput { id: record.id, query: record.query }),
+            Err(err) => {
+                n_skipped += 1;
+                printer.warn(&format!("skipped `{}:{}`: not a record: {err}", path.display(), line_idx + 1));
+            }
+        }
+    }
+    if n_skipped > 0 {
+        printer.warn(&format!("{n_skipped} lines of `{}` skipped", path.display()));
+    }
+    Ok(inputs)
+}

@@ -1,0 +1,70 @@
+//! flowmem's workflow executor: FlowScout's graphs made runnable, and the ReAct baseline
+//! every result is compared against.
+//!
+//! # Brief overview
+//!
+//! - [`check`] decides `Valid(G, T)` for a [`WorkflowGraph`](flowmem_model::WorkflowGraph)
+//!   and returns every [`Violation`] (each naming its node), or a [`ValidatedGraph`].
+//! - [`compile`] binds a validated graph to a [`Runtime`] (models, a [`ToolBox`], the role
+//!   prompt templates of [`EXEC_PROMPTS`]) and precomputes what a run needs: a [`Plan`].
+//! - [`run`] executes one query through a plan on tokio, concurrently where the graph
+//!   allows, and returns a [`Trace`](flowmem_model::Trace) (`π̂`, `r̂` and the node
+//!   observations `O`). Every step is also reported as an [`ExecEvent`] to an
+//!   [`ExecObserver`]: the [`JsonlTraceWriter`], progress bars, or OpenTelemetry.
+//! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
+//!   same trace shape.
+//! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
+//!   same trace shape.
+//! - [`load_graph`]/[`save_graph`] read and write JSON or YAML graph files;
+//!   [`to_mermaid`] and [`to_dot`] draw them.
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_exec::{check, to_mermaid, ToolCatalog};
+//! use flowmem_model::WorkflowGraph;
+//!
+//! let graph: WorkflowGraph = serde_json::from_value(serde_json::json!({
+//!     "nodes": [
+//!         {"id": "plan", "kind": "llm", "role": "plan"},
+//!         {"id": "answer", "kind": "llm", "role": "synthesize",
+//!          "instruction": "Follow this plan: {{ plan }}"}
+//!     ],
+//!     "edges": [{"from": "plan", "to": "answer"}],
+//!     "entry": "plan",
+//!     "exit": "answer"
+//! }))?;
+//! let validated = check(graph, ToolCatalog::Known(&[]))?;
+//! assert!(to_mermaid(validated.graph()).starts_with("flowchart TD"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod engine;
+mod event;
+mod file;
+mod jsonl;
+mod node;
+mod otel;
+mod plan;
+mod prompts;
+mod react;
+mod render;
+mod toolbox;
+mod validate;
+
+pub use crate::engine::{run, RunInput};
+pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers};
+pub use crate::file::{graph_to_string, load_graph, parse_graph, save_graph, GraphFileError, GraphFormat};
+pub use crate::jsonl::JsonlTraceWriter;
+pub use crate::otel::{OtelError, OtelExporter};
+pub use crate::plan::{compile, CompileError, Plan, Runtime};
+pub use crate::prompts::{exec_prompts, register_prompts, ContextItem, PromptContext, EXEC_PROMPTS};
+pub use crate::react::{run_agent, AgentConfig};
+pub use crate::render::{to_dot, to_mermaid};
+pub use crate::toolbox::ToolBox;
+pub use crate::validate::{
+    check, violations, InvalidGraph, ToolCatalog, ValidatedGraph, Violation, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT,
+    ROUTE_ERROR, ROUTE_OK, VAR_QUERY,
+};

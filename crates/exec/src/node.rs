@@ -1,0 +1,358 @@
+//! The work of one node: an LLM call, a tool choice plus invocation, or a judge.
+//!
+//! These functions run inside tasks and touch no run state; they return a
+//! [`NodeResult`] that the scheduler applies.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice};
+use flowmem_model::{Condition, NodeObservation, ToolCall};
+use serde_json::{json, Value};
+
+use crate::event::now_ms;
+use crate::plan::{Op, PlanInner, PlanNode, JUDGE_TEMPLATE, TOOL_TEMPLATE};
+use crate::prompts::{ContextItem, PromptContext};
+
+/// One upstream result in a run's context, with its position in the run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CtxEntry {
+    /// Unique and increasing within a run: the order results were produced.
+    pub(crate) seq: u64,
+    pub(crate) is_tool: bool,
+    pub(crate) item: ContextItem,
+}
+
+impl CtxEntry {
+    pub(crate) fn new(seq: u64, node: &PlanNode, iteration: u32, output: String, failed: bool) -> CtxEntry {
+        CtxEntry {
+            seq,
+            is_tool: matches!(node.op, Op::Tool { .. }),
+            item: ContextItem { node: node.id.clone(), kind: node.kind_label.clone(), iteration, output, failed },
+        }
+    }
+}
+
+/// A node ready to run in a task.
+pub(crate) struct NodeWork {
+    pub(crate) node_idx: usize,
+    pub(crate) iteration: u32,
+    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    /// For a loop node: evaluate its `until` judge after a body run.
+    pub(crate) loop_check: bool,
+}
+
+/// What a node task produced.
+pub(crate) struct NodeResult {
+    pub(crate) node_idx: usize,
+    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    pub(crate) observation: NodeObservation,
+    pub(crate) model: Option<String>,
+    /// The tool invocation, with its start time, if one happened.
+    pub(crate) tool_call: Option<(f64, ToolCall)>,
+    pub(crate) outcome: Result<Outcome, String>,
+}
+
+pub(crate) enum Outcome {
+    /// An LLM or tool node's output; `failed` when it is a tool's error.
+    Output { output: String, failed: bool },
+    /// A branch's chosen route label.
+    Route(String),
+    /// A loop judge's answer: whether the loop should stop.
+    LoopStop(bool),
+}
+
+/// The options a loop's judge chooses between; the first means "stop".
+const LOOP_OPTIONS: [&str; 2] = ["yes", "no"];
+
+/// Runs one node's work.
+pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> NodeResult {
+    let node = &plan.nodes[work.node_idx];
+    let started_at_ms = now_ms();
+    let clock = Instant::now();
+    let items: Vec<ContextItem> = work.ctx.iter().map(|entry| entry.item.clone()).collect();
+    let mut observation = NodeObservation {
+        node_id: node.id.clone(),
+        node_kind: node.kind_label.clone(),
+        iteration: work.iteration,
+        input: context_json(&work.ctx),
+        started_at_ms,
+        ..NodeObservation::default()
+    };
+    let mut step = Step { observation: &mut observation, model: None, tool_call: None };
+    let outcome = match &node.op {
+        Op::Llm { template, instruction, model } => {
+            llm_node(plan, query, node, &items, template, instruction.as_deref(), model.as_ref(), &mut step).await
+        }
+        Op::Tool { tools, hints, instruction } => {
+            tool_node(plan, query, node, &items, tools, hints, instruction.as_deref(), &mut step).await
+        }
+        Op::Branch { condition: Condition::Judge { question }, routes } => {
+            judge(plan, query, node, &items, question, routes, &mut step).await.map(Outcome::Route)
+        }
+        Op::Loop { until: Condition::Judge { question }, .. } if work.loop_check => {
+            let options: Vec<String> = LOOP_OPTIONS.iter().map(|&option| option.to_owned()).collect();
+            judge(plan, query, node, &items, question, &options, &mut step)
+                .await
+                .map(|choice| Outcome::LoopStop(choice == LOOP_OPTIONS[0]))
+        }
+        _ => Err("this node kind runs without a task".to_owned()),
+    };
+    let (model, tool_call) = (step.model, step.tool_call);
+    observation.latency_ms = clock.elapsed().as_secs_f64() * 1000.0;
+    match &outcome {
+        Ok(Outcome::Output { output, failed }) => {
+            observation.output = Some(output.clone());
+            if *failed {
+                observation.error = Some(output.clone());
+            }
+        }
+        Ok(Outcome::Route(route)) => observation.output = Some(route.clone()),
+        Ok(Outcome::LoopStop(_)) => {}
+        Err(message) => observation.error = Some(message.clone()),
+    }
+    NodeResult { node_idx: work.node_idx, ctx: work.ctx, observation, model, tool_call, outcome }
+}
+
+/// The context as the `input` of an observation.
+pub(crate) fn context_json(ctx: &[CtxEntry]) -> Value {
+    Value::Array(
+        ctx.iter()
+            .map(|entry| {
+                json!({
+                    "node": entry.item.node,
+                    "kind": entry.item.kind,
+                    "iteration": entry.item.iteration,
+                    "output": entry.item.output,
+                    "failed": entry.item.failed,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// What a node's work records besides its outcome.
+struct Step<'o> {
+    observation: &'o mut NodeObservation,
+    model: Option<String>,
+    tool_call: Option<(f64, ToolCall)>,
+}
+
+impl Step<'_> {
+    async fn chat(&mut self, model: &dyn ChatModel, request: &ChatRequest) -> Result<ChatResponse, String> {
+        self.model = Some(model.name().to_owned());
+        let response = model.chat(request).await.map_err(|err| error_chain(&err))?;
+        self.observation.prompt_tokens += response.usage.prompt_tokens;
+        self.observation.completion_tokens += response.usage.completion_tokens;
+        Ok(response)
+    }
+}
+
+/// Renders a node's instruction (or question) against the query and upstream outputs.
+fn render_node_template(
+    query: &str,
+    node: &PlanNode,
+    items: &[ContextItem],
+    source: &str,
+) -> Result<String, String> {
+    let mut values = serde_json::Map::new();
+    values.insert("query".to_owned(), Value::String(query.to_owned()));
+    for name in node.template_vars.iter().filter(|name| name.as_str() != crate::validate::VAR_QUERY) {
+        // The latest output of that node; an ancestor skipped by a branch renders empty.
+        let output = items.iter().rev().find(|item| &item.node == name).map_or("", |item| item.output.as_str());
+        values.insert(name.clone(), Value::String(output.to_owned()));
+    }
+    crate::prompts::render_node_source(source, &Value::Object(values)).map_err(|err| error_chain(&err))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn llm_node(
+    plan: &PlanInner,
+    query: &str,
+    node: &PlanNode,
+    items: &[ContextItem],
+    template: &str,
+    instruction: Option<&str>,
+    model: &dyn ChatModel,
+    step: &mut Step<'_>,
+) -> Result<Outcome, String> {
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let ctx = PromptContext {
+        query,
+        instruction: instruction.as_deref(),
+        context: items,
+        question: None,
+        options: &[],
+        hints: &[],
+    };
+    let prompt = plan.runtime.prompts.render(template, &ctx).map_err(|err| error_chain(&err))?.text;
+    step.observation.prompt = Some(prompt.clone());
+    let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
+    let response = step.chat(model, &request).await?;
+    match response.content {
+        Some(text) => Ok(Outcome::Output { output: text, failed: false }),
+        None => Err("the model returned no text".to_owned()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn tool_node(
+    plan: &PlanInner,
+    query: &str,
+    node: &PlanNode,
+    items: &[ContextItem],
+    tools: &Arc<[flowmem_llm::ToolDefinition]>,
+    hints: &[String],
+    instruction: Option<&str>,
+    step: &mut Step<'_>,
+) -> Result<Outcome, String> {
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let ctx = PromptContext {
+        query,
+        instruction: instruction.as_deref(),
+        context: items,
+        question: None,
+        options: &[],
+        hints,
+    };
+    let prompt = plan.runtime.prompts.render(TOOL_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
+    step.observation.prompt = Some(prompt.clone());
+    let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
+    request.tools = tools.to_vec();
+    request.tool_choice = ToolChoice::Required;
+    let response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    let Some(chosen) = response.tool_calls.into_iter().next() else {
+        return Err("the executor model called no tool".to_owned());
+    };
+    if !tools.iter().any(|tool| tool.name == chosen.name) {
+        let allowed: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+        let message = format!("the model chose tool `{}`, which is outside the allowed tools [{}]", chosen.name, allowed.join(", "));
+        let mut rejected = ToolCall {
+            tool: chosen.name,
+            args: chosen.arguments,
+            result: None,
+            error: None,
+            latency_ms: None,
+            call_id: Some(chosen.id),
+            compare_args: None,
+        };
+        rejected.error = Some(format!("rejected: {message}"));
+        step.observation.tool_call = Some(rejected);
+        return Err(message);
+    }
+    let started_at_ms = now_ms();
+    let mut call = plan.runtime.tools.call(&chosen.name, chosen.arguments).await;
+    if call.call_id.is_none() {
+        call.call_id = Some(chosen.id);
+    }
+    step.observation.tool_call = Some(call.clone());
+    let outcome = match (&call.error, &call.result) {
+        (Some(error), _) => Outcome::Output { output: format!("error: {error}"), failed: true },
+        (None, Some(result)) => Outcome::Output { output: value_text(result), failed: false },
+        (None, None) => Outcome::Output { output: String::new(), failed: false },
+    };
+    step.tool_call = Some((started_at_ms, call));
+    Ok(outcome)
+}
+
+async fn judge(
+    plan: &PlanInner,
+    query: &str,
+    node: &PlanNode,
+    items: &[ContextItem],
+    question: &str,
+    options: &[String],
+    step: &mut Step<'_>,
+) -> Result<String, String> {
+    let question = render_node_template(query, node, items, question)?;
+    let ctx = PromptContext {
+        query,
+        instruction: None,
+        context: items,
+        question: Some(&question),
+        options,
+        hints: &[],
+    };
+    let prompt = plan.runtime.prompts.render(JUDGE_TEMPLATE, &ctx).map_err(|err| error_chain(&err))?.text;
+    step.observation.prompt = Some(prompt.clone());
+    let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
+    request.response_format = Some(ResponseFormat {
+        name: "judge_choice".to_owned(),
+        schema: json!({
+            "type": "object",
+            "properties": {"choice": {"type": "string", "enum": options}},
+            "required": ["choice"],
+            "additionalProperties": false,
+        }),
+    });
+    let response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    let text = response.content.unwrap_or_default();
+    match parse_choice(&text, options) {
+        Some(choice) => Ok(choice),
+        None => Err(format!("the judge answered `{}`, which is none of [{}]", text.trim(), options.join(", "))),
+    }
+}
+
+/// Reads a judge's choice: `{"choice": ...}`, a bare option, or the only option named.
+pub(crate) fn parse_choice(text: &str, options: &[String]) -> Option<String> {
+    let normalise = |text: &str| text.trim().trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'').to_lowercase();
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text.trim()) {
+        if let Some(Value::String(choice)) = map.get("choice") {
+            let choice = normalise(choice);
+            return options.iter().find(|option| option.to_lowercase() == choice).cloned();
+        }
+    }
+    let answer = normalise(text);
+    if let Some(option) = options.iter().find(|option| option.to_lowercase() == answer) {
+        return Some(option.clone());
+    }
+    let words: Vec<&str> = answer.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-').collect();
+    let mut named = options.iter().filter(|option| words.contains(&option.to_lowercase().as_str()));
+    match (named.next(), named.next()) {
+        (Some(option), None) => Some(option.clone()),
+        _ => None,
+    }
+}
+
+/// A tool result as text for the context: strings verbatim, anything else as JSON.
+pub(crate) fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An error with its causes, `: `-separated.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut res = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        res.push_str(": ");
+        res.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::parse_choice;
+
+    fn options() -> Vec<String> {
+        vec!["yes".to_owned(), "no".to_owned(), "needs_more".to_owned()]
+    }
+
+    #[test]
+    fn a_judge_reply_is_read_as_json_a_bare_option_or_the_only_option_named() {
+        assert_eq!(parse_choice("{\"choice\": \"no\"}", &options()).as_deref(), Some("no"));
+        assert_eq!(parse_choice(" `Yes`. ", &options()).as_deref(), Some("yes"));
+        assert_eq!(parse_choice("I think needs_more is right", &options()).as_deref(), Some("needs_more"));
+    }
+
+    #[test]
+    fn an_unclear_judge_reply_is_no_choice() {
+        assert_eq!(parse_choice("{\"choice\": \"maybe\"}", &options()), None);
+        assert_eq!(parse_choice("yes or no", &options()), None);
+        assert_eq!(parse_choice("", &options()), None);
+    }
+}

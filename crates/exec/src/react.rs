@@ -1,0 +1,158 @@
+//! The ReAct baseline: a reason-act loop over the same models and tools as workflows.
+//!
+//! Each step asks the executor model, with every available tool offered, what to do
+//! next. Tool calls are invoked and their results appended to the conversation; a reply
+//! without tool calls is the final answer. The run stops there or at the step limit, and
+//! yields the same [`Trace`] shape as a workflow run, so every metric applies unchanged.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
+use flowmem_model::{NodeObservation, Trace};
+
+use crate::engine::RunInput;
+use crate::event::{now_ms, ExecEvent, ExecObserver};
+use crate::node::{error_chain, value_text};
+use crate::plan::Runtime;
+use crate::prompts::PromptContext;
+
+/// The template of the agent's system prompt.
+const REACT_TEMPLATE: &str = "react";
+
+/// How the ReAct agent runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The largest number of model calls before giving up.
+    pub max_steps: u32,
+    /// Extra instructions for the system prompt (AWM puts workflow memory here).
+    pub instruction: Option<String>,
+}
+
+/// Runs the ReAct agent on `input` and returns its trace.
+///
+/// Each model call is one observation with node id `step-N` (kind `agent:step`); each
+/// tool invocation is a [`ExecEvent::ToolCalled`] and an entry of `π̂`. A model failure
+/// ends the run with [`Trace::error`] set and everything before it kept; reaching
+/// `max_steps` without a final answer sets the error too.
+pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, observer: &dyn ExecObserver) -> Trace {
+    observer.on_event(&ExecEvent::RunStarted {
+        query_id: input.id.clone(),
+        query: input.query.clone(),
+        runner: "react".to_owned(),
+        at_ms: now_ms(),
+    });
+    let mut trace = Trace { query_id: input.id.clone(), query: input.query.clone(), ..Trace::default() };
+    let ctx = PromptContext {
+        query: &input.query,
+        instruction: cfg.instruction.as_deref(),
+        context: &[],
+        question: None,
+        options: &[],
+        hints: &[],
+    };
+    match runtime.prompts.render(REACT_TEMPLATE, &ctx) {
+        Ok(system) => {
+            let messages = vec![Message::system(system.text), Message::user(input.query.clone())];
+            steps(runtime, cfg, input, observer, messages, &mut trace).await;
+        }
+        Err(err) => trace.error = Some(error_chain(&err)),
+    }
+    let trace = Arc::new(trace);
+    observer.on_event(&ExecEvent::RunFinished { query_id: input.id.clone(), at_ms: now_ms(), trace: trace.clone() });
+    Arc::try_unwrap(trace).unwrap_or_else(|shared| shared.as_ref().clone())
+}
+
+async fn steps(
+    runtime: &Runtime,
+    cfg: &AgentConfig,
+    input: &RunInput,
+    observer: &dyn ExecObserver,
+    mut messages: Vec<Message>,
+    trace: &mut Trace,
+) {
+    let tools = runtime.tools.definitions();
+    for step in 0..cfg.max_steps {
+        let node_id = format!("step-{step}");
+        let started_at_ms = now_ms();
+        let clock = Instant::now();
+        observer.on_event(&ExecEvent::NodeStarted {
+            query_id: input.id.clone(),
+            node_id: node_id.clone(),
+            node_kind: "agent:step".to_owned(),
+            iteration: step,
+            at_ms: started_at_ms,
+        });
+        let mut observation = NodeObservation {
+            node_id: node_id.clone(),
+            node_kind: "agent:step".to_owned(),
+            iteration: step,
+            input: serde_json::to_value(&messages).unwrap_or_default(),
+            prompt: messages.last().and_then(|message| message.content.clone()),
+            started_at_ms,
+            ..NodeObservation::default()
+        };
+        let mut request = ChatRequest::new(messages.clone(), Purpose::Agent);
+        request.tools = tools.clone();
+        request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
+        let response = match runtime.executor.chat(&request).await {
+            Ok(response) => response,
+            Err(err) => {
+                let message = error_chain(&err);
+                observation.error = Some(message.clone());
+                observation.latency_ms = clock.elapsed().as_secs_f64() * 1000.0;
+                emit(observer, input, runtime, trace, observation);
+                trace.error = Some(format!("agent step {step} failed: {message}"));
+                return;
+            }
+        };
+        observation.prompt_tokens = response.usage.prompt_tokens;
+        observation.completion_tokens = response.usage.completion_tokens;
+        observation.output = response.content.clone();
+        if response.tool_calls.is_empty() {
+            observation.latency_ms = clock.elapsed().as_secs_f64() * 1000.0;
+            emit(observer, input, runtime, trace, observation);
+            trace.result = Some(response.content.unwrap_or_default());
+            return;
+        }
+        messages.push(Message {
+            role: flowmem_llm::Role::Assistant,
+            content: response.content.clone(),
+            tool_calls: response.tool_calls.clone(),
+            tool_call_id: None,
+        });
+        for chosen in response.tool_calls {
+            let call_started_at_ms = now_ms();
+            let mut call = runtime.tools.call(&chosen.name, chosen.arguments).await;
+            if call.call_id.is_none() {
+                call.call_id = Some(chosen.id.clone());
+            }
+            let text = match (&call.error, &call.result) {
+                (Some(error), _) => format!("error: {error}"),
+                (None, Some(result)) => value_text(result),
+                (None, None) => String::new(),
+            };
+            messages.push(Message::tool_result(chosen.id, text));
+            observation.tool_call.get_or_insert_with(|| call.clone());
+            trace.tool_calls.push(call.clone());
+            observer.on_event(&ExecEvent::ToolCalled {
+                query_id: input.id.clone(),
+                node_id: node_id.clone(),
+                started_at_ms: call_started_at_ms,
+                call,
+            });
+        }
+        observation.latency_ms = clock.elapsed().as_secs_f64() * 1000.0;
+        emit(observer, input, runtime, trace, observation);
+    }
+    trace.error = Some(format!("no final answer within {} steps", cfg.max_steps));
+}
+
+fn emit(observer: &dyn ExecObserver, input: &RunInput, runtime: &Runtime, trace: &mut Trace, observation: NodeObservation) {
+    trace.observations.push(observation.clone());
+    observer.on_event(&ExecEvent::NodeFinished {
+        query_id: input.id.clone(),
+        model: Some(runtime.executor.name().to_owned()),
+        observation,
+    });
+}

@@ -1,0 +1,146 @@
+//! Pictures of a workflow graph: Mermaid flowcharts and Graphviz DOT.
+//!
+//! Shapes tell the node kinds apart: LLM nodes are rectangles, tool nodes
+//! parallelograms, branches diamonds, loops hexagons, `parallel` and `join` circles.
+//! Data edges are solid, control edges dashed, `back` edges thick.
+
+use std::fmt::Write;
+
+use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+
+/// Renders the graph as a Mermaid flowchart (`flowchart TD`).
+///
+/// Node ids are replaced by positional ids (`n0`, `n1`, …) so that any id renders; the
+/// real id is the first line of each label.
+#[must_use]
+pub fn to_mermaid(graph: &WorkflowGraph) -> String {
+    let mut res = String::from("flowchart TD\n");
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        let label = mermaid_escape(&node_label(node));
+        let shape = match node.kind {
+            NodeKind::Llm { .. } => format!("n{node_idx}[\"{label}\"]"),
+            NodeKind::Tool { .. } => format!("n{node_idx}[/\"{label}\"/]"),
+            NodeKind::Branch { .. } => format!("n{node_idx}{{\"{label}\"}}"),
+            NodeKind::Loop { .. } => format!("n{node_idx}{{{{\"{label}\"}}}}"),
+            NodeKind::Parallel | NodeKind::Join => format!("n{node_idx}((\"{label}\"))"),
+        };
+        let _ = writeln!(res, "    {shape}");
+    }
+    for edge in &graph.edges {
+        let (Some(from), Some(to)) = (position(graph, &edge.from), position(graph, &edge.to)) else {
+            continue;
+        };
+        let arrow = match edge.kind {
+            EdgeKind::Data => "-->",
+            EdgeKind::Control => "-.->",
+            EdgeKind::Back => "==>",
+        };
+        match &edge.label {
+            Some(label) => {
+                let _ = writeln!(res, "    n{from} {arrow}|\"{}\"| n{to}", mermaid_escape(label));
+            }
+            None => {
+                let _ = writeln!(res, "    n{from} {arrow} n{to}");
+            }
+        }
+    }
+    for (id, class) in [(&graph.entry, "entry"), (&graph.exit, "exit")] {
+        if let Some(node_idx) = position(graph, id) {
+            let _ = writeln!(res, "    class n{node_idx} {class}");
+        }
+    }
+    res.push_str("    classDef entry stroke-width:3px\n    classDef exit stroke-width:3px,stroke-dasharray:4\n");
+    res
+}
+
+/// Renders the graph as a Graphviz DOT `digraph`.
+#[must_use]
+pub fn to_dot(graph: &WorkflowGraph) -> String {
+    let mut res = String::from("digraph workflow {\n    rankdir=TB;\n    node [fontname=\"Helvetica\"];\n");
+    if let Some(name) = &graph.name {
+        let _ = writeln!(res, "    label=\"{}\";", dot_escape(name));
+    }
+    for node in &graph.nodes {
+        let shape = match node.kind {
+            NodeKind::Llm { .. } => "box",
+            NodeKind::Tool { .. } => "parallelogram",
+            NodeKind::Branch { .. } => "diamond",
+            NodeKind::Loop { .. } => "hexagon",
+            NodeKind::Parallel | NodeKind::Join => "circle",
+        };
+        let peripheries = if node.id == graph.entry || node.id == graph.exit { 2 } else { 1 };
+        let _ = writeln!(
+            res,
+            "    \"{}\" [shape={shape}, peripheries={peripheries}, label=\"{}\"];",
+            dot_escape(&node.id),
+            dot_escape(&node_label(node)),
+        );
+    }
+    for edge in &graph.edges {
+        let mut attrs = Vec::new();
+        match edge.kind {
+            EdgeKind::Data => {}
+            EdgeKind::Control => attrs.push("style=dashed".to_owned()),
+            EdgeKind::Back => {
+                attrs.push("style=bold".to_owned());
+                attrs.push("constraint=false".to_owned());
+            }
+        }
+        if let Some(label) = &edge.label {
+            attrs.push(format!("label=\"{}\"", dot_escape(label)));
+        }
+        let attrs = if attrs.is_empty() { String::new() } else { format!(" [{}]", attrs.join(", ")) };
+        let _ = writeln!(res, "    \"{}\" -> \"{}\"{attrs};", dot_escape(&edge.from), dot_escape(&edge.to));
+    }
+    res.push_str("}\n");
+    res
+}
+
+fn position(graph: &WorkflowGraph, id: &str) -> Option<usize> {
+    graph.nodes.iter().position(|node| node.id == id)
+}
+
+/// The node's id and a one-line summary of what it does.
+fn node_label(node: &GraphNode) -> String {
+    let summary = match &node.kind {
+        NodeKind::Llm { role, .. } => format!("llm: {}", role_name(*role)),
+        NodeKind::Tool { hints, .. } if hints.is_empty() => "tool: any".to_owned(),
+        NodeKind::Tool { hints, .. } => format!("tool: {}", hints.join(" | ")),
+        NodeKind::Branch { condition } => format!("branch: {}", condition_summary(condition)),
+        NodeKind::Parallel => "parallel".to_owned(),
+        NodeKind::Join => "join".to_owned(),
+        NodeKind::Loop { max_iterations, until } => {
+            format!("loop ≤{max_iterations} until {}", condition_summary(until))
+        }
+    };
+    format!("{}\n{summary}", node.id)
+}
+
+/// The role's name as written in graph files.
+#[must_use]
+pub(crate) fn role_name(role: LlmRole) -> &'static str {
+    match role {
+        LlmRole::Plan => "plan",
+        LlmRole::Extract => "extract",
+        LlmRole::Reason => "reason",
+        LlmRole::Verify => "verify",
+        LlmRole::Judge => "judge",
+        LlmRole::Synthesize => "synthesize",
+    }
+}
+
+fn condition_summary(condition: &Condition) -> String {
+    match condition {
+        Condition::Judge { question } => format!("judge: {question}"),
+        Condition::ToolSucceeded => "tool succeeded".to_owned(),
+        Condition::Always => "always".to_owned(),
+    }
+}
+
+fn mermaid_escape(text: &str) -> String {
+    text.replace('"', "#quot;").replace('\n', "<br/>")
+}
+
+fn dot_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

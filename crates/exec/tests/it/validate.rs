@@ -1,0 +1,208 @@
+//! `Valid(G, T)`: valid graphs pass, and every violation of an invalid graph is reported
+//! with its node.
+
+use flowmem_exec::{check, violations, ToolCatalog, Violation};
+use flowmem_model::WorkflowGraph;
+use serde_json::json;
+
+fn graph(value: serde_json::Value) -> WorkflowGraph {
+    serde_json::from_value(value).expect("test graph parses")
+}
+
+fn tools() -> Vec<String> {
+    vec!["echo".to_owned(), "add".to_owned()]
+}
+
+/// Every construct at once: plan, a parallel fan-out with a join, a retry loop whose body
+/// branches on the tool outcome, and a judge branch before the answer.
+pub fn full_graph() -> WorkflowGraph {
+    graph(json!({
+        "name": "everything",
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "fan", "kind": "parallel"},
+            {"id": "a", "kind": "tool", "hints": ["echo"], "instruction": "Echo the first item of {{ plan }}"},
+            {"id": "b", "kind": "tool", "hints": ["add"]},
+            {"id": "join", "kind": "join"},
+            {"id": "retry", "kind": "loop", "max_iterations": 3, "until": {"type": "tool_succeeded"}},
+            {"id": "attempt", "kind": "tool"},
+            {"id": "check", "kind": "llm", "role": "verify"},
+            {"id": "route", "kind": "branch", "condition": {"type": "judge", "question": "Is {{ query }} answered?"}},
+            {"id": "more", "kind": "llm", "role": "reason"},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [
+            {"from": "plan", "to": "fan"},
+            {"from": "fan", "to": "a"},
+            {"from": "fan", "to": "b"},
+            {"from": "a", "to": "join"},
+            {"from": "b", "to": "join"},
+            {"from": "join", "to": "retry"},
+            {"from": "retry", "to": "attempt", "label": "body"},
+            {"from": "attempt", "to": "retry", "kind": "back"},
+            {"from": "retry", "to": "check", "label": "exit"},
+            {"from": "check", "to": "route"},
+            {"from": "route", "to": "more", "label": "no"},
+            {"from": "route", "to": "answer", "label": "yes"},
+            {"from": "more", "to": "answer"}
+        ],
+        "entry": "plan",
+        "exit": "answer"
+    }))
+}
+
+#[test]
+fn a_graph_with_every_construct_is_valid() {
+    let validated = check(full_graph(), ToolCatalog::Known(&tools())).expect("valid");
+    assert_eq!(validated.graph().nodes.len(), 11);
+    assert_eq!(validated.tool_names().map(|names| names.len()), Some(2));
+}
+
+#[test]
+fn hints_must_name_available_tools() {
+    let only_echo = vec!["echo".to_owned()];
+    let err = check(full_graph(), ToolCatalog::Known(&only_echo)).unwrap_err();
+    assert_eq!(err.violations, vec![Violation::UnknownToolHint { node: "b".into(), tool: "add".into() }]);
+    // With no tools at all, the unhinted `attempt` cannot bind either.
+    let err = check(full_graph(), ToolCatalog::Known(&[])).unwrap_err();
+    let nodes: Vec<_> = err.violations.iter().map(|violation| violation.node().unwrap()).collect();
+    assert_eq!(nodes, ["a", "b", "attempt"]);
+    // Structure-only checking skips the binding.
+    assert!(check(full_graph(), ToolCatalog::Unchecked).is_ok());
+}
+
+#[test]
+fn every_violation_of_a_broken_graph_is_reported_with_its_node() {
+    let broken = graph(json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "plan", "kind": "llm", "role": "reason"},
+            {"id": "t", "kind": "tool", "hints": ["nope"], "instruction": "use {{ later }} and {{ ghost }}"},
+            {"id": "later", "kind": "llm", "role": "reason"},
+            {"id": "pick", "kind": "branch", "condition": {"type": "tool_succeeded"}},
+            {"id": "lp", "kind": "loop", "max_iterations": 0, "until": {"type": "always"}},
+            {"id": "x", "kind": "llm", "role": "extract"},
+            {"id": "y", "kind": "llm", "role": "extract"},
+            {"id": "island", "kind": "join"},
+            {"id": "bad", "kind": "llm", "role": "verify", "instruction": "{{ unclosed"}
+        ],
+        "edges": [
+            {"from": "plan", "to": "t"},
+            {"from": "t", "to": "later"},
+            {"from": "later", "to": "pick"},
+            {"from": "pick", "to": "x"},
+            {"from": "pick", "to": "y", "label": "maybe"},
+            {"from": "x", "to": "y", "label": "oops"},
+            {"from": "y", "to": "x"},
+            {"from": "x", "to": "ghost-node"},
+            {"from": "later", "to": "later"},
+            {"from": "y", "to": "t", "kind": "back"},
+            {"from": "t", "to": "bad"}
+        ],
+        "entry": "plan",
+        "exit": "finish"
+    }));
+    let err = check(broken, ToolCatalog::Known(&tools())).unwrap_err();
+    let expected = [
+        Violation::DuplicateId { node: "plan".into(), count: 2 },
+        Violation::MissingEndpoint { node: "finish".into(), role: "exit" },
+        Violation::DanglingEdge { from: "x".into(), to: "ghost-node".into(), missing: "ghost-node".into() },
+        Violation::SelfEdge { node: "later".into() },
+        Violation::BackEdgeNotToLoop { node: "y".into(), to: "t".into() },
+        Violation::UnknownToolHint { node: "t".into(), tool: "nope".into() },
+        Violation::UnlabelledRoute { node: "pick".into(), to: "x".into() },
+        Violation::MissingRoute { node: "pick".into(), label: "ok".into() },
+        Violation::MissingRoute { node: "pick".into(), label: "error".into() },
+        Violation::UnreachableRoute { node: "pick".into(), label: "maybe".into(), condition: "tool_succeeded" },
+        Violation::LoopZeroBound { node: "lp".into() },
+        Violation::LoopEdge { node: "lp".into(), label: "body", found: 0 },
+        Violation::LoopEdge { node: "lp".into(), label: "exit", found: 0 },
+        Violation::LoopNotClosed { node: "lp".into() },
+        Violation::StrayLabel { node: "x".into(), to: "y".into(), label: "oops".into() },
+        Violation::Cycle { node: "x".into(), cycle: vec!["x".into(), "y".into(), "x".into()] },
+        Violation::Unreachable { node: "lp".into(), entry: "plan".into() },
+        Violation::Unreachable { node: "island".into(), entry: "plan".into() },
+    ];
+    for violation in &expected {
+        assert!(err.violations.contains(violation), "missing {violation:?} in {:#?}", err.violations);
+    }
+    assert_eq!(err.violations.len(), expected.len(), "{:#?}", err.violations);
+    assert!(err.violations.iter().all(|violation| violation.node().is_some()));
+    let text = err.to_string();
+    assert!(text.contains("(18 violations)"), "{text}");
+    assert!(text.contains("node `t`: tool hint `nope` names no available tool"), "{text}");
+}
+
+#[test]
+fn templates_may_use_only_the_query_and_upstream_nodes() {
+    let g = graph(json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan", "instruction": "Plan for {{ query }} using {{ answer }}"},
+            {"id": "answer", "kind": "llm", "role": "synthesize", "instruction": "{{ plan }} {{ nowhere }}"},
+            {"id": "bad", "kind": "llm", "role": "reason", "instruction": "{% if %}"}
+        ],
+        "edges": [{"from": "plan", "to": "answer"}, {"from": "plan", "to": "bad"}],
+        "entry": "plan",
+        "exit": "answer"
+    }));
+    let found = violations(&g, ToolCatalog::Known(&[]));
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert_eq!(
+        found[0],
+        Violation::UndefinedVariable { node: "plan".into(), field: "instruction", variable: "answer".into() }
+    );
+    assert_eq!(
+        found[1],
+        Violation::UndefinedVariable { node: "answer".into(), field: "instruction", variable: "nowhere".into() }
+    );
+    assert!(matches!(&found[2], Violation::TemplateSyntax { node, .. } if node == "bad"));
+}
+
+#[test]
+fn loop_bodies_are_closed_and_exits_reachable() {
+    let g = graph(json!({
+        "nodes": [
+            {"id": "start", "kind": "llm", "role": "plan"},
+            {"id": "lp", "kind": "loop", "max_iterations": 2, "until": {"type": "always"}},
+            {"id": "inner", "kind": "tool"},
+            {"id": "after", "kind": "llm", "role": "synthesize"},
+            {"id": "side", "kind": "llm", "role": "reason"},
+            {"id": "end", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [
+            {"from": "start", "to": "lp"},
+            {"from": "lp", "to": "inner", "label": "body"},
+            {"from": "inner", "to": "lp", "kind": "back"},
+            {"from": "inner", "to": "after"},
+            {"from": "lp", "to": "after", "label": "exit"},
+            {"from": "start", "to": "inner"},
+            {"from": "side", "to": "end", "kind": "back"}
+        ],
+        "entry": "start",
+        "exit": "end"
+    }));
+    let found = violations(&g, ToolCatalog::Known(&tools()));
+    let expected = [
+        Violation::BackEdgeNotToLoop { node: "side".into(), to: "end".into() },
+        Violation::NoCompletePath { entry: "start".into(), exit: "end".into() },
+        Violation::Unreachable { node: "side".into(), entry: "start".into() },
+        Violation::Unreachable { node: "end".into(), entry: "start".into() },
+        Violation::LoopBodyEscape { node: "inner".into(), to: "after".into(), loop_node: "lp".into() },
+        Violation::LoopBodyEntry { node: "inner".into(), from: "start".into(), loop_node: "lp".into() },
+    ];
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn an_entry_with_inputs_and_an_empty_graph_are_rejected() {
+    assert_eq!(violations(&graph(json!({"nodes": [], "entry": "a", "exit": "a"})), ToolCatalog::Unchecked), [Violation::Empty]);
+    let g = graph(json!({
+        "nodes": [{"id": "a", "kind": "llm", "role": "plan"}, {"id": "b", "kind": "llm", "role": "synthesize"}],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a", "kind": "control"}],
+        "entry": "a",
+        "exit": "b"
+    }));
+    let found = violations(&g, ToolCatalog::Unchecked);
+    assert!(found.contains(&Violation::EntryHasInput { node: "a".into(), from: "b".into() }), "{found:#?}");
+    assert!(found.iter().any(|violation| matches!(violation, Violation::Cycle { .. })), "{found:#?}");
+}
