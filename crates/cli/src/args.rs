@@ -523,6 +523,9 @@ pub enum ImportFormatArg {
     /// StableToolBench evaluation sets (messages truncated at source) -> trajectories.
     #[value(name = "stabletoolbench")]
     StableToolBench,
+    /// An XES event log (`.xes` or `.xes.gz`) -> trajectories, one per case, with each
+    /// event's activity as the tool name.
+    Xes,
 }
 
 /// Arguments of `flowmem stats`.

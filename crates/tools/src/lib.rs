@@ -55,6 +55,8 @@ pub use crate::config::{
 };
 pub use crate::error::Error;
 pub use crate::registry::{CallStatus, EventSink, Invocation, Registry};
-pub use crate::replay::{CallFailure, RecordReport, ReplayConfig, ReplayReport, StateIsolation, replay};
+pub use crate::replay::{
+    CallFailure, RecordReport, ReplayConfig, ReplayReport, StateIsolation, replay, replay_with_progress,
+};
 pub use crate::server::Restart;
 pub use crate::spec::ToolSpec;

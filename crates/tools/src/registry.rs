@@ -227,10 +227,12 @@ impl Registry {
     /// when some block is not text, its structured content, or else the content blocks as
     /// JSON. An error result fills both `result` and `error` (its text). `latency_ms`
     /// covers all the steps above.
+    #[tracing::instrument(level = "debug", skip(self, args))]
     pub async fn invoke(&self, name: &str, args: JsonObject) -> Invocation {
         let started = Instant::now();
         let mut invocation = self.invoke_timed(name, args).await;
         invocation.call.latency_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+        tracing::debug!(status = ?invocation.status, latency_ms = invocation.call.latency_ms, "tool call finished");
         invocation
     }
 
@@ -278,8 +280,11 @@ impl Registry {
                 return Invocation { call, status: CallStatus::TransportError, server: server_name, restart: None };
             }
         };
-        if let (Some(restart), Some(sink)) = (&restart, &inner.sink) {
-            sink(&restart.to_trace_event());
+        if let Some(restart) = &restart {
+            tracing::warn!(server = %restart.server, reason = %restart.reason, "MCP server restarted");
+            if let Some(sink) = &inner.sink {
+                sink(&restart.to_trace_event());
+            }
         }
         let params = CallToolRequestParams::new(spec.remote_name.clone()).with_arguments(sent_args);
         // Dropping rmcp's request future on timeout sends `notifications/cancelled`.

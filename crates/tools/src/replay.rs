@@ -108,8 +108,23 @@ pub struct CallFailure {
 /// Records run concurrently (up to `cfg.concurrency`), each record's calls in order. No
 /// failure stops the replay: every call's outcome is counted in the report.
 pub async fn replay(registry: &Registry, records: &[Record], cfg: &ReplayConfig) -> ReplayReport {
+    replay_with_progress(registry, records, cfg, &|_| {}).await
+}
+
+/// Like [`replay`], and calls `on_record` as each record finishes (in completion order),
+/// for example to advance a progress bar.
+pub async fn replay_with_progress(
+    registry: &Registry,
+    records: &[Record],
+    cfg: &ReplayConfig,
+    on_record: &(dyn Fn(&RecordReport) + Sync),
+) -> ReplayReport {
     let per_record: Vec<RecordReport> = futures::stream::iter(records.iter())
-        .map(|record| replay_record(registry, record, cfg.isolation.as_ref()))
+        .map(|record| async move {
+            let report = replay_record(registry, record, cfg.isolation.as_ref()).await;
+            on_record(&report);
+            report
+        })
         .buffered(cfg.concurrency.max(1))
         .collect()
         .await;

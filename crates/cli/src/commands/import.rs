@@ -88,8 +88,26 @@ fn import_path(format: ImportFormatArg, path: &Path) -> anyhow::Result<Imported>
         ImportFormatArg::Tau2Bench => model::import(ImportFormat::Tau2Bench, path)?,
         ImportFormatArg::ToolBench => model::import(ImportFormat::ToolBench, path)?,
         ImportFormatArg::StableToolBench => model::import(ImportFormat::StableToolBench, path)?,
+        ImportFormatArg::Xes => import_xes(path)?,
     };
     Ok(imported)
+}
+
+/// Reads an XES log with the miner's reader: one trajectory per case, one tool call per
+/// event with the activity name as the tool.
+fn import_xes(path: &Path) -> anyhow::Result<Imported> {
+    let log = flowmem_mining::read_xes(path)?;
+    let source = format!("xes:{}", path.display());
+    let mut notes = Vec::new();
+    if log.skipped_events > 0 {
+        notes.push(format!("{} event(s) without a `concept:name` were left out", log.skipped_events));
+    }
+    Ok(Imported {
+        items: log.to_trajectories(&source).into_iter().map(model::Item::Trajectory).collect(),
+        skipped: Vec::new(),
+        files: vec![path.to_path_buf()],
+        notes,
+    })
 }
 
 /// The format's name as typed on the command line.

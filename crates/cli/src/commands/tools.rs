@@ -1,6 +1,6 @@
 //! `flowmem tools`: list, call and replay the tools of the configured MCP servers.
 
-use std::io::BufRead;
+use std::io::{BufRead, IsTerminal};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -127,7 +127,15 @@ async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) 
             key_prefix: args.state_key_prefix.clone(),
         }),
     };
-    let report = flowmem_tools::replay(registry, &records, &cfg).await;
+    let bar = if printer.progress && std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(records.len() as u64);
+        bar.set_message("records replayed");
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let report = flowmem_tools::replay_with_progress(registry, &records, &cfg, &|_| bar.inc(1)).await;
+    bar.finish_and_clear();
     if printer.json {
         printer.json_result(&ReplayOutput { report: &report, skipped: &skipped })?;
     } else {
@@ -142,7 +150,7 @@ async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) 
                     failure.index,
                     failure.tool,
                     status_name(failure.status),
-                    failure.error
+                    shorten(&failure.error, 240)
                 ))?;
             }
         }
@@ -181,6 +189,14 @@ fn read_records(path: &Path) -> anyhow::Result<(Vec<Record>, Vec<String>)> {
         }
     }
     Ok((records, skipped))
+}
+
+/// The first `max_chars` characters of `text`, with `…` when cut (`--json` has it all).
+fn shorten(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
 
 fn status_name(status: CallStatus) -> &'static str {

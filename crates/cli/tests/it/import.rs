@@ -149,3 +149,18 @@ fn quiet_prints_nothing_on_success() {
     let run = dir.run(&["import", "-q", "--format", "tau-bench", "tasks.jsonl", "-o", "out.jsonl"]);
     assert_eq!((run.code, run.stdout.as_str(), run.stderr.as_str()), (0, "", ""));
 }
+
+#[test]
+fn xes_logs_import_one_trajectory_per_case() {
+    let dir = TestDir::new();
+    let log = data("xes/helpdesk.xes.gz");
+    let run = dir.run(&["import", "--format", "xes", &log, "-o", "helpdesk.jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // SOURCE.md: helpdesk has 4580 cases and 21348 events.
+    let lines: Vec<serde_json::Value> =
+        dir.read("helpdesk.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 4580);
+    let events: usize = lines.iter().map(|t| t["steps"].as_array().unwrap().len()).sum();
+    assert_eq!(events, 21348);
+    assert_eq!(lines[0]["steps"][0]["action"]["kind"], "tool_call");
+}

@@ -2,32 +2,23 @@
 
 use std::collections::BTreeMap;
 
-use flowmem_model::{Record, ToolCall};
-use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, replay};
-use serde_json::Value;
+use flowmem_model::{ImportFormat, Item, Record};
+use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, replay, replay_with_progress};
 
 use crate::support::{config, repo_root, tau2};
 
-/// Records built straight from `tasks.json`: each task's golden actions, in order.
+/// The domain's records, imported from `tasks.json` with flowmem's τ²-bench importer.
 fn records_from_tasks(domain: &str) -> Vec<Record> {
     let path = repo_root().join(format!("../shared/data/tau2-bench/{domain}/tasks.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("cannot read `{}`: {err}", path.display()));
-    let tasks: Vec<Value> = serde_json::from_str(&text).unwrap();
-    tasks
-        .iter()
-        .map(|task| {
-            let actions = task["evaluation_criteria"]["actions"].as_array().cloned().unwrap_or_default();
-            Record {
-                id: task["id"].as_str().unwrap().to_owned(),
-                query: String::new(),
-                reference_result: String::new(),
-                required_outputs: Vec::new(),
-                orchestration: actions
-                    .iter()
-                    .map(|action| ToolCall::new(action["name"].as_str().unwrap(), action["arguments"].clone()).unwrap())
-                    .collect(),
-                meta: Default::default(),
-            }
+    let imported = flowmem_model::import(ImportFormat::Tau2Bench, &path)
+        .unwrap_or_else(|err| panic!("cannot import `{}`: {err}", path.display()));
+    assert!(imported.skipped.is_empty(), "{:?}", imported.skipped);
+    imported
+        .items
+        .into_iter()
+        .map(|item| match item {
+            Item::Record(record) => record,
+            Item::Trajectory(trajectory) => panic!("τ²-bench gives records, got trajectory `{}`", trajectory.id),
         })
         .collect()
 }
@@ -118,8 +109,14 @@ async fn a_failed_reset_skips_the_record_and_says_why() {
             key_prefix: String::new(),
         }),
     };
-    let report = replay(&registry, &records, &cfg).await;
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let report = replay_with_progress(&registry, &records, &cfg, &|record| {
+        assert!(record.reset_error.is_some());
+        finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .await;
     registry.shutdown().await;
+    assert_eq!(finished.into_inner(), 2);
     assert_eq!(report.executed, 0);
     assert_eq!(report.not_run, report.calls);
     assert!(report.calls > 0);

@@ -1,0 +1,121 @@
+//! Speed of the embedded model: prefill and generation tokens/s at 32 and 512 tokens
+//! of context, constrained against unconstrained decoding, the system-prompt KV cache,
+//! load time and peak memory.
+//!
+//! Run in release, on one core for the target figure:
+//!     RAYON_NUM_THREADS=1 cargo bench -p flowmem-llm-local --bench local
+//! `FLOWMEM_BENCH_PRECISION=f32` measures F32 weights instead of the default F16.
+
+#![allow(clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use flowmem_llm::{ChatRequest, Message, Purpose};
+use flowmem_llm_local::bench::{time_constraint, time_decode};
+use flowmem_llm_local::{LocalConfig, LocalModel, Precision, SETUP_COMMAND};
+
+const GENERATE: usize = 64;
+const ROUNDS: usize = 3;
+
+fn per_sec(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn main() {
+    let mut config = LocalConfig::standard();
+    if std::env::var("FLOWMEM_BENCH_PRECISION").as_deref() == Ok("f32") {
+        config.precision = Precision::F32;
+    }
+    if !config.path.is_file() {
+        eprintln!("model file `{}` is missing; run `{SETUP_COMMAND}`", config.path.display());
+        std::process::exit(2);
+    }
+    println!("precision {:?}, threads {}", config.precision, candle_core::utils::get_num_threads());
+    let model = LocalModel::new(config);
+    let started = Instant::now();
+    model.load().expect("model loads");
+    println!("load: {:.2} s", started.elapsed().as_secs_f64());
+
+    for context in [32, 512] {
+        let mut best: Option<flowmem_llm_local::bench::DecodeTiming> = None;
+        for _ in 0..ROUNDS {
+            let t = time_decode(&model, context, GENERATE).expect("decode");
+            if best.is_none_or(|b| t.generate < b.generate) {
+                best = Some(t);
+            }
+        }
+        let t = best.expect("at least one round");
+        println!(
+            "context {context:>3}: prefill {:>6.1} tok/s ({:.3} s), generation {:>5.1} tok/s ({GENERATE} tokens, best of {ROUNDS})",
+            per_sec(t.context, t.prefill),
+            t.prefill.as_secs_f64(),
+            per_sec(t.generated, t.generate),
+        );
+    }
+
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string", "maxLength": 200},
+            "keywords": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 6},
+            "score": {"type": "integer", "minimum": 0, "maximum": 10}
+        },
+        "required": ["summary", "keywords", "score"]
+    });
+    let prompt = "Summarise: the agent booked a flight, checked the weather, then sent an email to the team about the trip.";
+    let c = time_constraint(&model, prompt, &schema, 96).expect("constrained decode");
+    let constrained_rate = per_sec(c.constrained_tokens, c.constrained);
+    let free_rate = per_sec(c.free_tokens, c.free);
+    println!(
+        "constrained: {} tokens ({} sampled, rest forced) in {:.3} s = {:.1} tok/s; unconstrained: {} tokens in {:.3} s = {:.1} tok/s",
+        c.constrained_tokens,
+        c.constrained_sampled,
+        c.constrained.as_secs_f64(),
+        constrained_rate,
+        c.free_tokens,
+        c.free.as_secs_f64(),
+        free_rate
+    );
+    let per_sampled_mask = c.mask.as_secs_f64() * 1000.0 / c.constrained_sampled.max(1) as f64;
+    let per_step_forward = c.constrained_forward.as_secs_f64() * 1000.0 / c.constrained_sampled.max(1) as f64;
+    println!(
+        "mask: {:.3} ms per sampled token vs forward {:.2} ms per step: overhead {:.2}% (end-to-end tok/s ratio constrained/free {:.2})",
+        per_sampled_mask,
+        per_step_forward,
+        100.0 * c.mask.as_secs_f64() / c.constrained_forward.as_secs_f64(),
+        constrained_rate / free_rate
+    );
+
+    let system = "You are flowmem's workflow assistant. You help agents reuse procedures learned from earlier runs. \
+        Always answer briefly, name the tools you would call, and never invent tool names. "
+        .repeat(6);
+    let mut latencies = Vec::new();
+    for question in ["Which tool books flights?", "How do I check the weather?", "What is a workflow?"] {
+        let mut request = ChatRequest::new(vec![Message::system(&system), Message::user(question)], Purpose::Other);
+        request.max_tokens = Some(1);
+        let started = Instant::now();
+        let reply = model.chat_blocking(&request).expect("chat");
+        latencies.push((started.elapsed(), reply.response.usage.prompt_tokens));
+    }
+    let stats = model.prefix_cache_stats().expect("stats");
+    println!(
+        "system prompt KV cache: {} prompt tokens; first call {:.3} s, then {:.3} s and {:.3} s (prefix cache hits {}, misses {})",
+        latencies[0].1,
+        latencies[0].0.as_secs_f64(),
+        latencies[1].0.as_secs_f64(),
+        latencies[2].0.as_secs_f64(),
+        stats.hits,
+        stats.misses
+    );
+    match peak_rss_mb() {
+        Some(mb) => println!("peak RSS: {mb:.0} MB"),
+        None => println!("peak RSS: unavailable"),
+    }
+}

@@ -1,0 +1,116 @@
+//! Timing probes for `benches/local.rs`. Not a stable API.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::constrain::prepare;
+use crate::engine::DecodeParams;
+use crate::error::LocalError;
+use crate::model::LocalModel;
+
+/// Prefill and generation timings at one context length.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeTiming {
+    /// Tokens prefilled.
+    pub context: usize,
+    /// Time to prefill them in one batch, from an empty KV cache.
+    pub prefill: Duration,
+    /// Tokens generated after the context.
+    pub generated: usize,
+    /// Time to generate them one by one (greedy, never stopping early).
+    pub generate: Duration,
+}
+
+/// Constrained against unconstrained decoding from the same prompt.
+#[derive(Debug, Clone, Copy)]
+pub struct ConstraintTiming {
+    /// Tokens chosen by the model under the grammar (excluding forced tokens).
+    pub constrained_sampled: usize,
+    /// All tokens of the constrained output, forced ones included.
+    pub constrained_tokens: usize,
+    /// Wall time of the constrained decoding.
+    pub constrained: Duration,
+    /// Time spent computing masks and picking among allowed tokens.
+    pub mask: Duration,
+    /// Time spent in forward passes during constrained decoding.
+    pub constrained_forward: Duration,
+    /// Tokens generated without the grammar.
+    pub free_tokens: usize,
+    /// Wall time of the unconstrained decoding.
+    pub free: Duration,
+}
+
+/// A fixed English text of at least `n` tokens, cut to exactly `n`.
+fn context_tokens(model: &LocalModel, n: usize) -> Result<Vec<u32>, LocalError> {
+    let paragraph = "The workflow memory stores procedures that agents learned from earlier runs. \
+        Each procedure lists the tools to call, in order, with the arguments they need. ";
+    let mut text = String::from("<|im_start|>user\n");
+    let mut tokens = model.tokenize(&text)?;
+    while tokens.len() < n {
+        text.push_str(paragraph);
+        tokens = model.tokenize(&text)?;
+    }
+    tokens.truncate(n);
+    Ok(tokens)
+}
+
+/// Prefills `context` tokens, then generates `generate` tokens greedily.
+///
+/// # Errors
+///
+/// Load and inference errors.
+pub fn time_decode(model: &LocalModel, context: usize, generate: usize) -> Result<DecodeTiming, LocalError> {
+    let tokens = context_tokens(model, context)?;
+    let loaded = model.loaded_for_bench()?;
+    loaded.engine.with_lock(|runner| {
+        let started = Instant::now();
+        let mut session = runner.start(&[], &tokens)?;
+        let prefill = started.elapsed();
+        let started = Instant::now();
+        for _ in 0..generate {
+            let next = runner.argmax_text_token(&session);
+            runner.feed(&mut session, &[next])?;
+        }
+        Ok(DecodeTiming { context, prefill, generated: generate, generate: started.elapsed() })
+    })
+}
+
+/// Decodes from `prompt` (a user message) once under `schema` and once freely, both
+/// from the same prefilled state, with at most `max_tokens` each.
+///
+/// # Errors
+///
+/// Load, grammar and inference errors.
+pub fn time_constraint(
+    model: &LocalModel,
+    prompt: &str,
+    schema: &Value,
+    max_tokens: usize,
+) -> Result<ConstraintTiming, LocalError> {
+    let tokens = model.tokenize(&format!("<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"))?;
+    let loaded = model.loaded_for_bench()?;
+    let engine = &loaded.engine;
+    engine.with_lock(|runner| {
+        let session = runner.start(&[], &tokens)?;
+        let params = DecodeParams { max_tokens, temperature: 0.0, seed: 0 };
+
+        let matcher = engine.constrainer.matcher(prepare(schema), "the benchmark schema")?;
+        let started = Instant::now();
+        let constrained = runner.decode(session.clone(), params, Some(matcher))?;
+        let constrained_time = started.elapsed();
+
+        let started = Instant::now();
+        let free = runner.decode_ignoring_eos(session, max_tokens)?;
+        let free_time = started.elapsed();
+        Ok(ConstraintTiming {
+            constrained_sampled: constrained.sampled,
+            constrained_tokens: constrained.tokens.len(),
+            constrained: constrained_time,
+            mask: constrained.mask_time,
+            constrained_forward: constrained.forward_time,
+            free_tokens: free,
+            free: free_time,
+        })
+    })
+}

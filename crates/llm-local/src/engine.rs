@@ -1,0 +1,336 @@
+//! The model runtime: loading, prefill with a cached system-prompt prefix, and the
+//! decoding loop, optionally constrained by a grammar.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{DType, Device, Tensor};
+use candle_transformers::generation::{LogitsProcessor, Sampling};
+use llguidance::Matcher;
+
+use crate::constrain::Constrainer;
+use crate::error::LocalError;
+use crate::llama::{KvCache, Llama, MAX_SEQ_LEN};
+use crate::tokenizer::GgufTokenizer;
+
+/// `<|endoftext|>`, the GGUF's unknown/document-end token.
+pub(crate) const ENDOFTEXT: u32 = 0;
+/// `<|im_end|>`, the end of a ChatML turn and the model's EOS.
+pub(crate) const IM_END: u32 = 2;
+/// How many system-prompt snapshots to keep.
+const PREFIX_CACHE_SLOTS: usize = 8;
+
+/// How the weights are held in memory. The file's Q4_1 blocks are dequantised once at
+/// load: candle has no fast Q4_1 kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// F16 weights (about 270 MB), multiplied in F16.
+    F16,
+    /// F32 weights (about 540 MB).
+    F32,
+}
+
+/// The loaded model: weights, tokenizer, grammar machinery and the prefix cache.
+pub(crate) struct Engine {
+    pub(crate) tokenizer: Arc<GgufTokenizer>,
+    pub(crate) constrainer: Constrainer,
+    llama: Llama,
+    device: Device,
+    /// Snapshots after prefilling a system-prompt prefix. The lock also serialises
+    /// inference: two forward passes at once would only thrash the cores.
+    state: Mutex<PrefixCache>,
+}
+
+#[derive(Default)]
+struct PrefixCache {
+    /// Most recently used last.
+    slots: Vec<(Vec<u32>, Session)>,
+    hits: u64,
+    misses: u64,
+}
+
+/// A model state part way through a sequence: the KV cache, the position, and the
+/// logits for the next token.
+#[derive(Clone)]
+pub(crate) struct Session {
+    cache: KvCache,
+    logits: Vec<f32>,
+}
+
+/// Decoding parameters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecodeParams {
+    pub(crate) max_tokens: usize,
+    pub(crate) temperature: f32,
+    pub(crate) seed: u64,
+}
+
+/// Why decoding stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// `<|im_end|>`, `<|endoftext|>`, or the grammar is complete.
+    Stop,
+    /// The token limit.
+    Length,
+}
+
+/// The tokens one decoding produced.
+#[derive(Debug, Clone)]
+pub(crate) struct Decoded {
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) finish: Finish,
+    /// The stop token, if one ended generation.
+    pub(crate) stop_token: Option<u32>,
+    /// Tokens the model chose (the rest were forced by the grammar).
+    pub(crate) sampled: usize,
+    /// Time spent computing grammar masks and picking tokens under them.
+    pub(crate) mask_time: Duration,
+    /// Time spent in forward passes.
+    pub(crate) forward_time: Duration,
+}
+
+/// Counters for benchmarks and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Requests whose system prompt was already prefilled.
+    pub hits: u64,
+    /// Requests that prefilled their system prompt.
+    pub misses: u64,
+}
+
+impl Engine {
+    /// Loads the GGUF at `path`.
+    pub(crate) fn load(path: &Path, precision: Precision) -> Result<Engine, LocalError> {
+        if !path.is_file() {
+            return Err(LocalError::ModelMissing { path: path.to_owned() });
+        }
+        let load_err = |e: candle_core::Error| LocalError::Load { path: path.to_owned(), source: Box::new(e) };
+        let device = Device::Cpu;
+        let mut file = File::open(path).map_err(|e| LocalError::Load { path: path.to_owned(), source: Box::new(e) })?;
+        let content = gguf_file::Content::read(&mut file).map_err(load_err)?;
+        let tokenizer = Arc::new(GgufTokenizer::from_gguf(&content)?);
+        let dtype = match precision {
+            Precision::F16 => DType::F16,
+            Precision::F32 => DType::F32,
+        };
+        let llama = Llama::from_gguf(&content, &mut file, dtype, &device).map_err(load_err)?;
+        let constrainer = Constrainer::new(Arc::clone(&tokenizer))?;
+        Ok(Engine { tokenizer, constrainer, llama, device, state: Mutex::new(PrefixCache::default()) })
+    }
+
+    /// Runs `f` with exclusive use of the model.
+    pub(crate) fn with_lock<T>(&self, f: impl FnOnce(&mut Runner<'_>) -> T) -> T {
+        let mut cache = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut runner = Runner { engine: self, cache: &mut cache };
+        f(&mut runner)
+    }
+
+    /// Prefix-cache counters.
+    pub(crate) fn prefix_stats(&self) -> PrefixCacheStats {
+        let cache = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        PrefixCacheStats { hits: cache.hits, misses: cache.misses }
+    }
+}
+
+/// Exclusive access to the model for one request.
+pub(crate) struct Runner<'a> {
+    engine: &'a Engine,
+    cache: &'a mut PrefixCache,
+}
+
+impl Runner<'_> {
+    /// Prefills `prefix` (served from the snapshot cache when seen before) then `rest`.
+    pub(crate) fn start(&mut self, prefix: &[u32], rest: &[u32]) -> Result<Session, LocalError> {
+        let total = prefix.len() + rest.len();
+        if total == 0 {
+            return Err(LocalError::Request("the prompt is empty".to_owned()));
+        }
+        if total >= MAX_SEQ_LEN {
+            return Err(LocalError::Request(format!(
+                "the prompt has {total} tokens; the model's limit is {MAX_SEQ_LEN}"
+            )));
+        }
+        let mut session = if prefix.is_empty() {
+            Session { cache: self.engine.llama.new_cache(), logits: Vec::new() }
+        } else if let Some(i) = self.cache.slots.iter().position(|(k, _)| k == prefix) {
+            self.cache.hits += 1;
+            let slot = self.cache.slots.remove(i);
+            let session = slot.1.clone();
+            self.cache.slots.push(slot);
+            session
+        } else {
+            self.cache.misses += 1;
+            let mut session = Session { cache: self.engine.llama.new_cache(), logits: Vec::new() };
+            self.feed(&mut session, prefix)?;
+            if self.cache.slots.len() >= PREFIX_CACHE_SLOTS {
+                self.cache.slots.remove(0);
+            }
+            self.cache.slots.push((prefix.to_vec(), session.clone()));
+            session
+        };
+        self.feed(&mut session, rest)?;
+        Ok(session)
+    }
+
+    /// Runs `tokens` through the model, leaving the next-token logits in `session`.
+    pub(crate) fn feed(&self, session: &mut Session, tokens: &[u32]) -> Result<(), LocalError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        if session.cache.len() + tokens.len() >= MAX_SEQ_LEN {
+            return Err(LocalError::Request(format!("the sequence exceeds the model's limit of {MAX_SEQ_LEN} tokens")));
+        }
+        let logits = self.engine.llama.forward(tokens, &mut session.cache)?;
+        session.logits = logits.to_vec1::<f32>()?;
+        Ok(())
+    }
+
+    /// The log-probability of `tokens` following the session, teacher-forced one
+    /// token at a time. The session is left untouched.
+    pub(crate) fn log_likelihood(&self, session: &Session, tokens: &[u32]) -> Result<f32, LocalError> {
+        let mut s = session.clone();
+        let mut total = 0.0f32;
+        for (i, &t) in tokens.iter().enumerate() {
+            total += log_softmax_at(&s.logits, t);
+            if i + 1 < tokens.len() {
+                self.feed(&mut s, &[t])?;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Generates until a stop token, the token limit, or (when constrained) the end of
+    /// the grammar.
+    pub(crate) fn decode(
+        &self,
+        mut session: Session,
+        params: DecodeParams,
+        mut matcher: Option<Matcher>,
+    ) -> Result<Decoded, LocalError> {
+        let mut sampler = (params.temperature > 0.0).then(|| {
+            LogitsProcessor::from_sampling(params.seed, Sampling::All { temperature: f64::from(params.temperature) })
+        });
+        let mut out = Decoded {
+            tokens: Vec::new(),
+            finish: Finish::Length,
+            stop_token: None,
+            sampled: 0,
+            mask_time: Duration::ZERO,
+            forward_time: Duration::ZERO,
+        };
+        loop {
+            if out.tokens.len() >= params.max_tokens {
+                return Ok(out);
+            }
+            let token = match matcher.as_mut() {
+                None => self.pick(&session.logits, None, sampler.as_mut())?,
+                Some(m) => {
+                    let started = Instant::now();
+                    let mask = m.compute_mask().map_err(|e| grammar_error(&e))?;
+                    let token = self.pick(&session.logits, Some(&mask), sampler.as_mut())?;
+                    out.mask_time += started.elapsed();
+                    token
+                }
+            };
+            if token == IM_END || token == ENDOFTEXT {
+                out.finish = Finish::Stop;
+                out.stop_token = Some(token);
+                return Ok(out);
+            }
+            out.tokens.push(token);
+            out.sampled += 1;
+            let mut step = vec![token];
+            if let Some(m) = matcher.as_mut() {
+                let started = Instant::now();
+                m.consume_token(token).map_err(|e| grammar_error(&e))?;
+                let stopped = m.is_stopped();
+                // Tokens the grammar forces go through the model in one batch.
+                let forced: Vec<u32> = if stopped {
+                    Vec::new()
+                } else {
+                    m.consume_ff_tokens().into_iter().filter(|&t| t != IM_END && t != ENDOFTEXT).collect()
+                };
+                out.mask_time += started.elapsed();
+                out.tokens.extend_from_slice(&forced);
+                step.extend_from_slice(&forced);
+                if stopped || m.is_stopped() {
+                    out.finish = Finish::Stop;
+                    return Ok(out);
+                }
+            }
+            let started = Instant::now();
+            self.feed(&mut session, &step)?;
+            out.forward_time += started.elapsed();
+        }
+    }
+
+    /// The most likely token that is not a control token.
+    pub(crate) fn argmax_text_token(&self, session: &Session) -> u32 {
+        let tokenizer = &self.engine.tokenizer;
+        let mut best = (0u32, f32::NEG_INFINITY);
+        for (t, &l) in session.logits.iter().enumerate() {
+            let t = u32::try_from(t).unwrap_or(u32::MAX);
+            if l > best.1 && !tokenizer.is_control(t) {
+                best = (t, l);
+            }
+        }
+        best.0
+    }
+
+    /// Greedy decoding of exactly `n` tokens, never stopping at a control token.
+    /// Returns `n`.
+    pub(crate) fn decode_ignoring_eos(&self, mut session: Session, n: usize) -> Result<usize, LocalError> {
+        for _ in 0..n {
+            let next = self.argmax_text_token(&session);
+            self.feed(&mut session, &[next])?;
+        }
+        Ok(n)
+    }
+
+    /// Picks the next token: argmax, or a seeded sample, over the allowed tokens.
+    fn pick(
+        &self,
+        logits: &[f32],
+        mask: Option<&toktrie::SimpleVob>,
+        sampler: Option<&mut LogitsProcessor>,
+    ) -> Result<u32, LocalError> {
+        let allowed = |t: usize| mask.is_none_or(|m| m.is_allowed(u32::try_from(t).unwrap_or(u32::MAX)));
+        match sampler {
+            None => {
+                let mut best: Option<(usize, f32)> = None;
+                for (t, &l) in logits.iter().enumerate() {
+                    if allowed(t) && best.is_none_or(|(_, b)| l > b) {
+                        best = Some((t, l));
+                    }
+                }
+                match best {
+                    Some((t, _)) => Ok(u32::try_from(t).unwrap_or(IM_END)),
+                    None => Err(LocalError::Grammar {
+                        what: "the output".to_owned(),
+                        problem: "no token can continue it".to_owned(),
+                    }),
+                }
+            }
+            Some(sampler) => {
+                let masked: Vec<f32> =
+                    logits.iter().enumerate().map(|(t, &l)| if allowed(t) { l } else { f32::NEG_INFINITY }).collect();
+                let masked = Tensor::new(masked.as_slice(), &self.engine.device)?;
+                Ok(sampler.sample(&masked)?)
+            }
+        }
+    }
+}
+
+fn grammar_error(e: &impl std::fmt::Display) -> LocalError {
+    LocalError::Grammar { what: "the output".to_owned(), problem: e.to_string() }
+}
+
+/// `log softmax(logits)[t]`.
+fn log_softmax_at(logits: &[f32], t: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| l - max - sum.ln())
+}

@@ -1,0 +1,55 @@
+//! What can go wrong with the embedded model.
+
+use std::path::PathBuf;
+
+/// The command that fetches and verifies the model file.
+pub const SETUP_COMMAND: &str = "bash scripts/setup/30-model.sh";
+
+/// An error from the embedded model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// The GGUF file is not there.
+    #[error("model file `{}` is missing\nhint: run `{SETUP_COMMAND}` from the repository root to fetch and verify it", path.display())]
+    ModelMissing {
+        /// Where we looked.
+        path: PathBuf,
+    },
+    /// The GGUF file could not be read or loaded.
+    #[error("could not load model file `{}`", path.display())]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A GGUF metadata entry is missing or malformed.
+    #[error("GGUF metadata `{key}` {problem}")]
+    Gguf {
+        /// The metadata key, with an index for array entries.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The tokenizer failed.
+    #[error("tokenizer failed: {0}")]
+    Tokenizer(String),
+    /// A forward pass failed.
+    #[error("inference failed")]
+    Inference(#[from] candle_core::Error),
+    /// The response schema or a tool's parameter schema cannot be compiled to a grammar.
+    #[error("cannot constrain output to the schema of {what}: {problem}")]
+    Grammar {
+        /// Which schema: `response_format` or the tool's name.
+        what: String,
+        /// The grammar compiler's message.
+        problem: String,
+    },
+    /// The request cannot be served (empty conversation, context too long).
+    #[error("invalid request: {0}")]
+    Request(String),
+    /// The model thread panicked or was cancelled.
+    #[error("the model worker stopped: {0}")]
+    Worker(String),
+}

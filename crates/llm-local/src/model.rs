@@ -1,0 +1,256 @@
+//! [`LocalModel`]: the embedded model behind [`ChatModel`], loaded once per process.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+use flowmem_llm::{
+    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Usage,
+};
+
+use crate::engine::{Engine, Finish, Precision, PrefixCacheStats};
+use crate::error::LocalError;
+use crate::prompt::Templates;
+use crate::respond::{respond, stop_token_text};
+
+/// The model file's name.
+pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The name the embedded model reports.
+pub const MODEL_NAME: &str = "smollm2-135m-instruct";
+
+/// Where the setup script puts the model: `$FLOWMEM_MODEL_DIR`, else
+/// `~/.cache/flowmem/models/`, joined with [`MODEL_FILE`].
+#[must_use]
+pub fn default_model_path() -> PathBuf {
+    let dir = match std::env::var_os("FLOWMEM_MODEL_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => {
+            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+            home.join(".cache").join("flowmem").join("models")
+        }
+    };
+    dir.join(MODEL_FILE)
+}
+
+/// How to load the embedded model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// How the weights are held in memory.
+    pub precision: Precision,
+    /// The name reported by [`ChatModel::name`].
+    pub name: String,
+}
+
+impl LocalConfig {
+    /// The model at [`default_model_path`], dequantised to F16, named [`MODEL_NAME`].
+    #[must_use]
+    pub fn standard() -> LocalConfig {
+        LocalConfig { path: default_model_path(), precision: Precision::F16, name: MODEL_NAME.to_owned() }
+    }
+}
+
+/// A loaded model with its templates.
+pub(crate) struct Loaded {
+    pub(crate) engine: Engine,
+    pub(crate) templates: Templates,
+}
+
+/// Every model loaded in this process, by file and precision.
+static LOADED: Mutex<Vec<(PathBuf, Precision, Arc<Loaded>)>> = Mutex::new(Vec::new());
+
+/// The embedded SmolLM2-135M-Instruct model.
+///
+/// Cheap to create and clone: the weights load on the first call (or
+/// [`LocalModel::load`]) and are shared by every `LocalModel` of the same file in the
+/// process. Calls run one at a time on tokio's blocking pool.
+///
+/// # Example
+///
+/// ```no_run
+/// use flowmem_llm::{ChatModel, ChatRequest, Message, Purpose};
+/// use flowmem_llm_local::{LocalConfig, LocalModel};
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let model = LocalModel::new(LocalConfig::standard());
+/// let mut request = ChatRequest::new(vec![Message::user("Say hello.")], Purpose::Other);
+/// request.max_tokens = Some(16);
+/// let reply = model.chat(&request).await?;
+/// assert!(reply.content.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LocalModel {
+    config: LocalConfig,
+    loaded: Arc<OnceLock<Arc<Loaded>>>,
+}
+
+impl std::fmt::Debug for LocalModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalModel").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// A reply with what the OpenAI shape leaves out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalReply {
+    /// The reply.
+    pub response: ChatResponse,
+    /// The control token that ended generation (`<|im_end|>` or `<|endoftext|>`), if
+    /// one did; `None` for the token limit or a completed grammar.
+    pub stop_token: Option<&'static str>,
+}
+
+impl LocalModel {
+    /// A model that loads from `config` on first use.
+    #[must_use]
+    pub fn new(config: LocalConfig) -> LocalModel {
+        LocalModel { config, loaded: Arc::new(OnceLock::new()) }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// Loads the model now (blocking; about a second), or returns the copy already
+    /// loaded in this process.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError::ModelMissing`] when the file is absent (its message names the
+    /// setup command), [`LocalError::Load`] or [`LocalError::Gguf`] when it is
+    /// unreadable.
+    pub fn load(&self) -> Result<(), LocalError> {
+        self.loaded().map(|_| ())
+    }
+
+    fn loaded(&self) -> Result<&Arc<Loaded>, LocalError> {
+        if let Some(loaded) = self.loaded.get() {
+            return Ok(loaded);
+        }
+        let shared = shared(&self.config.path, self.config.precision)?;
+        Ok(self.loaded.get_or_init(|| shared))
+    }
+
+    pub(crate) fn loaded_for_bench(&self) -> Result<&Arc<Loaded>, LocalError> {
+        self.loaded()
+    }
+
+    /// Answers `request` on the current thread (blocking).
+    ///
+    /// # Errors
+    ///
+    /// Load errors as for [`LocalModel::load`]; [`LocalError::Request`] for an empty
+    /// conversation or a prompt beyond the context; [`LocalError::Grammar`] when a
+    /// schema cannot be compiled or constrained output was cut by `max_tokens`;
+    /// [`LocalError::Inference`] when a forward pass fails.
+    pub fn chat_blocking(&self, request: &ChatRequest) -> Result<LocalReply, LocalError> {
+        let started = Instant::now();
+        let loaded = self.loaded()?;
+        let reply = respond(&loaded.engine, &loaded.templates, request)?;
+        let usage = Usage {
+            prompt_tokens: reply.prompt_tokens as u64,
+            completion_tokens: reply.completion_tokens as u64,
+        };
+        let finish_reason = match (reply.finish, &reply.tool_call) {
+            (Finish::Length, _) => FinishReason::Length,
+            (Finish::Stop, Some(_)) => FinishReason::ToolCalls,
+            (Finish::Stop, None) => FinishReason::Stop,
+        };
+        let tool_calls = reply
+            .tool_call
+            .into_iter()
+            .map(|(name, arguments)| AssistantToolCall { id: next_call_id(), name, arguments })
+            .collect();
+        Ok(LocalReply {
+            response: ChatResponse {
+                content: reply.content,
+                tool_calls,
+                finish_reason,
+                usage,
+                latency: started.elapsed(),
+                cached: false,
+            },
+            stop_token: reply.stop_token.map(stop_token_text),
+        })
+    }
+
+    /// Splits `text` into the model's token ids (control-token names become control
+    /// tokens).
+    ///
+    /// # Errors
+    ///
+    /// Load errors as for [`LocalModel::load`].
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, LocalError> {
+        self.loaded()?.engine.tokenizer.encode(text)
+    }
+
+    /// How often a system prompt's KV state was reused (hits) or prefilled (misses)
+    /// by this process's copy of the model.
+    ///
+    /// # Errors
+    ///
+    /// Load errors as for [`LocalModel::load`].
+    pub fn prefix_cache_stats(&self) -> Result<PrefixCacheStats, LocalError> {
+        Ok(self.loaded()?.engine.prefix_stats())
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for LocalModel {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let model = self.clone();
+        let request = request.clone();
+        let name = self.config.name.clone();
+        let joined = tokio::task::spawn_blocking(move || model.chat_blocking(&request)).await;
+        match joined {
+            Ok(Ok(reply)) => Ok(reply.response),
+            Ok(Err(e)) => Err(to_llm_error(&name, e)),
+            Err(e) => Err(to_llm_error(&name, LocalError::Worker(e.to_string()))),
+        }
+    }
+}
+
+/// Maps a local error to the chat trait's error, keeping the hint.
+#[must_use]
+pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
+    let mut reason = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        reason.push_str(": ");
+        reason.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    match error {
+        LocalError::Grammar { .. } | LocalError::Request(_) => {
+            LlmError::InvalidReply { model: model.to_owned(), problem: reason.clone(), raw: String::new() }
+        }
+        _ => LlmError::Unavailable { model: model.to_owned(), reason },
+    }
+}
+
+fn shared(path: &Path, precision: Precision) -> Result<Arc<Loaded>, LocalError> {
+    // Holding the lock while loading makes concurrent first calls wait for one load.
+    let mut loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, _, l)) = loaded.iter().find(|(p, q, _)| p == path && *q == precision) {
+        return Ok(Arc::clone(l));
+    }
+    let engine = Engine::load(path, precision)?;
+    let l = Arc::new(Loaded { engine, templates: Templates::new() });
+    loaded.push((path.to_owned(), precision, Arc::clone(&l)));
+    Ok(l)
+}
+
+fn next_call_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("call_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,99 @@
+//! Free-text replies, usage, seeded sampling, the prefix cache, and the missing-file
+//! error.
+
+use flowmem_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message, Purpose};
+use flowmem_llm_local::{LocalConfig, LocalError, LocalModel, Precision, SETUP_COMMAND};
+
+fn ask(text: &str, max_tokens: u32) -> ChatRequest {
+    let mut request = ChatRequest::new(vec![Message::user(text)], Purpose::Other);
+    request.max_tokens = Some(max_tokens);
+    request
+}
+
+#[test]
+fn short_instruction_gets_an_english_reply_ending_at_im_end() {
+    let Some(model) = crate::model() else { return };
+    let reply = model.chat_blocking(&ask("What is the capital of France? Answer in one short sentence.", 48)).unwrap();
+    let text = reply.response.content.clone().unwrap();
+    assert!(!text.trim().is_empty());
+    assert_eq!(reply.stop_token, Some("<|im_end|>"), "reply: {text:?}");
+    assert_eq!(reply.response.finish_reason, FinishReason::Stop);
+    assert!(!text.contains("<|im_end|>"));
+    let letters = text.chars().filter(char::is_ascii_alphabetic).count();
+    assert!(letters * 2 > text.chars().count(), "mostly Latin letters: {text:?}");
+    let lower = text.to_lowercase();
+    let english = ["the", "is", "of", "paris", "capital"];
+    assert!(english.iter().any(|w| lower.split(|c: char| !c.is_alphabetic()).any(|x| x == *w)), "{text:?}");
+    assert!(reply.response.usage.prompt_tokens > 10);
+    assert!(reply.response.usage.completion_tokens > 0);
+}
+
+#[test]
+fn max_tokens_cuts_the_reply() {
+    let Some(model) = crate::model() else { return };
+    let reply = model.chat_blocking(&ask("Write a long story about a dragon.", 5)).unwrap();
+    assert_eq!(reply.response.finish_reason, FinishReason::Length);
+    assert_eq!(reply.response.usage.completion_tokens, 5);
+    assert_eq!(reply.stop_token, None);
+}
+
+#[test]
+fn greedy_is_deterministic_and_seeds_replay() {
+    let Some(model) = crate::model() else { return };
+    let greedy = ask("Name three fruits.", 12);
+    let a = model.chat_blocking(&greedy).unwrap().response.content;
+    let b = model.chat_blocking(&greedy).unwrap().response.content;
+    assert_eq!(a, b);
+
+    let mut sampled = ask("Tell me a word.", 12);
+    sampled.temperature = 1.2;
+    sampled.seed = Some(7);
+    let c = model.chat_blocking(&sampled).unwrap().response.content;
+    let d = model.chat_blocking(&sampled).unwrap().response.content;
+    assert_eq!(c, d, "the same seed gives the same sample");
+}
+
+#[test]
+fn system_prompt_is_prefilled_once() {
+    let Some(model) = crate::model() else { return };
+    let system = "You are a terse assistant for the prefix-cache test. Reply with one word.";
+    let request = |q: &str| {
+        let mut r = ChatRequest::new(vec![Message::system(system), Message::user(q)], Purpose::Other);
+        r.max_tokens = Some(3);
+        r
+    };
+    let before = model.prefix_cache_stats().unwrap();
+    model.chat_blocking(&request("Hello")).unwrap();
+    model.chat_blocking(&request("Goodbye")).unwrap();
+    model.chat_blocking(&request("Thanks")).unwrap();
+    let after = model.prefix_cache_stats().unwrap();
+    // Other tests share the model, so count at least: one miss for this new prefix,
+    // then two hits.
+    assert!(after.misses > before.misses);
+    assert!(after.hits >= before.hits + 2, "before {before:?}, after {after:?}");
+}
+
+#[tokio::test]
+async fn chat_trait_runs_on_the_blocking_pool() {
+    let Some(model) = crate::model() else { return };
+    let response = ChatModel::chat(&model, &ask("Say hi.", 8)).await.unwrap();
+    assert!(response.content.is_some());
+    assert_eq!(model.name(), "smollm2-135m-instruct");
+}
+
+#[tokio::test]
+async fn missing_model_file_names_the_setup_command() {
+    let config = LocalConfig {
+        path: std::env::temp_dir().join("flowmem-no-such-model.gguf"),
+        precision: Precision::F32,
+        name: "missing".to_owned(),
+    };
+    let model = LocalModel::new(config);
+    let err = model.load().unwrap_err();
+    assert!(matches!(err, LocalError::ModelMissing { .. }));
+    assert!(err.to_string().contains(SETUP_COMMAND), "{err}");
+    match ChatModel::chat(&model, &ask("hi", 4)).await {
+        Err(LlmError::Unavailable { reason, .. }) => assert!(reason.contains(SETUP_COMMAND), "{reason}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

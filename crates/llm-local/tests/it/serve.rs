@@ -1,0 +1,106 @@
+//! The OpenAI-compatible endpoint answers an HTTP client over loopback.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use flowmem_llm::ChatModel;
+
+struct Server {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(model: Arc<dyn ChatModel>) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(flowmem_llm_local::serve(listener, model, async {
+            let _ = stopped.await;
+        }));
+        Server { base, stop: Some(stop), task }
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    let response = client.post(url).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn openai_endpoint_serves_text_tools_and_schemas() {
+    let Some(model) = crate::model() else { return };
+    let server = Server::start(Arc::new(model)).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", server.base);
+
+    let models: Value = client.get(format!("{}/models", server.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], "smollm2-135m-instruct");
+
+    let (status, text) = post(
+        &client,
+        &url,
+        &json!({"model": "local", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 12}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text["object"], "chat.completion");
+    assert_eq!(text["choices"][0]["index"], 0);
+    assert!(text["choices"][0]["message"]["content"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(text["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+
+    let tools: Vec<Value> = crate::tools::tools()
+        .into_iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .collect();
+    let (status, called) = post(
+        &client,
+        &url,
+        &json!({
+            "messages": [{"role": "user", "content": "What's the weather in Rome in celsius?"}],
+            "tools": tools,
+            "tool_choice": "required",
+            "max_tokens": 96
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{called}");
+    assert_eq!(called["choices"][0]["finish_reason"], "tool_calls");
+    let call = &called["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    let name = call["function"]["name"].as_str().unwrap();
+    let tool = crate::tools::tools().into_iter().find(|t| t.name == name).expect("an offered tool");
+    let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(crate::schema_errors(&tool.parameters, &arguments), Vec::<String>::new());
+
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]});
+    let (status, structured) = post(
+        &client,
+        &url,
+        &json!({
+            "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "sum", "schema": schema, "strict": true}},
+            "max_tokens": 32
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{structured}");
+    let content: Value = serde_json::from_str(structured["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(crate::schema_errors(&schema, &content), Vec::<String>::new());
+
+    let (status, error) = post(&client, &url, &json!({"messages": [{"role": "wizard", "content": "x"}]})).await;
+    assert_eq!(status, 400);
+    assert!(error["error"]["message"].as_str().unwrap().contains("$.messages[0].role"), "{error}");
+
+    server.shutdown().await;
+}

@@ -1,0 +1,126 @@
+//! `response_format`: every reply is JSON that validates against the schema.
+
+use serde_json::{Value, json};
+
+use flowmem_llm::{ChatRequest, Message, Purpose, ResponseFormat};
+
+fn schemas() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "sentiment",
+            json!({
+                "type": "object",
+                "properties": {
+                    "label": {"type": "string", "enum": ["positive", "negative", "neutral"]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1}
+                },
+                "required": ["label", "confidence"]
+            }),
+        ),
+        (
+            "person",
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                    "email": {"type": ["string", "null"]}
+                },
+                "required": ["name", "age"]
+            }),
+        ),
+        (
+            "steps",
+            json!({
+                "type": "object",
+                "properties": {
+                    "steps": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "done": {"type": "boolean"}
+                },
+                "required": ["steps", "done"]
+            }),
+        ),
+        (
+            "plan",
+            json!({
+                "type": "object",
+                "properties": {
+                    "tool": {"type": "string", "enum": ["search", "calculator", "calendar"]},
+                    "query": {"type": "string"},
+                    "priority": {"type": "integer", "enum": [1, 2, 3]},
+                    "meta": {
+                        "type": "object",
+                        "properties": {"source": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+                        "required": ["source"]
+                    }
+                },
+                "required": ["tool", "query", "priority", "meta"]
+            }),
+        ),
+        (
+            "verdict",
+            json!({
+                "type": "object",
+                "properties": {
+                    "score": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "reason": {"type": "string", "maxLength": 80},
+                    "pass": {"type": "boolean"}
+                },
+                "required": ["score", "reason", "pass"]
+            }),
+        ),
+    ]
+}
+
+const PROMPTS: [&str; 4] = [
+    "I loved the new phone, the battery lasts forever.",
+    "Alice is 34 years old and her email is alice@example.com.",
+    "To make tea: boil water, add the tea bag, wait three minutes.",
+    "Find the population of Canada and rate how hard that is.",
+];
+
+#[test]
+fn twenty_structured_replies_all_validate() {
+    let Some(model) = crate::model() else { return };
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (name, schema) in schemas() {
+        for prompt in PROMPTS {
+            count += 1;
+            let mut request = ChatRequest::new(
+                vec![Message::system("Extract the requested information as JSON."), Message::user(prompt)],
+                Purpose::Judge,
+            );
+            request.response_format = Some(ResponseFormat { name: name.to_owned(), schema: schema.clone() });
+            request.max_tokens = Some(256);
+            let text = match model.chat_blocking(&request) {
+                Ok(reply) => reply.response.content.unwrap_or_default(),
+                Err(e) => {
+                    failures.push(format!("{name} / {prompt}: error {e}"));
+                    continue;
+                }
+            };
+            match serde_json::from_str::<Value>(&text) {
+                Ok(value) => {
+                    let errors = crate::schema_errors(&schema, &value);
+                    if !errors.is_empty() {
+                        failures.push(format!("{name} / {prompt}: {text} invalid: {errors:?}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name} / {prompt}: not JSON ({e}): {text}")),
+            }
+        }
+    }
+    assert_eq!(count, 20);
+    assert!(failures.is_empty(), "{} of 20 failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn a_schema_that_cannot_compile_is_an_error_not_a_panic() {
+    let Some(model) = crate::model() else { return };
+    let mut request = ChatRequest::new(vec![Message::user("x")], Purpose::Other);
+    request.response_format = Some(ResponseFormat { name: "bad".to_owned(), schema: json!({"type": "no-such-type"}) });
+    request.max_tokens = Some(8);
+    let err = model.chat_blocking(&request).unwrap_err();
+    assert!(err.to_string().contains("response_format `bad`"), "{err}");
+}
