@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 use flowmem_eval::{Alpha, JudgeInput, TcConfig, judge_es, reward, tool_correctness};
@@ -217,21 +216,32 @@ impl ExecSimulator {
         std::fs::create_dir_all(self.dir.join("traces")).map_err(io_err)?;
         let tmp = path.with_extension("jsonl.tmp");
         let writer = JsonlTraceWriter::new(BufWriter::new(std::fs::File::create(&tmp).map_err(io_err)?));
-        let scores: Vec<RunScore> = futures::stream::iter(records)
-            .map(|record| {
-                let (validated, writer) = (&validated, &writer);
-                async move {
-                    let key = format!("scout/{candidate:04}/{split}/{}", record.id);
-                    let trace = run_workflow(validated, &self.runtime, self.isolation.as_ref(), key, record, writer).await;
-                    score_trace(record, &trace, &self.scoring).await
-                }
-            })
-            .buffered(self.concurrency.max(1))
-            .collect()
-            .await;
+        let limit = tokio::sync::Semaphore::new(self.concurrency.max(1));
+        let runs: Vec<_> =
+            records.iter().map(|record| self.run_one(candidate, split, &validated, &writer, &limit, record)).collect();
+        let scores: Vec<RunScore> = futures::future::join_all(runs).await;
         writer.finish().map_err(io_err)?;
         std::fs::rename(&tmp, &path).map_err(io_err)?;
         Ok(aggregate(split, &scores))
+    }
+}
+
+impl ExecSimulator {
+    /// Runs and scores one record once a slot of `limit` is free.
+    async fn run_one(
+        &self,
+        candidate: TreeNodeId,
+        split: &str,
+        validated: &ValidatedGraph,
+        observer: &dyn ExecObserver,
+        limit: &tokio::sync::Semaphore,
+        record: &Record,
+    ) -> RunScore {
+        // The semaphore is never closed, so acquiring only waits.
+        let _permit = limit.acquire().await.ok();
+        let key = format!("scout/{candidate:04}/{split}/{}", record.id);
+        let trace = run_workflow(validated, &self.runtime, self.isolation.as_ref(), key, record, observer).await;
+        score_trace(record, &trace, &self.scoring).await
     }
 }
 
