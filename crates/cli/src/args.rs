@@ -131,6 +131,8 @@ pub enum RenderFormat {
     Mermaid,
     /// Graphviz DOT, for `dot -Tsvg`.
     Dot,
+    /// Talk to the configured language models.
+    Llm(LlmArgs),
 }
 
 /// Arguments of `flowmem schema`.
@@ -536,4 +538,46 @@ pub struct StatsArgs {
     /// How many of the most frequent tools and transitions to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+/// Arguments of `flowmem llm`.
+#[derive(Debug, Args)]
+pub struct LlmArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: LlmCommand,
+}
+
+/// `flowmem llm` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum LlmCommand {
+    /// Send one prompt to a model and print its reply, to check a configuration.
+    ///
+    /// The model is a `[models.NAME]` entry of flowmem.toml, or, with OPENAI_BASE_URL
+    /// set, a model id at that endpoint. Without --model: FLOWMEM_MODEL, then
+    /// `[roles] default`, then the only configured model, then the first model the
+    /// OPENAI_BASE_URL endpoint lists, then the embedded local model.
+    ///
+    /// Example: flowmem llm chat --model big "Say hello in French."
+    Chat(LlmChatArgs),
+}
+
+/// Arguments of `flowmem llm chat`.
+#[derive(Debug, Args)]
+pub struct LlmChatArgs {
+    /// The prompt, sent as a user message.
+    pub prompt: String,
+    /// The model: a `[models]` name, or a model id at OPENAI_BASE_URL.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The configuration file (default: $FLOWMEM_CONFIG, then ./flowmem.toml).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// A system message to send before the prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// The sampling temperature.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// The largest number of tokens to generate.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
 }

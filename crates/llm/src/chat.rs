@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use flowmem_model::JsonObject;
 
-use crate::LlmError;
+use crate::{LlmError, PromptId};
 
 /// A chat model: OpenAI-compatible HTTP, or the embedded local model.
 #[async_trait::async_trait]
@@ -22,6 +22,14 @@ pub trait ChatModel: Send + Sync {
     /// Any [`LlmError`]: transport failures after retries, timeouts, replies that do not
     /// match the requested schema, and so on.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
+
+    /// What identifies the model's behaviour in response-cache keys.
+    ///
+    /// Defaults to [`ChatModel::name`]. The HTTP backend returns the model id it sends
+    /// to the server, so two configured names for one model share cached replies.
+    fn cache_id(&self) -> String {
+        self.name().to_owned()
+    }
 }
 
 /// One chat request.
@@ -50,6 +58,10 @@ pub struct ChatRequest {
     /// What the call is for, for accounting. Not sent to the model.
     #[serde(default)]
     pub purpose: Purpose,
+    /// The prompt templates that produced the messages. Not sent to the model; part of
+    /// the response-cache key, so a new template version invalidates cached replies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<PromptId>,
 }
 
 impl ChatRequest {
@@ -65,6 +77,7 @@ impl ChatRequest {
             max_tokens: None,
             seed: None,
             purpose,
+            prompts: Vec::new(),
         }
     }
 }
@@ -219,7 +232,9 @@ pub struct Usage {
 }
 
 /// What a call is for, for accounting per purpose.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Purpose {
     /// The MCTS optimizer proposing edits.
@@ -235,6 +250,31 @@ pub enum Purpose {
     /// Anything else, such as `flowmem llm chat`.
     #[default]
     Other,
+}
+
+impl Purpose {
+    /// Every purpose, in declaration order.
+    pub const ALL: [Purpose; 6] = [
+        Purpose::Optimizer,
+        Purpose::Executor,
+        Purpose::Judge,
+        Purpose::Inducer,
+        Purpose::Agent,
+        Purpose::Other,
+    ];
+
+    /// The lower-case name used in configuration and summaries (`optimizer`, ...).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Optimizer => "optimizer",
+            Purpose::Executor => "executor",
+            Purpose::Judge => "judge",
+            Purpose::Inducer => "inducer",
+            Purpose::Agent => "agent",
+            Purpose::Other => "other",
+        }
+    }
 }
 
 mod duration_ms {

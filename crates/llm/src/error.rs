@@ -41,6 +41,43 @@ pub enum LlmError {
         /// The raw reply.
         raw: String,
     },
+    /// The request itself is unusable, for example its response format is not a valid
+    /// JSON Schema. Not retried.
+    #[error("request to model `{model}` is invalid: {problem}")]
+    InvalidRequest {
+        /// The model's name.
+        model: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A tool call's `arguments` string is not a JSON object.
+    #[error("model `{model}` called tool `{tool}` with arguments that are not a JSON object ({problem}): {raw}")]
+    ToolArguments {
+        /// The model's name.
+        model: String,
+        /// The tool the model called.
+        tool: String,
+        /// What is wrong with the arguments.
+        problem: String,
+        /// The raw `arguments` text.
+        raw: String,
+    },
+    /// The response cache is in read-only (replay) mode and has no reply for a request.
+    #[error("model `{model}`: no cached reply for request {key} and the cache is read-only")]
+    CacheMiss {
+        /// The model's name.
+        model: String,
+        /// The request's cache key (hex SHA-256).
+        key: String,
+    },
+    /// The response cache could not be read or written.
+    #[error("response cache {}: {problem}", path.display())]
+    Cache {
+        /// The cache file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        problem: String,
+    },
     /// The model is not available (not configured, weights missing, and so on).
     #[error("model `{model}` is unavailable: {reason}")]
     Unavailable {

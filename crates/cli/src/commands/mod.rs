@@ -6,6 +6,7 @@ pub mod induce;
 pub mod memory;
 pub mod import;
 pub mod graph;
+pub mod llm;
 pub mod schema;
 pub mod score;
 pub mod split;

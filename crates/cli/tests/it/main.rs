@@ -10,3 +10,4 @@ mod stats;
 mod support;
 mod graph;
 mod tools;
+mod llm_chat;

@@ -1,0 +1,396 @@
+//! Model configuration: `flowmem.toml` `[models]`, `[roles]` and `[llm]`, the
+//! `OPENAI_*` environment, and resolving which model a role uses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{ApiKey, CacheMode, HttpModelConfig, LlmError, Purpose, RetryPolicy, list_models};
+
+/// The LLM part of `flowmem.toml`. Other tables of the file are ignored here.
+///
+/// ```toml
+/// [models.big]
+/// base_url = "https://api.openai.com/v1"
+/// model = "gpt-4.1"
+/// api_key_env = "OPENAI_API_KEY"   # optional; default OPENAI_API_KEY if set
+/// timeout = 120                    # seconds per attempt
+/// max_concurrency = 8              # requests in flight at once
+/// retries = 4                      # retries of 429, 5xx, timeouts, connection errors
+///
+/// [models.small]
+/// kind = "local"                   # the embedded model
+///
+/// [roles]                          # which model each purpose uses
+/// default = "small"
+/// optimizer = "big"
+/// judge = "big"
+///
+/// [llm]
+/// cache = "read-write"             # or read-only, off
+/// cache_path = ".flowmem/llm-cache.sqlite"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct LlmSettings {
+    /// Named models.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelEntry>,
+    /// Which model each purpose uses.
+    #[serde(default)]
+    pub roles: RoleTable,
+    /// Response-cache settings.
+    #[serde(default)]
+    pub llm: CacheSettings,
+    /// The file these settings came from, for error messages.
+    #[serde(skip)]
+    pub origin: Option<PathBuf>,
+}
+
+/// One `[models.NAME]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// `openai` (an OpenAI-compatible endpoint, the default) or `local`.
+    #[serde(default)]
+    pub kind: ModelKind,
+    /// The API base URL; defaults to `OPENAI_BASE_URL`.
+    pub base_url: Option<String>,
+    /// The model id sent to the server. Required for `openai` models.
+    pub model: Option<String>,
+    /// The environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Seconds per attempt.
+    pub timeout: Option<f64>,
+    /// Requests in flight at once.
+    pub max_concurrency: Option<usize>,
+    /// Retries after the first attempt.
+    pub retries: Option<u32>,
+    /// For `local` models: the model file, instead of the default download location.
+    pub path: Option<PathBuf>,
+}
+
+/// Where a configured model runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// An OpenAI-compatible HTTP endpoint.
+    #[default]
+    Openai,
+    /// The embedded local model.
+    Local,
+}
+
+/// The `[roles]` table: a model name per purpose.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleTable {
+    /// The model for purposes not named here.
+    pub default: Option<String>,
+    /// The MCTS optimizer.
+    pub optimizer: Option<String>,
+    /// Workflow nodes.
+    pub executor: Option<String>,
+    /// The ES judge and the AWM evaluator.
+    pub judge: Option<String>,
+    /// Workflow induction.
+    pub inducer: Option<String>,
+    /// The agent.
+    pub agent: Option<String>,
+}
+
+impl RoleTable {
+    /// The model named for `purpose`, if any (not falling back to `default`).
+    #[must_use]
+    pub fn get(&self, purpose: Purpose) -> Option<&str> {
+        match purpose {
+            Purpose::Optimizer => self.optimizer.as_deref(),
+            Purpose::Executor => self.executor.as_deref(),
+            Purpose::Judge => self.judge.as_deref(),
+            Purpose::Inducer => self.inducer.as_deref(),
+            Purpose::Agent => self.agent.as_deref(),
+            Purpose::Other => None,
+        }
+    }
+}
+
+/// The `[llm]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSettings {
+    /// The response-cache mode; `read-write` when absent.
+    pub cache: Option<CacheMode>,
+    /// The cache file; `.flowmem/llm-cache.sqlite` when absent.
+    pub cache_path: Option<PathBuf>,
+}
+
+/// Which model to use, as resolved by [`LlmSettings::resolve`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ModelChoice {
+    /// An OpenAI-compatible endpoint; build it with [`HttpModel::new`](crate::HttpModel::new).
+    Http(HttpModelConfig),
+    /// The embedded local model, built by the caller (`flowmem-llm-local`), which this
+    /// crate does not depend on.
+    Local(LocalModelConfig),
+}
+
+impl ModelChoice {
+    /// flowmem's name for the chosen model.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match self {
+            ModelChoice::Http(cfg) => &cfg.name,
+            ModelChoice::Local(cfg) => &cfg.name,
+        }
+    }
+}
+
+/// The embedded local model's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalModelConfig {
+    /// flowmem's name for it: the `[models]` key, or `local` for the default.
+    pub name: String,
+    /// The model file, if configured.
+    pub path: Option<PathBuf>,
+}
+
+/// An error in the model configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or a field has the wrong type.
+    #[error("{}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A field is missing or wrong.
+    #[error("{origin}: `{field}`: {problem}")]
+    Invalid {
+        /// The file, or `environment`.
+        origin: String,
+        /// The field, such as `models.big.base_url` or `OPENAI_BASE_URL`.
+        field: String,
+        /// What is wrong, with what to do.
+        problem: String,
+    },
+    /// Asking the endpoint which models it serves failed.
+    #[error("cannot choose a model at {base_url}: set --model or FLOWMEM_MODEL, or fix the endpoint")]
+    Discovery {
+        /// The endpoint.
+        base_url: String,
+        /// The cause.
+        #[source]
+        source: LlmError,
+    },
+}
+
+/// Reads environment variables; [`std_env`] reads the process environment, tests pass
+/// a map.
+pub type EnvLookup<'a> = &'a (dyn Fn(&str) -> Option<String> + Sync);
+
+/// Looks up a variable in the process environment, treating an empty value as unset.
+#[must_use]
+pub fn std_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+impl LlmSettings {
+    /// Parses the LLM tables of a `flowmem.toml` text read from `origin`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] naming the file, line and field when the text is not
+    /// TOML, a field has the wrong type, or a `[models.*]`, `[roles]` or `[llm]` table
+    /// has an unknown field.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<LlmSettings, ConfigError> {
+        let mut settings: LlmSettings = toml::from_str(text)
+            .map_err(|err| ConfigError::Parse { path: origin.to_path_buf(), message: err.to_string() })?;
+        settings.origin = Some(origin.to_path_buf());
+        Ok(settings)
+    }
+
+    /// Reads and parses `path`; see [`LlmSettings::from_toml`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] when the file cannot be read, otherwise as
+    /// [`LlmSettings::from_toml`].
+    pub fn load(path: &Path) -> Result<LlmSettings, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        LlmSettings::from_toml(&text, path)
+    }
+
+    /// Chooses the model for `purpose`.
+    ///
+    /// `requested` is the `--model` flag; `FLOWMEM_MODEL` stands in when it is absent.
+    /// In order:
+    /// 1. a requested name that is a `[models]` key;
+    /// 2. the `[roles]` entry for `purpose`;
+    /// 3. a requested name that is not a key, as a model id at `OPENAI_BASE_URL`;
+    /// 4. `[roles] default`, then a model named `default`, then the only configured model;
+    /// 5. with `OPENAI_BASE_URL` set, that endpoint, with the first model its
+    ///    `GET /models` lists;
+    /// 6. the embedded local model.
+    ///
+    /// API keys come from the entry's `api_key_env`, else from `OPENAI_API_KEY`.
+    ///
+    /// # Errors
+    ///
+    /// - [`ConfigError::Invalid`] when a role names an unknown model, a requested name
+    ///   is unknown and `OPENAI_BASE_URL` is unset, an entry lacks `model` or a base URL,
+    ///   or its `api_key_env` variable is unset;
+    /// - [`ConfigError::Discovery`] when `GET /models` fails or lists nothing.
+    pub async fn resolve(
+        &self,
+        purpose: Purpose,
+        requested: Option<&str>,
+        env: EnvLookup<'_>,
+    ) -> Result<ModelChoice, ConfigError> {
+        let from_env = env("FLOWMEM_MODEL");
+        let requested = requested.map(str::to_owned).or(from_env);
+        if let Some(name) = requested.as_deref().filter(|name| self.models.contains_key(*name)) {
+            return self.configured(name, env);
+        }
+        if let Some(name) = self.roles.get(purpose) {
+            return self.role_model(purpose.as_str(), name, env);
+        }
+        let base_url = env("OPENAI_BASE_URL");
+        if let Some(name) = requested.as_deref() {
+            let Some(base_url) = base_url else {
+                let known: Vec<&str> = self.models.keys().map(String::as_str).collect();
+                return Err(ConfigError::Invalid {
+                    origin: "--model".to_owned(),
+                    field: name.to_owned(),
+                    problem: format!(
+                        "no such model in [models] (configured: {}) and OPENAI_BASE_URL is not set",
+                        if known.is_empty() { "none".to_owned() } else { known.join(", ") },
+                    ),
+                });
+            };
+            return Ok(ModelChoice::Http(env_endpoint(base_url, name.to_owned(), env)));
+        }
+        if let Some(name) = &self.roles.default {
+            return self.role_model("default", name, env);
+        }
+        if self.models.contains_key("default") {
+            return self.configured("default", env);
+        }
+        if self.models.len() == 1 {
+            let name = self.models.keys().next().expect("one model").clone();
+            return self.configured(&name, env);
+        }
+        if let Some(base_url) = base_url {
+            let key = env("OPENAI_API_KEY").map(ApiKey::new);
+            let timeout = Duration::from_secs(30);
+            let ids = list_models(&base_url, key.as_ref(), timeout)
+                .await
+                .map_err(|source| ConfigError::Discovery { base_url: base_url.clone(), source })?;
+            let Some(model) = ids.into_iter().next() else {
+                return Err(ConfigError::Discovery {
+                    base_url: base_url.clone(),
+                    source: LlmError::Unavailable {
+                        model: base_url,
+                        reason: "GET /models listed no models".to_owned(),
+                    },
+                });
+            };
+            return Ok(ModelChoice::Http(env_endpoint(base_url, model, env)));
+        }
+        Ok(ModelChoice::Local(LocalModelConfig { name: "local".to_owned(), path: None }))
+    }
+
+    /// The cache mode, `read-write` by default.
+    #[must_use]
+    pub fn cache_mode(&self) -> CacheMode {
+        self.llm.cache.unwrap_or_default()
+    }
+
+    /// The cache file: `[llm] cache_path` (relative to the config file's directory), or
+    /// `.flowmem/llm-cache.sqlite` in the working directory.
+    #[must_use]
+    pub fn cache_path(&self) -> PathBuf {
+        match (&self.llm.cache_path, &self.origin) {
+            (Some(path), Some(origin)) => origin.parent().unwrap_or(Path::new("")).join(path),
+            (Some(path), None) => path.clone(),
+            (None, _) => PathBuf::from(".flowmem/llm-cache.sqlite"),
+        }
+    }
+
+    fn origin(&self) -> String {
+        self.origin.as_ref().map_or_else(|| "configuration".to_owned(), |path| path.display().to_string())
+    }
+
+    fn role_model(&self, role: &str, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ConfigError> {
+        if !self.models.contains_key(name) {
+            return Err(ConfigError::Invalid {
+                origin: self.origin(),
+                field: format!("roles.{role}"),
+                problem: format!("names model `{name}`, which has no [models.{name}] entry"),
+            });
+        }
+        self.configured(name, env)
+    }
+
+    fn configured(&self, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ConfigError> {
+        let entry = &self.models[name];
+        let invalid = |field: &str, problem: String| ConfigError::Invalid {
+            origin: self.origin(),
+            field: format!("models.{name}.{field}"),
+            problem,
+        };
+        if entry.kind == ModelKind::Local {
+            return Ok(ModelChoice::Local(LocalModelConfig { name: name.to_owned(), path: entry.path.clone() }));
+        }
+        let base_url = entry
+            .base_url
+            .clone()
+            .or_else(|| env("OPENAI_BASE_URL"))
+            .ok_or_else(|| invalid("base_url", "is missing and OPENAI_BASE_URL is not set".to_owned()))?;
+        let model = entry.model.clone().ok_or_else(|| invalid("model", "is missing".to_owned()))?;
+        let api_key = match &entry.api_key_env {
+            Some(var) => Some(ApiKey::new(env(var).ok_or_else(|| {
+                invalid("api_key_env", format!("environment variable `{var}` is not set"))
+            })?)),
+            None => env("OPENAI_API_KEY").map(ApiKey::new),
+        };
+        let mut cfg = HttpModelConfig::new(name, base_url, model);
+        cfg.api_key = api_key;
+        if let Some(seconds) = entry.timeout {
+            cfg.timeout = Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|timeout| !timeout.is_zero())
+                .ok_or_else(|| invalid("timeout", format!("{seconds} is not a positive number of seconds")))?;
+        }
+        if let Some(max) = entry.max_concurrency {
+            if max == 0 {
+                return Err(invalid("max_concurrency", "must be at least 1".to_owned()));
+            }
+            cfg.max_concurrency = max;
+        }
+        if let Some(retries) = entry.retries {
+            cfg.retry = RetryPolicy { max_retries: retries, ..RetryPolicy::standard() };
+        }
+        Ok(ModelChoice::Http(cfg))
+    }
+}
+
+fn env_endpoint(base_url: String, model: String, env: EnvLookup<'_>) -> HttpModelConfig {
+    let mut cfg = HttpModelConfig::new(model.clone(), base_url, model);
+    cfg.api_key = env("OPENAI_API_KEY").map(ApiKey::new);
+    cfg
+}
