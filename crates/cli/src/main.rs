@@ -42,6 +42,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Memory(args) => commands::memory::run(&args, printer),
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),
+        Command::Scout(args) => commands::scout::run(&args, printer),
         Command::Llm(args) => commands::llm::run(&args, printer),
     }
 }
