@@ -54,11 +54,13 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         Some(dir) => (dir.clone(), prepare_run(dir, None)?),
         None => {
             let Some(dir) = &args.out else { bail!("--out DIR is required for a new run") };
-            (dir.clone(), prepare_run(dir, Some(settings_from_args(args)?))?)
+            (dir.clone(), settings_from_args(args)?)
         }
     };
+    // Records are read before a new run directory is created, so a typo leaves nothing.
     let records = flowmem_model::read_records(&settings.records)
         .with_context(|| format!("reading the records `{}`", settings.records.display()))?;
+    let settings = if args.resume.is_some() { settings } else { prepare_run(&dir, Some(settings))? };
 
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
