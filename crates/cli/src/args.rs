@@ -108,6 +108,18 @@ pub enum Command {
     ///
     /// Example: `flowmem agent --query "Where is order #W2378156?" --max-steps 8 --trace agent.jsonl`
     Agent(AgentArgs),
+    /// FlowScout: mine a workflow from records, optimise it by MCTS on execution feedback,
+    /// and test the best one against the ReAct baseline.
+    ///
+    /// Writes DIR/candidates, DIR/state.json (the search tree), DIR/traces, the LLM cache
+    /// DIR/llm-cache.sqlite, DIR/test (the eval report), DIR/report.html and
+    /// DIR/best.workflow.json (ready for `flowmem run`). Kill it at any time and continue
+    /// with `--resume DIR`.
+    ///
+    /// Example:
+    ///
+    ///   flowmem scout --records retail.jsonl --out runs/retail --iterations 3 --state-key-arg state_key --reset-tool reset_state
+    Scout(ScoutArgs),
 }
 
 /// Arguments of `flowmem run`.
@@ -674,4 +686,70 @@ pub struct LlmChatArgs {
     /// The largest number of tokens to generate.
     #[arg(long)]
     pub max_tokens: Option<u32>,
+}
+
+/// Arguments of `flowmem scout`.
+#[derive(Debug, Args)]
+pub struct ScoutArgs {
+    /// The records (JSONL, as `flowmem import` writes them); split 5:2:3 into opt/val/test.
+    #[arg(long, value_name = "R.jsonl", required_unless_present = "resume")]
+    pub records: Option<PathBuf>,
+    /// The run directory to create: candidates, search tree, traces, LLM cache, report.
+    #[arg(long, value_name = "DIR", required_unless_present = "resume", conflicts_with = "resume")]
+    pub out: Option<PathBuf>,
+    /// Continue the run in DIR with the settings saved in `DIR/run.json`.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// The configuration file (`[models]`, `[[tools.mcp]]`); default `$FLOWMEM_CONFIG`,
+    /// then `./flowmem.toml`.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The executor model's name in the configuration (default: the configured executor).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The optimizer model (default: `--model`, then the configured optimizer).
+    #[arg(long)]
+    pub optimizer_model: Option<String>,
+    /// The ES judge model (default: `--model`, then the configured judge).
+    #[arg(long)]
+    pub judge_model: Option<String>,
+    /// A directory of prompt template overrides.
+    #[arg(long, value_name = "DIR")]
+    pub prompts: Option<PathBuf>,
+    /// The search budget `J`.
+    #[arg(long, default_value_t = 30)]
+    pub iterations: u32,
+    /// Stop after this many iterations without validation improvement (`P`).
+    #[arg(long, default_value_t = 5)]
+    pub patience: u32,
+    /// Beam search keeping W candidates per step instead of MCTS (ablation).
+    #[arg(long, value_name = "W", conflicts_with = "no_mcts")]
+    pub beam: Option<usize>,
+    /// No search: evaluate the initial workflow only (ablation).
+    #[arg(long)]
+    pub no_mcts: bool,
+    /// Start from a plan→tool→synthesize chain instead of the mined skeleton (ablation).
+    #[arg(long)]
+    pub no_miner: bool,
+    /// The split seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The weight of TC in the reward `R = α·TC + (1−α)·ES`.
+    #[arg(long, default_value_t = 0.5)]
+    pub alpha: f64,
+    /// Records of a split run at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Runs per test record in the final test (CV of ES needs at least 2).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// The ReAct baseline's step budget.
+    #[arg(long, default_value_t = 12)]
+    pub max_steps: u32,
+    /// Per-record tool state: the argument that selects the state (τ²-bench: `state_key`).
+    #[arg(long, value_name = "ARG")]
+    pub state_key_arg: Option<String>,
+    /// The tool that resets a state key before each record (τ²-bench: `reset_state`).
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub reset_tool: Option<String>,
 }

@@ -46,6 +46,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Llm(args) => commands::llm::run(&args, printer),
         Command::Run(args) => commands::run::run_workflow(&args, printer),
         Command::Agent(args) => commands::run::run_baseline(&args, printer),
+        Command::Scout(args) => commands::scout::run(&args, printer),
     }
 }
 

@@ -10,6 +10,10 @@
 //! - [`SearchTree`] holds the MCTS statistics `C`, `W`, `Q` per candidate, and
 //!   implements selection (Eq. 6, with the 3-children rule and a cosine-annealed `λ`) and
 //!   backpropagation (Eq. 8).
+//! - [`ExecSimulator`] and [`ExecValidator`] are the real seams: candidates run through
+//!   `flowmem-exec` on every record of a split (concurrently, each under its own tool
+//!   state via [`IsolatedTools`]) and are scored with `flowmem-eval`.
+//! - [`scout`] is FlowScout end to end: split, `G⁰`, search, final test, `report.html`.
 //!
 //! # Example
 //!
@@ -26,16 +30,25 @@
 //! ```
 
 mod edit;
+mod isolate;
 mod propose;
+mod scout;
 mod search;
+mod simulate;
 mod svg;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
+pub use crate::isolate::{IsolatedTools, visible_tool_names};
 pub use crate::propose::{LlmProposer, PROPOSE_EDITS, edit_plan_schema};
 pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,
     SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
 };
+pub use crate::scout::{
+    ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, alpha_of, chain_workflow, initial_workflow, prepare_run, render_report,
+    scout,
+};
+pub use crate::simulate::{ExecSimulator, ExecValidator, RunScore, Scoring, isolated_runtime, run_workflow, score_trace};
 pub use crate::svg::{escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg};
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

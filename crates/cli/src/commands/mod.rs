@@ -8,6 +8,7 @@ pub mod import;
 pub mod graph;
 pub mod llm;
 pub mod schema;
+pub mod scout;
 pub mod score;
 pub mod split;
 pub mod stats;

@@ -1,3 +1,4 @@
 //! Integration tests of flowmem-optimize.
 
+mod scout;
 mod search;

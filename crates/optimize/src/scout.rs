@@ -1,0 +1,400 @@
+//! FlowScout end to end: split the records, build `G⁰`, search, test the best candidate
+//! against the ReAct baseline, and write the run directory's report.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use flowmem_eval::{
+    Alpha, EvalConfig, EvalReport, Progress, SplitRatios, System, SystemRole, SystemRun, TaskOracle, TcConfig,
+    CountingModel, evaluate, split, write_report,
+};
+use flowmem_exec::{AgentConfig, NoObserver, RunInput, Runtime, ToolCatalog, ValidatedGraph, check, run_agent};
+use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
+use flowmem_model::{Record, WorkflowGraph};
+use flowmem_tools::StateIsolation;
+
+use crate::isolate::visible_tool_names;
+use crate::search::{Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search};
+use crate::simulate::{ExecSimulator, ExecValidator, Scoring, isolated_runtime, run_workflow};
+use crate::svg::{escape, search_tree, validation_curve, workflow_graph};
+use crate::tree::SearchConfig;
+
+/// The settings of a scout run, kept in `DIR/run.json` so that a resume reuses them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoutSettings {
+    /// The records file the run was started with (for the record; the caller loads it).
+    pub records: PathBuf,
+    /// The split seed.
+    pub seed: u64,
+    /// The search budget and schedule.
+    pub search: SearchConfig,
+    /// MCTS, beam search, or no search.
+    pub strategy: Strategy,
+    /// Mine `G⁰` from the opt split (`false`: the plan→tool→synthesize chain).
+    pub miner: bool,
+    /// IMf's noise threshold.
+    pub noise: f64,
+    /// The weight of TC in the reward.
+    pub alpha: f64,
+    /// Records run at once.
+    pub concurrency: usize,
+    /// Repeats per record in the final test.
+    pub repeat: u32,
+    /// The ReAct baseline's step budget.
+    pub agent_max_steps: u32,
+}
+
+impl ScoutSettings {
+    /// The paper's defaults for `records`: seed 0, `J = 30`, `P = 5`, MCTS, mined `G⁰`
+    /// with IMf 0.2, `α = 0.5`, 4 records at once, one repeat.
+    #[must_use]
+    pub fn paper_defaults(records: PathBuf) -> ScoutSettings {
+        ScoutSettings {
+            records,
+            seed: 0,
+            search: SearchConfig::paper_defaults(),
+            strategy: Strategy::Mcts,
+            miner: true,
+            noise: 0.2,
+            alpha: 0.5,
+            concurrency: 4,
+            repeat: 1,
+            agent_max_steps: 12,
+        }
+    }
+}
+
+/// What went wrong in a scout run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScoutError {
+    /// The search failed or was interrupted.
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    /// The records cannot be split or scored as asked.
+    #[error("{0}")]
+    Setup(String),
+    /// A run-directory file could not be read or written.
+    #[error("cannot access `{path}`: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Writes `DIR/run.json` for a new run, or reads it for `--resume`.
+///
+/// # Errors
+///
+/// A new run in a directory that already holds one, a resume without `run.json`, or an
+/// unreadable file.
+pub fn prepare_run(dir: &Path, settings: Option<ScoutSettings>) -> Result<ScoutSettings, ScoutError> {
+    let path = dir.join("run.json");
+    let file_err = |message: String| ScoutError::File { path: path.clone(), message };
+    match settings {
+        None => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|err| file_err(format!("{err}; is this a scout run directory?")))?;
+            serde_json::from_str(&text).map_err(|err| file_err(err.to_string()))
+        }
+        Some(settings) => {
+            if path.exists() {
+                return Err(file_err("a run already lives here; resume it with --resume, or pick another --out".to_owned()));
+            }
+            std::fs::create_dir_all(dir).map_err(|err| file_err(err.to_string()))?;
+            // Invariant: settings always serialise.
+            let text = serde_json::to_string_pretty(&settings).unwrap_or_default();
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, text).map_err(|err| file_err(err.to_string()))?;
+            std::fs::rename(&tmp, &path).map_err(|err| file_err(err.to_string()))?;
+            Ok(settings)
+        }
+    }
+}
+
+/// The no-miner start: `plan → act → answer`, one LLM plan node, one unhinted tool node,
+/// one synthesize node.
+#[must_use]
+pub fn chain_workflow() -> WorkflowGraph {
+    let value = json!({
+        "name": "chain",
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "act", "kind": "tool"},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [{"from": "plan", "to": "act"}, {"from": "act", "to": "answer"}],
+        "entry": "plan",
+        "exit": "answer"
+    });
+    // Invariant: the literal above is a well-formed graph.
+    serde_json::from_value(value).unwrap_or_else(|err| unreachable!("chain workflow literal: {err}"))
+}
+
+/// `G⁰`: the IMf skeleton mined from `records`' orchestration logs (with its plan and
+/// synthesize nodes), or [`chain_workflow`] when `miner` is off or no record has a call.
+#[must_use]
+pub fn initial_workflow(records: &[Record], miner: bool, noise: f64) -> WorkflowGraph {
+    if !miner || records.iter().all(|record| record.orchestration.is_empty()) {
+        return chain_workflow();
+    }
+    let log = EventLog::from_records(records, Classifier::ToolName);
+    tree_to_skeleton(&discover(&log, Variant::ImF { noise }))
+}
+
+/// What a scout run needs besides its settings and records.
+pub struct ScoutParts<'a> {
+    /// Executor model, tools and prompts for candidates and the baseline.
+    pub runtime: Runtime,
+    /// Tool-state isolation for stateful servers.
+    pub isolation: Option<StateIsolation>,
+    /// How runs are scored: α, TC matching, and the ES judge (`None`: TC only).
+    pub scoring: Scoring,
+    /// The optimizer.
+    pub proposer: &'a dyn Proposer,
+    /// The deterministic task check for the final test, if any.
+    pub checker: Option<&'a dyn TaskOracle>,
+    /// Called at every search checkpoint; `false` interrupts the run.
+    pub checkpoint: &'a (dyn Fn(Checkpoint) -> bool + Send + Sync),
+    /// Called after every committed iteration with the best validation score so far.
+    pub on_iteration: &'a (dyn Fn(u32, Option<f64>) + Send + Sync),
+    /// Called for every final-test run.
+    pub on_test: &'a (dyn Fn(Progress<'_>) + Sync),
+}
+
+/// The outcome of a scout run.
+#[derive(Debug, Clone)]
+pub struct ScoutOutcome {
+    /// The search's final state.
+    pub state: SearchState,
+    /// The best candidate's graph (also in `DIR/best.workflow.json`).
+    pub best: WorkflowGraph,
+    /// The final test report, when the test split is not empty.
+    pub test: Option<EvalReport>,
+    /// Sizes of the opt, val and test splits.
+    pub split_sizes: (usize, usize, usize),
+}
+
+/// Runs (or resumes) FlowScout in `dir`.
+///
+/// # Errors
+///
+/// Records too few to split, a search failure or interruption, or a report file that
+/// cannot be written.
+pub async fn scout(dir: &Path, settings: &ScoutSettings, records: Vec<Record>, parts: &ScoutParts<'_>) -> Result<ScoutOutcome, ScoutError> {
+    let parts_split = split(records, |record| record.id.as_str(), settings.seed, SplitRatios::FLOWSCOUT)
+        .map_err(|err| ScoutError::Setup(err.to_string()))?;
+    let split_sizes = (parts_split.opt.len(), parts_split.val.len(), parts_split.test.len());
+    let g0 = initial_workflow(&parts_split.opt, settings.miner, settings.noise);
+    let mut simulator =
+        ExecSimulator::new(parts.runtime.clone(), parts_split.opt.clone(), parts_split.val, parts.scoring.clone(), dir);
+    simulator.isolation = parts.isolation.clone();
+    simulator.concurrency = settings.concurrency;
+    let validator = ExecValidator::for_tools(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
+    let resumed_best = read_state(dir)?.map(|state| state.best_val_score);
+    let checkpoint = |point: Checkpoint| {
+        if let Checkpoint::Committed(iteration) = point {
+            let best = match (resumed_best, simulator.best_val_seen()) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            (parts.on_iteration)(iteration, best);
+        }
+        (parts.checkpoint)(point)
+    };
+    let search_parts = SearchParts { proposer: parts.proposer, simulator: &simulator, validator: &validator, checkpoint: &checkpoint };
+    let state = run_search(dir, &g0, &settings.search, settings.strategy, &search_parts).await?;
+    let best_file = candidate_path(dir, state.best, "workflow");
+    let best: WorkflowGraph = read_json(&best_file)?;
+    write_text(&dir.join("best.workflow.json"), &serde_json::to_string_pretty(&best).unwrap_or_default())?;
+    let g0_saved: WorkflowGraph = read_json(&candidate_path(dir, 0, "workflow"))?;
+    let test = if parts_split.test.is_empty() {
+        None
+    } else {
+        Some(final_test(dir, settings, &parts_split.test, &best, &g0_saved, state.best != 0, parts).await?)
+    };
+    let root_val: f64 = read_json::<crate::search::Evaluation>(&candidate_path(dir, 0, "val"))?.reward;
+    write_text(&dir.join("report.html"), &render_report(&state, root_val, &best, test.as_ref()))?;
+    Ok(ScoutOutcome { state, best, test, split_sizes })
+}
+
+fn read_state(dir: &Path) -> Result<Option<SearchState>, ScoutError> {
+    let path = dir.join("state.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    read_json(&path).map(Some)
+}
+
+/// The best candidate, the ReAct baseline and (when the search moved away from it) the
+/// mined `G⁰` as-is on the test split, through `flowmem-eval`; the report goes to
+/// `DIR/test/`.
+async fn final_test(
+    dir: &Path,
+    settings: &ScoutSettings,
+    test: &[Record],
+    best: &WorkflowGraph,
+    g0: &WorkflowGraph,
+    include_g0: bool,
+    parts: &ScoutParts<'_>,
+) -> Result<EvalReport, ScoutError> {
+    let names = visible_tool_names(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
+    let validate = |graph: &WorkflowGraph| {
+        check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| ScoutError::Setup(format!("the best workflow is not valid: {err}")))
+    };
+    let flowscout = WorkflowSystem { name: "flowscout".to_owned(), role: SystemRole::Workflow, graph: validate(best)?, runtime: parts.runtime.clone(), isolation: parts.isolation.clone() };
+    let react = AgentSystem {
+        runtime: parts.runtime.clone(),
+        isolation: parts.isolation.clone(),
+        config: AgentConfig { max_steps: settings.agent_max_steps, instruction: None },
+    };
+    let mined = WorkflowSystem { name: "g0".to_owned(), role: SystemRole::Baseline, graph: validate(g0)?, runtime: parts.runtime.clone(), isolation: parts.isolation.clone() };
+    let mut systems: Vec<&dyn System> = vec![&flowscout, &react];
+    if include_g0 {
+        systems.push(&mined);
+    }
+    let judge = parts.scoring.judge.as_ref().map(|(model, prompts)| (model.as_ref() as &dyn flowmem_llm::ChatModel, prompts.as_ref()));
+    let cfg = EvalConfig { repeat: settings.repeat, tc: TcConfig::exact(), judge, checker: parts.checker };
+    let report = evaluate(&systems, test, &cfg, parts.on_test).await;
+    let test_dir = dir.join("test");
+    write_report(&report, "FlowScout: best workflow vs ReAct on the test split", &test_dir)
+        .map_err(|err| ScoutError::File { path: test_dir, message: err.to_string() })?;
+    Ok(report)
+}
+
+/// A workflow graph as an evaluated system, each run under its own tool state.
+struct WorkflowSystem {
+    name: String,
+    role: SystemRole,
+    graph: ValidatedGraph,
+    runtime: Runtime,
+    isolation: Option<StateIsolation>,
+}
+
+#[async_trait::async_trait]
+impl System for WorkflowSystem {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn role(&self) -> SystemRole {
+        self.role
+    }
+
+    async fn run(&self, record: &Record) -> SystemRun {
+        let counting = std::sync::Arc::new(CountingModel::new(std::sync::Arc::clone(&self.runtime.executor)));
+        let mut runtime = self.runtime.clone();
+        runtime.executor = counting.clone();
+        let key = format!("scout/test/{}/{}", self.name, record.id);
+        let trace = run_workflow(&self.graph, &runtime, self.isolation.as_ref(), key, record, &NoObserver).await;
+        SystemRun { trace, usage: counting.totals() }
+    }
+}
+
+/// The ReAct baseline over the same models and tools.
+struct AgentSystem {
+    runtime: Runtime,
+    isolation: Option<StateIsolation>,
+    config: AgentConfig,
+}
+
+#[async_trait::async_trait]
+impl System for AgentSystem {
+    fn name(&self) -> &str {
+        "react"
+    }
+
+    fn role(&self) -> SystemRole {
+        SystemRole::Baseline
+    }
+
+    async fn run(&self, record: &Record) -> SystemRun {
+        let counting = std::sync::Arc::new(CountingModel::new(std::sync::Arc::clone(&self.runtime.executor)));
+        let mut runtime = self.runtime.clone();
+        runtime.executor = counting.clone();
+        let key = format!("scout/test/react/{}", record.id);
+        let trace = match isolated_runtime(&runtime, self.isolation.as_ref(), key).await {
+            Ok(runtime) => run_agent(&runtime, &self.config, &RunInput { id: record.id.clone(), query: record.query.clone() }, &NoObserver).await,
+            Err(err) => flowmem_model::Trace { query_id: record.id.clone(), query: record.query.clone(), error: Some(err), ..Default::default() },
+        };
+        SystemRun { trace, usage: counting.totals() }
+    }
+}
+
+/// `DIR/report.html`: the validation curve, the search tree with the best path, the best
+/// workflow, and the test table.
+#[must_use]
+pub fn render_report(state: &SearchState, root_val: f64, best: &WorkflowGraph, test: Option<&EvalReport>) -> String {
+    let mut html = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>FlowScout run</title>\
+         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}\
+         td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th:first-child,td:first-child{text-align:left}</style>\
+         </head><body><h1>FlowScout run</h1>",
+    );
+    let _ = write!(
+        html,
+        "<p>{} iterations, best candidate {} with validation score {:.4}, {} failed expansions, stopped: {}.</p>",
+        state.iteration,
+        state.best,
+        state.best_val_score,
+        state.failed_expansions,
+        escape(&state.stopped.map_or_else(|| "no".to_owned(), |reason| format!("{reason:?}"))),
+    );
+    let _ = write!(html, "<h2>Validation score per iteration</h2>{}", validation_curve(state, root_val));
+    let _ = write!(html, "<h2>Search tree (best path highlighted)</h2>{}", search_tree(state));
+    let _ = write!(html, "<h2>Best workflow</h2>{}", workflow_graph(best));
+    html.push_str("<h2>Test split</h2>");
+    match test {
+        None => html.push_str("<p>The test split is empty.</p>"),
+        Some(report) => {
+            html.push_str("<table><tr><th>system</th><th>role</th><th>runs</th><th>errors</th><th>TC</th><th>ES</th><th>task success</th><th>CV(ES)</th><th>LLM calls/query</th><th>tokens/query</th><th>latency ms/query</th></tr>");
+            let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+            for s in &report.systems {
+                let _ = write!(
+                    html,
+                    "<tr><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.0}</td></tr>",
+                    escape(&s.system),
+                    s.role,
+                    s.n_runs,
+                    s.n_errors,
+                    s.mean_tc,
+                    opt(s.mean_es),
+                    opt(s.task_success_rate),
+                    opt(s.mean_cv_es),
+                    s.llm_calls_per_query,
+                    s.tokens_per_query,
+                    s.latency_ms_per_query,
+                );
+            }
+            html.push_str("</table><p>Full tables: <a href=\"test/report.html\">test/report.html</a>.</p>");
+        }
+    }
+    html.push_str("</body></html>");
+    html
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {
+    let text = std::fs::read_to_string(path).map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })?;
+    serde_json::from_str(&text).map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })
+}
+
+fn write_text(path: &Path, text: &str) -> Result<(), ScoutError> {
+    let err = |e: std::io::Error| ScoutError::File { path: path.to_owned(), message: e.to_string() };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// The α of `settings`, checked.
+///
+/// # Errors
+///
+/// When α lies outside `[0, 1]`.
+pub fn alpha_of(settings: &ScoutSettings) -> Result<Alpha, ScoutError> {
+    Alpha::new(settings.alpha).map_err(|err| ScoutError::Setup(err.to_string()))
+}
