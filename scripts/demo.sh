@@ -15,9 +15,9 @@ echo "==> setting up the model and the MCP servers" >&2
 bash scripts/setup/20-mcp-servers.sh
 bash scripts/setup/30-model.sh
 
-echo "==> building flowmem (release)" >&2
-cargo build --release -p flowmem
-flowmem="$repo/target/release/flowmem"
+echo "==> building flowmem" >&2
+cargo build -p flowmem
+flowmem="$repo/target/debug/flowmem"
 
 cat > "$out/flowmem.toml" <<TOML
 [tools]
@@ -39,4 +39,11 @@ echo "==> mining the tool-coordination skeleton (IMf, noise 0.2)" >&2
 echo "skeleton workflow written to $out/skeleton.workflow.json" >&2
 
 echo "==> the tools of the retail server" >&2
-"$flowmem" tools --config "$out/flowmem.toml" list | head -20
+"$flowmem" tools --config "$out/flowmem.toml" list
+
+echo "==> replaying the validated logs of the first 5 records through the real server" >&2
+head -n 5 "$out/retail.jsonl" > "$out/retail-5.jsonl"
+"$flowmem" tools --config "$out/flowmem.toml" replay "$out/retail-5.jsonl" \
+  --state-key-arg state_key --reset-tool reset_state || true
+
+echo "==> done; outputs are in $out" >&2
