@@ -150,9 +150,36 @@ pub struct AgentArgs {
     /// The most model calls before giving up.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub max_steps: u32,
+    /// A workflow memory (SQLite file, as `flowmem memory` manages) to retrieve from.
+    ///
+    /// Example: `flowmem agent --query "Cancel order #W1" --memory memory.db --use actions`
+    #[arg(long, value_name = "DB")]
+    pub memory: Option<std::path::PathBuf>,
+    /// How retrieved workflows reach the agent: `prompt` (in the system prompt, AWM) or
+    /// `actions` (as callable tools, AWM_AS).
+    #[arg(long = "use", value_enum, default_value_t = MemoryUse::Prompt, requires = "memory")]
+    pub use_memory: MemoryUse,
+    /// How many workflows to retrieve.
+    #[arg(long, default_value_t = 3, value_name = "K", requires = "memory")]
+    pub top_k: usize,
+    /// The token budget of workflows in the prompt.
+    #[arg(long, default_value_t = 2000, value_name = "TOKENS", requires = "memory")]
+    pub budget_tokens: usize,
+    /// Which workflows to retrieve from.
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
     pub exec: ExecArgs,
+}
+
+/// How `flowmem agent --memory` gives workflows to the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemoryUse {
+    /// Rendered into the system prompt.
+    Prompt,
+    /// Offered as callable tools.
+    Actions,
 }
 
 /// Options shared by `flowmem run` and `flowmem agent`.

@@ -12,12 +12,13 @@ use flowmem_exec::{
     Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog,
 };
 use flowmem_llm::{Accounting, Purpose};
-use flowmem_model::{Record, Trace};
+use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
+use flowmem_model::{Record, Scope, Trace};
 use flowmem_tools::{Registry, ToolsConfig};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::args::{AgentArgs, ExecArgs, RunArgs};
+use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
 use crate::settings;
@@ -126,6 +127,11 @@ async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result
 async fn run_agent_async(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let session = open_session(&args.exec, Purpose::Agent, "react").await?;
     let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
+    if let Some(db) = &args.memory {
+        let outcome = run_memory_agent(args, db, cfg, &session, printer).await;
+        session.close().await?;
+        return report(&[outcome?], printer);
+    }
     let inputs = vec![RunInput { id: "query".to_owned(), query: args.query.clone() }];
     let traces = run_all(Runner::Agent(cfg), inputs, 1, &session, printer).await;
     session.close().await?;
@@ -258,4 +264,37 @@ fn read_inputs(path: &Path, printer: &Printer) -> anyhow::Result<Vec<RunInput>> 
         printer.warn(&format!("{n_skipped} lines of `{}` skipped", path.display()));
     }
     Ok(inputs)
+}
+
+/// Runs the agent once with workflows retrieved from the memory at `db`.
+async fn run_memory_agent(
+    args: &AgentArgs,
+    db: &Path,
+    agent: AgentConfig,
+    session: &Session,
+    printer: &Printer,
+) -> anyhow::Result<Trace> {
+    let mut store = MemoryStore::open(db, StoreConfig::standard())
+        .with_context(|| format!("cannot open the memory `{}`", db.display()))?;
+    let mode = match args.use_memory {
+        MemoryUse::Prompt => MemoryMode::Prompt,
+        MemoryUse::Actions => MemoryMode::Actions,
+    };
+    let cfg = MemoryAgentConfig {
+        agent,
+        mode,
+        top_k: args.top_k,
+        budget_tokens: args.budget_tokens,
+        scope: Scope { site: args.scope.scope_site.clone(), domain: args.scope.scope_domain.clone() },
+    };
+    let input = RunInput { id: "query".to_owned(), query: args.query.clone() };
+    let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)
+        .await
+        .with_context(|| format!("running with the memory `{}`", db.display()))?;
+    printer.info(&format!(
+        "workflows retrieved: [{}]; used: [{}]",
+        memory_run.retrieved.join(", "),
+        memory_run.used_workflows(mode).join(", ")
+    ));
+    Ok(memory_run.trace)
 }
