@@ -2,6 +2,7 @@
 
 mod concurrency;
 mod curve_html;
+mod lm;
 mod online;
 mod render;
 mod rule_data;
