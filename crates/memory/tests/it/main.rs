@@ -2,7 +2,6 @@
 
 mod concurrency;
 mod curve_html;
-mod lm;
 mod online;
 mod render;
 mod rule_data;
