@@ -10,6 +10,7 @@ use flowmem_llm::{
     ModelChoice, Purpose, ResponseCache,
 };
 use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
+use flowmem_tools::ToolsConfig;
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then
 /// `./flowmem.toml` if it exists. `None` means no file: defaults and the environment.
@@ -43,6 +44,28 @@ pub fn llm_settings(flag: Option<&Path>) -> anyhow::Result<LlmSettings> {
     match config_path(flag, &flowmem_llm::std_env)? {
         Some(path) => Ok(LlmSettings::load(&path)?),
         None => Ok(LlmSettings::default()),
+    }
+}
+
+/// Loads the `[tools]` tables from the file [`config_path`] finds.
+///
+/// Commands that cannot work without tools pass `required`; they then fail with a hint
+/// when there is no configuration file, instead of running with no tools.
+///
+/// # Errors
+///
+/// When a file is required but absent, or is unreadable or invalid.
+pub fn tools_config(flag: Option<&Path>, required: bool) -> anyhow::Result<ToolsConfig> {
+    match config_path(flag, &flowmem_llm::std_env)? {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+            Ok(ToolsConfig::from_toml_str(&text, &path)?)
+        }
+        None if required => bail!(
+            "no configuration file: this command needs the `[[tools.mcp]]` servers of a `flowmem.toml`\n\
+             hint: pass --config PATH, set FLOWMEM_CONFIG, or create ./flowmem.toml"
+        ),
+        None => Ok(ToolsConfig::empty()),
     }
 }
 
