@@ -135,6 +135,16 @@ struct SlotGuard<'a> {
     slot: usize,
 }
 
+/// A freed slot, or a new one.
+fn take_slot(slots: &std::sync::Mutex<Slots>) -> SlotGuard<'_> {
+    let mut guard = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let slot = guard.free.pop().unwrap_or_else(|| {
+        guard.n_made += 1;
+        guard.n_made - 1
+    });
+    SlotGuard { slots, slot }
+}
+
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).free.push(self.slot);
@@ -146,15 +156,6 @@ impl Harness {
         Harness { name, runtime, isolation, slots: std::sync::Mutex::new(Slots::default()) }
     }
 
-    fn take_slot(&self) -> SlotGuard<'_> {
-        let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let slot = slots.free.pop().unwrap_or_else(|| {
-            slots.n_made += 1;
-            slots.n_made - 1
-        });
-        SlotGuard { slots: &self.slots, slot }
-    }
-
     /// A runtime for one run: a counting executor and, with isolation, a fresh state
     /// under a key no other run in flight uses.
     async fn prepare(&self) -> Result<Prepared<'_>, String> {
@@ -164,7 +165,7 @@ impl Harness {
         let Some(isolation) = &self.isolation else {
             return Ok(Prepared { runtime, counting, _slot: None });
         };
-        let slot = self.take_slot();
+        let slot = take_slot(&self.slots);
         let mut isolation = isolation.clone();
         if slot.slot > 0 {
             isolation.key = format!("{}/{}", isolation.key, slot.slot);
@@ -257,5 +258,23 @@ impl System for WorkflowSystem {
         let input = RunInput { id: record.id.clone(), query: record.query.clone() };
         let trace = run(&plan, &input, self.observer.as_ref()).await;
         SystemRun { trace, usage: prepared.counting.totals() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::systems::Slots;
+
+    #[test]
+    fn runs_in_flight_hold_distinct_slots_and_free_ones_are_reused() {
+        let slots = std::sync::Mutex::new(Slots::default());
+        let take = || crate::systems::take_slot(&slots);
+        let first = take();
+        let second = take();
+        assert_eq!((first.slot, second.slot), (0, 1));
+        drop(first);
+        let third = take();
+        assert_eq!(third.slot, 0, "a freed slot (and its state key) is reused");
+        assert_eq!(take().slot, 2);
     }
 }
