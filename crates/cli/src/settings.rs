@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flowmem_llm::{
     AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, HttpModel, LlmSettings, LocalModelConfig,
-    ModelChoice, Purpose, ResponseCache,
+    ModelChoice, Purpose, ResponseCache, TextLimitModel,
 };
 use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
 use flowmem_tools::ToolsConfig;
@@ -109,9 +109,17 @@ pub async fn open_model(
     Ok(Arc::new(AccountedModel::new(model, accounting.clone())))
 }
 
+/// The default length of the embedded model's free-text replies.
+///
+/// SmolLM2-135M says what it has to say in a few sentences and then repeats itself until
+/// the limit; 128 tokens keeps plans and answers whole while a workflow's LLM nodes stay
+/// quick. A request's own `max_tokens` wins.
+const LOCAL_TEXT_LIMIT: u32 = 128;
+
 /// The embedded local model from `cfg` (its configured file, else the file the setup
-/// script installs). The weights load on first use; a missing file is reported now, with
-/// the setup command to run.
+/// script installs), with free-text replies limited to [`LOCAL_TEXT_LIMIT`] tokens by
+/// default. The weights load on first use; a missing file is reported now, with the
+/// setup command to run.
 fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
     let mut config = LocalConfig::standard();
     if let Some(path) = &cfg.path {
@@ -121,5 +129,5 @@ fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
         let error = LocalError::ModelMissing { path: config.path };
         return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
     }
-    Ok(Arc::new(LocalModel::new(config)))
+    Ok(Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), LOCAL_TEXT_LIMIT)))
 }
