@@ -77,7 +77,7 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
         groups[group_idx].members.push((trajectory, calls));
     }
 
-    let mut res = Induction::default();
+    let mut res = Induction { proposed: groups.len(), ..Induction::default() };
     for group in groups {
         let trajectory_ids: Vec<String> = group.members.iter().map(|(t, _)| t.id.clone()).collect();
         if group.tools.len() < cfg.min_steps {

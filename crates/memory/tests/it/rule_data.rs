@@ -53,6 +53,7 @@ fn check(trajectories: &[Trajectory]) {
     let induction = rule(trajectories, &cfg);
 
     assert_eq!(induction.workflows.len(), long.len(), "one workflow per distinct sequence of >= 2 steps");
+    assert_eq!(induction.proposed, long.len() + short.len(), "one candidate per distinct sequence");
     let induced: BTreeSet<Vec<String>> = induction
         .workflows
         .iter()
