@@ -510,7 +510,9 @@ pub struct InduceArgs {
     /// LM mode: the model to ask (default: the `[roles] inducer` model).
     #[arg(long)]
     pub model: Option<String>,
-    /// LM mode: the longest reply, in tokens (default: the model's own limit).
+    /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
+    /// output it also caps how many workflows and steps the reply schema allows, so that
+    /// a reply fits.
     #[arg(long)]
     pub max_tokens: Option<u32>,
     /// LM mode: ask for AWM's plain-text form instead of JSON (for models without

@@ -408,11 +408,11 @@ pub fn validate(workflow: &Workflow, trajectories: &[Trajectory], min_steps: usi
                     return;
                 }
                 let key = canonical_json(literal);
-                if let Some(owners) = sources.get(&key) {
-                    if owners.len() == 1 {
-                        // Invariant: the set has exactly one element.
-                        copied = owners.iter().next().map(|&idx| (key, idx));
-                    }
+                if let Some(owners) = sources.get(&key)
+                    && owners.len() == 1
+                {
+                    // The set has exactly one element.
+                    copied = owners.iter().next().map(|&idx| (key, idx));
                 }
             });
             if let Some((value, traj_idx)) = copied {

@@ -32,10 +32,10 @@ fn distinct_sequences(trajectories: &[Trajectory]) -> (BTreeSet<Vec<String>>, BT
     for trajectory in trajectories {
         let mut sequence = Vec::new();
         for step in &trajectory.steps {
-            if let Action::ToolCall(call) = &step.action {
-                if call.error.is_none() {
-                    sequence.push(call.tool.clone());
-                }
+            if let Action::ToolCall(call) = &step.action
+                && call.error.is_none()
+            {
+                sequence.push(call.tool.clone());
             }
         }
         if sequence.len() >= 2 {
