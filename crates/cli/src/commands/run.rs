@@ -14,7 +14,7 @@ use flowmem_exec::{
 use flowmem_llm::{Accounting, Purpose};
 use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
 use flowmem_model::{Record, Scope, Trace};
-use flowmem_tools::{Registry, ToolsConfig};
+use flowmem_tools::Registry;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -51,7 +51,7 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
     let executor = settings::open_model(&llm_settings, purpose, args.model.as_deref(), None, &accounting).await?;
-    let tools_config = tools_config(args.config.as_deref())?;
+    let tools_config = settings::tools_config(args.config.as_deref(), false)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
     let prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
     let runtime = Runtime {
@@ -93,17 +93,6 @@ impl Session {
             tokio::task::spawn_blocking(move || otel.shutdown()).await.context("exporting spans")??;
         }
         Ok(())
-    }
-}
-
-/// Reads the `[tools]` tables of the configuration file, if there is one.
-fn tools_config(flag: Option<&Path>) -> anyhow::Result<ToolsConfig> {
-    match settings::config_path(flag, &flowmem_llm::std_env)? {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
-            Ok(ToolsConfig::from_toml_str(&text, &path)?)
-        }
-        None => Ok(ToolsConfig::empty()),
     }
 }
 

@@ -9,6 +9,7 @@ mod memory;
 mod mine;
 mod run;
 mod score;
+mod scout;
 mod split;
 mod stats;
 mod support;
