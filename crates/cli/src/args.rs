@@ -572,6 +572,13 @@ pub enum ActivityClassifier {
 /// them), drops runs labelled unsuccessful, induces workflows per scope and stores them.
 ///
 /// Example: `flowmem induce --mode rule runs.jsonl --memory memory.db --scope-domain retail`
+///
+/// LM mode asks the `[roles] inducer` model of `flowmem.toml` (or `--model`, or
+/// `OPENAI_BASE_URL`; with none configured, the embedded local model) for workflows as
+/// JSON, checks each one and reports, per workflow, whether it was stored, merged into a
+/// near-duplicate, or rejected and why.
+///
+/// Example: `flowmem induce --mode lm runs.jsonl --memory memory.db --batch-size 5 --json`
 #[derive(Debug, Args)]
 pub struct InduceArgs {
     /// How to induce: `rule` groups runs by tool sequence (deterministic, no model);
@@ -598,6 +605,21 @@ pub struct InduceArgs {
     /// Keep at most this many workflows per scope, evicting by retention score.
     #[arg(long)]
     pub max_per_scope: Option<usize>,
+    /// LM mode: the configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// LM mode: the model to ask (default: the `[roles] inducer` model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
+    /// output it also caps how many workflows and steps the reply schema allows, so that
+    /// a reply fits.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// LM mode: ask for AWM's plain-text form instead of JSON (for models without
+    /// structured output); either form is parsed.
+    #[arg(long)]
+    pub text: bool,
 }
 
 /// The induction modes.

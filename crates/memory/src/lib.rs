@@ -71,7 +71,7 @@ pub use crate::online::{
     Arm, ArmCurve, CURVE_HTML_FILE, CURVE_JSON_FILE, LearningCurve, OnlineConfig, OnlineReport, PROGRESS_FILE,
     ProgressLine, SuccessSource, TaskRun, learn_online, learning_curve, read_progress, render_curve_html,
 };
-pub use crate::offline::{OfflineConfig, OfflineReport, induce_offline};
+pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
 };

@@ -4,6 +4,7 @@
 mod eval;
 mod graph;
 mod import;
+mod induce;
 mod llm_chat;
 mod memory;
 mod mine;
