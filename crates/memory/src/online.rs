@@ -226,8 +226,14 @@ pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Pat
     let progress_path = dir.join(PROGRESS_FILE);
     let mut lines = read_progress(&progress_path)?;
     let n_tasks = cfg.limit.map_or(records.len(), |limit| limit.min(records.len()));
+    let saved = read_stream(dir)?;
+    if let Some(saved) = &saved {
+        check_saved_stream(&dir.join(STREAM_FILE), saved, records)?;
+    }
     check_stream(&progress_path, &lines, records)?;
-    persist_stream(dir, records)?;
+    if saved.is_none() {
+        save_stream(dir, records)?;
+    }
     let n_resumed_runs = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
     let n_runs_total = n_tasks * if cfg.baseline { 2 } else { 1 };
     let mut pending = pending_trajectories(&lines);
@@ -311,31 +317,33 @@ pub fn read_stream(dir: &Path) -> Result<Option<Vec<Record>>, OnlineError> {
     Ok(Some(records))
 }
 
-/// Saves the stream on the first run; on a resume, checks that it is the same one.
-fn persist_stream(dir: &Path, records: &[Record]) -> Result<(), OnlineError> {
-    let path = dir.join(STREAM_FILE);
-    if let Some(saved) = read_stream(dir)? {
-        let saved_ids = saved.iter().map(|record| record.id.as_str());
-        let given_ids = records.iter().map(|record| record.id.as_str());
-        if let Some(position) = saved_ids.clone().zip(given_ids.clone()).position(|(saved, given)| saved != given) {
-            return Err(OnlineError::Stream {
-                path,
-                line: position + 1,
-                message: format!(
-                    "task {position} is record `{}` here but `{}` in the records given; the run in this directory is over another stream",
-                    saved[position].id, records[position].id
-                ),
-            });
-        }
-        if saved.len() != records.len() {
-            return Err(OnlineError::Stream {
-                path,
-                line: saved.len().min(records.len()) + 1,
-                message: format!("the saved stream has {} tasks but {} records were given", saved.len(), records.len()),
-            });
-        }
-        return Ok(());
+/// Checks that `records` is the stream saved by the first run.
+fn check_saved_stream(path: &Path, saved: &[Record], records: &[Record]) -> Result<(), OnlineError> {
+    let saved_ids = saved.iter().map(|record| record.id.as_str());
+    let given_ids = records.iter().map(|record| record.id.as_str());
+    if let Some(position) = saved_ids.zip(given_ids).position(|(saved, given)| saved != given) {
+        return Err(OnlineError::Stream {
+            path: path.to_path_buf(),
+            line: position + 1,
+            message: format!(
+                "task {position} is record `{}` here but `{}` in the records given; the run in this directory is over another stream",
+                saved[position].id, records[position].id
+            ),
+        });
     }
+    if saved.len() != records.len() {
+        return Err(OnlineError::Stream {
+            path: path.to_path_buf(),
+            line: saved.len().min(records.len()) + 1,
+            message: format!("the saved stream has {} tasks but {} records were given", saved.len(), records.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Saves the stream of a first run.
+fn save_stream(dir: &Path, records: &[Record]) -> Result<(), OnlineError> {
+    let path = dir.join(STREAM_FILE);
     let mut text = String::new();
     for record in records {
         let line = serde_json::to_string(record)

@@ -15,6 +15,7 @@ pub mod stats;
 pub mod tools;
 pub mod serve_llm;
 pub mod run;
+pub mod learn;
 
 use std::process::ExitCode;
 

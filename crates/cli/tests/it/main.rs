@@ -3,6 +3,7 @@
 
 mod graph;
 mod import;
+mod learn;
 mod llm_chat;
 mod memory;
 mod mine;

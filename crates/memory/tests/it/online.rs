@@ -260,8 +260,12 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     let runs = read_progress(&progress).unwrap().into_iter().filter(|line| matches!(line, ProgressLine::Run(run) if run.arm == Arm::Memory)).count();
     assert_eq!(runs, 3);
 
-    // A progress file of another stream is refused, naming the line.
+    // Another stream is refused, naming the line: by the saved stream, and without it
+    // (a directory from before streams were saved) by the progress file.
     let other = [record("x1", "unrelated")];
+    let err = learn(&second, &mut store, &other, &out, None).await.unwrap_err();
+    assert!(matches!(err, OnlineError::Stream { line: 1, .. }), "{err}");
+    std::fs::remove_file(out.join("stream.jsonl")).unwrap();
     let err = learn(&second, &mut store, &other, &out, None).await.unwrap_err();
     assert!(matches!(err, OnlineError::Progress { line: 1, .. }), "{err}");
 }
