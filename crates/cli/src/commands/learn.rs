@@ -103,9 +103,18 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         isolation,
         on_progress: &on_progress,
     };
-    let outcome = learn_online(&mut store, &records, &args.out, &cfg).await;
+    // Ctrl-C drops the run in flight: every finished run is already in the progress file
+    // and every stored workflow in its own transaction, so the same command resumes.
+    let outcome = tokio::select! {
+        outcome = learn_online(&mut store, &records, &args.out, &cfg) => Some(outcome),
+        _ = tokio::signal::ctrl_c() => None,
+    };
     bar.finish();
     registry.shutdown().await;
+    let Some(outcome) = outcome else {
+        printer.warn(&format!("interrupted; run the same command again to resume from `{}`", args.out.display()));
+        return Ok(ExitStatus::Failure);
+    };
     let report = outcome.with_context(|| format!("online learning in `{}`", args.out.display()))?;
 
     let totals = accounting.snapshot().total;

@@ -186,3 +186,32 @@ async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     assert_eq!(tree.len(), 2, "{text}");
     assert!(tree[0].starts_with(&format!("  {whole_id}")) && tree[1].starts_with(&format!("    {part}")), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learn_online_with_lm_induction_stores_the_models_workflow() {
+    let dir = workdir();
+    write_records(dir.path(), "tasks.jsonl", &[("r1", "say hello and add one and two")]);
+    let proposed = json!({"workflows": [{
+        "description": "Greet someone and add two numbers",
+        "steps": [
+            {"state": "start", "reasoning": "greet first", "action": {"tool": "echo", "args": {"message": "{greeting}"}}},
+            {"state": "greeted", "reasoning": "then add", "action": {"tool": "get-sum", "args": {"a": "{first_number}", "b": "{second_number}"}}}
+        ]
+    }]});
+    let script = Script::new()
+        .when(Match::any_message_contains("extract the common workflows"), Reply::json(proposed))
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "scripted verdict"})))
+        .when(Match::after_tool_result(), Reply::text("finished"))
+        .otherwise(Reply::tool_calls([("echo", json!({"message": "hello"})), ("get-sum", json!({"a": 1, "b": 2}))]));
+    let server = ScriptedLlmServer::start(script).await;
+    let args = ["--json", "learn", "--online", "tasks.jsonl", "--memory", "memory.db", "--out", "out", "--induce", "lm", "--no-baseline"];
+    let summary = stdout_json(&flowmem(dir.path(), &args, &server.base_url()).await);
+    assert_eq!(summary["curve"]["n_workflows_added"], 1, "{summary}");
+    let induce_prompt = user_queries(&server).into_iter().find(|text| text.contains("extract the common workflows")).expect("the inducer was asked");
+    assert!(induce_prompt.contains("say hello and add one and two"), "the judged-successful run is shown: {induce_prompt}");
+    let learned = workflows(dir.path()).await;
+    assert_eq!(learned.len(), 1);
+    assert_eq!(learned[0]["description"], "Greet someone and add two numbers");
+    assert_eq!(learned[0]["provenance"]["inducer"], "lm");
+    assert_eq!(learned[0]["steps"][1]["action"]["args"]["b"], "{second_number}");
+}

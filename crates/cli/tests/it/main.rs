@@ -7,6 +7,7 @@ mod learn;
 mod llm_chat;
 mod memory;
 mod mine;
+mod online_embedded;
 mod run;
 mod score;
 mod split;
