@@ -269,6 +269,11 @@ async fn run_memory_agent(
     let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)
         .await
         .with_context(|| format!("running with the memory `{}`", db.display()))?;
+    // No evaluator judges this run, so a use counts by whether the run answered and the
+    // workflow's steps all ran.
+    for (id, outcome) in memory_run.unjudged_outcomes(mode) {
+        store.record_use(&id, outcome).with_context(|| format!("recording the use of `{id}` in `{}`", db.display()))?;
+    }
     printer.info(&format!(
         "workflows retrieved: [{}]; used: [{}]",
         memory_run.retrieved.join(", "),
