@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 
 use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
+use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
 use crate::settings;
 
@@ -31,11 +32,6 @@ pub fn run_workflow(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitSta
 /// Runs `flowmem agent`.
 pub fn run_baseline(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     block_on(run_agent_async(args, printer))
-}
-
-fn block_on<F: std::future::Future<Output = anyhow::Result<ExitStatus>>>(future: F) -> anyhow::Result<ExitStatus> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(future)
 }
 
 /// What a run of one or many queries needs besides the plan or agent.
@@ -136,14 +132,7 @@ enum Runner {
 /// Runs every input, at most `concurrency` at a time, with a progress bar.
 async fn run_all(runner: Runner, inputs: Vec<RunInput>, concurrency: usize, session: &Session, printer: &Printer) -> Vec<Trace> {
     let n_inputs = inputs.len();
-    let bar = (printer.progress && n_inputs > 1).then(|| {
-        let bar = indicatif::ProgressBar::new(n_inputs as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} queries, {elapsed} ({msg})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let bar = if n_inputs > 1 { progress_bar(printer, n_inputs as u64, "{bar:30} {pos}/{len} queries, {elapsed} ({msg})") } else { None };
     let mut observers = session.observers.clone();
     if let Some(bar) = &bar {
         observers.0.push(Arc::new(Progress { bar: bar.clone(), failed: Default::default() }));
@@ -280,6 +269,11 @@ async fn run_memory_agent(
     let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)
         .await
         .with_context(|| format!("running with the memory `{}`", db.display()))?;
+    // No evaluator judges this run, so a use counts by whether the run answered and the
+    // workflow's steps all ran.
+    for (id, outcome) in memory_run.unjudged_outcomes(mode) {
+        store.record_use(&id, outcome).with_context(|| format!("recording the use of `{id}` in `{}`", db.display()))?;
+    }
     printer.info(&format!(
         "workflows retrieved: [{}]; used: [{}]",
         memory_run.retrieved.join(", "),

@@ -1,11 +1,15 @@
 //! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
 //! directory, one module per command.
 
+mod eval;
 mod graph;
 mod import;
+mod induce;
+mod learn;
 mod llm_chat;
 mod memory;
 mod mine;
+mod online_embedded;
 mod run;
 mod score;
 mod scout;
