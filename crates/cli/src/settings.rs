@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flowmem_llm::{
     AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, HttpModel, LlmSettings, LocalModelConfig,
-    ModelChoice, Purpose, ResponseCache, TextLimitModel,
+    ModelChoice, Prompts, Purpose, ResponseCache, TextLimitModel,
 };
 use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
 use flowmem_tools::ToolsConfig;
@@ -107,6 +107,29 @@ pub async fn open_model(
         model = Arc::new(CachedModel::new(model, cache, mode));
     }
     Ok(Arc::new(AccountedModel::new(model, accounting.clone())))
+}
+
+/// How many characters of each upstream result the embedded model's prompts carry.
+///
+/// τ² lookups return up to 6,600 characters, and every downstream node of a workflow
+/// reads them again; for a 135M model on a CPU, prefill is where the time goes, and it
+/// makes little use of long contexts. The whole result stays in the trace.
+const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
+
+/// The executor's prompt templates, with `dir`'s overrides, and each upstream result in a
+/// node's prompt bounded to [`LOCAL_CONTEXT_ITEM_CHARS`] when the executor (`requested`,
+/// else the configured one) is the embedded model.
+///
+/// # Errors
+///
+/// When the templates do not load or the model configuration does not resolve.
+pub async fn executor_prompts(dir: Option<&Path>, settings: &LlmSettings, requested: Option<&str>) -> anyhow::Result<Prompts> {
+    let mut prompts = flowmem_exec::exec_prompts(dir).context("loading the prompt templates")?;
+    let choice = settings.resolve(Purpose::Executor, requested, &flowmem_llm::std_env).await?;
+    if matches!(choice, ModelChoice::Local(_)) {
+        flowmem_exec::limit_context_items(&mut prompts, LOCAL_CONTEXT_ITEM_CHARS);
+    }
+    Ok(prompts)
 }
 
 /// The default length of the embedded model's free-text replies.

@@ -29,6 +29,20 @@ pub const EXEC_PROMPTS: &[EmbeddedPrompt] = &[
     embedded_prompt!("react"),
 ];
 
+/// The prompt global that bounds each upstream result in a node's context, and each tool
+/// result in the ReAct agent's conversation, in characters.
+///
+/// Unset, results go in whole. Small local models need it: a τ² product lookup returns
+/// about 6,600 characters, which every downstream node would read again, and prefill is
+/// what their time goes on. The full result always stays in the trace.
+pub const CONTEXT_ITEM_CHARS: &str = "context_item_chars";
+
+/// Bounds each upstream result in the executor's node contexts to `chars` characters
+/// (see [`CONTEXT_ITEM_CHARS`]).
+pub fn limit_context_items(prompts: &mut Prompts, chars: usize) {
+    prompts.set_global(CONTEXT_ITEM_CHARS, &chars);
+}
+
 /// Adds the executor's templates to a shared prompt registry.
 ///
 /// # Errors

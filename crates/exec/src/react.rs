@@ -15,7 +15,7 @@ use crate::engine::RunInput;
 use crate::event::{ExecEvent, ExecObserver, now_ms};
 use crate::node::{error_chain, value_text};
 use crate::plan::Runtime;
-use crate::prompts::PromptContext;
+use crate::prompts::{CONTEXT_ITEM_CHARS, PromptContext};
 
 /// The template of the agent's system prompt.
 const REACT_TEMPLATE: &str = "react";
@@ -152,7 +152,8 @@ async fn steps(
                 (None, Some(result)) => value_text(result),
                 (None, None) => String::new(),
             };
-            messages.push(Message::tool_result(chosen.id, text));
+            let budget = runtime.prompts.global(CONTEXT_ITEM_CHARS).and_then(serde_json::Value::as_u64);
+            messages.push(Message::tool_result(chosen.id, flowmem_llm::clip(text, budget.map(|b| b as usize))));
             observation.tool_call.get_or_insert_with(|| call.clone());
             trace.tool_calls.push(call.clone());
             observer.on_event(&ExecEvent::ToolCalled {

@@ -70,7 +70,7 @@ pub use crate::config::{
 };
 pub use crate::error::LlmError;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};
-pub use crate::prompt::{
+pub use crate::prompt::{clip, 
     EmbeddedPrompt, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, parse_header,
 };
 pub use crate::retry::RetryPolicy;

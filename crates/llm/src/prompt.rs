@@ -26,6 +26,20 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The `clip(limit)` filter of every template: `text` cut to its first `limit`
+/// characters, with a marker saying how many were left out; unchanged when `limit` is
+/// `None` or not exceeded.
+#[must_use]
+pub fn clip(text: String, limit: Option<usize>) -> String {
+    let Some(limit) = limit else { return text };
+    let total = text.chars().count();
+    if total <= limit {
+        return text;
+    }
+    let kept: String = text.chars().take(limit).collect();
+    format!("{kept} […{} more characters]", total - limit)
+}
+
 /// A template compiled into the binary: its name and source text.
 ///
 /// Build one with [`embedded_prompt!`](crate::embedded_prompt), which reads
@@ -118,6 +132,9 @@ pub struct Prompts {
     // Invariant: holds exactly the templates added to `env`.
     templates: BTreeMap<String, Registered>,
     override_dir: Option<PathBuf>,
+    // Invariant: the globals added to `env`, kept for code that applies them outside a
+    // template (such as clipping a tool result in a conversation).
+    globals: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone)]
@@ -211,7 +228,21 @@ impl Prompts {
             .build()
             .expect("the default delimiters are valid");
         env.set_syntax(syntax);
-        Prompts { env, templates: BTreeMap::new(), override_dir: None }
+        env.add_filter("clip", clip);
+        Prompts { env, templates: BTreeMap::new(), override_dir: None, globals: BTreeMap::new() }
+    }
+
+    /// Sets a variable every template sees, such as a length budget shared by several
+    /// templates. A render's context wins over a global of the same name.
+    pub fn set_global<V: Serialize>(&mut self, name: &str, value: &V) {
+        self.env.add_global(name.to_owned(), minijinja::Value::from(Serde(value)));
+        self.globals.insert(name.to_owned(), serde_json::to_value(value).unwrap_or(serde_json::Value::Null));
+    }
+
+    /// The value of a global set with [`Prompts::set_global`], as JSON.
+    #[must_use]
+    pub fn global(&self, name: &str) -> Option<&serde_json::Value> {
+        self.globals.get(name)
     }
 
     /// An empty registry whose templates are replaced by files `<name>.j2` in `dir`.
@@ -448,6 +479,22 @@ mod tests {
         assert_eq!(id.version, 1);
         assert_eq!(id.hash.len(), 16);
         assert_eq!(rendered.id, id);
+    }
+
+    const CLIPPED: EmbeddedPrompt = EmbeddedPrompt {
+        name: "clipped",
+        source: "{# prompt: clipped v1 #}\n{% for item in items %}{{ item | clip(budget) }}|{% endfor %}",
+    };
+
+    #[test]
+    fn clip_cuts_at_the_global_budget_and_says_how_much_is_left_out() {
+        let mut prompts = Prompts::new();
+        prompts.register(CLIPPED).unwrap();
+        let ctx = Ctx { user: String::new(), items: vec!["añbcdef".into(), "xyz".into()] };
+        prompts.set_global("budget", &Option::<usize>::None);
+        assert_eq!(prompts.render("clipped", &ctx).unwrap().text, "añbcdef|xyz|");
+        prompts.set_global("budget", &3);
+        assert_eq!(prompts.render("clipped", &ctx).unwrap().text, "añb […4 more characters]|xyz|");
     }
 
     #[test]

@@ -336,6 +336,26 @@ impl MemoryRun {
     }
 }
 
+impl MemoryRun {
+    /// The outcome of each used workflow when no evaluator judges the run (`flowmem
+    /// agent --memory`): a use fails when the run ended with an error or without an
+    /// answer, and, in actions mode, when one of the workflow's calls stopped at a failed
+    /// step; otherwise it succeeds. One entry per workflow, in [`Self::used_workflows`]
+    /// order.
+    #[must_use]
+    pub fn unjudged_outcomes(&self, mode: MemoryMode) -> Vec<(String, UseOutcome)> {
+        let answered = self.trace.error.is_none() && self.trace.result.is_some();
+        self.used_workflows(mode)
+            .into_iter()
+            .map(|id| {
+                let step_failed = self.uses.iter().any(|used| used.workflow_id == id && used.failed_step.is_some());
+                let outcome = if answered && !step_failed { UseOutcome::Success } else { UseOutcome::Failure };
+                (id, outcome)
+            })
+            .collect()
+    }
+}
+
 /// Runs the ReAct agent on `input` with workflows retrieved from `store`.
 ///
 /// Retrieval counts as a retrieval in the store's statistics; the caller records the

@@ -129,4 +129,20 @@ pub enum OnlineError {
         /// The parser's message.
         message: String,
     },
+    /// The saved task stream does not parse or differs from the records given.
+    #[error("`{path}` line {line}: {message}\nhint: resume with the records the run started with, or use another --out directory")]
+    Stream {
+        /// The stream file.
+        path: std::path::PathBuf,
+        /// The 1-based line (task) number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A stateful tool server could not give a run a fresh state.
+    #[error("{message}\nhint: check that the reset tool exists and the tool server is healthy")]
+    StateReset {
+        /// The reset failure, naming the key and the tool.
+        message: String,
+    },
 }

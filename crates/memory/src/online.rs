@@ -4,11 +4,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use flowmem_eval::TaskOracle;
-use flowmem_exec::{ExecObserver, RunInput, Runtime, run_agent};
+use flowmem_eval::{IsolatedTools, StateIsolation, TaskOracle};
+use flowmem_exec::{ExecObserver, RunInput, Runtime, ToolBox, run_agent};
 use flowmem_llm::{ChatModel, Prompts};
 use flowmem_model::{Action, Outcome, Record, Scope, Step, ToolCall, Trace, Trajectory};
 
@@ -26,6 +27,9 @@ pub const PROGRESS_FILE: &str = "progress.jsonl";
 pub const CURVE_JSON_FILE: &str = "learning_curve.json";
 /// The learning curve, as an HTML report with an inline SVG plot.
 pub const CURVE_HTML_FILE: &str = "learning_curve.html";
+/// The task stream as first given, one record a line, so a resumed run sees the same
+/// tasks in the same order.
+pub const STREAM_FILE: &str = "stream.jsonl";
 
 /// Options of [`learn_online`].
 pub struct OnlineConfig<'a> {
@@ -49,6 +53,23 @@ pub struct OnlineConfig<'a> {
     pub oracle: Option<&'a dyn TaskOracle>,
     /// Receives every execution event of every run.
     pub observer: &'a dyn ExecObserver,
+    /// Isolated tool state per run, for stateful servers (the τ²-bench ones): every run
+    /// of either agent starts from a fresh state under the isolation key, and the key
+    /// is hidden from the agent and from the recorded calls.
+    pub isolation: Option<StateIsolation>,
+    /// Called after each line appended to the progress file, for progress bars.
+    pub on_progress: &'a (dyn Fn(&OnlineProgress<'_>) + Send + Sync),
+}
+
+/// How far an online run is, reported after each progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct OnlineProgress<'a> {
+    /// The line just appended.
+    pub line: &'a ProgressLine,
+    /// Runs finished, including those resumed from the progress file.
+    pub n_runs_done: usize,
+    /// Runs the whole stream needs (tasks × agents).
+    pub n_runs_total: usize,
 }
 
 /// Which agent a run belongs to.
@@ -183,6 +204,10 @@ pub struct OnlineReport {
 /// they are induced from; each new workflow that contains a stored one is stored as
 /// composed of it ([`composition`]), one SQLite transaction per workflow.
 ///
+/// With [`OnlineConfig::isolation`], each run of either agent starts from a fresh tool
+/// state, so tasks do not see each other's writes.
+///
+/// The first call saves `records` as `dir/stream.jsonl` ([`read_stream`] reads it back).
 /// Every run and induction is appended to `dir/progress.jsonl` and flushed before the
 /// next starts, so a killed run resumes from there: finished runs are not repeated and
 /// pending trajectories are restored. A kill between a memory write and its progress
@@ -191,7 +216,9 @@ pub struct OnlineReport {
 /// # Errors
 ///
 /// [`OnlineError::Progress`] when the progress file is corrupt or belongs to another
-/// stream, [`OnlineError::Io`] when files cannot be written, and the agent's,
+/// stream, [`OnlineError::Stream`] when the saved stream differs from `records`,
+/// [`OnlineError::StateReset`] when a fresh tool state cannot be had,
+/// [`OnlineError::Io`] when files cannot be written, and the agent's,
 /// evaluator's, inducer's and store's errors. Runs finished before an error stay in the
 /// progress file.
 pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Path, cfg: &OnlineConfig<'_>) -> Result<OnlineReport, OnlineError> {
@@ -199,39 +226,136 @@ pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Pat
     let progress_path = dir.join(PROGRESS_FILE);
     let mut lines = read_progress(&progress_path)?;
     let n_tasks = cfg.limit.map_or(records.len(), |limit| limit.min(records.len()));
+    let saved = read_stream(dir)?;
+    if let Some(saved) = &saved {
+        check_saved_stream(&dir.join(STREAM_FILE), saved, records)?;
+    }
     check_stream(&progress_path, &lines, records)?;
+    if saved.is_none() {
+        save_stream(dir, records)?;
+    }
     let n_resumed_runs = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
+    let n_runs_total = n_tasks * if cfg.baseline { 2 } else { 1 };
     let mut pending = pending_trajectories(&lines);
     let mut file = OpenOptions::new().create(true).append(true).open(&progress_path).map_err(io(&progress_path, "opening"))?;
+    let isolated = cfg.isolation.clone().map(|isolation| Arc::new(IsolatedTools::new(cfg.runtime.tools.clone(), isolation)));
+    let runtime = match &isolated {
+        Some(tools) => Runtime { tools: tools.clone() as Arc<dyn ToolBox>, ..cfg.runtime.clone() },
+        None => cfg.runtime.clone(),
+    };
     let mut n_new_runs = 0;
+    let mut log = |lines: &mut Vec<ProgressLine>, line: ProgressLine| -> Result<(), OnlineError> {
+        append(&mut file, &progress_path, lines, line)?;
+        let n_runs_done = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
+        if let Some(line) = lines.last() {
+            (cfg.on_progress)(&OnlineProgress { line, n_runs_done, n_runs_total });
+        }
+        Ok(())
+    };
     for (index, record) in records.iter().enumerate().take(n_tasks) {
         let done = |arm: Arm| lines.iter().any(|line| matches!(line, ProgressLine::Run(run) if run.index == index && run.arm == arm));
         let (memory_done, baseline_done) = (done(Arm::Memory), done(Arm::Baseline));
         if !memory_done {
-            let run = run_memory_arm(store, index, record, cfg).await?;
+            fresh_state(isolated.as_deref()).await?;
+            let run = run_memory_arm(store, &runtime, index, record, cfg).await?;
             if let Some(trajectory) = &run.trajectory {
                 pending.push(trajectory.clone());
             }
-            append(&mut file, &progress_path, &mut lines, ProgressLine::Run(run))?;
+            log(&mut lines, ProgressLine::Run(run))?;
             n_new_runs += 1;
         }
         if cfg.baseline && !baseline_done {
-            let run = run_baseline_arm(index, record, cfg).await?;
-            append(&mut file, &progress_path, &mut lines, ProgressLine::Run(run))?;
+            fresh_state(isolated.as_deref()).await?;
+            let run = run_baseline_arm(&runtime, index, record, cfg).await?;
+            log(&mut lines, ProgressLine::Run(run))?;
             n_new_runs += 1;
         }
         if pending.len() >= cfg.batch_size.max(1) {
             let line = induce_pending(store, &mut pending, index, cfg).await?;
-            append(&mut file, &progress_path, &mut lines, line)?;
+            log(&mut lines, line)?;
         }
     }
     if !pending.is_empty() && n_tasks > 0 {
         let line = induce_pending(store, &mut pending, n_tasks - 1, cfg).await?;
-        append(&mut file, &progress_path, &mut lines, line)?;
+        log(&mut lines, line)?;
     }
     let curve = learning_curve(&lines);
     let files = write_curve(&curve, dir)?;
     Ok(OnlineReport { n_resumed_runs, n_new_runs, curve, files })
+}
+
+async fn fresh_state(isolated: Option<&IsolatedTools>) -> Result<(), OnlineError> {
+    match isolated {
+        Some(tools) => tools.reset().await.map_err(|message| OnlineError::StateReset { message }),
+        None => Ok(()),
+    }
+}
+
+/// Reads the task stream saved in `dir` by an earlier [`learn_online`]; a directory
+/// without one gives `None`.
+///
+/// # Errors
+///
+/// [`OnlineError::Stream`] naming the line that is not a record, and
+/// [`OnlineError::Io`] when the file cannot be read.
+pub fn read_stream(dir: &Path) -> Result<Option<Vec<Record>>, OnlineError> {
+    let path = dir.join(STREAM_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(OnlineError::Io { path, what: "reading", source: err }),
+    };
+    let mut records = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(line)
+            .map_err(|err| OnlineError::Stream { path: path.clone(), line: number + 1, message: err.to_string() })?;
+        records.push(record);
+    }
+    Ok(Some(records))
+}
+
+/// Checks that `records` is the stream saved by the first run.
+fn check_saved_stream(path: &Path, saved: &[Record], records: &[Record]) -> Result<(), OnlineError> {
+    let saved_ids = saved.iter().map(|record| record.id.as_str());
+    let given_ids = records.iter().map(|record| record.id.as_str());
+    if let Some(position) = saved_ids.zip(given_ids).position(|(saved, given)| saved != given) {
+        return Err(OnlineError::Stream {
+            path: path.to_path_buf(),
+            line: position + 1,
+            message: format!(
+                "task {position} is record `{}` here but `{}` in the records given; the run in this directory is over another stream",
+                saved[position].id, records[position].id
+            ),
+        });
+    }
+    if saved.len() != records.len() {
+        return Err(OnlineError::Stream {
+            path: path.to_path_buf(),
+            line: saved.len().min(records.len()) + 1,
+            message: format!("the saved stream has {} tasks but {} records were given", saved.len(), records.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Saves the stream of a first run.
+fn save_stream(dir: &Path, records: &[Record]) -> Result<(), OnlineError> {
+    let path = dir.join(STREAM_FILE);
+    let mut text = String::new();
+    for record in records {
+        let line = serde_json::to_string(record)
+            .map_err(|err| OnlineError::Io { path: path.clone(), what: "serializing the stream", source: std::io::Error::other(err) })?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    // Written aside and renamed, so a kill never leaves half a stream.
+    let partial = dir.join(format!("{STREAM_FILE}.partial"));
+    std::fs::write(&partial, text).map_err(io(&partial, "writing"))?;
+    std::fs::rename(&partial, &path).map_err(io(&path, "renaming into place"))?;
+    Ok(())
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> OnlineError + 'a {
@@ -321,9 +445,15 @@ fn scope_for(cfg: &MemoryAgentConfig, record: &Record) -> Scope {
     }
 }
 
-async fn run_memory_arm(store: &mut MemoryStore, index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+async fn run_memory_arm(
+    store: &mut MemoryStore,
+    runtime: &Runtime,
+    index: usize,
+    record: &Record,
+    cfg: &OnlineConfig<'_>,
+) -> Result<TaskRun, OnlineError> {
     let agent = MemoryAgentConfig { scope: scope_for(&cfg.agent, record), ..cfg.agent.clone() };
-    let run = run_with_memory(cfg.runtime, &agent, store, &input_of(record), cfg.observer).await?;
+    let run = run_with_memory(runtime, &agent, store, &input_of(record), cfg.observer).await?;
     let used = run.used_workflows(agent.mode);
     let failed_workflow_steps = run
         .uses
@@ -342,8 +472,8 @@ async fn run_memory_arm(store: &mut MemoryStore, index: usize, record: &Record, 
     Ok(task)
 }
 
-async fn run_baseline_arm(index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
-    let trace = run_agent(cfg.runtime, &cfg.agent.agent, &input_of(record), cfg.observer).await;
+async fn run_baseline_arm(runtime: &Runtime, index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+    let trace = run_agent(runtime, &cfg.agent.agent, &input_of(record), cfg.observer).await;
     measure(index, record, Arm::Baseline, &trace, &trace.tool_calls, cfg).await
 }
 

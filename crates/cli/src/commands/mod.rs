@@ -17,6 +17,7 @@ pub mod serve_llm;
 pub mod run;
 pub mod common;
 pub mod eval;
+pub mod learn;
 
 use std::process::ExitCode;
 

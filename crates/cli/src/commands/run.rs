@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_exec::{
-    check, compile, exec_prompts, load_graph, run, run_agent, AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter,
+    check, compile, load_graph, run, run_agent, AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter,
     Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog,
 };
 use flowmem_llm::{Accounting, Purpose};
@@ -49,7 +49,7 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
     let executor = settings::open_model(&llm_settings, purpose, args.model.as_deref(), None, &accounting).await?;
     let tools_config = settings::tools_config(args.config.as_deref(), false)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
+    let prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
     let runtime = Runtime {
         executor,
         models: Default::default(),
@@ -269,6 +269,11 @@ async fn run_memory_agent(
     let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)
         .await
         .with_context(|| format!("running with the memory `{}`", db.display()))?;
+    // No evaluator judges this run, so a use counts by whether the run answered and the
+    // workflow's steps all ran.
+    for (id, outcome) in memory_run.unjudged_outcomes(mode) {
+        store.record_use(&id, outcome).with_context(|| format!("recording the use of `{id}` in `{}`", db.display()))?;
+    }
     printer.info(&format!(
         "workflows retrieved: [{}]; used: [{}]",
         memory_run.retrieved.join(", "),

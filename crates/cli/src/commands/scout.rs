@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, StateServer, TaskChecker, TcConfig};
-use flowmem_exec::{Runtime, exec_prompts};
+use flowmem_exec::Runtime;
 use flowmem_llm::{Accounting, CacheMode, Purpose, ResponseCache};
 use flowmem_optimize::{
     Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Scoring, Strategy, alpha_of, prepare_run, scout,
@@ -76,7 +76,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
 
     let tools_config = settings::tools_config(args.config.as_deref(), true)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let mut prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
+    let mut prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
     prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
     prompts.register(PROPOSE_EDITS).context("registering the optimizer template")?;
     let prompts = Arc::new(prompts);

@@ -4,9 +4,12 @@
 mod eval;
 mod graph;
 mod import;
+mod induce;
+mod learn;
 mod llm_chat;
 mod memory;
 mod mine;
+mod online_embedded;
 mod run;
 mod score;
 mod scout;

@@ -6,14 +6,14 @@ use std::process::Output;
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 use serde_json::{Value, json};
 
-fn everything_server() -> PathBuf {
+pub fn everything_server() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/node/node_modules/.bin/mcp-server-everything");
     assert!(path.exists(), "`{}` is missing; run `bash scripts/setup/20-mcp-servers.sh`", path.display());
     path
 }
 
 /// Runs the binary in `dir` with the scripted server as the only model.
-async fn flowmem(dir: &Path, args: &[&str], base_url: &str) -> Output {
+pub async fn flowmem(dir: &Path, args: &[&str], base_url: &str) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     command.current_dir(dir).args(args);
     for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG"] {

@@ -106,3 +106,22 @@ fn an_override_directory_replaces_a_template() {
     assert_eq!(rendered.id.version, 7);
     assert!(exec_prompts(Some(Path::new("/nonexistent/prompts"))).is_err());
 }
+
+#[test]
+fn a_context_budget_clips_each_upstream_result_and_says_how_much() {
+    let mut prompts = exec_prompts(None).unwrap();
+    flowmem_exec::limit_context_items(&mut prompts, 5);
+    let items = context();
+    let ctx = PromptContext {
+        query: "Where is order #W1?",
+        instruction: None,
+        context: &items,
+        question: None,
+        options: &[],
+        hints: &[],
+    };
+    let text = prompts.render("synthesize", &ctx).unwrap().text;
+    assert!(text.contains("- [plan, llm:plan] 1. fi […8 more characters]"), "{text}");
+    assert!(text.contains("FAILED: error […11 more characters]"), "{text}");
+    assert!(text.contains("Task: Where is order #W1?"), "the query is never clipped: {text}");
+}

@@ -10,14 +10,13 @@ use flowmem_exec::{AgentConfig, NoObserver, RunInput, Runtime, exec_prompts};
 use flowmem_memory::induce::RuleConfig;
 use flowmem_memory::{
     Arm, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig, OnlineError, ProgressLine, StoreConfig, approx_tokens,
-    composition_tree, induce, learn_online, prompt_memory, read_progress, render, run_with_memory, workflow_tool_name,
+    composition_tree, induce, learn_online, prompt_memory, read_progress, read_stream, render, run_with_memory, workflow_tool_name,
 };
 use flowmem_model::{Record, Scope, Workflow};
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
 
-use crate::wire::WireModel;
-use crate::{repo_root, workflow};
+use crate::{repo_root, scripted_model, workflow};
 
 async fn everything() -> Arc<Registry> {
     let command = require_path(&repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"), "scripts/setup/20-mcp-servers.sh");
@@ -29,8 +28,8 @@ async fn everything() -> Arc<Registry> {
     Arc::new(Registry::connect(&cfg).await.expect("the everything server starts"))
 }
 
-fn model(server: &ScriptedLlmServer) -> Arc<WireModel> {
-    Arc::new(WireModel::new(server.base_url()))
+fn model(server: &ScriptedLlmServer) -> Arc<flowmem_llm::HttpModel> {
+    Arc::new(scripted_model(server))
 }
 
 fn runtime(server: &ScriptedLlmServer, tools: Arc<Registry>) -> Runtime {
@@ -183,6 +182,8 @@ async fn learn(llm: &ScriptedLlmServer, store: &mut MemoryStore, records: &[Reco
         baseline: true,
         oracle: None,
         observer: &NoObserver,
+        isolation: None,
+        on_progress: &|_| {},
     };
     let report = learn_online(store, records, out, &cfg).await;
     tools.shutdown().await;
@@ -235,7 +236,15 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     drop(store);
     let mut store = open(dir.path());
 
+    // The stream was saved on the first run: the same tasks in another order are refused
+    // before anything runs.
+    assert_eq!(read_stream(&out).unwrap().unwrap().len(), 3, "the whole stream is saved, not just the tasks run");
+    let reordered = [records[0].clone(), records[2].clone(), records[1].clone()];
     let second = ScriptedLlmServer::start(stream_script(true)).await;
+    let err = learn(&second, &mut store, &reordered, &out, None).await.unwrap_err();
+    assert!(matches!(err, OnlineError::Stream { line: 2, .. }), "{err}");
+    assert!(second.chat_requests().is_empty());
+
     let report = learn(&second, &mut store, &records, &out, None).await.unwrap();
     assert_eq!((report.n_resumed_runs, report.n_new_runs), (2, 4));
     let asked: Vec<String> = second
@@ -250,8 +259,12 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     let runs = read_progress(&progress).unwrap().into_iter().filter(|line| matches!(line, ProgressLine::Run(run) if run.arm == Arm::Memory)).count();
     assert_eq!(runs, 3);
 
-    // A progress file of another stream is refused, naming the line.
+    // Another stream is refused, naming the line: by the saved stream, and without it
+    // (a directory from before streams were saved) by the progress file.
     let other = [record("x1", "unrelated")];
+    let err = learn(&second, &mut store, &other, &out, None).await.unwrap_err();
+    assert!(matches!(err, OnlineError::Stream { line: 1, .. }), "{err}");
+    std::fs::remove_file(out.join("stream.jsonl")).unwrap();
     let err = learn(&second, &mut store, &other, &out, None).await.unwrap_err();
     assert!(matches!(err, OnlineError::Progress { line: 1, .. }), "{err}");
 }
