@@ -70,6 +70,6 @@ pub use crate::run::{
     CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate, evaluate_concurrently,
 };
 pub use crate::split::{Split, SplitRatios, split};
-pub use crate::systems::{ReactSystem, StateIsolation, WorkflowSystem, visible_tools};
+pub use crate::systems::{IsolatedTools, ReactSystem, StateIsolation, WorkflowSystem, visible_tools};
 pub use crate::task_check::{StateServer, TaskCheck, TaskChecker};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};

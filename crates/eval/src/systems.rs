@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use flowmem_exec::{
-    AgentConfig, ExecObserver, IsolatedTools, NoObserver, RunInput, Runtime, ToolBox, ValidatedGraph, compile, run, run_agent,
-    visible_tool_names,
-};
+use flowmem_exec::{AgentConfig, ExecObserver, NoObserver, RunInput, Runtime, ToolBox, ValidatedGraph, compile, run, run_agent};
 use flowmem_llm::{ChatModel, ToolDefinition};
 use flowmem_model::{JsonObject, Record, ToolCall, Trace};
 
@@ -17,11 +14,10 @@ use crate::run::{CountingModel, System, SystemRun};
 /// Gives every run of a system a fresh state on a stateful tool server (the τ² servers)
 /// and hides the state plumbing from the agent.
 ///
-/// Each run goes through [`flowmem_exec::IsolatedTools`]: before the run the reset tool
-/// is called with `{key_arg: key}`; during it every tool that takes `key_arg` gets
-/// `key_arg: key` added, and the calls recorded in the trace have it removed again, so
-/// TC compares only what the agent chose. The reset tool and `hidden_tools` are not
-/// offered to the agent.
+/// Before each run the reset tool is called with `{key_arg: key}`; during the run every
+/// call gets `key_arg: key` added, and the calls recorded in the trace have it removed
+/// again, so TC compares only what the agent chose. The state tools themselves (reset,
+/// call log) are not offered to the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateIsolation {
     /// The argument that selects the state, `state_key` for τ².
@@ -46,12 +42,65 @@ impl StateIsolation {
             key: "flowmem-eval/run".to_string(),
         }
     }
+}
 
-    fn server_side(&self) -> flowmem_tools::StateIsolation {
-        flowmem_tools::StateIsolation {
-            key_arg: self.key_arg.clone(),
-            reset_tool: Some(self.reset_tool.clone()),
-            key_prefix: String::new(),
+/// A [`ToolBox`] that injects a state key into every call and strips it from the record
+/// (see [`StateIsolation`]).
+pub struct IsolatedTools {
+    inner: Arc<dyn ToolBox>,
+    isolation: StateIsolation,
+}
+
+#[async_trait::async_trait]
+impl ToolBox for IsolatedTools {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        let hidden = |name: &str| name == self.isolation.reset_tool || self.isolation.hidden_tools.iter().any(|h| h == name);
+        self.inner
+            .definitions()
+            .into_iter()
+            .filter(|def| !hidden(&def.name))
+            .map(|mut def| {
+                // The agent must not see (or set) the state key.
+                if let Some(props) = def.parameters.get_mut("properties").and_then(|p| p.as_object_mut()) {
+                    props.remove(&self.isolation.key_arg);
+                }
+                if let Some(required) = def.parameters.get_mut("required").and_then(|r| r.as_array_mut()) {
+                    required.retain(|name| name.as_str() != Some(self.isolation.key_arg.as_str()));
+                }
+                def
+            })
+            .collect()
+    }
+
+    async fn call(&self, name: &str, mut args: JsonObject) -> ToolCall {
+        let chosen = args.clone();
+        args.insert(self.isolation.key_arg.clone(), self.isolation.key.clone().into());
+        let mut call = self.inner.call(name, args).await;
+        call.args = chosen;
+        call.args.remove(&self.isolation.key_arg);
+        call
+    }
+}
+
+impl IsolatedTools {
+    /// Wraps `inner` with `isolation`.
+    #[must_use]
+    pub fn new(inner: Arc<dyn ToolBox>, isolation: StateIsolation) -> IsolatedTools {
+        IsolatedTools { inner, isolation }
+    }
+
+    /// Gives the isolation key a fresh state.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the key and the reset tool when the reset fails.
+    pub async fn reset(&self) -> Result<(), String> {
+        let mut args = JsonObject::new();
+        args.insert(self.isolation.key_arg.clone(), self.isolation.key.clone().into());
+        let call = self.inner.call(&self.isolation.reset_tool, args).await;
+        match call.error {
+            None => Ok(()),
+            Some(err) => Err(format!("cannot reset state `{}` with `{}`: {err}", self.isolation.key, self.isolation.reset_tool)),
         }
     }
 }
@@ -59,32 +108,12 @@ impl StateIsolation {
 /// The tool names a system sees under `isolation`: all of `tools` but the reset tool and
 /// the hidden tools. A workflow graph must bind to these.
 #[must_use]
-pub fn visible_tools(tools: &dyn ToolBox, isolation: Option<&StateIsolation>) -> Vec<String> {
-    let Some(isolation) = isolation else {
-        return tools.definitions().into_iter().map(|def| def.name).collect();
+pub fn visible_tools(tools: Arc<dyn ToolBox>, isolation: Option<&StateIsolation>) -> Vec<String> {
+    let definitions = match isolation {
+        Some(isolation) => IsolatedTools::new(tools, isolation.clone()).definitions(),
+        None => tools.definitions(),
     };
-    visible_tool_names(tools, Some(&isolation.server_side()))
-        .into_iter()
-        .filter(|name| !isolation.hidden_tools.contains(name))
-        .collect()
-}
-
-/// A [`ToolBox`] that does not offer some tools. Calls pass through: a system that never
-/// saw a tool has no reason to call it.
-struct HiddenTools {
-    inner: Arc<dyn ToolBox>,
-    hidden: Vec<String>,
-}
-
-#[async_trait::async_trait]
-impl ToolBox for HiddenTools {
-    fn definitions(&self) -> Vec<ToolDefinition> {
-        self.inner.definitions().into_iter().filter(|def| !self.hidden.contains(&def.name)).collect()
-    }
-
-    async fn call(&self, name: &str, args: JsonObject) -> ToolCall {
-        self.inner.call(name, args).await
-    }
+    definitions.into_iter().map(|def| def.name).collect()
 }
 
 /// What both systems share: the runtime, the optional isolation, the name.
@@ -148,12 +177,13 @@ impl Harness {
             return Ok(Prepared { runtime, counting, _slot: None });
         };
         let slot = take_slot(&self.slots);
-        let key = match slot.slot {
-            0 => isolation.key.clone(),
-            n => format!("{}/{n}", isolation.key),
-        };
-        let isolated = IsolatedTools::start(self.runtime.tools.clone(), &isolation.server_side(), key).await?;
-        runtime.tools = Arc::new(HiddenTools { inner: Arc::new(isolated), hidden: isolation.hidden_tools.clone() });
+        let mut isolation = isolation.clone();
+        if slot.slot > 0 {
+            isolation.key = format!("{}/{}", isolation.key, slot.slot);
+        }
+        let isolated = IsolatedTools::new(self.runtime.tools.clone(), isolation);
+        isolated.reset().await?;
+        runtime.tools = Arc::new(isolated) as Arc<dyn ToolBox>;
         Ok(Prepared { runtime, counting, _slot: Some(slot) })
     }
 }

@@ -9,7 +9,7 @@ use flowmem_eval::{
     Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
     System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
 };
-use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, exec_prompts, load_graph};
+use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, load_graph};
 use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
 use flowmem_tools::{Registry, ToolsConfig, TransportConfig};
 
@@ -57,7 +57,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let mut prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
+    let mut prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
     prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
     let prompts = Arc::new(prompts);
     let runtime_for = |executor: Arc<dyn ChatModel>| Runtime {
@@ -69,7 +69,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
 
     let mut workflow_system = None;
     if let Some((name, graph)) = graph {
-        let visible = visible_tools(registry.as_ref(), isolation.as_ref());
+        let visible = visible_tools(registry.clone(), isolation.as_ref());
         let workflow = args.workflow.as_deref().unwrap_or(Path::new("workflow"));
         let validated = check(graph, ToolCatalog::Known(&visible))
             .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;
