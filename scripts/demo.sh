@@ -49,10 +49,10 @@ echo "==> the tool-coordination skeleton mined from all records (IMf, noise 0.2)
 
 echo "==> flowmem scout: $records records, $iterations iterations, embedded model" >&2
 if [ -f "$out/scout/run.json" ]; then
-  "$flowmem" scout --resume "$out/scout" --task-check "$out/state" --state-key-arg state_key --reset-tool reset_state
+  "$flowmem" scout --resume "$out/scout" --task-check --state-key-arg state_key --reset-tool reset_state
 else
   "$flowmem" scout --records "$out/records.jsonl" --out "$out/scout" --iterations "$iterations" \
-    --state-key-arg state_key --reset-tool reset_state --task-check "$out/state"
+    --state-key-arg state_key --reset-tool reset_state --task-check
 fi
 
 echo "==> flowmem run: the best workflow on the first record's query" >&2

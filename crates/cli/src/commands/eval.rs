@@ -1,17 +1,17 @@
 //! `flowmem eval`: run a workflow, the ReAct baseline or both on records with repeats,
 //! score every run with `flowmem-eval`, and write and print the comparison report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use flowmem_eval::{
     Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
     System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
 };
 use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, load_graph};
 use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
-use flowmem_tools::{Registry, ToolsConfig, TransportConfig};
+use flowmem_tools::Registry;
 
 use crate::args::EvalArgs;
 use crate::commands::ExitStatus;
@@ -46,7 +46,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         None => None,
     };
     let tools_config = settings::tools_config(args.config.as_deref(), true)?;
-    let state_dir = if args.task_check { Some(state_dir(args.state_dir.as_deref(), &tools_config)?) } else { None };
+    let state_dir = if args.task_check { Some(settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?) } else { None };
     let isolation = args.state_key_arg.as_ref().zip(args.reset_tool.as_ref()).map(|(key_arg, reset_tool)| StateIsolation {
         key_arg: key_arg.clone(),
         reset_tool: reset_tool.clone(),
@@ -170,35 +170,6 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned())
 }
 
-/// `--state-dir`, else the one `*_STATE_DIR` variable of the configured servers' `env`
-/// (a relative one is taken from the server's `cwd`, else from the current directory,
-/// where the server starts).
-fn state_dir(flag: Option<&Path>, tools: &ToolsConfig) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = flag {
-        return Ok(dir.to_path_buf());
-    }
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
-    for server in &tools.servers {
-        if let TransportConfig::Stdio { env, cwd, .. } = &server.transport {
-            for (var, value) in env.iter().filter(|(var, _)| var.ends_with("_STATE_DIR")) {
-                let dir = cwd.as_deref().map_or_else(|| PathBuf::from(value), |cwd| cwd.join(value));
-                found.push((format!("{}: {var}", server.name), dir));
-            }
-        }
-    }
-    match found.len() {
-        1 => Ok(found.remove(0).1),
-        0 => bail!(
-            "--task-check needs the directory the server writes its state files to\n\
-             hint: pass --state-dir DIR, or set the server's state variable in flowmem.toml, \
-             such as `env = {{ TAU2_RETAIL_MCP_STATE_DIR = \"state\" }}`"
-        ),
-        _ => bail!(
-            "--task-check found several state directories ({}); pass --state-dir DIR",
-            found.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
 
 /// Errors and LLM totals on stderr, so a run's failures are not hidden in the files.
 fn summarize_on_stderr(report: &EvalReport, accounting: &Accounting, printer: &Printer) {

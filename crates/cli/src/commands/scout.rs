@@ -17,13 +17,13 @@ use flowmem_tools::{Registry, StateIsolation, ToolsConfig};
 
 use crate::args::ScoutArgs;
 use crate::commands::ExitStatus;
+use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
 use crate::settings;
 
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(run_async(args, printer))
+    block_on(run_async(args, printer))
 }
 
 fn settings_from_args(args: &ScoutArgs) -> anyhow::Result<ScoutSettings> {
@@ -88,14 +88,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let tool_names = visible_tool_names(registry.as_ref(), isolation.as_ref());
     let proposer = LlmProposer { model: optimizer, prompts: prompts.clone(), tools: tool_names, max_edits: 6 };
 
-    let bar = printer.progress.then(|| {
-        let bar = indicatif::ProgressBar::new(u64::from(settings.search.iterations));
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} iteration {pos}/{len} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let bar = progress_bar(printer, u64::from(settings.search.iterations), "{bar:30} iteration {pos}/{len} {msg}");
     let on_iteration = |iteration: u32, best: Option<f64>| {
         if let Some(bar) = &bar {
             bar.set_position(u64::from(iteration));
@@ -106,9 +99,11 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
-    let checker = match &args.task_check {
-        Some(state_dir) => Some(task_checker(&tools_config, args, state_dir).await?),
-        None => None,
+    let checker = if args.task_check {
+        let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
+        Some(task_checker(&tools_config, args, &state_dir).await?)
+    } else {
+        None
     };
     let checkpoint = |_: Checkpoint| true;
     let parts = ScoutParts {

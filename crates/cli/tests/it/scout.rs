@@ -48,10 +48,9 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     let first: Vec<&str> = all.lines().take(5).collect();
     dir.write("records.jsonl", &(first.join("\n") + "\n"));
 
-    let state_arg = state.to_string_lossy().into_owned();
     let args = [
         "--json", "scout", "--records", "records.jsonl", "--out", "run", "--iterations", "3", "--concurrency", "2",
-        "--max-steps", "4", "--state-key-arg", "state_key", "--reset-tool", "reset_state", "--task-check", &state_arg,
+        "--max-steps", "4", "--state-key-arg", "state_key", "--reset-tool", "reset_state", "--task-check",
     ];
     let scout = dir.run(&args);
     assert_eq!(scout.code, 0, "scout failed:\n{}\n{}", scout.stdout, scout.stderr);
