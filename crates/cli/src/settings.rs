@@ -7,9 +7,10 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use flowmem_llm::{
     AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, HttpModel, LlmSettings, LocalModelConfig,
-    ModelChoice, Purpose, ResponseCache,
+    ModelChoice, Purpose, ResponseCache, TextLimitModel,
 };
 use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
+use flowmem_tools::ToolsConfig;
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then
 /// `./flowmem.toml` if it exists. `None` means no file: defaults and the environment.
@@ -43,6 +44,28 @@ pub fn llm_settings(flag: Option<&Path>) -> anyhow::Result<LlmSettings> {
     match config_path(flag, &flowmem_llm::std_env)? {
         Some(path) => Ok(LlmSettings::load(&path)?),
         None => Ok(LlmSettings::default()),
+    }
+}
+
+/// Loads the `[tools]` tables from the file [`config_path`] finds.
+///
+/// Commands that cannot work without tools pass `required`; they then fail with a hint
+/// when there is no configuration file, instead of running with no tools.
+///
+/// # Errors
+///
+/// When a file is required but absent, or is unreadable or invalid.
+pub fn tools_config(flag: Option<&Path>, required: bool) -> anyhow::Result<ToolsConfig> {
+    match config_path(flag, &flowmem_llm::std_env)? {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
+            Ok(ToolsConfig::from_toml_str(&text, &path)?)
+        }
+        None if required => bail!(
+            "no configuration file: this command needs the `[[tools.mcp]]` servers of a `flowmem.toml`\n\
+             hint: pass --config PATH, set FLOWMEM_CONFIG, or create ./flowmem.toml"
+        ),
+        None => Ok(ToolsConfig::empty()),
     }
 }
 
@@ -86,9 +109,17 @@ pub async fn open_model(
     Ok(Arc::new(AccountedModel::new(model, accounting.clone())))
 }
 
+/// The default length of the embedded model's free-text replies.
+///
+/// SmolLM2-135M says what it has to say in a few sentences and then repeats itself until
+/// the limit; 128 tokens keeps plans and answers whole while a workflow's LLM nodes stay
+/// quick. A request's own `max_tokens` wins.
+const LOCAL_TEXT_LIMIT: u32 = 128;
+
 /// The embedded local model from `cfg` (its configured file, else the file the setup
-/// script installs). The weights load on first use; a missing file is reported now, with
-/// the setup command to run.
+/// script installs), with free-text replies limited to [`LOCAL_TEXT_LIMIT`] tokens by
+/// default. The weights load on first use; a missing file is reported now, with the
+/// setup command to run.
 fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
     let mut config = LocalConfig::standard();
     if let Some(path) = &cfg.path {
@@ -98,5 +129,5 @@ fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
         let error = LocalError::ModelMissing { path: config.path };
         return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
     }
-    Ok(Arc::new(LocalModel::new(config)))
+    Ok(Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), LOCAL_TEXT_LIMIT)))
 }

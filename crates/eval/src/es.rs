@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use flowmem_llm::{ChatModel, ChatRequest, EmbeddedPrompt, Message, Prompts, Purpose, ResponseFormat};
+use flowmem_llm::{ChatModel, ChatRequest, EmbeddedPrompt, LlmError, Message, Prompts, Purpose, ResponseFormat};
 
 use flowmem_model::canonical_json;
 
@@ -94,12 +94,18 @@ impl EsJudgement {
 /// caching model replays it; pass a model wrapped in the LLM-access cache to make judge
 /// calls repeatable and free on the second run.
 ///
+/// The request carries [`EsJudgement::schema`] as its response format. The HTTP client
+/// validates the reply against it and, when it does not match, re-asks once with the
+/// validation error; only a second bad reply fails. The scores are checked here again,
+/// for models that do not validate.
+///
 /// # Errors
 ///
 /// - [`EvalError::Prompt`] when the template is missing or does not render;
-/// - [`EvalError::Llm`] when the model fails;
-/// - [`EvalError::Judge`] when the reply is not the requested JSON or a score lies
-///   outside `[0, 1]`.
+/// - [`EvalError::Llm`] when the model fails (transport, timeout, cache);
+/// - [`EvalError::Judge`] when the reply, after the client's re-ask, is not the
+///   requested JSON or a score lies outside `[0, 1]`; its `problem` names what is wrong
+///   (the field, such as `/correctness`) and `raw` holds the last reply.
 pub async fn judge_es(
     model: &dyn ChatModel,
     prompts: &Prompts,
@@ -119,7 +125,16 @@ pub async fn judge_es(
     let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Judge);
     request.response_format = Some(ResponseFormat { name: "es_judgement".to_string(), schema });
     request.max_tokens = Some(400);
-    let response = model.chat(&request).await.map_err(EvalError::Llm)?;
+    let response = match model.chat(&request).await {
+        Ok(response) => response,
+        // The client validates structured replies against the schema and re-asks once
+        // with the validation error; a second bad reply is the judge's fault, not the
+        // transport's.
+        Err(LlmError::InvalidReply { problem, raw, .. }) => {
+            return Err(EvalError::Judge { model: model.name().to_string(), problem, raw });
+        }
+        Err(err) => return Err(EvalError::Llm(err)),
+    };
     let raw = response.content.unwrap_or_default();
     let judgement: EsJudgement = serde_json::from_str(raw.trim())
         .map_err(|err| EvalError::Judge { model: model.name().to_string(), problem: err.to_string(), raw: raw.clone() })?;

@@ -67,7 +67,7 @@ pub use crate::report::{
 pub use crate::reward::{Alpha, reward};
 pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::run::{
-    CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate,
+    CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate, evaluate_concurrently,
 };
 pub use crate::split::{Split, SplitRatios, split};
 pub use crate::systems::{IsolatedTools, ReactSystem, StateIsolation, WorkflowSystem};

@@ -23,13 +23,13 @@ const REPORT_TEMPLATE: &str = include_str!("../templates/report.html.j2");
 #[must_use]
 pub fn render_markdown(report: &EvalReport) -> String {
     let mut out = String::new();
-    out.push_str("| system | role | records | runs | errors | TC | ES | task success | CV(ES) | latency s/query | LLM calls/query | tokens/query | tool calls/query |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| system | role | records | runs | errors | TC | ES | task success | CV(ES) | latency s/query | LLM calls/query | tokens/query | tool calls/query | reward |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for s in &report.systems {
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {} |",
             cell(&s.system),
             role_name(s),
             s.n_records,
@@ -43,16 +43,20 @@ pub fn render_markdown(report: &EvalReport) -> String {
             s.llm_calls_per_query,
             s.tokens_per_query,
             s.tool_calls_per_query,
+            opt(s.mean_reward, 4),
         );
+    }
+    if let Some(alpha) = report.alpha {
+        let _ = writeln!(out, "\nreward = {alpha}·TC + {}·ES (FlowScout Eq. 7), of the means.", 1.0 - alpha);
     }
     if !report.comparisons.is_empty() {
         out.push_str("\nRelative change of the workflow over the baseline (FlowScout's convention: improvement = (workflow − baseline) / baseline; CV reduction = (baseline − workflow) / baseline):\n\n");
-        out.push_str("| workflow | baseline | TC | ES | task success | CV(ES) reduction | latency overhead |\n");
-        out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+        out.push_str("| workflow | baseline | TC | ES | task success | CV(ES) reduction | latency overhead | reward |\n");
+        out.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
         for c in &report.comparisons {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 cell(&c.workflow),
                 cell(&c.baseline),
                 pct(c.tc_improvement_pct),
@@ -60,6 +64,7 @@ pub fn render_markdown(report: &EvalReport) -> String {
                 pct(c.task_success_improvement_pct),
                 pct(c.cv_reduction_pct),
                 pct(c.latency_overhead_pct),
+                pct(c.reward_improvement_pct),
             );
         }
     }
@@ -90,11 +95,13 @@ pub fn render_html(report: &EvalReport, title: &str) -> String {
                 task_success: pct(c.task_success_improvement_pct),
                 cv: pct(c.cv_reduction_pct),
                 latency: pct(c.latency_overhead_pct),
+                reward: pct(c.reward_improvement_pct),
             })
             .collect(),
         score_bars: minijinja::Value::from_safe_string(score_bars_svg(&report.systems)),
         cv_boxplot: minijinja::Value::from_safe_string(cv_boxplot_svg(&report.systems)),
         n_runs: report.runs.len(),
+        alpha: report.alpha,
     };
     // The template is compiled into the binary and its variables are all set above, so
     // a failure here is a bug in this file; the error text then stands in for the page.
@@ -150,6 +157,7 @@ struct HtmlContext<'a> {
     score_bars: minijinja::Value,
     cv_boxplot: minijinja::Value,
     n_runs: usize,
+    alpha: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -167,6 +175,7 @@ struct SystemRow<'a> {
     llm_calls: String,
     tokens: String,
     tool_calls: String,
+    reward: String,
 }
 
 impl<'a> SystemRow<'a> {
@@ -185,6 +194,7 @@ impl<'a> SystemRow<'a> {
             llm_calls: format!("{:.2}", s.llm_calls_per_query),
             tokens: format!("{:.1}", s.tokens_per_query),
             tool_calls: format!("{:.2}", s.tool_calls_per_query),
+            reward: opt(s.mean_reward, 4),
         }
     }
 }
@@ -198,6 +208,7 @@ struct ComparisonRow<'a> {
     task_success: String,
     cv: String,
     latency: String,
+    reward: String,
 }
 
 // Chart geometry, in SVG user units.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::reward::{Alpha, reward};
+
 /// Whether a system is a workflow under test or a baseline it is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,6 +68,10 @@ pub struct SystemSummary {
     pub mean_tc: f64,
     /// Mean ES (Eq. 4) over judged runs; `None` when no run was judged.
     pub mean_es: Option<f64>,
+    /// The reward of the means, `α·mean_tc + (1−α)·mean_es` (Eq. 7), once
+    /// [`EvalReport::with_reward`] set `α`; `None` before, or without ES.
+    #[serde(default)]
+    pub mean_reward: Option<f64>,
     /// Fraction of checked runs that passed the deterministic check.
     pub task_success_rate: Option<f64>,
     /// Coefficient of variation of ES per record over repeats (population standard
@@ -109,6 +115,9 @@ pub struct Comparison {
     pub tc_improvement_pct: Option<f64>,
     /// Relative improvement of mean ES, percent.
     pub es_improvement_pct: Option<f64>,
+    /// Relative improvement of the mean reward, percent.
+    #[serde(default)]
+    pub reward_improvement_pct: Option<f64>,
     /// Relative improvement of the task success rate, percent.
     pub task_success_improvement_pct: Option<f64>,
     /// Relative reduction of the mean CV of ES, percent.
@@ -119,12 +128,16 @@ pub struct Comparison {
 
 /// The whole evaluation: the `flowmem eval --json` document (`report.json`).
 ///
-/// Wire format, version 1: `{"version": 1, "systems": [SystemSummary],
-/// "comparisons": [Comparison], "runs": [RunMeasurement]}`.
+/// Wire format, version 1: `{"version": 1, "alpha": α?, "systems": [SystemSummary],
+/// "comparisons": [Comparison], "runs": [RunMeasurement]}`. `alpha` and the reward
+/// fields are present once [`EvalReport::with_reward`] was applied.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// The format version of this document.
     pub version: u32,
+    /// The TC weight `α` of the reward figures, if they were computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f64>,
     /// One summary per system, workflows first, then by name.
     pub systems: Vec<SystemSummary>,
     /// Every workflow against every baseline.
@@ -164,7 +177,40 @@ pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
             comparisons.push(compare(workflow, baseline));
         }
     }
-    EvalReport { version: 1, systems, comparisons, runs }
+    EvalReport { version: 1, alpha: None, systems, comparisons, runs }
+}
+
+impl EvalReport {
+    /// Adds the reward `R = α·TC + (1−α)·ES` of each system's means, and its relative
+    /// improvement to each comparison. Systems without ES get no reward.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_eval::{Alpha, RunMeasurement, SystemRole, summarize};
+    /// let run = RunMeasurement {
+    ///     system: "react".into(), role: SystemRole::Baseline, record_id: "1".into(), repeat: 0,
+    ///     tc: 1.0, es: Some(0.5), task_success: None, latency_ms: 100.0, llm_calls: 2,
+    ///     prompt_tokens: 10, completion_tokens: 5, tool_calls: 1, error: None,
+    /// };
+    /// let report = summarize(vec![run]).with_reward(Alpha::HALF);
+    /// assert_eq!(report.systems[0].mean_reward, Some(0.75));
+    /// ```
+    #[must_use]
+    pub fn with_reward(mut self, alpha: Alpha) -> EvalReport {
+        for system in &mut self.systems {
+            system.mean_reward = system.mean_es.map(|es| reward(system.mean_tc, es, alpha));
+        }
+        let systems = &self.systems;
+        let summary = |name: &str| systems.iter().find(|s| s.system == name);
+        for comparison in &mut self.comparisons {
+            if let (Some(workflow), Some(baseline)) = (summary(&comparison.workflow), summary(&comparison.baseline)) {
+                comparison.reward_improvement_pct = relative_change(workflow.mean_reward, baseline.mean_reward);
+            }
+        }
+        self.alpha = Some(alpha.get());
+        self
+    }
 }
 
 /// Compares one workflow summary with one baseline summary (see [`Comparison`]).
@@ -175,6 +221,7 @@ pub fn compare(workflow: &SystemSummary, baseline: &SystemSummary) -> Comparison
         baseline: baseline.system.clone(),
         tc_improvement_pct: relative_change(Some(workflow.mean_tc), Some(baseline.mean_tc)),
         es_improvement_pct: relative_change(workflow.mean_es, baseline.mean_es),
+        reward_improvement_pct: relative_change(workflow.mean_reward, baseline.mean_reward),
         task_success_improvement_pct: relative_change(workflow.task_success_rate, baseline.task_success_rate),
         cv_reduction_pct: relative_change(workflow.mean_cv_es, baseline.mean_cv_es).map(|pct| -pct),
         latency_overhead_pct: relative_change(Some(workflow.latency_ms_per_query), Some(baseline.latency_ms_per_query)),
@@ -238,6 +285,7 @@ fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
         n_errors: runs.iter().filter(|r| r.error.is_some()).count(),
         mean_tc: mean_of(&|r| r.tc),
         mean_es: (!judged.is_empty()).then(|| judged.iter().sum::<f64>() / judged.len() as f64),
+        mean_reward: None,
         task_success_rate: (!checked.is_empty())
             .then(|| checked.iter().filter(|&&ok| ok).count() as f64 / checked.len() as f64),
         cv_es,
@@ -252,6 +300,7 @@ fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
 #[cfg(test)]
 mod tests {
     use crate::report::{RunMeasurement, SystemRole, coefficient_of_variation, relative_change, summarize};
+    use crate::reward::Alpha;
 
     fn run(system: &str, role: SystemRole, record: &str, repeat: u32, tc: f64, es: f64) -> RunMeasurement {
         RunMeasurement {
@@ -328,6 +377,25 @@ mod tests {
         // CV 0.142857 vs 0.25: reduced by 42.857 %.
         assert!((cmp.cv_reduction_pct.unwrap() - (1.0 - (0.2 / 0.7 / 2.0) / 0.25) * 100.0).abs() < 1e-9);
         assert_eq!(cmp.latency_overhead_pct, Some(0.0));
+    }
+
+    #[test]
+    fn the_reward_is_of_the_means_and_compared_like_the_rest() {
+        let runs = vec![
+            run("react", SystemRole::Baseline, "a", 0, 0.5, 0.25),
+            run("react", SystemRole::Baseline, "a", 1, 0.5, 0.75),
+            run("flow", SystemRole::Workflow, "a", 0, 1.0, 0.5),
+        ];
+        let plain = summarize(runs.clone());
+        assert_eq!((plain.alpha, plain.systems[0].mean_reward), (None, None));
+        let report = summarize(runs).with_reward(Alpha::new(0.25).unwrap());
+        assert_eq!(report.alpha, Some(0.25));
+        // flow: 0.25·1 + 0.75·0.5 = 0.625; react: 0.25·0.5 + 0.75·0.5 = 0.5.
+        assert_eq!(report.systems[0].mean_reward, Some(0.625));
+        assert_eq!(report.systems[1].mean_reward, Some(0.5));
+        assert!((report.comparisons[0].reward_improvement_pct.unwrap() - 25.0).abs() < 1e-9);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["alpha"], 0.25);
     }
 
     #[test]

@@ -4,8 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use futures::StreamExt;
+
 use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, LlmError, Prompts};
-use flowmem_model::{Record, Trace};
+use flowmem_model::{Record, Trace, error_chain};
 
 use crate::es::{JudgeInput, judge_es};
 use crate::report::{EvalReport, RunMeasurement, SystemRole, summarize};
@@ -132,28 +134,54 @@ pub struct Progress<'a> {
 /// run is scored with TC against the record; with a judge, ES (a run without a result
 /// scores ES 0 without a judge call); with a checker, task success. A judge or checker
 /// failure is recorded on the run (`error`) and that score left out.
+///
+/// This is [`evaluate_concurrently`] with a concurrency of 1.
 pub async fn evaluate(
     systems: &[&dyn System],
     records: &[Record],
     cfg: &EvalConfig<'_>,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> EvalReport {
+    evaluate_concurrently(systems, records, cfg, 1, progress).await
+}
+
+/// [`evaluate`] with up to `concurrency` runs in flight at once (at least 1).
+///
+/// Runs start in the order system, repeat, record and are scored as they finish;
+/// `progress` sees them in finishing order, but the report lists them in starting order,
+/// so it does not depend on timing. Each run's latency is its own wall time, which
+/// includes any wait for a model or tool server shared with the runs beside it. The
+/// systems must tolerate concurrent runs: [`ReactSystem`](crate::ReactSystem) and
+/// [`WorkflowSystem`](crate::WorkflowSystem) give each run in flight its own state key.
+pub async fn evaluate_concurrently(
+    systems: &[&dyn System],
+    records: &[Record],
+    cfg: &EvalConfig<'_>,
+    concurrency: usize,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> EvalReport {
     let repeat = cfg.repeat.max(1);
     let total = systems.len() * records.len() * repeat as usize;
-    let mut runs = Vec::with_capacity(total);
-    for system in systems {
-        for repeat_idx in 0..repeat {
-            for record in records {
-                let measurement = measure(*system, record, repeat_idx, cfg).await;
-                runs.push(measurement);
-                // Invariant: a measurement was just pushed.
-                if let Some(last) = runs.last() {
-                    progress(Progress { measurement: last, done: runs.len(), total });
-                }
-            }
+    let jobs = systems.iter().flat_map(|system| {
+        (0..repeat).flat_map(move |repeat_idx| records.iter().map(move |record| (*system, repeat_idx, record)))
+    });
+    // Polled on this task rather than spawned: the runs borrow the systems and records,
+    // and they spend their time waiting on models and tools, not on this thread.
+    let mut finished = futures::stream::iter(jobs.enumerate())
+        .map(|(job_idx, (system, repeat_idx, record))| async move {
+            (job_idx, measure(system, record, repeat_idx, cfg).await)
+        })
+        .buffer_unordered(concurrency.max(1));
+    let mut runs: Vec<(usize, RunMeasurement)> = Vec::with_capacity(total);
+    while let Some(done) = finished.next().await {
+        runs.push(done);
+        // Invariant: a measurement was just pushed.
+        if let Some((_, last)) = runs.last() {
+            progress(Progress { measurement: last, done: runs.len(), total });
         }
     }
-    summarize(runs)
+    runs.sort_by_key(|(job_idx, _)| *job_idx);
+    summarize(runs.into_iter().map(|(_, run)| run).collect())
 }
 
 async fn measure(system: &dyn System, record: &Record, repeat: u32, cfg: &EvalConfig<'_>) -> RunMeasurement {
@@ -207,16 +235,4 @@ async fn measure(system: &dyn System, record: &Record, repeat: u32, cfg: &EvalCo
         tool_calls: trace.tool_calls.len() as u64,
         error: (!errors.is_empty()).then(|| errors.join("; ")),
     }
-}
-
-/// The error and its causes on one line, `outer: inner: innermost`.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

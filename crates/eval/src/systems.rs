@@ -26,7 +26,8 @@ pub struct StateIsolation {
     pub reset_tool: String,
     /// Tools never offered to the agent, such as τ²'s `get_call_log`.
     pub hidden_tools: Vec<String>,
-    /// The state key every run uses; runs go one at a time, so one key suffices.
+    /// The state key of a run. Systems running several runs at once give the others
+    /// `key/1`, `key/2`, ….
     pub key: String,
 }
 
@@ -108,25 +109,71 @@ impl IsolatedTools {
 struct Harness {
     name: String,
     runtime: Runtime,
-    isolation: Option<Arc<IsolatedTools>>,
+    isolation: Option<StateIsolation>,
+    // Slots of runs in flight; slot `n` owns the state key `key` (n = 0) or `key/n`, so
+    // concurrent runs never share a state. Free slots are reused, so a run of any
+    // length touches as many keys as it had runs at once.
+    slots: std::sync::Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    free: Vec<usize>,
+    n_made: usize,
+}
+
+/// A prepared run: its runtime, its LLM counter, and the state slot it holds until
+/// dropped.
+struct Prepared<'a> {
+    runtime: Runtime,
+    counting: Arc<CountingModel>,
+    _slot: Option<SlotGuard<'a>>,
+}
+
+struct SlotGuard<'a> {
+    slots: &'a std::sync::Mutex<Slots>,
+    slot: usize,
+}
+
+/// A freed slot, or a new one.
+fn take_slot(slots: &std::sync::Mutex<Slots>) -> SlotGuard<'_> {
+    let mut guard = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let slot = guard.free.pop().unwrap_or_else(|| {
+        guard.n_made += 1;
+        guard.n_made - 1
+    });
+    SlotGuard { slots, slot }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).free.push(self.slot);
+    }
 }
 
 impl Harness {
     fn new(name: String, runtime: Runtime, isolation: Option<StateIsolation>) -> Harness {
-        let isolation = isolation.map(|isolation| Arc::new(IsolatedTools::new(runtime.tools.clone(), isolation)));
-        Harness { name, runtime, isolation }
+        Harness { name, runtime, isolation, slots: std::sync::Mutex::new(Slots::default()) }
     }
 
-    /// A runtime for one run: a counting executor and, with isolation, a fresh state.
-    async fn prepare(&self) -> Result<(Runtime, Arc<CountingModel>), String> {
+    /// A runtime for one run: a counting executor and, with isolation, a fresh state
+    /// under a key no other run in flight uses.
+    async fn prepare(&self) -> Result<Prepared<'_>, String> {
         let counting = Arc::new(CountingModel::new(self.runtime.executor.clone()));
         let mut runtime = self.runtime.clone();
         runtime.executor = counting.clone() as Arc<dyn ChatModel>;
-        if let Some(isolated) = &self.isolation {
-            isolated.reset().await?;
-            runtime.tools = isolated.clone() as Arc<dyn ToolBox>;
+        let Some(isolation) = &self.isolation else {
+            return Ok(Prepared { runtime, counting, _slot: None });
+        };
+        let slot = take_slot(&self.slots);
+        let mut isolation = isolation.clone();
+        if slot.slot > 0 {
+            isolation.key = format!("{}/{}", isolation.key, slot.slot);
         }
-        Ok((runtime, counting))
+        let isolated = IsolatedTools::new(self.runtime.tools.clone(), isolation);
+        isolated.reset().await?;
+        runtime.tools = Arc::new(isolated) as Arc<dyn ToolBox>;
+        Ok(Prepared { runtime, counting, _slot: Some(slot) })
     }
 }
 
@@ -163,13 +210,13 @@ impl System for ReactSystem {
     }
 
     async fn run(&self, record: &Record) -> SystemRun {
-        let (runtime, counting) = match self.harness.prepare().await {
+        let prepared = match self.harness.prepare().await {
             Ok(prepared) => prepared,
             Err(err) => return failed(record, err),
         };
         let input = RunInput { id: record.id.clone(), query: record.query.clone() };
-        let trace = run_agent(&runtime, &self.cfg, &input, self.observer.as_ref()).await;
-        SystemRun { trace, usage: counting.totals() }
+        let trace = run_agent(&prepared.runtime, &self.cfg, &input, self.observer.as_ref()).await;
+        SystemRun { trace, usage: prepared.counting.totals() }
     }
 }
 
@@ -199,17 +246,35 @@ impl System for WorkflowSystem {
     }
 
     async fn run(&self, record: &Record) -> SystemRun {
-        let (runtime, counting) = match self.harness.prepare().await {
+        let prepared = match self.harness.prepare().await {
             Ok(prepared) => prepared,
             Err(err) => return failed(record, err),
         };
         // Compiling binds the counting model; it is cheap next to a run.
-        let plan = match compile(&self.graph, runtime) {
+        let plan = match compile(&self.graph, prepared.runtime.clone()) {
             Ok(plan) => plan,
             Err(err) => return failed(record, format!("cannot compile the workflow: {err}")),
         };
         let input = RunInput { id: record.id.clone(), query: record.query.clone() };
         let trace = run(&plan, &input, self.observer.as_ref()).await;
-        SystemRun { trace, usage: counting.totals() }
+        SystemRun { trace, usage: prepared.counting.totals() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::systems::Slots;
+
+    #[test]
+    fn runs_in_flight_hold_distinct_slots_and_free_ones_are_reused() {
+        let slots = std::sync::Mutex::new(Slots::default());
+        let take = || crate::systems::take_slot(&slots);
+        let first = take();
+        let second = take();
+        assert_eq!((first.slot, second.slot), (0, 1));
+        drop(first);
+        let third = take();
+        assert_eq!(third.slot, 0, "a freed slot (and its state key) is reused");
+        assert_eq!(take().slot, 2);
     }
 }

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use flowmem_model::{JsonObject, Record, ToolCall, Trace, canonical_json};
+use flowmem_model::{JsonObject, Record, ToolCall, Trace, canonical_json, error_chain};
 use flowmem_tools::Registry;
 
 use crate::EvalError;
 use crate::outputs::required_outputs_found;
-use crate::run::{TaskOracle, error_chain};
+use crate::run::TaskOracle;
 
 /// How to reach and read the state of a τ-bench-style MCP server.
 ///

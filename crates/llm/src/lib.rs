@@ -13,7 +13,7 @@
 //!   embedded local model (`flowmem-llm-local`).
 //! - [`CachedModel`] and [`AccountedModel`] wrap any model: the first replays replies
 //!   from a SQLite [`ResponseCache`], the second counts calls, tokens and time in an
-//!   [`Accounting`].
+//!   [`Accounting`]; [`TextLimitModel`] gives free-text requests a default length limit.
 //! - [`LlmSettings`] reads the `[models]`, `[roles]` and `[llm]` tables of
 //!   `flowmem.toml` and [resolves](LlmSettings::resolve) which model a purpose uses,
 //!   as a [`ModelChoice`].
@@ -49,6 +49,7 @@
 
 mod accounting;
 mod cache;
+mod limit;
 mod chat;
 mod config;
 mod error;
@@ -58,6 +59,7 @@ mod retry;
 
 pub use crate::accounting::{AccountedModel, Accounting, AccountingSnapshot, Totals};
 pub use crate::cache::{CacheMode, CacheStats, CachedModel, ResponseCache, cache_key};
+pub use crate::limit::TextLimitModel;
 pub use crate::chat::{
     AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, Purpose,
     ResponseFormat, Role, ToolChoice, ToolDefinition, Usage,

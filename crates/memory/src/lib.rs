@@ -74,7 +74,7 @@ pub use crate::online::{
     PROGRESS_FILE, ProgressLine, STREAM_FILE, SuccessSource, TaskRun, learn_online, learning_curve, read_progress,
     read_stream, render_curve_html,
 };
-pub use crate::offline::{OfflineConfig, OfflineReport, induce_offline};
+pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
 };

@@ -30,10 +30,28 @@ pub struct OfflineReport {
     pub n_trajectories: usize,
     /// Trajectories induced from (those not labelled unsuccessful).
     pub n_used: usize,
-    /// What the inducer proposed and the store did with each workflow.
-    pub added: Vec<AddOutcome>,
+    /// Candidate workflows the inducer considered (summed [`Induction::proposed`]); each
+    /// ends up in `added` or in `skipped`.
+    ///
+    /// [`Induction::proposed`]: crate::induce::Induction::proposed
+    pub proposed: usize,
+    /// Each workflow that passed the inducer's checks and what the store did with it,
+    /// in induction order.
+    pub added: Vec<Added>,
     /// Everything left out, with the reason.
     pub skipped: Vec<Skipped>,
+}
+
+/// One induced workflow and what the store did with it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Added {
+    /// The workflow's description, as induced.
+    pub description: String,
+    /// The trajectories it was induced from.
+    pub trajectory_ids: Vec<String>,
+    /// Stored as new (with any evictions) or merged into a near-duplicate.
+    #[serde(flatten)]
+    pub outcome: AddOutcome,
 }
 
 impl std::fmt::Debug for Variant<'_> {
@@ -94,8 +112,14 @@ pub async fn induce_offline(
                     induce::lm(batch, &lm_cfg).await?
                 }
             };
+            report.proposed += induction.proposed;
             report.skipped.extend(induction.skipped);
-            report.added.extend(store.add_all(&induction.workflows)?);
+            let outcomes = store.add_all(&induction.workflows)?;
+            report.added.extend(induction.workflows.into_iter().zip(outcomes).map(|(workflow, outcome)| Added {
+                description: workflow.description,
+                trajectory_ids: workflow.provenance.trajectory_ids,
+                outcome,
+            }));
         }
     }
     Ok(report)

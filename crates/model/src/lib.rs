@@ -33,6 +33,7 @@
 
 mod call;
 mod canonical;
+mod error_text;
 mod graph;
 mod import;
 mod item;
@@ -45,6 +46,7 @@ mod workflow;
 
 pub use crate::call::{ArgsError, ToolCall};
 pub use crate::canonical::{canonical_eq, canonical_json};
+pub use crate::error_text::error_chain;
 pub use crate::graph::{
     Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph,
 };

@@ -30,7 +30,6 @@
 //! ```
 
 mod edit;
-mod isolate;
 mod propose;
 mod scout;
 mod search;
@@ -39,7 +38,7 @@ mod svg;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
-pub use crate::isolate::{IsolatedTools, visible_tool_names};
+pub use flowmem_exec::{IsolatedTools, visible_tool_names};
 pub use crate::propose::{LlmProposer, PROPOSE_EDITS, edit_plan_schema};
 pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,

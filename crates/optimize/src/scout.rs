@@ -16,7 +16,7 @@ use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
 use flowmem_model::{Record, WorkflowGraph};
 use flowmem_tools::StateIsolation;
 
-use crate::isolate::visible_tool_names;
+use flowmem_exec::visible_tool_names;
 use crate::search::{Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search};
 use crate::simulate::{ExecSimulator, ExecValidator, Scoring, isolated_runtime, run_workflow};
 use crate::svg::{escape, search_tree, validation_curve, workflow_graph};

@@ -14,7 +14,7 @@ use flowmem_llm::{ChatModel, Prompts};
 use flowmem_model::{Record, ToolCall, Trace, WorkflowGraph};
 use flowmem_tools::StateIsolation;
 
-use crate::isolate::{IsolatedTools, visible_tool_names};
+use flowmem_exec::{IsolatedTools, visible_tool_names};
 use crate::search::{Evaluation, SearchError, Simulator, Validator};
 use crate::tree::TreeNodeId;
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowmem_model::{JsonObject, ToolCall, TraceEvent};
+use flowmem_model::{JsonObject, ToolCall, TraceEvent, error_chain};
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use serde::Serialize;
 use serde_json::Value;
@@ -415,15 +415,4 @@ fn result_value(result: &CallToolResult) -> Value {
         // unwrap_or: content blocks are plain serde types; serialising them cannot fail.
         _ => serde_json::to_value(&result.content).unwrap_or(Value::Null),
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -4,14 +4,69 @@ use std::io::BufRead;
 use std::path::Path;
 
 use anyhow::Context;
+use serde::Serialize;
 
-use flowmem_memory::induce::{RuleConfig, Variant};
-use flowmem_memory::{MemoryStore, OfflineConfig, StoreConfig, induce_offline};
+use flowmem_llm::{Accounting, AccountingSnapshot, Purpose};
+use flowmem_memory::induce::{LmConfig, RuleConfig, SkipReason, Variant};
+use flowmem_memory::{AddOutcome, MemoryStore, OfflineConfig, OfflineReport, StoreConfig, induce_offline};
 use flowmem_model::{Scope, Trajectory};
 
 use crate::args::{InduceArgs, InduceMode};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
+use crate::settings;
+
+/// Characters of each tool result shown to the inducer model.
+const MAX_RESULT_CHARS: usize = 500;
+
+/// The `--json` output of `flowmem induce` (version 1).
+///
+/// `workflows` has one entry per workflow the inducer proposed or produced, in order:
+/// `status` is `stored` (with `id` and any `evicted` ids), `merged` (with the `id` it
+/// merged into and the description `similarity`) or `rejected` (with `reason`, tagged by
+/// `kind`, and its text in `message`). Trajectory-level skips (unsuccessful runs, short
+/// rule groups, unparseable replies) are in `report.skipped` only.
+#[derive(Serialize)]
+struct InduceOutput<'a> {
+    version: u32,
+    mode: &'static str,
+    input: &'a Path,
+    memory: &'a Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+    bad_lines: &'a [String],
+    workflows: Vec<WorkflowLine<'a>>,
+    report: &'a OfflineReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    accounting: Option<AccountingSnapshot>,
+}
+
+/// What happened to one workflow.
+#[derive(Serialize)]
+struct WorkflowLine<'a> {
+    description: &'a str,
+    trajectory_ids: &'a [String],
+    #[serde(flatten)]
+    status: Status<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum Status<'a> {
+    Stored {
+        id: &'a str,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        evicted: &'a [String],
+    },
+    Merged {
+        id: &'a str,
+        similarity: f64,
+    },
+    Rejected {
+        reason: &'a SkipReason,
+        message: String,
+    },
+}
 
 /// Reads the trajectories, induces, stores, and reports what was stored and skipped.
 pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -23,52 +78,105 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         .then(|| Scope { site: args.scope_site.clone(), domain: args.scope_domain.clone() });
     let store_cfg = StoreConfig { max_per_scope: args.max_per_scope, ..StoreConfig::standard() };
     let mut store = MemoryStore::open(&args.memory, store_cfg)?;
-    let rule_cfg = RuleConfig { min_steps: args.min_steps, scope: None };
-    let variant = match args.mode {
-        InduceMode::Rule => Variant::Rule(&rule_cfg),
-        InduceMode::Lm => anyhow::bail!("`--mode lm` needs the OpenAI-compatible client, which this build lacks\nhint: use `--mode rule`"),
-    };
-    let cfg = OfflineConfig { variant, scope: scope.as_ref(), batch_size: args.batch_size };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(induce_offline(&mut store, &trajectories, &cfg))?;
-
-    let n_inserted = report.added.iter().filter(|a| matches!(a, flowmem_memory::AddOutcome::Inserted { .. })).count();
-    let n_merged = report.added.len() - n_inserted;
-    if printer.json {
-        printer.json_result(&serde_json::json!({
-            "input": args.input,
-            "memory": args.memory,
-            "bad_lines": bad_lines,
-            "report": report,
-        }))?;
-    } else {
-        for skipped in &report.skipped {
-            let what = match &skipped.description {
-                Some(description) => format!("workflow `{description}`"),
-                None => format!("trajectories [{}]", skipped.trajectory_ids.join(", ")),
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let (report, model, accounting) = match args.mode {
+        InduceMode::Rule => {
+            let rule_cfg = RuleConfig { min_steps: args.min_steps, scope: None };
+            let cfg = OfflineConfig { variant: Variant::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            (runtime.block_on(induce_offline(&mut store, &trajectories, &cfg))?, None, None)
+        }
+        InduceMode::Lm => {
+            let llm = settings::llm_settings(args.config.as_deref())?;
+            let mode = llm.cache_mode();
+            let cache = settings::open_cache(&llm, mode)?.map(|cache| (cache, mode));
+            let accounting = Accounting::new();
+            let model =
+                runtime.block_on(settings::open_model(&llm, Purpose::Inducer, args.model.as_deref(), cache, &accounting))?;
+            let prompts = flowmem_memory::render::prompts().context("loading the induction prompt")?;
+            let lm_cfg = LmConfig {
+                model: model.as_ref(),
+                prompts: &prompts,
+                min_steps: args.min_steps,
+                scope: None,
+                structured: !args.text,
+                max_tokens: args.max_tokens,
+                max_result_chars: MAX_RESULT_CHARS,
             };
-            printer.info(&format!("skipped {what}: {}", skipped.reason));
+            let cfg = OfflineConfig { variant: Variant::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            let report = runtime
+                .block_on(induce_offline(&mut store, &trajectories, &cfg))
+                .with_context(|| format!("inducing with model `{}`", model.name()))?;
+            (report, Some(model.name().to_owned()), Some(accounting.snapshot()))
         }
-        for outcome in &report.added {
-            printer.result(&outcome_line(outcome))?;
+    };
+
+    let workflows = workflow_lines(&report);
+    if printer.json {
+        printer.json_result(&InduceOutput {
+            version: 1,
+            mode: match args.mode {
+                InduceMode::Rule => "rule",
+                InduceMode::Lm => "lm",
+            },
+            input: &args.input,
+            memory: &args.memory,
+            model,
+            bad_lines: &bad_lines,
+            workflows,
+            report: &report,
+            accounting,
+        })?;
+    } else {
+        for skipped in report.skipped.iter().filter(|skipped| skipped.description.is_none()) {
+            printer.info(&format!("skipped trajectories [{}]: {}", skipped.trajectory_ids.join(", "), skipped.reason));
         }
+        for line in &workflows {
+            match &line.status {
+                Status::Rejected { message, .. } => printer.info(&format!("rejected `{}`: {message}", line.description)),
+                Status::Stored { id, evicted } if evicted.is_empty() => {
+                    printer.result(&format!("stored {id}: {}", line.description))?;
+                }
+                Status::Stored { id, evicted } => {
+                    printer.result(&format!("stored {id}: {} (evicted {})", line.description, evicted.join(", ")))?;
+                }
+                Status::Merged { id, similarity } => {
+                    printer.result(&format!("merged into {id} (similarity {similarity:.2}): {}", line.description))?;
+                }
+            }
+        }
+        let n_inserted = report.added.iter().filter(|a| matches!(a.outcome, AddOutcome::Inserted { .. })).count();
+        let n_rejected = workflows.iter().filter(|line| matches!(line.status, Status::Rejected { .. })).count();
         printer.info(&format!(
-            "{} trajectories read ({} used, {} bad lines): {n_inserted} workflows stored, {n_merged} merged into existing ones, {} skipped",
+            "{} trajectories read ({} used, {} bad lines): {n_inserted} workflows stored, {} merged into existing ones, {n_rejected} rejected, {} other skips",
             report.n_trajectories,
             report.n_used,
             bad_lines.len(),
-            report.skipped.len()
+            report.added.len() - n_inserted,
+            report.skipped.len() - n_rejected,
         ));
     }
     Ok(if report.added.is_empty() { ExitStatus::Failure } else { ExitStatus::Success })
 }
 
-fn outcome_line(outcome: &flowmem_memory::AddOutcome) -> String {
-    match outcome {
-        flowmem_memory::AddOutcome::Inserted { id, evicted } if evicted.is_empty() => format!("stored {id}"),
-        flowmem_memory::AddOutcome::Inserted { id, evicted } => format!("stored {id} (evicted {})", evicted.join(", ")),
-        flowmem_memory::AddOutcome::Merged { id, similarity } => format!("merged into {id} (similarity {similarity:.2})"),
-    }
+/// One line per workflow: those added (stored or merged), then those rejected.
+fn workflow_lines(report: &OfflineReport) -> Vec<WorkflowLine<'_>> {
+    let added = report.added.iter().map(|added| WorkflowLine {
+        description: &added.description,
+        trajectory_ids: &added.trajectory_ids,
+        status: match &added.outcome {
+            AddOutcome::Inserted { id, evicted } => Status::Stored { id, evicted },
+            AddOutcome::Merged { id, similarity } => Status::Merged { id, similarity: *similarity },
+        },
+    });
+    let rejected = report.skipped.iter().filter_map(|skipped| {
+        let description = skipped.description.as_deref()?;
+        Some(WorkflowLine {
+            description,
+            trajectory_ids: &skipped.trajectory_ids,
+            status: Status::Rejected { reason: &skipped.reason, message: skipped.reason.to_string() },
+        })
+    });
+    added.chain(rejected).collect()
 }
 
 /// Reads trajectory JSONL. Lines that do not decode are returned as messages naming the

@@ -20,7 +20,6 @@ use flowmem_tools::Registry;
 
 use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
-use crate::commands::run::tools_config;
 use crate::printer::Printer;
 use crate::settings;
 
@@ -50,7 +49,7 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let agent_model = settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
     let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
     let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, None, &accounting).await?;
-    let registry = Arc::new(Registry::connect(&tools_config(args.config.as_deref())?).await.context("starting the tool servers")?);
+    let registry = Arc::new(Registry::connect(&settings::tools_config(args.config.as_deref(), true)?).await.context("starting the tool servers")?);
     let exec = exec_prompts(None).context("loading the prompt templates")?;
     let runtime = Runtime { executor: agent_model.clone(), models: Default::default(), tools: registry.clone(), prompts: Arc::new(exec) };
     let prompts = render::prompts().context("loading the memory prompt templates")?;

@@ -15,6 +15,8 @@ pub mod stats;
 pub mod tools;
 pub mod serve_llm;
 pub mod run;
+pub mod common;
+pub mod eval;
 pub mod learn;
 
 use std::process::ExitCode;

@@ -14,12 +14,13 @@ use flowmem_exec::{
 use flowmem_llm::{Accounting, Purpose};
 use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
 use flowmem_model::{Record, Scope, Trace};
-use flowmem_tools::{Registry, ToolsConfig};
+use flowmem_tools::Registry;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
+use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
 use crate::settings;
 
@@ -31,11 +32,6 @@ pub fn run_workflow(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitSta
 /// Runs `flowmem agent`.
 pub fn run_baseline(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     block_on(run_agent_async(args, printer))
-}
-
-fn block_on<F: std::future::Future<Output = anyhow::Result<ExitStatus>>>(future: F) -> anyhow::Result<ExitStatus> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(future)
 }
 
 /// What a run of one or many queries needs besides the plan or agent.
@@ -51,7 +47,7 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
     let executor = settings::open_model(&llm_settings, purpose, args.model.as_deref(), None, &accounting).await?;
-    let tools_config = tools_config(args.config.as_deref())?;
+    let tools_config = settings::tools_config(args.config.as_deref(), false)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
     let prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
     let runtime = Runtime {
@@ -96,17 +92,6 @@ impl Session {
     }
 }
 
-/// Reads the `[tools]` tables of the configuration file, if there is one.
-pub(crate) fn tools_config(flag: Option<&Path>) -> anyhow::Result<ToolsConfig> {
-    match settings::config_path(flag, &flowmem_llm::std_env)? {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read `{}`", path.display()))?;
-            Ok(ToolsConfig::from_toml_str(&text, &path)?)
-        }
-        None => Ok(ToolsConfig::empty()),
-    }
-}
-
 async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let graph = load_graph(&args.workflow)?;
     let session = open_session(&args.exec, Purpose::Executor, graph.name.as_deref().unwrap_or("workflow")).await?;
@@ -147,14 +132,7 @@ enum Runner {
 /// Runs every input, at most `concurrency` at a time, with a progress bar.
 async fn run_all(runner: Runner, inputs: Vec<RunInput>, concurrency: usize, session: &Session, printer: &Printer) -> Vec<Trace> {
     let n_inputs = inputs.len();
-    let bar = (printer.progress && n_inputs > 1).then(|| {
-        let bar = indicatif::ProgressBar::new(n_inputs as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} queries, {elapsed} ({msg})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let bar = if n_inputs > 1 { progress_bar(printer, n_inputs as u64, "{bar:30} {pos}/{len} queries, {elapsed} ({msg})") } else { None };
     let mut observers = session.observers.clone();
     if let Some(bar) = &bar {
         observers.0.push(Arc::new(Progress { bar: bar.clone(), failed: Default::default() }));

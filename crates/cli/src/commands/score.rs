@@ -42,7 +42,8 @@ pub fn run(args: &ScoreArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
-fn parse_ignore_args(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+/// Parses `--ignore-args TOOL=ARG[,ARG...]` items into a tool → arguments map.
+pub(crate) fn parse_ignore_args(items: &[String]) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
     let mut res: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
         let Some((tool, names)) = item.split_once('=') else {

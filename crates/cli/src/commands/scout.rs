@@ -1,12 +1,12 @@
 //! `flowmem scout`: FlowScout end to end — split the records, mine `G⁰`, search, test the
 //! best workflow against the ReAct baseline, and write the run directory.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, TcConfig};
+use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, StateServer, TaskChecker, TcConfig};
 use flowmem_exec::{Runtime, exec_prompts};
 use flowmem_llm::{Accounting, CacheMode, Purpose, ResponseCache};
 use flowmem_optimize::{
@@ -74,7 +74,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
     let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, cached(), &accounting).await?;
 
-    let tools_config = load_tools_config(args.config.as_deref())?;
+    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
     let mut prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
     prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
@@ -106,13 +106,17 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
+    let checker = match &args.task_check {
+        Some(state_dir) => Some(task_checker(&tools_config, args, state_dir).await?),
+        None => None,
+    };
     let checkpoint = |_: Checkpoint| true;
     let parts = ScoutParts {
         runtime: Runtime { executor, models: Default::default(), tools: registry.clone(), prompts: prompts.clone() },
         isolation,
         scoring: Scoring { alpha: alpha_of(&settings)?, tc: TcConfig::exact(), judge: Some((judge, prompts.clone())) },
         proposer: &proposer,
-        checker: None,
+        checker: checker.as_ref().map(|(c, _)| c as &dyn flowmem_eval::TaskOracle),
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
         on_test: &|_| {},
@@ -122,6 +126,9 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         bar.finish_and_clear();
     }
     registry.shutdown().await;
+    if let Some((_, registry)) = &checker {
+        registry.shutdown().await;
+    }
     let outcome = outcome?;
 
     let totals = accounting.snapshot().total;
@@ -161,14 +168,18 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     Ok(ExitStatus::Success)
 }
 
-fn load_tools_config(explicit: Option<&Path>) -> anyhow::Result<ToolsConfig> {
-    let path = match (explicit, std::env::var_os("FLOWMEM_CONFIG").map(PathBuf::from)) {
-        (Some(path), _) => path.to_path_buf(),
-        (None, Some(path)) => path,
-        (None, None) => PathBuf::from("flowmem.toml"),
+/// The deterministic task check over its own connection to the configured servers, so its
+/// replays never wait behind the runs being checked.
+async fn task_checker(config: &ToolsConfig, args: &ScoutArgs, state_dir: &Path) -> anyhow::Result<(TaskChecker, Registry)> {
+    let (Some(key_arg), Some(reset_tool)) = (&args.state_key_arg, &args.reset_tool) else {
+        bail!("--task-check needs --state-key-arg and --reset-tool");
     };
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("cannot read the configuration `{}`\nhint: pass --config PATH or set FLOWMEM_CONFIG", path.display())
-    })?;
-    Ok(ToolsConfig::from_toml_str(&text, &path)?)
+    let registry = Registry::connect(config).await.context("starting the tool servers for the task check")?;
+    let server = StateServer {
+        state_dir: state_dir.to_path_buf(),
+        key_arg: key_arg.clone(),
+        reset_tool: reset_tool.clone(),
+        key_prefix: "flowmem-check/".to_owned(),
+    };
+    Ok((TaskChecker::new(registry.clone(), server), registry))
 }

@@ -1,11 +1,11 @@
 //! `flowmem tools`: list, call and replay the tools of the configured MCP servers.
 
 use std::io::{BufRead, IsTerminal};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use flowmem_model::Record;
-use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation, ToolsConfig};
+use flowmem_tools::{CallStatus, Registry, ReplayConfig, ReplayReport, StateIsolation};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -15,7 +15,7 @@ use crate::printer::Printer;
 
 /// Runs a `flowmem tools` subcommand.
 pub fn run(args: &ToolsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let config = load_config(args.config.as_deref())?;
+    let config = crate::settings::tools_config(args.config.as_deref(), true)?;
     if config.servers.is_empty() {
         anyhow::bail!("no tool servers are configured\nhint: add `[[tools.mcp]]` entries to flowmem.toml (see `flowmem tools --help`)");
     }
@@ -33,21 +33,6 @@ pub fn run(args: &ToolsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         registry.shutdown().await;
         res
     })
-}
-
-/// Finds and reads the tool configuration: `--config`, then `$FLOWMEM_CONFIG`, then
-/// `./flowmem.toml`.
-fn load_config(explicit: Option<&Path>) -> anyhow::Result<ToolsConfig> {
-    let env_path = std::env::var_os("FLOWMEM_CONFIG").map(PathBuf::from);
-    let path = match (explicit, env_path) {
-        (Some(path), _) => path.to_path_buf(),
-        (None, Some(path)) => path,
-        (None, None) => PathBuf::from("flowmem.toml"),
-    };
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("cannot read the configuration `{}`\nhint: pass --config PATH or set FLOWMEM_CONFIG", path.display())
-    })?;
-    Ok(ToolsConfig::from_toml_str(&text, &path)?)
 }
 
 fn list(registry: &Registry, printer: &Printer) -> anyhow::Result<ExitStatus> {

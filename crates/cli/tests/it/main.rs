@@ -1,8 +1,10 @@
 //! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
 //! directory, one module per command.
 
+mod eval;
 mod graph;
 mod import;
+mod induce;
 mod learn;
 mod llm_chat;
 mod memory;
@@ -10,6 +12,7 @@ mod mine;
 mod online_embedded;
 mod run;
 mod score;
+mod scout;
 mod split;
 mod stats;
 mod support;

@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use flowmem_eval::{EvalConfig, Progress, System, SystemRole, SystemRun, TcConfig, UsageTotals, evaluate};
+use flowmem_eval::{EvalConfig, Progress, System, SystemRole, SystemRun, TcConfig, UsageTotals, evaluate, evaluate_concurrently};
 use flowmem_model::{ImportFormat, Item, Record, Trace, import};
 
 use crate::util::shared_data;
@@ -73,4 +73,41 @@ async fn every_system_runs_every_record_repeat_times() {
     assert!((cmp.tc_improvement_pct.unwrap() - (1.0 - expected) / expected * 100.0).abs() < 1e-9);
     let tool_calls: usize = records.iter().map(|r| r.orchestration.len()).sum();
     assert_eq!(golden.tool_calls_per_query, tool_calls as f64 / 10.0);
+}
+
+/// Finishes a run only once `width` runs are in flight together.
+struct Gate {
+    barrier: tokio::sync::Barrier,
+}
+
+#[async_trait::async_trait]
+impl System for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+
+    fn role(&self) -> SystemRole {
+        SystemRole::Workflow
+    }
+
+    async fn run(&self, record: &Record) -> SystemRun {
+        self.barrier.wait().await;
+        let trace = Trace { query_id: record.id.clone(), query: record.query.clone(), result: Some("ok".into()), ..Trace::default() };
+        SystemRun { trace, usage: UsageTotals::default() }
+    }
+}
+
+#[tokio::test]
+async fn concurrent_runs_overlap_and_the_report_keeps_the_starting_order() {
+    let records: Vec<Record> = tau2_records("retail").into_iter().take(4).collect();
+    // With fewer than 2 runs in flight the barrier never opens and the timeout fails the test.
+    let gate = Gate { barrier: tokio::sync::Barrier::new(2) };
+    let cfg = EvalConfig { repeat: 2, tc: TcConfig::exact(), judge: None, checker: None };
+    let systems: [&dyn System; 1] = [&gate];
+    let no_progress = |_: Progress<'_>| {};
+    let run = evaluate_concurrently(&systems, &records, &cfg, 2, &no_progress);
+    let report = tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("runs did not overlap");
+    let order: Vec<(u32, &str)> = report.runs.iter().map(|r| (r.repeat, r.record_id.as_str())).collect();
+    let expected: Vec<(u32, &str)> = (0..2).flat_map(|repeat| records.iter().map(move |r| (repeat, r.id.as_str()))).collect();
+    assert_eq!(order, expected);
 }

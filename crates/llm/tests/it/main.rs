@@ -3,6 +3,7 @@
 
 mod accounting;
 mod cache;
+mod limit;
 mod concurrency;
 mod config;
 mod faults;

@@ -32,7 +32,8 @@ pub struct LmConfig<'a> {
     /// Ask for structured output against [`reply_schema`]; otherwise ask for AWM's text
     /// form. Either reply form is parsed whatever was asked.
     pub structured: bool,
-    /// The largest reply, in tokens.
+    /// The largest reply, in tokens. For structured output it also bounds how many
+    /// workflows and steps the reply schema allows ([`reply_schema`]).
     pub max_tokens: Option<u32>,
     /// Characters of each tool result shown to the model.
     pub max_result_chars: usize,
@@ -87,47 +88,93 @@ struct ProposedWorkflow {
     steps: Vec<WorkflowStep>,
 }
 
-/// The JSON Schema of the structured reply, with the tool names as an enum.
+/// The longest string value the structured reply may hold in an argument.
+const MAX_ARG_CHARS: u64 = 60;
+/// The most workflows and steps per workflow a structured reply may hold.
+const MAX_WORKFLOWS: usize = 6;
+const MAX_STEPS: usize = 10;
+/// A typical structured step's size in tokens (state, reasoning, action, punctuation),
+/// used to fit the reply into `max_tokens`.
+const TOKENS_PER_STEP: u32 = 60;
+
+/// The JSON Schema of the structured reply for workflows induced from `trajectories`.
 ///
-/// Strings and arrays are bounded, so a constrained decoder cannot run away.
+/// Each step's action is one of the tools the trajectories called (`anyOf`, one branch
+/// per tool, the tool name a `const`), with that tool's argument names as the only,
+/// optional, properties and short strings as values (`{variables}` or fixed values).
+/// Every workflow has at least `min_steps` steps. Strings and arrays are bounded, so a
+/// constrained decoder cannot run away, and an unconstrained model that names another
+/// tool or argument fails validation (and is re-asked by the client).
+///
+/// With a `max_tokens` budget the arrays shrink so that a typical reply fits (about
+/// 60 tokens a step; room for two workflows when the budget is small): a constrained
+/// reply cut at the token limit would not parse at all.
 #[must_use]
-pub fn reply_schema(tools: &[String]) -> Value {
+pub fn reply_schema(trajectories: &[Trajectory], min_steps: usize, max_tokens: Option<u32>) -> Value {
+    let (max_workflows, max_steps) = match max_tokens {
+        Some(budget) => {
+            let steps = (budget.saturating_sub(20) / TOKENS_PER_STEP) as usize;
+            let max_steps = (steps / 2).clamp(min_steps, MAX_STEPS.max(min_steps));
+            (steps.checked_div(max_steps).unwrap_or(1).clamp(1, MAX_WORKFLOWS), max_steps)
+        }
+        None => (MAX_WORKFLOWS, MAX_STEPS.max(min_steps)),
+    };
+    let mut arg_names: std::collections::BTreeMap<&str, BTreeSet<&str>> = std::collections::BTreeMap::new();
+    for call in trajectories.iter().flat_map(Trajectory::tool_calls) {
+        arg_names.entry(call.tool.as_str()).or_default().extend(call.args.keys().map(String::as_str));
+    }
+    let actions: Vec<Value> = arg_names
+        .iter()
+        .map(|(tool, names)| {
+            let properties: serde_json::Map<String, Value> = names
+                .iter()
+                .map(|name| ((*name).to_owned(), json!({"type": "string", "maxLength": MAX_ARG_CHARS})))
+                .collect();
+            json!({
+                "type": "object",
+                "properties": {
+                    "tool": {"const": tool},
+                    "args": {"type": "object", "properties": properties, "additionalProperties": false}
+                },
+                "required": ["tool", "args"],
+                "additionalProperties": false
+            })
+        })
+        .collect();
     json!({
         "type": "object",
         "properties": {
             "workflows": {
                 "type": "array",
-                "maxItems": 8,
+                "minItems": 1,
+                "maxItems": max_workflows,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "description": {"type": "string", "maxLength": 200},
+                        "description": {"type": "string", "maxLength": 100},
                         "steps": {
                             "type": "array",
-                            "maxItems": 12,
+                            "minItems": min_steps,
+                            "maxItems": max_steps,
                             "items": {
                                 "type": "object",
                                 "properties": {
-                                    "state": {"type": "string", "maxLength": 200},
-                                    "reasoning": {"type": "string", "maxLength": 300},
-                                    "action": {
-                                        "type": "object",
-                                        "properties": {
-                                            "tool": {"type": "string", "enum": tools},
-                                            "args": {"type": "object"}
-                                        },
-                                        "required": ["tool", "args"]
-                                    }
+                                    "state": {"type": "string", "maxLength": 80},
+                                    "reasoning": {"type": "string", "maxLength": 100},
+                                    "action": {"anyOf": actions}
                                 },
-                                "required": ["state", "reasoning", "action"]
+                                "required": ["state", "reasoning", "action"],
+                                "additionalProperties": false
                             }
                         }
                     },
-                    "required": ["description", "steps"]
+                    "required": ["description", "steps"],
+                    "additionalProperties": false
                 }
             }
         },
-        "required": ["workflows"]
+        "required": ["workflows"],
+        "additionalProperties": false
     })
 }
 
@@ -136,12 +183,18 @@ pub fn reply_schema(tools: &[String]) -> Value {
 /// The `induce` template shows the model the trajectories (queries and tool calls) and
 /// AWM's instructions: common sub-routines finer than whole tasks, at least
 /// [`LmConfig::min_steps`] steps, non-fixed values as descriptive `{variables}`, no
-/// overlapping workflows. The reply is parsed by [`parse_reply`] (structured JSON first,
-/// then AWM's text form split on blank lines; a reply the client rejected as not matching
-/// the schema, [`LlmError::InvalidReply`], is parsed from its raw text), and each
-/// workflow is checked by
-/// [`validate`]. Workflows that fail are reported in [`Induction::skipped`]; a reply that
-/// does not parse at all is reported as [`SkipReason::Unparseable`] and yields nothing.
+/// overlapping workflows. With [`LmConfig::structured`] the request carries
+/// [`reply_schema`] as its response format (an OpenAI-compatible client re-asks once when
+/// the reply does not match it; the embedded model decodes under it).
+///
+/// The reply is parsed by [`parse_reply`]: structured JSON first, then AWM's text form
+/// split on blank lines. A reply the client refused ([`LlmError::InvalidReply`]: not
+/// matching the schema even when re-asked, or cut at the token limit) is parsed from its
+/// raw text. Each workflow is then checked by [`validate`]. Every proposal ends up in
+/// [`Induction::workflows`] or, with its description and reason, in
+/// [`Induction::skipped`] (unreadable text blocks as [`SkipReason::Unparseable`]); a
+/// reply that yields no workflow at all is one [`SkipReason::Unparseable`] skip naming
+/// what the parsers (and the client) found wrong.
 ///
 /// # Errors
 ///
@@ -152,7 +205,7 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     let tools = called_tools(trajectories);
     let ctx = InduceContext {
         min_steps: cfg.min_steps,
-        tools: tools.clone(),
+        tools,
         structured: cfg.structured,
         trajectories: trajectories.iter().map(|t| view(t, cfg.max_result_chars)).collect(),
     };
@@ -160,20 +213,25 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Inducer);
     request.max_tokens = cfg.max_tokens;
     if cfg.structured {
-        request.response_format = Some(ResponseFormat { name: "workflows".to_owned(), schema: reply_schema(&tools) });
+        request.response_format =
+            Some(ResponseFormat { name: "workflows".to_owned(), schema: reply_schema(trajectories, cfg.min_steps, cfg.max_tokens) });
     }
-    let content = match cfg.model.chat(&request).await {
-        Ok(response) => response.content.unwrap_or_default(),
-        // The model ignored the schema (even when re-asked): its raw text may still be
-        // AWM's text form, which the parser below reads.
-        Err(LlmError::InvalidReply { raw, .. }) => raw,
+    let (content, client_problem) = match cfg.model.chat(&request).await {
+        Ok(response) => (response.content.unwrap_or_default(), None),
+        // The model ignored the schema (even when re-asked) or its output was cut: its
+        // raw text may still be AWM's text form, which the parser below reads.
+        Err(LlmError::InvalidReply { raw, problem, .. }) => (raw, Some(problem)),
         Err(err) => return Err(InduceError::Llm(err)),
     };
 
     let mut res = Induction::default();
-    let proposed = match parse_reply(&content) {
-        Ok(proposed) => proposed,
+    let parsed = match parse_reply(&content) {
+        Ok(parsed) => parsed,
         Err(message) => {
+            let message = match client_problem {
+                Some(problem) => format!("{problem}; {message}"),
+                None => message,
+            };
             res.skipped.push(Skipped { trajectory_ids, description: None, reason: SkipReason::Unparseable { message } });
             return Ok(res);
         }
@@ -189,7 +247,15 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
         prompt_version: Some(rendered.id.to_string()),
         created_at: None,
     };
-    for workflow in proposed {
+    res.proposed = parsed.workflows.len() + parsed.broken.len();
+    for (description, message) in parsed.broken {
+        res.skipped.push(Skipped {
+            trajectory_ids: trajectory_ids.clone(),
+            description: Some(description),
+            reason: SkipReason::Unparseable { message },
+        });
+    }
+    for workflow in parsed.workflows {
         let workflow = Workflow {
             scope: scope.clone(),
             provenance: provenance.clone(),
@@ -207,31 +273,50 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     Ok(res)
 }
 
+/// An induction reply, parsed.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct ParsedReply {
+    /// The workflows read, in reply order, before any validation.
+    pub workflows: Vec<Workflow>,
+    /// AWM text blocks with an unreadable line, left out: the block's description and
+    /// the problem (`line N: ...`).
+    pub broken: Vec<(String, String)>,
+}
+
 /// Parses an induction reply: the structured JSON form (`{"workflows": [...]}`, a bare
-/// array, or either inside a code fence), else AWM's text form.
+/// array, or either inside a code fence), else AWM's text form, where a block with an
+/// unreadable `Action:` line is left out and listed in [`ParsedReply::broken`].
 ///
 /// # Errors
 ///
 /// A message naming what both parsers found wrong, when neither yields a workflow.
-pub fn parse_reply(content: &str) -> Result<Vec<Workflow>, String> {
+pub fn parse_reply(content: &str) -> Result<ParsedReply, String> {
     let json_err = match parse_json_reply(content) {
-        Ok(workflows) => return Ok(workflows),
+        Ok(workflows) => return Ok(ParsedReply { workflows, broken: Vec::new() }),
         Err(err) => err,
     };
     let (text_workflows, text_errors) = parse_text(content);
-    if !text_workflows.is_empty() {
-        return Ok(text_workflows
-            .into_iter()
-            .map(|tw| Workflow {
-                id: String::new(),
-                description: tw.description,
-                steps: tw.steps,
-                scope: Scope::default(),
-                provenance: Provenance::default(),
-                stats: WorkflowStats::default(),
-                composed_of: Vec::new(),
-            })
-            .collect());
+    let starts: Vec<usize> = text_workflows.iter().map(|tw| tw.line).collect();
+    let mut parsed = ParsedReply { workflows: Vec::new(), broken: Vec::new() };
+    for (idx, tw) in text_workflows.into_iter().enumerate() {
+        let end = starts.get(idx + 1).copied().unwrap_or(usize::MAX);
+        if let Some(err) = text_errors.iter().find(|err| (tw.line..end).contains(&err.line)) {
+            parsed.broken.push((tw.description, err.to_string()));
+            continue;
+        }
+        parsed.workflows.push(Workflow {
+            id: String::new(),
+            description: tw.description,
+            steps: tw.steps,
+            scope: Scope::default(),
+            provenance: Provenance::default(),
+            stats: WorkflowStats::default(),
+            composed_of: Vec::new(),
+        });
+    }
+    if !parsed.workflows.is_empty() {
+        return Ok(parsed);
     }
     let text_err = match text_errors.first() {
         Some(err) => err.to_string(),
@@ -323,11 +408,11 @@ pub fn validate(workflow: &Workflow, trajectories: &[Trajectory], min_steps: usi
                     return;
                 }
                 let key = canonical_json(literal);
-                if let Some(owners) = sources.get(&key) {
-                    if owners.len() == 1 {
-                        // Invariant: the set has exactly one element.
-                        copied = owners.iter().next().map(|&idx| (key, idx));
-                    }
+                if let Some(owners) = sources.get(&key)
+                    && owners.len() == 1
+                {
+                    // The set has exactly one element.
+                    copied = owners.iter().next().map(|&idx| (key, idx));
                 }
             });
             if let Some((value, traj_idx)) = copied {
@@ -449,13 +534,40 @@ mod tests {
     }
 
     #[test]
+    fn the_reply_schema_fits_the_token_budget() {
+        let inputs = [trajectory("a", "x@y.z", "#1")];
+        let sizes = |max_tokens| {
+            let schema = super::reply_schema(&inputs, 2, max_tokens);
+            let workflows = &schema["properties"]["workflows"];
+            (workflows["maxItems"].as_u64().unwrap(), workflows["items"]["properties"]["steps"]["maxItems"].as_u64().unwrap())
+        };
+        assert_eq!(sizes(None), (6, 10));
+        assert_eq!(sizes(Some(400)), (2, 3));
+        assert_eq!(sizes(Some(100)), (1, 2), "at least one workflow of min_steps");
+        assert_eq!(sizes(Some(100_000)), (6, 10));
+        let schema = super::reply_schema(&inputs, 2, None);
+        let action = &schema["properties"]["workflows"]["items"]["properties"]["steps"]["items"]["properties"]["action"];
+        let args = &action["anyOf"][0]["properties"]["args"]["properties"];
+        assert_eq!(action["anyOf"][0]["properties"]["tool"]["const"], "find_user");
+        assert!(args["email"].is_object() && args["status"].is_object() && args.get("order_id").is_none());
+    }
+
+    #[test]
     fn replies_parse_as_fenced_json_bare_arrays_and_text() {
         let fenced = "```json\n{\"workflows\": [{\"description\": \"d\", \"steps\": [{\"action\": {\"tool\": \"f\"}}]}]}\n```";
-        assert_eq!(parse_reply(fenced).unwrap().len(), 1);
+        assert_eq!(parse_reply(fenced).unwrap().workflows.len(), 1);
         let array = "[{\"description\": \"d\", \"steps\": []}]";
-        assert_eq!(parse_reply(array).unwrap().len(), 1);
+        assert_eq!(parse_reply(array).unwrap().workflows.len(), 1);
         let text = "Workflow: d\nAction: f()\nAction: g()\n\nWorkflow: e\nAction: g()\nAction: f()";
-        assert_eq!(parse_reply(text).unwrap().len(), 2);
+        assert_eq!(parse_reply(text).unwrap().workflows.len(), 2);
+        // A block with an unreadable action is left out and named; the others are kept.
+        let text = "Workflow: d\nAction: f()\nAction: g()\n\nWorkflow: e\nAction: g(oops\nAction: f()";
+        let parsed = parse_reply(text).unwrap();
+        assert_eq!(parsed.workflows.len(), 1);
+        assert_eq!(parsed.broken.len(), 1);
+        assert_eq!(parsed.broken[0].0, "e");
+        assert!(parsed.broken[0].1.starts_with("line 6"), "{:?}", parsed.broken);
+        assert!(parse_reply("Workflow: e\nAction: g(oops").unwrap_err().contains("line 2"));
         let err = parse_reply("I cannot help with that.").unwrap_err();
         assert!(err.contains("as JSON") && err.contains("as AWM text"), "{err}");
     }

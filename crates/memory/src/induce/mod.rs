@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use flowmem_model::{Scope, Workflow};
 
-pub use crate::induce::lm::{LmConfig, PROMPT_NAME, PROMPT_VERSION, lm, parse_reply, reply_schema, validate};
+pub use crate::induce::lm::{LmConfig, PROMPT_NAME, PROMPT_VERSION, ParsedReply, lm, parse_reply, reply_schema, validate};
 pub use crate::induce::rule::{RuleConfig, rule};
 
 /// Workflows induced from a batch, and what was left out and why.
@@ -30,6 +30,11 @@ pub struct Induction {
     pub workflows: Vec<Workflow>,
     /// Groups, trajectories or proposed workflows that were left out.
     pub skipped: Vec<Skipped>,
+    /// How many candidate workflows the inducer considered before its checks: for LM
+    /// induction the workflows of the reply plus its unreadable text blocks, for rule
+    /// induction the tool-sequence groups. Each one ends up in `workflows` or, with its
+    /// reason, in `skipped`.
+    pub proposed: usize,
 }
 
 /// One thing an inducer left out.

@@ -64,7 +64,8 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
     }
     let mut groups: Vec<Group<'_>> = Vec::new();
     // Scope is not `Hash`; its two fields are.
-    let mut index: HashMap<(Option<String>, Option<String>, Vec<String>), usize> = HashMap::new();
+    type GroupKey = (Option<String>, Option<String>, Vec<String>);
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for trajectory in trajectories {
         let calls: Vec<&ToolCall> = trajectory.tool_calls().filter(|call| !call.failed()).collect();
         let tools: Vec<String> = calls.iter().map(|call| call.tool.clone()).collect();
@@ -77,7 +78,7 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
         groups[group_idx].members.push((trajectory, calls));
     }
 
-    let mut res = Induction::default();
+    let mut res = Induction { proposed: groups.len(), ..Induction::default() };
     for group in groups {
         let trajectory_ids: Vec<String> = group.members.iter().map(|(t, _)| t.id.clone()).collect();
         if group.tools.len() < cfg.min_steps {

@@ -2,21 +2,38 @@
 
 mod concurrency;
 mod curve_html;
+mod lm;
 mod online;
 mod render;
 mod rule_data;
 mod store;
-mod wire;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::json;
 
+use flowmem_llm::{HttpModel, HttpModelConfig, RetryPolicy};
 use flowmem_model::{Scope, Workflow};
+use flowmem_testsupport::ScriptedLlmServer;
 
 /// The repository root (the worktree), so data is reached as `../shared/data/...`.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The real OpenAI-compatible client, pointed at a scripted server, with fast retries
+/// and a short timeout so a test fails quickly instead of hanging.
+pub fn scripted_model(server: &ScriptedLlmServer) -> HttpModel {
+    let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
+    cfg.timeout = Duration::from_secs(10);
+    cfg.retry = RetryPolicy {
+        max_retries: 2,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        max_retry_after: Duration::from_secs(1),
+    };
+    HttpModel::new(cfg).expect("an HTTP client for the scripted server")
 }
 
 /// A workflow with the given description, tool sequence and scope domain.

@@ -16,8 +16,7 @@ use flowmem_model::{Record, Scope, Workflow};
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
 
-use crate::wire::WireModel;
-use crate::{repo_root, workflow};
+use crate::{repo_root, scripted_model, workflow};
 
 async fn everything() -> Arc<Registry> {
     let command = require_path(&repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"), "scripts/setup/20-mcp-servers.sh");
@@ -29,8 +28,8 @@ async fn everything() -> Arc<Registry> {
     Arc::new(Registry::connect(&cfg).await.expect("the everything server starts"))
 }
 
-fn model(server: &ScriptedLlmServer) -> Arc<WireModel> {
-    Arc::new(WireModel::new(server.base_url()))
+fn model(server: &ScriptedLlmServer) -> Arc<flowmem_llm::HttpModel> {
+    Arc::new(scripted_model(server))
 }
 
 fn runtime(server: &ScriptedLlmServer, tools: Arc<Registry>) -> Runtime {

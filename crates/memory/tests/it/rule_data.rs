@@ -32,10 +32,10 @@ fn distinct_sequences(trajectories: &[Trajectory]) -> (BTreeSet<Vec<String>>, BT
     for trajectory in trajectories {
         let mut sequence = Vec::new();
         for step in &trajectory.steps {
-            if let Action::ToolCall(call) = &step.action {
-                if call.error.is_none() {
-                    sequence.push(call.tool.clone());
-                }
+            if let Action::ToolCall(call) = &step.action
+                && call.error.is_none()
+            {
+                sequence.push(call.tool.clone());
             }
         }
         if sequence.len() >= 2 {
@@ -53,6 +53,7 @@ fn check(trajectories: &[Trajectory]) {
     let induction = rule(trajectories, &cfg);
 
     assert_eq!(induction.workflows.len(), long.len(), "one workflow per distinct sequence of >= 2 steps");
+    assert_eq!(induction.proposed, long.len() + short.len(), "one candidate per distinct sequence");
     let induced: BTreeSet<Vec<String>> = induction
         .workflows
         .iter()

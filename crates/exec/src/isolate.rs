@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use flowmem_exec::ToolBox;
 use flowmem_llm::ToolDefinition;
 use flowmem_model::{JsonObject, ToolCall};
 use flowmem_tools::StateIsolation;
+
+use crate::ToolBox;
 
 /// A [`ToolBox`] that gives one run its own server-side state.
 ///

