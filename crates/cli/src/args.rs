@@ -155,7 +155,10 @@ pub enum Command {
     /// without memory, and the steps per solved task. With `--task-check`, success is τ-bench's
     /// database check and the evaluator's agreement with it (accuracy, false-positive
     /// rate) is reported. Every run is appended to DIR/progress.jsonl and the stream is
-    /// saved as DIR/stream.jsonl: run the same command again to resume after a kill.
+    /// saved as DIR/stream.jsonl: run the same command again to resume after a kill or
+    /// Ctrl-C. `--json` prints one object: `out`, `memory`, `n_resumed_runs`,
+    /// `n_new_runs`, `curve` (as in learning_curve.json), `files`, `llm_calls`,
+    /// `prompt_tokens`, `completion_tokens`, `wall_time_secs`.
     ///
     /// Example:
     ///

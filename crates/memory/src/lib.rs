@@ -19,7 +19,9 @@
 //!   ([`WorkflowTools`], AWM_AS) whose calls expand to their steps.
 //! - [`judge_run`] is AWM's LM evaluator; [`agreement`] compares it with ground truth.
 //! - [`learn_online`] is online AWM over a task stream, resumable from its progress
-//!   file, with the [`LearningCurve`] against the same agent without memory.
+//!   file (the stream is saved beside it, [`read_stream`]), with a fresh tool state per
+//!   run for stateful servers, and the [`LearningCurve`] against the same agent without
+//!   memory.
 //! - [`composition`] finds the stored workflows a new one is built from (snowballing);
 //!   [`composition_tree`] lays the hierarchy out.
 //!
