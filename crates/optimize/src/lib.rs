@@ -12,7 +12,7 @@
 //!   backpropagation (Eq. 8).
 //! - [`ExecSimulator`] and [`ExecValidator`] are the real seams: candidates run through
 //!   `flowmem-exec` on every record of a split (concurrently, each under its own tool
-//!   state via [`IsolatedTools`]) and are scored with `flowmem-eval`.
+//!   state via `flowmem_eval::IsolatedTools`) and are scored with `flowmem-eval`.
 //! - [`scout`] is FlowScout end to end: split, `G⁰`, search, final test, `report.html`.
 //!
 //! # Example
@@ -38,7 +38,6 @@ mod svg;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
-pub use flowmem_exec::{IsolatedTools, visible_tool_names};
 pub use crate::propose::{LlmProposer, PROPOSE_EDITS, edit_plan_schema};
 pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, Proposer, SearchError,

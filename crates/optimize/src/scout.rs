@@ -3,22 +3,21 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, Progress, SplitRatios, System, SystemRole, SystemRun, TaskOracle, TcConfig,
-    CountingModel, evaluate, split, write_report,
+    Alpha, EvalConfig, EvalReport, Progress, ReactSystem, SplitRatios, StateIsolation, System, TaskOracle, TcConfig,
+    WorkflowSystem, evaluate_concurrently, split, visible_tools, write_report,
 };
-use flowmem_exec::{AgentConfig, NoObserver, RunInput, Runtime, ToolCatalog, ValidatedGraph, check, run_agent};
+use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check};
 use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
 use flowmem_model::{Record, WorkflowGraph};
-use flowmem_tools::StateIsolation;
 
-use flowmem_exec::visible_tool_names;
 use crate::search::{Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search};
-use crate::simulate::{ExecSimulator, ExecValidator, Scoring, isolated_runtime, run_workflow};
+use crate::simulate::{ExecSimulator, ExecValidator, Scoring};
 use crate::svg::{escape, search_tree, validation_curve, workflow_graph};
 use crate::tree::SearchConfig;
 
@@ -195,7 +194,7 @@ pub async fn scout(dir: &Path, settings: &ScoutSettings, records: Vec<Record>, p
         ExecSimulator::new(parts.runtime.clone(), parts_split.opt.clone(), parts_split.val, parts.scoring.clone(), dir);
     simulator.isolation = parts.isolation.clone();
     simulator.concurrency = settings.concurrency;
-    let validator = ExecValidator::for_tools(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
+    let validator = ExecValidator::for_tools(Arc::clone(&parts.runtime.tools), parts.isolation.as_ref());
     let resumed_best = read_state(dir)?.map(|state| state.best_val_score);
     let checkpoint = |point: Checkpoint| {
         if let Checkpoint::Committed(iteration) = point {
@@ -243,87 +242,30 @@ async fn final_test(
     include_g0: bool,
     parts: &ScoutParts<'_>,
 ) -> Result<EvalReport, ScoutError> {
-    let names = visible_tool_names(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
+    let names = visible_tools(Arc::clone(&parts.runtime.tools), parts.isolation.as_ref());
     let validate = |graph: &WorkflowGraph| {
         check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| ScoutError::Setup(format!("the best workflow is not valid: {err}")))
     };
-    let flowscout = WorkflowSystem { name: "flowscout".to_owned(), role: SystemRole::Workflow, graph: validate(best)?, runtime: parts.runtime.clone(), isolation: parts.isolation.clone() };
-    let react = AgentSystem {
-        runtime: parts.runtime.clone(),
-        isolation: parts.isolation.clone(),
-        config: AgentConfig { max_steps: settings.agent_max_steps, instruction: None },
+    // Each system runs under state keys of its own, so systems never share a state.
+    let isolation = |system: &str| {
+        parts.isolation.clone().map(|iso| StateIsolation { key: format!("{}/test/{system}", iso.key), ..iso })
     };
-    let mined = WorkflowSystem { name: "g0".to_owned(), role: SystemRole::Baseline, graph: validate(g0)?, runtime: parts.runtime.clone(), isolation: parts.isolation.clone() };
+    let runtime = || parts.runtime.clone();
+    let flowscout = WorkflowSystem::new("flowscout", runtime(), validate(best)?, isolation("flowscout"));
+    let agent = AgentConfig { max_steps: settings.agent_max_steps, instruction: None };
+    let react = ReactSystem::new("react", runtime(), agent, isolation("react"));
+    let mined = WorkflowSystem::new("g0", runtime(), validate(g0)?, isolation("g0"));
     let mut systems: Vec<&dyn System> = vec![&flowscout, &react];
     if include_g0 {
         systems.push(&mined);
     }
     let judge = parts.scoring.judge.as_ref().map(|(model, prompts)| (model.as_ref() as &dyn flowmem_llm::ChatModel, prompts.as_ref()));
     let cfg = EvalConfig { repeat: settings.repeat, tc: TcConfig::exact(), judge, checker: parts.checker };
-    let report = evaluate(&systems, test, &cfg, parts.on_test).await;
+    let report = evaluate_concurrently(&systems, test, &cfg, settings.concurrency, parts.on_test).await;
     let test_dir = dir.join("test");
     write_report(&report, "FlowScout: best workflow vs ReAct on the test split", &test_dir)
         .map_err(|err| ScoutError::File { path: test_dir, message: err.to_string() })?;
     Ok(report)
-}
-
-/// A workflow graph as an evaluated system, each run under its own tool state.
-struct WorkflowSystem {
-    name: String,
-    role: SystemRole,
-    graph: ValidatedGraph,
-    runtime: Runtime,
-    isolation: Option<StateIsolation>,
-}
-
-#[async_trait::async_trait]
-impl System for WorkflowSystem {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn role(&self) -> SystemRole {
-        self.role
-    }
-
-    async fn run(&self, record: &Record) -> SystemRun {
-        let counting = std::sync::Arc::new(CountingModel::new(std::sync::Arc::clone(&self.runtime.executor)));
-        let mut runtime = self.runtime.clone();
-        runtime.executor = counting.clone();
-        let key = format!("scout/test/{}/{}", self.name, record.id);
-        let trace = run_workflow(&self.graph, &runtime, self.isolation.as_ref(), key, record, &NoObserver).await;
-        SystemRun { trace, usage: counting.totals() }
-    }
-}
-
-/// The ReAct baseline over the same models and tools.
-struct AgentSystem {
-    runtime: Runtime,
-    isolation: Option<StateIsolation>,
-    config: AgentConfig,
-}
-
-#[async_trait::async_trait]
-impl System for AgentSystem {
-    fn name(&self) -> &str {
-        "react"
-    }
-
-    fn role(&self) -> SystemRole {
-        SystemRole::Baseline
-    }
-
-    async fn run(&self, record: &Record) -> SystemRun {
-        let counting = std::sync::Arc::new(CountingModel::new(std::sync::Arc::clone(&self.runtime.executor)));
-        let mut runtime = self.runtime.clone();
-        runtime.executor = counting.clone();
-        let key = format!("scout/test/react/{}", record.id);
-        let trace = match isolated_runtime(&runtime, self.isolation.as_ref(), key).await {
-            Ok(runtime) => run_agent(&runtime, &self.config, &RunInput { id: record.id.clone(), query: record.query.clone() }, &NoObserver).await,
-            Err(err) => flowmem_model::Trace { query_id: record.id.clone(), query: record.query.clone(), error: Some(err), ..Default::default() },
-        };
-        SystemRun { trace, usage: counting.totals() }
-    }
 }
 
 /// `DIR/report.html`: the validation curve, the search tree with the best path, the best

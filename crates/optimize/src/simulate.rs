@@ -12,9 +12,8 @@ use flowmem_eval::{Alpha, JudgeInput, TcConfig, judge_es, reward, tool_correctne
 use flowmem_exec::{ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile, run};
 use flowmem_llm::{ChatModel, Prompts};
 use flowmem_model::{Record, ToolCall, Trace, WorkflowGraph};
-use flowmem_tools::StateIsolation;
 
-use flowmem_exec::{IsolatedTools, visible_tool_names};
+use flowmem_eval::{IsolatedTools, StateIsolation, visible_tools};
 use crate::search::{Evaluation, SearchError, Simulator, Validator};
 use crate::tree::TreeNodeId;
 
@@ -63,7 +62,8 @@ pub async fn run_workflow(
     }
 }
 
-/// `runtime` with its tools wrapped in [`IsolatedTools`] under `key`, when isolating.
+/// `runtime` with its tools wrapped in eval's [`IsolatedTools`] under the state `key`
+/// (freshly reset), when isolating.
 ///
 /// # Errors
 ///
@@ -72,7 +72,8 @@ pub async fn isolated_runtime(runtime: &Runtime, isolation: Option<&StateIsolati
     let Some(isolation) = isolation else {
         return Ok(runtime.clone());
     };
-    let tools = IsolatedTools::start(Arc::clone(&runtime.tools), isolation, key).await?;
+    let tools = IsolatedTools::new(Arc::clone(&runtime.tools), StateIsolation { key, ..isolation.clone() });
+    tools.reset().await?;
     let mut runtime = runtime.clone();
     runtime.tools = Arc::new(tools);
     Ok(runtime)
@@ -206,7 +207,7 @@ impl ExecSimulator {
     }
 
     async fn run_split(&self, candidate: TreeNodeId, split: &str, records: &[Record], graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
-        let names = visible_tool_names(self.runtime.tools.as_ref(), self.isolation.as_ref());
+        let names = visible_tools(Arc::clone(&self.runtime.tools), self.isolation.as_ref());
         let validated = check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| SearchError::Simulation {
             candidate,
             reason: format!("the candidate is not valid: {err}"),
@@ -290,8 +291,8 @@ pub struct ExecValidator {
 impl ExecValidator {
     /// A validator for the tools of `tools` (minus the reset tool under `isolation`).
     #[must_use]
-    pub fn for_tools(tools: &dyn ToolBox, isolation: Option<&StateIsolation>) -> ExecValidator {
-        ExecValidator { tools: visible_tool_names(tools, isolation) }
+    pub fn for_tools(tools: Arc<dyn ToolBox>, isolation: Option<&StateIsolation>) -> ExecValidator {
+        ExecValidator { tools: visible_tools(tools, isolation) }
     }
 }
 

@@ -1,6 +1,11 @@
-//! Glue that several commands share: the async runtime and progress bars.
+//! Glue that several commands share: the async runtime, progress bars, tool-state
+//! isolation and the task checker.
+
+use std::path::Path;
 
 use anyhow::Context;
+use flowmem_eval::{StateIsolation, StateServer, TaskChecker};
+use flowmem_tools::Registry;
 
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
@@ -24,4 +29,32 @@ pub fn progress_bar(printer: &Printer, len: u64, template: &str) -> Option<indic
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
     Some(bar)
+}
+
+/// The per-run tool-state isolation that `--state-key-arg`, `--reset-tool` and
+/// `--hide-tool` ask for, with runs under state keys starting at `key`; `None` without a
+/// state argument and reset tool.
+pub fn state_isolation(
+    key_arg: Option<&String>,
+    reset_tool: Option<&String>,
+    hidden_tools: &[String],
+    key: &str,
+) -> Option<StateIsolation> {
+    let (key_arg, reset_tool) = key_arg.zip(reset_tool)?;
+    Some(StateIsolation {
+        key_arg: key_arg.clone(),
+        reset_tool: reset_tool.clone(),
+        hidden_tools: hidden_tools.to_vec(),
+        key: key.to_owned(),
+    })
+}
+
+/// τ-bench's deterministic task check through `registry`, reading the server's state
+/// files in `state_dir`, with the key argument and reset tool of `isolation`. Its keys
+/// (`flowmem-check/…`) never meet the runs' keys.
+pub fn task_checker(registry: &Registry, state_dir: &Path, isolation: &StateIsolation) -> TaskChecker {
+    let mut server = StateServer::tau2(state_dir);
+    server.key_arg.clone_from(&isolation.key_arg);
+    server.reset_tool.clone_from(&isolation.reset_tool);
+    TaskChecker::new(registry.clone(), server)
 }

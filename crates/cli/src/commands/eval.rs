@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, StateIsolation, StateServer,
-    System, TaskChecker, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
+    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem,
+    System, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
 };
 use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, load_graph};
 use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
@@ -15,7 +15,7 @@ use flowmem_tools::Registry;
 
 use crate::args::EvalArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, progress_bar, state_isolation, task_checker};
 use crate::commands::score::parse_ignore_args;
 use crate::printer::Printer;
 use crate::settings;
@@ -47,12 +47,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     };
     let tools_config = settings::tools_config(args.config.as_deref(), true)?;
     let state_dir = if args.task_check { Some(settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?) } else { None };
-    let isolation = args.state_key_arg.as_ref().zip(args.reset_tool.as_ref()).map(|(key_arg, reset_tool)| StateIsolation {
-        key_arg: key_arg.clone(),
-        reset_tool: reset_tool.clone(),
-        hidden_tools: args.hide_tool.clone(),
-        key: "flowmem-eval/run".to_owned(),
-    });
+    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, "flowmem-eval/run");
 
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
@@ -92,12 +87,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         Some(settings::open_model(&llm_settings, Purpose::Judge, name, cache, &accounting).await?)
     };
     let checker = match (&state_dir, &isolation) {
-        (Some(dir), Some(isolation)) => {
-            let mut server = StateServer::tau2(dir);
-            server.key_arg.clone_from(&isolation.key_arg);
-            server.reset_tool.clone_from(&isolation.reset_tool);
-            Some(TaskChecker::new(registry.as_ref().clone(), server))
-        }
+        (Some(dir), Some(isolation)) => Some(task_checker(&registry, dir, isolation)),
         _ => None,
     };
 

@@ -1,14 +1,13 @@
 //! `flowmem learn --online`: online AWM over a task stream, with the learning curve
 //! against the same agent without memory.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use anyhow::Context;
-use flowmem_eval::{StateIsolation, StateServer, TaskChecker, TaskOracle};
-use flowmem_exec::{AgentConfig, NoObserver, Runtime, exec_prompts};
+use anyhow::{Context, bail};
+use flowmem_eval::TaskOracle;
+use flowmem_exec::{AgentConfig, NoObserver, Runtime};
 use flowmem_llm::{Accounting, Purpose};
 use flowmem_memory::induce::{LmConfig, RuleConfig, Variant};
 use flowmem_memory::{
@@ -20,18 +19,16 @@ use flowmem_tools::Registry;
 
 use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
+use crate::commands::common::{block_on, state_isolation, task_checker};
 use crate::printer::Printer;
 use crate::settings;
 
 /// The state key every run of the online agents uses; runs go one at a time.
 const RUN_STATE_KEY: &str = "flowmem-online/run";
-/// The prefix of the task checker's own state keys, apart from the runs' key.
-const CHECK_KEY_PREFIX: &str = "flowmem-check/";
 
 /// Runs `flowmem learn`.
 pub fn run(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(run_async(args, printer))
+    block_on(run_async(args, printer))
 }
 
 async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -49,8 +46,9 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let agent_model = settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
     let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
     let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, None, &accounting).await?;
-    let registry = Arc::new(Registry::connect(&settings::tools_config(args.config.as_deref(), true)?).await.context("starting the tool servers")?);
-    let exec = exec_prompts(None).context("loading the prompt templates")?;
+    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
+    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
+    let exec = settings::executor_prompts(None, &llm_settings, args.model.as_deref()).await?;
     let runtime = Runtime { executor: agent_model.clone(), models: Default::default(), tools: registry.clone(), prompts: Arc::new(exec) };
     let prompts = render::prompts().context("loading the memory prompt templates")?;
 
@@ -68,13 +66,15 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         InduceMode::Rule => Variant::Rule(&rule),
         InduceMode::Lm => Variant::Lm(&lm),
     };
-    let isolation = args.state_key_arg.as_ref().zip(args.reset_tool.as_ref()).map(|(key_arg, reset_tool)| StateIsolation {
-        key_arg: key_arg.clone(),
-        reset_tool: reset_tool.clone(),
-        hidden_tools: args.hide_tool.clone(),
-        key: RUN_STATE_KEY.to_owned(),
-    });
-    let checker = args.task_check.as_deref().map(|state_dir| task_checker(&registry, state_dir, isolation.as_ref()));
+    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, RUN_STATE_KEY);
+    let checker = match (args.task_check, &isolation) {
+        (true, Some(isolation)) => {
+            let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
+            Some(task_checker(&registry, &state_dir, isolation))
+        }
+        (true, None) => bail!("--task-check needs --state-key-arg and --reset-tool"),
+        (false, _) => None,
+    };
     let mode = match args.use_memory {
         MemoryUse::Prompt => MemoryMode::Prompt,
         MemoryUse::Actions => MemoryMode::Actions,
@@ -146,17 +146,6 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         ));
     }
     Ok(ExitStatus::Success)
-}
-
-/// τ-bench's database check on the same server, with keys apart from the runs' key.
-fn task_checker(registry: &Registry, state_dir: &Path, isolation: Option<&StateIsolation>) -> TaskChecker {
-    let mut server = StateServer::tau2(state_dir);
-    if let Some(isolation) = isolation {
-        server.key_arg.clone_from(&isolation.key_arg);
-        server.reset_tool.clone_from(&isolation.reset_tool);
-    }
-    server.key_prefix = CHECK_KEY_PREFIX.to_owned();
-    TaskChecker::new(registry.clone(), server)
 }
 
 /// The human-readable summary of a learning curve.

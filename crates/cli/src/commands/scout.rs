@@ -1,23 +1,21 @@
 //! `flowmem scout`: FlowScout end to end — split the records, mine `G⁰`, search, test the
 //! best workflow against the ReAct baseline, and write the run directory.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, StateServer, TaskChecker, TcConfig};
+use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, TcConfig, visible_tools};
 use flowmem_exec::Runtime;
 use flowmem_llm::{Accounting, CacheMode, Purpose, ResponseCache};
 use flowmem_optimize::{
     Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Scoring, Strategy, alpha_of, prepare_run, scout,
-    visible_tool_names,
 };
-use flowmem_tools::{Registry, StateIsolation, ToolsConfig};
+use flowmem_tools::Registry;
 
 use crate::args::ScoutArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, progress_bar, state_isolation, task_checker};
 use crate::printer::Printer;
 use crate::settings;
 
@@ -80,12 +78,8 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
     prompts.register(PROPOSE_EDITS).context("registering the optimizer template")?;
     let prompts = Arc::new(prompts);
-    let isolation = args.state_key_arg.as_ref().map(|key_arg| StateIsolation {
-        key_arg: key_arg.clone(),
-        reset_tool: args.reset_tool.clone(),
-        key_prefix: String::new(),
-    });
-    let tool_names = visible_tool_names(registry.as_ref(), isolation.as_ref());
+    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, "flowmem-scout");
+    let tool_names = visible_tools(registry.clone(), isolation.as_ref());
     let proposer = LlmProposer { model: optimizer, prompts: prompts.clone(), tools: tool_names, max_edits: 6 };
 
     let bar = progress_bar(printer, u64::from(settings.search.iterations), "{bar:30} iteration {pos}/{len} {msg}");
@@ -99,11 +93,13 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
-    let checker = if args.task_check {
-        let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
-        Some(task_checker(&tools_config, args, &state_dir).await?)
-    } else {
-        None
+    let checker = match (args.task_check, &isolation) {
+        (true, Some(isolation)) => {
+            let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
+            Some(task_checker(&registry, &state_dir, isolation))
+        }
+        (true, None) => bail!("--task-check needs --state-key-arg and --reset-tool"),
+        (false, _) => None,
     };
     let checkpoint = |_: Checkpoint| true;
     let parts = ScoutParts {
@@ -111,7 +107,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         isolation,
         scoring: Scoring { alpha: alpha_of(&settings)?, tc: TcConfig::exact(), judge: Some((judge, prompts.clone())) },
         proposer: &proposer,
-        checker: checker.as_ref().map(|(c, _)| c as &dyn flowmem_eval::TaskOracle),
+        checker: checker.as_ref().map(|c| c as &dyn flowmem_eval::TaskOracle),
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
         on_test: &|_| {},
@@ -121,9 +117,6 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         bar.finish_and_clear();
     }
     registry.shutdown().await;
-    if let Some((_, registry)) = &checker {
-        registry.shutdown().await;
-    }
     let outcome = outcome?;
 
     let totals = accounting.snapshot().total;
@@ -161,20 +154,4 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         ))?;
     }
     Ok(ExitStatus::Success)
-}
-
-/// The deterministic task check over its own connection to the configured servers, so its
-/// replays never wait behind the runs being checked.
-async fn task_checker(config: &ToolsConfig, args: &ScoutArgs, state_dir: &Path) -> anyhow::Result<(TaskChecker, Registry)> {
-    let (Some(key_arg), Some(reset_tool)) = (&args.state_key_arg, &args.reset_tool) else {
-        bail!("--task-check needs --state-key-arg and --reset-tool");
-    };
-    let registry = Registry::connect(config).await.context("starting the tool servers for the task check")?;
-    let server = StateServer {
-        state_dir: state_dir.to_path_buf(),
-        key_arg: key_arg.clone(),
-        reset_tool: reset_tool.clone(),
-        key_prefix: "flowmem-check/".to_owned(),
-    };
-    Ok((TaskChecker::new(registry.clone(), server), registry))
 }

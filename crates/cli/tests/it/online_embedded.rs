@@ -68,7 +68,7 @@ fn learn_online_with_the_embedded_model_over_ten_tau2_retail_tasks() {
     let mut learn = flowmem();
     learn.args(["--json", "learn", "--online", "retail.jsonl", "--memory", "memory.db", "--out", "out", "--limit", "10"]);
     learn.args(["--max-steps", "2", "--state-key-arg", "state_key", "--reset-tool", "reset_state"]);
-    learn.arg("--task-check").arg(&state);
+    learn.arg("--task-check");
     for tool in HIDDEN {
         learn.args(["--hide-tool", tool]);
     }
