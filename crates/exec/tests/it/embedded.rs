@@ -14,8 +14,10 @@ use serde_json::{Value, json};
 
 use crate::support;
 
-/// The real embedded model with a small default reply length, so the free-text nodes
-/// stay cheap on CI. Requests that set `max_tokens` themselves are passed on unchanged.
+/// The real embedded model with a small default length for free-text replies, so the
+/// plan and synthesize nodes stay cheap on CI. Tool calls, schema-constrained replies and
+/// requests that set `max_tokens` themselves are passed on unchanged: cutting
+/// constrained JSON short would only make it incomplete.
 struct ShortReplies(LocalModel);
 
 #[async_trait::async_trait]
@@ -25,7 +27,7 @@ impl ChatModel for ShortReplies {
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        if request.max_tokens.is_some() {
+        if request.max_tokens.is_some() || !request.tools.is_empty() || request.response_format.is_some() {
             return self.0.chat(request).await;
         }
         let mut request = request.clone();
