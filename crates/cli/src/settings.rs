@@ -98,6 +98,20 @@ pub async fn open_model(
     accounting: &Accounting,
 ) -> anyhow::Result<Arc<dyn ChatModel>> {
     let choice = settings.resolve(purpose, requested, &flowmem_llm::std_env).await?;
+    build_model(choice, cache, accounting)
+}
+
+/// Builds a resolved model choice, wrapped in the response cache (if any) and in
+/// `accounting`.
+///
+/// # Errors
+///
+/// When the model cannot be built, such as a missing embedded-model file.
+pub fn build_model(
+    choice: ModelChoice,
+    cache: Option<(Arc<ResponseCache>, CacheMode)>,
+    accounting: &Accounting,
+) -> anyhow::Result<Arc<dyn ChatModel>> {
     let mut model: Arc<dyn ChatModel> = match choice {
         ModelChoice::Http(cfg) => Arc::new(HttpModel::new(cfg)?),
         ModelChoice::Local(cfg) => local_model(&cfg)?,

@@ -486,12 +486,17 @@ impl<'a> RunState<'a> {
     }
 
     fn emit_observation(&mut self, observation: NodeObservation, model: Option<String>) {
-        self.trace.observations.push(observation.clone());
-        self.observer.on_event(&ExecEvent::NodeFinished {
+        // Show the event to the observer, then move the observation back out of it:
+        // a clone would copy the node's whole input context and prompt.
+        let event = ExecEvent::NodeFinished {
             query_id: self.query_id.clone(),
             model,
             observation,
-        });
+        };
+        self.observer.on_event(&event);
+        if let ExecEvent::NodeFinished { observation, .. } = event {
+            self.trace.observations.push(observation);
+        }
     }
 
     fn control_observation(

@@ -22,7 +22,10 @@ pub(crate) struct CtxEntry {
     /// Unique and increasing within a run: the order results were produced.
     pub(crate) seq: u64,
     pub(crate) is_tool: bool,
-    pub(crate) item: ContextItem,
+    // Shared: a context is copied into every downstream node and merged at joins, so
+    // with wide fan-outs a deep copy per entry would cost O(members²) allocations on the
+    // scheduler's serial path.
+    pub(crate) item: Arc<ContextItem>,
 }
 
 impl CtxEntry {
@@ -36,13 +39,13 @@ impl CtxEntry {
         CtxEntry {
             seq,
             is_tool: matches!(node.op, Op::Tool { .. }),
-            item: ContextItem {
+            item: Arc::new(ContextItem {
                 node: node.id.clone(),
                 kind: node.kind_label.clone(),
                 iteration,
                 output,
                 failed,
-            },
+            }),
         }
     }
 }
@@ -84,7 +87,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
     let node = &plan.nodes[work.node_idx];
     let started_at_ms = now_ms();
     let clock = Instant::now();
-    let items: Vec<ContextItem> = work.ctx.iter().map(|entry| entry.item.clone()).collect();
+    let items: Vec<ContextItem> = work.ctx.iter().map(|entry| entry.item.as_ref().clone()).collect();
     let mut observation = NodeObservation {
         node_id: node.id.clone(),
         node_kind: node.kind_label.clone(),

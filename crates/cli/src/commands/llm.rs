@@ -1,7 +1,7 @@
 //! `flowmem llm chat`: one call to a configured model, to check a configuration.
 
 use anyhow::Context;
-use flowmem_llm::{Accounting, ChatRequest, Message, Purpose};
+use flowmem_llm::{Accounting, ChatRequest, Message, ModelChoice, Purpose};
 use serde::Serialize;
 
 use crate::args::{LlmArgs, LlmChatArgs, LlmCommand};
@@ -26,6 +26,8 @@ pub fn run(args: &LlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
 #[derive(Serialize)]
 struct ChatOutput<'a> {
     version: u32,
+    /// `openai` (an OpenAI-compatible endpoint) or `local` (the embedded model).
+    backend: &'static str,
     model: &'a str,
     reply: &'a flowmem_llm::ChatResponse,
     accounting: flowmem_llm::AccountingSnapshot,
@@ -34,7 +36,12 @@ struct ChatOutput<'a> {
 async fn run_chat(args: &LlmChatArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
-    let model = settings::open_model(&settings, Purpose::Other, args.model.as_deref(), None, &accounting).await?;
+    let choice = settings.resolve(Purpose::Other, args.model.as_deref(), &flowmem_llm::std_env).await?;
+    let backend = match &choice {
+        ModelChoice::Local(_) => "local",
+        _ => "openai",
+    };
+    let model = settings::build_model(choice, None, &accounting)?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(Message::system(system.clone()));
@@ -45,7 +52,7 @@ async fn run_chat(args: &LlmChatArgs, printer: &Printer) -> anyhow::Result<ExitS
     request.max_tokens = args.max_tokens;
     let reply = model.chat(&request).await.with_context(|| format!("asking model `{}`", model.name()))?;
     if printer.json {
-        let output = ChatOutput { version: 1, model: model.name(), reply: &reply, accounting: accounting.snapshot() };
+        let output = ChatOutput { version: 1, backend, model: model.name(), reply: &reply, accounting: accounting.snapshot() };
         printer.json_result(&output)?;
         return Ok(ExitStatus::Success);
     }

@@ -1,8 +1,8 @@
 //! Integration tests of flowmem-exec, one module per topic.
 
+mod embedded;
 mod engine;
 mod file;
-mod openai;
 mod otel;
 mod prompts;
 mod react;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use flowmem_exec::{Plan, Runtime, ToolBox, ToolCatalog, check, compile, exec_prompts};
+use flowmem_llm::{HttpModel, HttpModelConfig, RetryPolicy};
 use flowmem_model::WorkflowGraph;
 use flowmem_testsupport::{Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -39,12 +40,12 @@ pub async fn everything() -> Arc<Registry> {
     registry("everything", &everything_server(), &["stdio"]).await
 }
 
-/// An HTTP chat model pointed at a scripted server, without retry delays.
-pub fn http_model(server: &ScriptedLlmServer) -> Arc<crate::openai::HttpModel> {
-    Arc::new(crate::openai::HttpModel {
-        base_url: server.base_url(),
-        client: reqwest::Client::new(),
-    })
+/// The real OpenAI-compatible client pointed at a scripted server, without retries, so
+/// a scripted fault reaches the engine as it is.
+pub fn http_model(server: &ScriptedLlmServer) -> Arc<HttpModel> {
+    let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
+    cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
+    Arc::new(HttpModel::new(cfg).expect("an HTTP client builds"))
 }
 
 /// A runtime over a scripted LLM server and a tool registry.

