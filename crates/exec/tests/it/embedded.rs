@@ -6,35 +6,13 @@
 use std::sync::Arc;
 
 use flowmem_exec::{JsonlTraceWriter, Observers, RunInput, Runtime, exec_prompts, run};
-use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use flowmem_llm::TextLimitModel;
 use flowmem_llm_local::{LocalConfig, LocalModel};
 use flowmem_testsupport::require_path;
 use flowmem_tools::{CallStatus, Registry, ToolsConfig};
 use serde_json::{Value, json};
 
 use crate::support;
-
-/// The real embedded model with a small default length for free-text replies, so the
-/// plan and synthesize nodes stay cheap on CI. Tool calls, schema-constrained replies and
-/// requests that set `max_tokens` themselves are passed on unchanged: cutting
-/// constrained JSON short would only make it incomplete.
-struct ShortReplies(LocalModel);
-
-#[async_trait::async_trait]
-impl ChatModel for ShortReplies {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        if request.max_tokens.is_some() || !request.tools.is_empty() || request.response_format.is_some() {
-            return self.0.chat(request).await;
-        }
-        let mut request = request.clone();
-        request.max_tokens = Some(40);
-        self.0.chat(&request).await
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
@@ -60,7 +38,9 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
 
     let mut config = LocalConfig::standard();
     config.path = model_file;
-    let model = ShortReplies(LocalModel::new(config));
+    // Free-text replies (plan, synthesize) default to 40 tokens so the run stays cheap on
+    // CI; tool calls are constrained and never limited.
+    let model = TextLimitModel::new(Arc::new(LocalModel::new(config)), 40);
     let runtime = Runtime {
         executor: Arc::new(model),
         models: Default::default(),
