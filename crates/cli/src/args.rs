@@ -220,26 +220,9 @@ pub struct EvalArgs {
     /// Leave an argument of a tool out of TC, as `TOOL=ARG[,ARG...]` (repeatable).
     #[arg(long, value_name = "TOOL=ARGS")]
     pub ignore_args: Vec<String>,
-    /// Per-run tool state: the argument that selects the state on a stateful server
-    /// (τ²-bench: `state_key`). Every run gets a freshly reset state of its own, and the
-    /// agent never sees the argument.
-    #[arg(long, value_name = "ARG", requires = "reset_tool")]
-    pub state_key_arg: Option<String>,
-    /// The tool that resets a state (τ²-bench: `reset_state`); hidden from the agent.
-    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
-    pub reset_tool: Option<String>,
-    /// A tool the systems must not see, such as τ²-bench's `get_call_log` (repeatable).
-    #[arg(long, value_name = "TOOL")]
-    pub hide_tool: Vec<String>,
-    /// Run τ-bench's deterministic task check: replay the record's golden actions and the
-    /// run's calls into two states of the server and compare the databases, and look for
-    /// the record's required outputs in the answer.
-    #[arg(long, requires = "state_key_arg")]
-    pub task_check: bool,
-    /// Where the server writes its state files, for `--task-check` (default: the
-    /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
-    #[arg(long, value_name = "DIR", requires = "task_check")]
-    pub state_dir: Option<PathBuf>,
+    /// Per-run tool state on a stateful server, and τ-bench's task check.
+    #[command(flatten)]
+    pub state: StateArgs,
 }
 
 /// Arguments of `flowmem run`.
@@ -915,25 +898,9 @@ pub struct ScoutArgs {
     /// The ReAct baseline's step budget.
     #[arg(long, default_value_t = 12)]
     pub max_steps: u32,
-    /// Per-record tool state: the argument that selects the state (τ²-bench: `state_key`).
-    #[arg(long, value_name = "ARG", requires = "reset_tool")]
-    pub state_key_arg: Option<String>,
-    /// The tool that resets a state key before each record (τ²-bench: `reset_state`).
-    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
-    pub reset_tool: Option<String>,
-    /// A tool the workflows and the agent are not offered, though the task check may still
-    /// replay it (repeatable). Example: `--hide-tool get_call_log`.
-    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
-    pub hide_tool: Vec<String>,
-    /// Adds τ-bench's deterministic task check to the final test: each test run's calls and
-    /// the record's reference calls are replayed into fresh states of the server and the
-    /// two databases compared; `task success` is reported beside ES.
-    #[arg(long, requires = "reset_tool")]
-    pub task_check: bool,
-    /// Where the server writes its state files, for `--task-check` (default: the
-    /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
-    #[arg(long, value_name = "DIR", requires = "task_check")]
-    pub state_dir: Option<PathBuf>,
+    /// Per-run tool state on a stateful server, and τ-bench's task check.
+    #[command(flatten)]
+    pub state: StateArgs,
 }
 
 /// Arguments of `flowmem learn`.
@@ -985,18 +952,30 @@ pub struct LearnArgs {
     /// The evaluator model that judges each run (default: `--model`, then the configured judge).
     #[arg(long, value_name = "NAME")]
     pub judge_model: Option<String>,
-    /// Per-task tool state: the argument that selects the state (τ²-bench: `state_key`).
+    /// Per-run tool state on a stateful server, and τ-bench's task check.
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+/// Per-run tool state on a stateful server (the τ² servers), and τ-bench's task check:
+/// the flags `flowmem eval`, `scout` and `learn` share.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// Per-run tool state: the argument that selects the state on a stateful server
+    /// (τ²-bench: `state_key`). Every run gets a freshly reset state of its own, and the
+    /// model never sees the argument.
     #[arg(long, value_name = "ARG", requires = "reset_tool")]
     pub state_key_arg: Option<String>,
-    /// The tool that gives a state key a fresh state before each run (τ²-bench: `reset_state`).
+    /// The tool that resets a state (τ²-bench: `reset_state`); hidden from the model.
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub reset_tool: Option<String>,
-    /// A tool the agents are not offered, though the task check may still replay it
-    /// (repeat the flag; with `--state-key-arg`). Example: `--hide-tool get_call_log`.
+    /// A tool the model is not offered, though the task check may still replay it
+    /// (repeatable). Example: `--hide-tool get_call_log`.
     #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
     pub hide_tool: Vec<String>,
-    /// Ground truth by τ-bench's database check: replay each record's golden actions and
-    /// the run's calls on the tool server and compare the databases.
+    /// Run τ-bench's deterministic task check: replay the record's golden actions and the
+    /// run's calls into two fresh states of the server, compare the databases, and look
+    /// for the record's required outputs in the answer.
     #[arg(long, requires = "state_key_arg")]
     pub task_check: bool,
     /// Where the server writes its state files, for `--task-check` (default: the

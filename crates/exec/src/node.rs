@@ -9,7 +9,7 @@ use std::time::Instant;
 use flowmem_llm::{
     ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice,
 };
-use flowmem_model::{Condition, NodeObservation, ToolCall};
+use flowmem_model::{Condition, NodeObservation, ToolCall, error_chain};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
@@ -455,18 +455,6 @@ pub(crate) fn value_text(value: &Value) -> String {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     }
-}
-
-/// An error with its causes, `: `-separated.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut res = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        res.push_str(": ");
-        res.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    res
 }
 
 #[cfg(test)]

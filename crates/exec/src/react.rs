@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
-use flowmem_model::{NodeObservation, Trace};
+use flowmem_model::{NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
 use crate::event::{ExecEvent, ExecObserver, now_ms};
-use crate::node::{error_chain, value_text};
+use crate::node::value_text;
 use crate::plan::Runtime;
 use crate::prompts::{CONTEXT_ITEM_CHARS, PromptContext};
 

@@ -1,14 +1,14 @@
 //! Glue that several commands share: the async runtime, progress bars, tool-state
 //! isolation and the task checker.
 
-use std::path::Path;
-
-use anyhow::Context;
+use anyhow::{Context, bail};
 use flowmem_eval::{StateIsolation, StateServer, TaskChecker};
-use flowmem_tools::Registry;
+use flowmem_tools::{Registry, ToolsConfig};
 
+use crate::args::StateArgs;
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
+use crate::settings;
 
 /// Runs an async command on a fresh multi-threaded tokio runtime.
 ///
@@ -34,27 +34,39 @@ pub fn progress_bar(printer: &Printer, len: u64, template: &str) -> Option<indic
 /// The per-run tool-state isolation that `--state-key-arg`, `--reset-tool` and
 /// `--hide-tool` ask for, with runs under state keys starting at `key`; `None` without a
 /// state argument and reset tool.
-pub fn state_isolation(
-    key_arg: Option<&String>,
-    reset_tool: Option<&String>,
-    hidden_tools: &[String],
-    key: &str,
-) -> Option<StateIsolation> {
-    let (key_arg, reset_tool) = key_arg.zip(reset_tool)?;
+pub fn state_isolation(state: &StateArgs, key: &str) -> Option<StateIsolation> {
+    let (key_arg, reset_tool) = state.state_key_arg.as_ref().zip(state.reset_tool.as_ref())?;
     Some(StateIsolation {
         key_arg: key_arg.clone(),
         reset_tool: reset_tool.clone(),
-        hidden_tools: hidden_tools.to_vec(),
+        hidden_tools: state.hide_tool.clone(),
         key: key.to_owned(),
     })
 }
 
-/// τ-bench's deterministic task check through `registry`, reading the server's state
-/// files in `state_dir`, with the key argument and reset tool of `isolation`. Its keys
+/// τ-bench's deterministic task check when `--task-check` asks for it: through
+/// `registry`, reading the state files in `--state-dir` or the directory the configured
+/// server's `env` names, with the key argument and reset tool of `isolation`. Its keys
 /// (`flowmem-check/…`) never meet the runs' keys.
-pub fn task_checker(registry: &Registry, state_dir: &Path, isolation: &StateIsolation) -> TaskChecker {
-    let mut server = StateServer::tau2(state_dir);
+///
+/// # Errors
+///
+/// When the check is asked for without isolation, or no state directory is found.
+pub fn task_checker(
+    state: &StateArgs,
+    tools: &ToolsConfig,
+    registry: &Registry,
+    isolation: Option<&StateIsolation>,
+) -> anyhow::Result<Option<TaskChecker>> {
+    if !state.task_check {
+        return Ok(None);
+    }
+    let Some(isolation) = isolation else {
+        bail!("--task-check needs --state-key-arg and --reset-tool");
+    };
+    let state_dir = settings::task_check_state_dir(state.state_dir.as_deref(), tools)?;
+    let mut server = StateServer::tau2(&state_dir);
     server.key_arg.clone_from(&isolation.key_arg);
     server.reset_tool.clone_from(&isolation.reset_tool);
-    TaskChecker::new(registry.clone(), server)
+    Ok(Some(TaskChecker::new(registry.clone(), server)))
 }

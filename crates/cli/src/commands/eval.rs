@@ -46,8 +46,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         None => None,
     };
     let tools_config = settings::tools_config(args.config.as_deref(), true)?;
-    let state_dir = if args.task_check { Some(settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?) } else { None };
-    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, "flowmem-eval/run");
+    let isolation = state_isolation(&args.state, "flowmem-eval/run");
 
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
@@ -86,10 +85,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         let name = args.judge_model.as_deref().or(args.model.as_deref());
         Some(settings::open_model(&llm_settings, Purpose::Judge, name, cache, &accounting).await?)
     };
-    let checker = match (&state_dir, &isolation) {
-        (Some(dir), Some(isolation)) => Some(task_checker(&registry, dir, isolation)),
-        _ => None,
-    };
+    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
 
     let mut systems: Vec<&dyn System> = Vec::new();
     if let Some(system) = &workflow_system {

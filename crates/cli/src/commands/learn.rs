@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use flowmem_eval::TaskOracle;
 use flowmem_exec::{AgentConfig, NoObserver, Runtime};
 use flowmem_llm::{Accounting, Purpose};
@@ -66,15 +66,8 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         InduceMode::Rule => Variant::Rule(&rule),
         InduceMode::Lm => Variant::Lm(&lm),
     };
-    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, RUN_STATE_KEY);
-    let checker = match (args.task_check, &isolation) {
-        (true, Some(isolation)) => {
-            let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
-            Some(task_checker(&registry, &state_dir, isolation))
-        }
-        (true, None) => bail!("--task-check needs --state-key-arg and --reset-tool"),
-        (false, _) => None,
-    };
+    let isolation = state_isolation(&args.state, RUN_STATE_KEY);
+    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
     let mode = match args.use_memory {
         MemoryUse::Prompt => MemoryMode::Prompt,
         MemoryUse::Actions => MemoryMode::Actions,

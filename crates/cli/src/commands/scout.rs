@@ -78,7 +78,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
     prompts.register(PROPOSE_EDITS).context("registering the optimizer template")?;
     let prompts = Arc::new(prompts);
-    let isolation = state_isolation(args.state_key_arg.as_ref(), args.reset_tool.as_ref(), &args.hide_tool, "flowmem-scout");
+    let isolation = state_isolation(&args.state, "flowmem-scout");
     let tool_names = visible_tools(registry.clone(), isolation.as_ref());
     let proposer = LlmProposer { model: optimizer, prompts: prompts.clone(), tools: tool_names, max_edits: 6 };
 
@@ -93,14 +93,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
-    let checker = match (args.task_check, &isolation) {
-        (true, Some(isolation)) => {
-            let state_dir = settings::task_check_state_dir(args.state_dir.as_deref(), &tools_config)?;
-            Some(task_checker(&registry, &state_dir, isolation))
-        }
-        (true, None) => bail!("--task-check needs --state-key-arg and --reset-tool"),
-        (false, _) => None,
-    };
+    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
     let checkpoint = |_: Checkpoint| true;
     let parts = ScoutParts {
         runtime: Runtime { executor, models: Default::default(), tools: registry.clone(), prompts: prompts.clone() },
