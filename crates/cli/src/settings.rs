@@ -130,9 +130,15 @@ pub fn build_model(
 /// makes little use of long contexts. The whole result stays in the trace.
 const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
 
-/// The executor's prompt templates, with `dir`'s overrides, and each upstream result in a
-/// node's prompt bounded to [`LOCAL_CONTEXT_ITEM_CHARS`] when the executor (`requested`,
-/// else the configured one) is the embedded model.
+/// How many characters of feedback the embedded model's optimizer prompt carries: with
+/// the compact workflow and the instructions it keeps the prompt near 3,000 of the
+/// model's 4,096 tokens, leaving room for the edit plan.
+const LOCAL_FEEDBACK_CHARS: usize = 3000;
+
+/// The executor's prompt templates, with `dir`'s overrides. When the executor
+/// (`requested`, else the configured one) is the embedded model, each upstream result in
+/// a node's prompt is bounded to [`LOCAL_CONTEXT_ITEM_CHARS`] and the optimizer's feedback
+/// (for templates registered later) to [`LOCAL_FEEDBACK_CHARS`].
 ///
 /// # Errors
 ///
@@ -142,6 +148,7 @@ pub async fn executor_prompts(dir: Option<&Path>, settings: &LlmSettings, reques
     let choice = settings.resolve(Purpose::Executor, requested, &flowmem_llm::std_env).await?;
     if matches!(choice, ModelChoice::Local(_)) {
         flowmem_exec::limit_context_items(&mut prompts, LOCAL_CONTEXT_ITEM_CHARS);
+        prompts.set_global(flowmem_optimize::FEEDBACK_CHARS, &LOCAL_FEEDBACK_CHARS);
     }
     Ok(prompts)
 }

@@ -39,9 +39,10 @@ struct ProposeContext<'a> {
 impl Proposer for LlmProposer {
     async fn propose(&self, graph: &WorkflowGraph, feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError> {
         let ctx = ProposeContext {
-            // Invariant: graphs and JSON values always serialise.
-            graph: serde_json::to_string_pretty(graph).unwrap_or_default(),
-            feedback: serde_json::to_string_pretty(feedback).unwrap_or_default(),
+            // Invariant: graphs and JSON values always serialise. Compact JSON: a workflow
+            // and its feedback run to tens of kilobytes, and every token is read.
+            graph: serde_json::to_string(graph).unwrap_or_default(),
+            feedback: serde_json::to_string(feedback).unwrap_or_default(),
             tools: &self.tools,
             problems,
             max_edits: self.max_edits,
@@ -64,6 +65,13 @@ impl Proposer for LlmProposer {
             .map_err(|err| SearchError::InvalidProposal(format!("the reply was not an edit plan: {err}")))
     }
 }
+
+/// The prompt global that bounds the feedback in the optimizer's prompt, in characters.
+///
+/// Unset, the whole feedback goes in. A model with a short context (the embedded one
+/// reads 4,096 tokens) needs it: the feedback on five queries of a mined τ² workflow
+/// is about 40,000 characters.
+pub const FEEDBACK_CHARS: &str = "feedback_chars";
 
 /// The JSON Schema an edit plan must satisfy.
 #[must_use]
