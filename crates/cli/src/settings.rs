@@ -131,8 +131,8 @@ pub fn build_model(
 const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
 
 /// How many characters of feedback the embedded model's optimizer prompt carries: with
-/// the compact workflow and the instructions it keeps the prompt near 3,000 of the
-/// model's 4,096 tokens, leaving room for the edit plan.
+/// the compact workflow of a mined τ² skeleton and the instructions, the prompt is about
+/// 5,600 of the model's 8,192 tokens, leaving room for the edit plan.
 const LOCAL_FEEDBACK_CHARS: usize = 3000;
 
 /// The executor's prompt templates, with `dir`'s overrides. When the executor

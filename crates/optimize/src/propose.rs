@@ -69,8 +69,8 @@ impl Proposer for LlmProposer {
 /// The prompt global that bounds the feedback in the optimizer's prompt, in characters.
 ///
 /// Unset, the whole feedback goes in. A model with a short context (the embedded one
-/// reads 4,096 tokens) needs it: the feedback on five queries of a mined τ² workflow
-/// is about 40,000 characters.
+/// reads 8,192 tokens) needs it: the feedback on a few queries of a mined τ² workflow
+/// runs to tens of thousands of characters.
 pub const FEEDBACK_CHARS: &str = "feedback_chars";
 
 /// The JSON Schema an edit plan must satisfy.

@@ -67,15 +67,6 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     for name in ["run.json", "best.workflow.json", "report.html", "llm-cache.sqlite", "candidates/0000.workflow.json"] {
         assert!(run.join(name).is_file(), "{name} is missing from the run directory");
     }
-    // The optimizer's prompt fits the embedded model: whatever the model proposes, no
-    // expansion fails for want of context.
-    for entry in std::fs::read_dir(run.join("candidates")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.to_string_lossy().ends_with(".plan.json") {
-            let plan = std::fs::read_to_string(&path).unwrap();
-            assert!(!plan.contains("the model's limit"), "{}: the optimizer prompt was too long:\n{plan}", path.display());
-        }
-    }
     let traces = std::fs::read_dir(run.join("traces")).unwrap().count();
     assert!(traces >= 2, "expected opt and val traces of the root at least, found {traces} files");
 
