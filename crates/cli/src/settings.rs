@@ -130,9 +130,10 @@ pub fn build_model(
 /// makes little use of long contexts. The whole result stays in the trace.
 const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
 
-/// How many characters of feedback the embedded model's optimizer prompt carries: with
-/// the compact workflow of a mined τ² skeleton and the instructions, the prompt is about
-/// 5,600 of the model's 8,192 tokens, leaving room for the edit plan.
+/// How many characters of feedback the embedded model's optimizer prompt carries. With
+/// the compact JSON of a small workflow it fits the model's 4,096-token window; a mined
+/// τ² skeleton (about 5,600 tokens of prompt) still does not, and such a proposal fails
+/// with the window named in the search's plan file.
 const LOCAL_FEEDBACK_CHARS: usize = 3000;
 
 /// The executor's prompt templates, with `dir`'s overrides. When the executor

@@ -12,10 +12,10 @@ use std::io::{Read, Seek};
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device, Result, Tensor};
 
-/// The longest sequence (RoPE tables are built up to this length): the context length
-/// SmolLM2-135M was trained with, as its GGUF metadata gives it. The optimizer's prompt
-/// for a mined τ² workflow needs about 5,600 tokens.
-pub(crate) const MAX_SEQ_LEN: usize = 8192;
+/// The longest sequence (RoPE tables are built up to this length). The model was trained
+/// with 8,192, but prefill on a CPU grows quadratically: at 5,600 tokens one optimizer
+/// proposal took minutes, so requests past this are refused with a clear error instead.
+pub(crate) const MAX_SEQ_LEN: usize = 4096;
 /// KV cache capacity grows in steps of this many positions.
 const CACHE_STEP: usize = 256;
 

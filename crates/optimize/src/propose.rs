@@ -69,7 +69,7 @@ impl Proposer for LlmProposer {
 /// The prompt global that bounds the feedback in the optimizer's prompt, in characters.
 ///
 /// Unset, the whole feedback goes in. A model with a short context (the embedded one
-/// reads 8,192 tokens) needs it: the feedback on a few queries of a mined τ² workflow
+/// reads 4,096 tokens) needs it: the feedback on a few queries of a mined τ² workflow
 /// runs to tens of thousands of characters.
 pub const FEEDBACK_CHARS: &str = "feedback_chars";
 
