@@ -23,8 +23,9 @@ pub(crate) const IM_END: u32 = 2;
 /// How many system-prompt snapshots to keep.
 const PREFIX_CACHE_SLOTS: usize = 8;
 
-/// How the weights are held in memory. The file's Q4_1 blocks are dequantised once at
-/// load: candle has no fast Q4_1 kernel.
+/// How prefill's dense copy of the weights is held. Prefill is a matrix-matrix product,
+/// for candle's GEMM on weights dequantised once at load; decoding reads the file's own
+/// Q4_1/Q8_0 blocks either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
     /// F16 weights (about 270 MB), multiplied in F16.
@@ -183,8 +184,7 @@ impl Runner<'_> {
         if session.cache.len() + tokens.len() >= MAX_SEQ_LEN {
             return Err(LocalError::Request(format!("the sequence exceeds the model's limit of {MAX_SEQ_LEN} tokens")));
         }
-        let logits = self.engine.llama.forward(tokens, &mut session.cache)?;
-        session.logits = logits.to_vec1::<f32>()?;
+        session.logits = self.engine.llama.forward(tokens, &mut session.cache)?;
         Ok(())
     }
 

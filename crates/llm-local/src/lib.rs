@@ -50,6 +50,7 @@ pub mod bench;
 mod constrain;
 mod engine;
 mod error;
+mod kernels;
 mod llama;
 mod model;
 mod prompt;

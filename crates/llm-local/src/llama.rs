@@ -1,23 +1,26 @@
 //! A Llama forward pass written for this small model on a CPU.
 //!
-//! candle's `quantized_llama` runs SmolLM2, but it keeps Q4_1 blocks (slow kernels) or
-//! reads an environment variable to dequantise, grows its KV cache by concatenation
-//! and copies K and V three times per step for grouped-query attention. Here the
-//! weights are dequantised once at load (F16 or F32), Q/K/V and gate/up are fused
-//! into one matmul each, the KV cache is preallocated and filled in place, and the
-//! query heads are grouped by KV head so that K and V are never repeated.
+//! Two paths share one KV cache. Decoding (one or a few tokens) runs in plain Rust over
+//! the GGUF's own quantised blocks ([`QMatrix`]): every weight is read once per token,
+//! so fewer bytes per weight is more tokens per second. Prefill (many tokens) is a
+//! matrix-matrix product, where candle's GEMM on weights dequantised once at load (F16
+//! or F32) wins. In both, Q/K/V and gate/up are fused into one matrix each, and query
+//! heads are grouped by KV head so that K and V are never repeated.
 
 use std::io::{Read, Seek};
 
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device, Result, Tensor};
 
+use crate::kernels::{Heads, QMatrix, attend, dot};
+
 /// The longest sequence (RoPE tables are built up to this length). The model was trained
 /// with 8,192, but prefill on a CPU grows quadratically: at 5,600 tokens one optimizer
 /// proposal took minutes, so requests past this are refused with a clear error instead.
 pub(crate) const MAX_SEQ_LEN: usize = 4096;
-/// KV cache capacity grows in steps of this many positions.
-const CACHE_STEP: usize = 256;
+/// Up to this many tokens go through the decoding path one by one; more are prefilled
+/// as a batch.
+const DECODE_MAX_TOKENS: usize = 4;
 
 #[derive(Debug, Clone, Copy)]
 struct Config {
@@ -42,44 +45,47 @@ impl Linear {
     }
 }
 
+/// One transformer block: dense weights for prefill, quantised blocks for decoding.
 #[derive(Debug, Clone)]
 struct Layer {
     attn_norm: Tensor,
+    attn_norm_w: Vec<f32>,
     qkv: Linear,
     o: Linear,
     ffn_norm: Tensor,
+    ffn_norm_w: Vec<f32>,
     gate_up: Linear,
     down: Linear,
+    q_qkv: QMatrix,
+    q_o: QMatrix,
+    q_gate_up: QMatrix,
+    q_down: QMatrix,
 }
 
 /// The model weights, shared read-only by every [`KvCache`].
 #[derive(Debug, Clone)]
 pub(crate) struct Llama {
     cfg: Config,
-    embed: Tensor,
+    /// Token embeddings, also the output projection (the embeddings are tied).
+    embed: QMatrix,
+    output: QMatrix,
     layers: Vec<Layer>,
     norm: Tensor,
-    output: Linear,
+    norm_w: Vec<f32>,
     cos: Tensor,
     sin: Tensor,
+    /// `cos` and `sin` as `[MAX_SEQ_LEN, head_dim / 2]` slices for the decoding path.
+    cos_table: Vec<f32>,
+    sin_table: Vec<f32>,
 }
 
-/// Keys and values of the positions seen so far, per layer: `[n_kv_head, capacity,
-/// head_dim]`, valid up to `len`. Cloning copies the valid part, so a clone is an
-/// independent snapshot.
-#[derive(Debug)]
+/// Keys and values of the positions seen so far, per layer, position-major:
+/// `[len, n_kv_head, head_dim]`. Cloning copies them, so a clone is an independent
+/// snapshot.
+#[derive(Debug, Clone)]
 pub(crate) struct KvCache {
-    layers: Vec<(Tensor, Tensor)>,
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
     len: usize,
-    capacity: usize,
-}
-
-impl Clone for KvCache {
-    fn clone(&self) -> KvCache {
-        // A deep copy: in-place writes to the original must not reach the clone. A
-        // copy of valid CPU tensors cannot fail; fall back to an empty cache if it did.
-        self.resized(self.capacity).unwrap_or_else(|_| KvCache { layers: Vec::new(), len: 0, capacity: 0 })
-    }
 }
 
 impl KvCache {
@@ -87,25 +93,11 @@ impl KvCache {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
-
-    fn resized(&self, capacity: usize) -> Result<KvCache> {
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for (k, v) in &self.layers {
-            let (n_kv, _, hd) = k.dims3()?;
-            let nk = Tensor::zeros((n_kv, capacity, hd), DType::F32, k.device())?;
-            let nv = Tensor::zeros((n_kv, capacity, hd), DType::F32, v.device())?;
-            if self.len > 0 {
-                nk.slice_set(&k.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                nv.slice_set(&v.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-            }
-            layers.push((nk, nv));
-        }
-        Ok(KvCache { layers, len: self.len, capacity })
-    }
 }
 
 impl Llama {
-    /// Loads the weights of a `llama` GGUF, dequantised to `dtype` (F16 or F32).
+    /// Loads the weights of a `llama` GGUF; prefill's dense copies are dequantised to
+    /// `dtype` (F16 or F32).
     pub(crate) fn from_gguf<R: Read + Seek>(
         content: &gguf_file::Content,
         reader: &mut R,
@@ -126,31 +118,40 @@ impl Llama {
         let head_dim = hidden / n_head;
         let cfg = Config { n_head, n_kv_head, head_dim, hidden, ffn, eps };
 
-        let mut load = |name: &str, dtype: DType| -> Result<Tensor> {
-            content.tensor(reader, name, device)?.dequantize(device)?.to_dtype(dtype)
-        };
-        let embed = load("token_embd.weight", dtype)?;
+        let mut load = |name: &str| content.tensor(reader, name, device);
+        let dense = |t: &candle_core::quantized::QTensor, dtype: DType| t.dequantize(device)?.to_dtype(dtype);
+        let embed = QMatrix::from_qtensor(&load("token_embd.weight")?)?;
         let output = if content.tensor_infos.contains_key("output.weight") {
-            load("output.weight", dtype)?
+            QMatrix::from_qtensor(&load("output.weight")?)?
         } else {
             embed.clone()
         };
-        let norm = load("output_norm.weight", DType::F32)?;
+        let norm = dense(&load("output_norm.weight")?, DType::F32)?;
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
-            let p = format!("blk.{i}");
-            let q = load(&format!("{p}.attn_q.weight"), dtype)?;
-            let k = load(&format!("{p}.attn_k.weight"), dtype)?;
-            let v = load(&format!("{p}.attn_v.weight"), dtype)?;
-            let gate = load(&format!("{p}.ffn_gate.weight"), dtype)?;
-            let up = load(&format!("{p}.ffn_up.weight"), dtype)?;
+            let mut get = |part: &str| load(&format!("blk.{i}.{part}.weight"));
+            let (q, k, v) = (get("attn_q")?, get("attn_k")?, get("attn_v")?);
+            let (gate, up) = (get("ffn_gate")?, get("ffn_up")?);
+            let (o, down) = (get("attn_output")?, get("ffn_down")?);
+            let attn_norm = dense(&get("attn_norm")?, DType::F32)?;
+            let ffn_norm = dense(&get("ffn_norm")?, DType::F32)?;
             layers.push(Layer {
-                attn_norm: load(&format!("{p}.attn_norm.weight"), DType::F32)?,
-                qkv: Linear { w: Tensor::cat(&[q, k, v], 0)? },
-                o: Linear { w: load(&format!("{p}.attn_output.weight"), dtype)? },
-                ffn_norm: load(&format!("{p}.ffn_norm.weight"), DType::F32)?,
-                gate_up: Linear { w: Tensor::cat(&[gate, up], 0)? },
-                down: Linear { w: load(&format!("{p}.ffn_down.weight"), dtype)? },
+                attn_norm_w: attn_norm.to_vec1()?,
+                attn_norm,
+                qkv: Linear { w: Tensor::cat(&[dense(&q, dtype)?, dense(&k, dtype)?, dense(&v, dtype)?], 0)? },
+                o: Linear { w: dense(&o, dtype)? },
+                ffn_norm_w: ffn_norm.to_vec1()?,
+                ffn_norm,
+                gate_up: Linear { w: Tensor::cat(&[dense(&gate, dtype)?, dense(&up, dtype)?], 0)? },
+                down: Linear { w: dense(&down, dtype)? },
+                q_qkv: QMatrix::stack(vec![
+                    QMatrix::from_qtensor(&q)?,
+                    QMatrix::from_qtensor(&k)?,
+                    QMatrix::from_qtensor(&v)?,
+                ])?,
+                q_o: QMatrix::from_qtensor(&o)?,
+                q_gate_up: QMatrix::stack(vec![QMatrix::from_qtensor(&gate)?, QMatrix::from_qtensor(&up)?])?,
+                q_down: QMatrix::from_qtensor(&down)?,
             });
         }
 
@@ -159,70 +160,136 @@ impl Llama {
         let theta = Tensor::new(theta.as_slice(), device)?;
         let positions = Tensor::arange(0, MAX_SEQ_LEN as u32, device)?.to_dtype(DType::F32)?;
         let angles = positions.unsqueeze(1)?.broadcast_mul(&theta.unsqueeze(0)?)?;
-        Ok(Llama { cfg, embed, layers, norm, output: Linear { w: output }, cos: angles.cos()?, sin: angles.sin()? })
+        let (cos, sin) = (angles.cos()?, angles.sin()?);
+        Ok(Llama {
+            cfg,
+            embed,
+            output,
+            layers,
+            norm_w: norm.to_vec1()?,
+            norm,
+            cos_table: cos.flatten_all()?.to_vec1()?,
+            sin_table: sin.flatten_all()?.to_vec1()?,
+            cos,
+            sin,
+        })
     }
 
     /// An empty KV cache.
     pub(crate) fn new_cache(&self) -> KvCache {
-        KvCache { layers: Vec::new(), len: 0, capacity: 0 }
+        KvCache { layers: vec![(Vec::new(), Vec::new()); self.layers.len()], len: 0 }
     }
 
     /// Runs `tokens` after the positions in `cache`, appends their keys and values,
-    /// and returns the logits for the next token (`[vocab]`, F32).
-    pub(crate) fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let seq = tokens.len();
-        let pos = cache.len;
-        if seq == 0 {
+    /// and returns the logits for the next token (`[vocab]`).
+    pub(crate) fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
             candle_core::bail!("no tokens to run");
         }
-        if pos + seq > MAX_SEQ_LEN {
-            candle_core::bail!("sequence of {} tokens exceeds {MAX_SEQ_LEN}", pos + seq);
+        if cache.len + tokens.len() > MAX_SEQ_LEN {
+            candle_core::bail!("sequence of {} tokens exceeds {MAX_SEQ_LEN}", cache.len + tokens.len());
         }
-        let device = self.embed.device();
-        self.reserve(cache, pos + seq, device)?;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.embed.rows()) {
+            candle_core::bail!("token id {bad} is outside the vocabulary of {}", self.embed.rows());
+        }
+        let last = if tokens.len() <= DECODE_MAX_TOKENS {
+            let mut x = Vec::new();
+            for &t in tokens {
+                x = self.decode_step(t, cache);
+            }
+            x
+        } else {
+            self.prefill(tokens, cache)?
+        };
+        let h = rms_norm(&last, &self.norm_w, self.cfg.eps);
+        let mut logits = vec![0.0; self.output.rows()];
+        self.output.matvec(&h, &mut logits);
+        Ok(logits)
+    }
+
+    /// One token through every layer on the quantised weights; returns its final hidden
+    /// state.
+    fn decode_step(&self, token: u32, cache: &mut KvCache) -> Vec<f32> {
+        let Config { n_head, n_kv_head, head_dim, hidden, ffn, eps } = self.cfg;
+        let pos = cache.len;
+        let mut x = vec![0.0; hidden];
+        self.embed.row_into(token as usize, &mut x);
+        let half = head_dim / 2;
+        let (cos, sin) = (&self.cos_table[pos * half..(pos + 1) * half], &self.sin_table[pos * half..(pos + 1) * half]);
+        let mut qkv = vec![0.0; (n_head + 2 * n_kv_head) * head_dim];
+        let mut att = vec![0.0; hidden];
+        let mut proj = vec![0.0; hidden];
+        let mut gu = vec![0.0; 2 * ffn];
+        for (layer, (keys, values)) in self.layers.iter().zip(&mut cache.layers) {
+            let h = rms_norm(&x, &layer.attn_norm_w, eps);
+            layer.q_qkv.matvec(&h, &mut qkv);
+            let (q, kv) = qkv.split_at_mut(n_head * head_dim);
+            let (k, v) = kv.split_at_mut(n_kv_head * head_dim);
+            for head in q.chunks_exact_mut(head_dim).chain(k.chunks_exact_mut(head_dim)) {
+                rope_interleaved(head, cos, sin);
+            }
+            keys.extend_from_slice(k);
+            values.extend_from_slice(v);
+            attend(q, keys, values, Heads { n_head, n_kv_head, head_dim }, &mut att);
+            layer.q_o.matvec(&att, &mut proj);
+            add_into(&mut x, &proj);
+
+            let h = rms_norm(&x, &layer.ffn_norm_w, eps);
+            layer.q_gate_up.matvec(&h, &mut gu);
+            let (gate, up) = gu.split_at_mut(ffn);
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            layer.q_down.matvec(gate, &mut proj);
+            add_into(&mut x, &proj);
+        }
+        cache.len = pos + 1;
+        x
+    }
+
+    /// A batch of tokens through candle's GEMM; returns the last token's final hidden
+    /// state (before the output norm).
+    fn prefill(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        let seq = tokens.len();
+        let pos = cache.len;
+        let device = self.norm.device();
         let Config { n_head, n_kv_head, head_dim, hidden, ffn, eps } = self.cfg;
         let group = n_head / n_kv_head;
 
-        let ids = Tensor::new(tokens, device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?;
+        let mut embedded = vec![0.0; seq * hidden];
+        for (&t, row) in tokens.iter().zip(embedded.chunks_exact_mut(hidden)) {
+            self.embed.row_into(t as usize, row);
+        }
+        let mut x = Tensor::from_vec(embedded, (seq, hidden), device)?;
         let cos = self.cos.narrow(0, pos, seq)?;
         let sin = self.sin.narrow(0, pos, seq)?;
-        let mask = if seq > 1 { Some(causal_mask(seq, pos, device)?) } else { None };
+        let mask = causal_mask(seq, pos, device)?;
         let scale = 1.0 / (head_dim as f64).sqrt();
         let kv_len = pos + seq;
 
-        for (layer, (k_cache, v_cache)) in self.layers.iter().zip(&cache.layers) {
+        for (layer, (k_cache, v_cache)) in self.layers.iter().zip(&mut cache.layers) {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
             let qkv = layer.qkv.forward(&h)?;
-            let q = qkv.narrow(1, 0, n_head * head_dim)?.reshape((seq, n_head, head_dim))?.transpose(0, 1)?.contiguous()?;
-            let k = qkv
-                .narrow(1, n_head * head_dim, n_kv_head * head_dim)?
-                .reshape((seq, n_kv_head, head_dim))?
-                .transpose(0, 1)?
-                .contiguous()?;
-            let v = qkv
-                .narrow(1, (n_head + n_kv_head) * head_dim, n_kv_head * head_dim)?
-                .reshape((seq, n_kv_head, head_dim))?
-                .transpose(0, 1)?
-                .contiguous()?;
+            let heads = |start: usize, n: usize| -> Result<Tensor> {
+                qkv.narrow(1, start * head_dim, n * head_dim)?.reshape((seq, n, head_dim))?.transpose(0, 1)?.contiguous()
+            };
+            let q = heads(0, n_head)?;
+            let k = heads(n_head, n_kv_head)?;
+            let v = heads(n_head + n_kv_head, n_kv_head)?;
             let q = candle_nn::rotary_emb::rope_i(&q.unsqueeze(0)?, &cos, &sin)?.squeeze(0)?;
             let k = candle_nn::rotary_emb::rope_i(&k.unsqueeze(0)?, &cos, &sin)?.squeeze(0)?;
-            k_cache.slice_set(&k, 1, pos)?;
-            v_cache.slice_set(&v, 1, pos)?;
-            let keys = k_cache.narrow(1, 0, kv_len)?;
-            let values = v_cache.narrow(1, 0, kv_len)?;
+            let keys = append_positions(k_cache, &k, kv_len)?;
+            let values = append_positions(v_cache, &v, kv_len)?;
 
             // Query heads h = kv * group + r share KV head `kv`: group them so each KV
             // head is multiplied once, without repeating K and V.
             let q = q.reshape((n_kv_head, group * seq, head_dim))?;
-            let mut att = (q.matmul(&keys.t()?)? * scale)?;
-            if let Some(mask) = &mask {
-                att = att.reshape((n_kv_head, group, seq, kv_len))?.broadcast_add(mask)?.reshape((
-                    n_kv_head,
-                    group * seq,
-                    kv_len,
-                ))?;
-            }
+            let att = (q.matmul(&keys.t()?)? * scale)?;
+            let att = att.reshape((n_kv_head, group, seq, kv_len))?.broadcast_add(&mask)?.reshape((
+                n_kv_head,
+                group * seq,
+                kv_len,
+            ))?;
             let att = candle_nn::ops::softmax_last_dim(&att)?;
             let y = att.matmul(&values)?; // [n_kv, group * seq, head_dim]
             let y = y.reshape((n_head, seq, head_dim))?.transpose(0, 1)?.reshape((seq, hidden))?;
@@ -235,25 +302,40 @@ impl Llama {
             x = (layer.down.forward(&(gate * up)?)? + x)?;
         }
         cache.len = kv_len;
-        let last = x.narrow(0, seq - 1, 1)?;
-        let last = candle_nn::ops::rms_norm(&last, &self.norm, eps)?;
-        self.output.forward(&last)?.squeeze(0)
+        x.narrow(0, seq - 1, 1)?.flatten_all()?.to_vec1()
     }
+}
 
-    /// Makes room in `cache` for `needed` positions.
-    fn reserve(&self, cache: &mut KvCache, needed: usize, device: &Device) -> Result<()> {
-        if cache.layers.is_empty() {
-            let capacity = needed.div_ceil(CACHE_STEP) * CACHE_STEP;
-            let shape = (self.cfg.n_kv_head, capacity, self.cfg.head_dim);
-            cache.layers = (0..self.layers.len())
-                .map(|_| Ok((Tensor::zeros(shape, DType::F32, device)?, Tensor::zeros(shape, DType::F32, device)?)))
-                .collect::<Result<_>>()?;
-            cache.capacity = capacity;
-        } else if needed > cache.capacity {
-            let capacity = (needed.div_ceil(CACHE_STEP) * CACHE_STEP).max(cache.capacity * 2).min(MAX_SEQ_LEN);
-            *cache = cache.resized(capacity)?;
-        }
-        Ok(())
+/// Appends `new` (`[n_kv, seq, head_dim]`) to a position-major cache and returns all
+/// `kv_len` cached positions as `[n_kv, kv_len, head_dim]`.
+fn append_positions(cache: &mut Vec<f32>, new: &Tensor, kv_len: usize) -> Result<Tensor> {
+    let (n_kv, _, head_dim) = new.dims3()?;
+    let fresh = cache.is_empty();
+    cache.extend(new.transpose(0, 1)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?);
+    if fresh {
+        return Ok(new.clone());
+    }
+    Tensor::from_slice(cache.as_slice(), (kv_len, n_kv, head_dim), new.device())?.transpose(0, 1)?.contiguous()
+}
+
+/// RoPE on one head, rotating pairs `(2i, 2i + 1)` (candle's `rope_i`).
+fn rope_interleaved(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for ((pair, c), s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+        let (a, b) = (pair[0], pair[1]);
+        pair[0] = a * c - b * s;
+        pair[1] = a * s + b * c;
+    }
+}
+
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
+    let mean = dot(x, x) / x.len() as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    x.iter().zip(weight).map(|(v, w)| v * scale * w).collect()
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
     }
 }
 
@@ -323,7 +405,7 @@ mod reference {
         let tokens: [u32; 16] = [1, 4093, 198, 19556, 28, 905, 17, 2, 198, 1, 520, 9531, 198, 19556, 17, 1073];
         let split = 10;
         let mut cache = ours.new_cache();
-        let a = ours.forward(&tokens[..split], &mut cache).unwrap().to_vec1::<f32>().unwrap();
+        let a = ours.forward(&tokens[..split], &mut cache).unwrap();
         let input = Tensor::new(&tokens[..split], &device).unwrap().unsqueeze(0).unwrap();
         let b = theirs.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
         assert!(cosine(&a, &b) > 0.99, "prefill cosine {}", cosine(&a, &b));
@@ -332,7 +414,7 @@ mod reference {
         let snapshot = cache.clone();
         let mut last = Vec::new();
         for (i, &t) in tokens.iter().enumerate().skip(split) {
-            let a = ours.forward(&[t], &mut cache).unwrap().to_vec1::<f32>().unwrap();
+            let a = ours.forward(&[t], &mut cache).unwrap();
             let input = Tensor::new(&[t], &device).unwrap().unsqueeze(0).unwrap();
             let b = theirs.forward(&input, i).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
             assert!(cosine(&a, &b) > 0.99, "step {i}: cosine {}", cosine(&a, &b));
@@ -342,7 +424,7 @@ mod reference {
         // one batch gives the same final logits.
         let mut replay = snapshot;
         assert_eq!(replay.len(), split);
-        let again = ours.forward(&tokens[split..], &mut replay).unwrap().to_vec1::<f32>().unwrap();
+        let again = ours.forward(&tokens[split..], &mut replay).unwrap();
         assert!(cosine(&again, &last) > 0.9999, "replay cosine {}", cosine(&again, &last));
     }
 }
