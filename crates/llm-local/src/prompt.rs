@@ -43,6 +43,7 @@ struct SystemContext<'a> {
     base: &'a str,
     tools: Vec<ToolView<'a>>,
     schema: Option<String>,
+    schema_keys: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -89,9 +90,13 @@ impl Templates {
                 .map(|t| ToolView { name: &t.name, description: &t.description, parameters: t.parameters.to_string() })
                 .collect()
         };
-        let schema = request.response_format.as_ref().map(|f| f.schema.to_string());
+        let (schema, schema_keys) = match &request.response_format {
+            Some(format) => schema_for_prompt(&format.schema),
+            None => (None, Vec::new()),
+        };
+        let context = SystemContext { base: &base, tools, schema, schema_keys };
         let system_text =
-            self.env.get_template("system").and_then(|t| t.render(Value::from(Serde(SystemContext { base: &base, tools, schema })))).map_err(render_err)?;
+            self.env.get_template("system").and_then(|t| t.render(Value::from(Serde(context)))).map_err(render_err)?;
 
         let chatml = self.env.get_template("chatml").map_err(render_err)?;
         let system = chatml
@@ -119,6 +124,58 @@ impl Templates {
     }
 }
 
+/// The longest response schema shown in the system message, in characters of compact
+/// JSON without annotations. Decoding enforces the schema whatever the prompt shows; a
+/// long one would only crowd the 4,096-token window (an optimizer edit plan's schema is
+/// 9,000 characters, 4,000 without its descriptions), so past this the prompt names the
+/// top-level keys instead.
+const SCHEMA_PROMPT_CHARS: usize = 1_500;
+
+/// The schema as the prompt shows it: compact and without annotations when short
+/// enough, otherwise only its top-level property names.
+fn schema_for_prompt(schema: &serde_json::Value) -> (Option<String>, Vec<String>) {
+    let bare = without_annotations(schema).to_string();
+    if bare.len() <= SCHEMA_PROMPT_CHARS {
+        return (Some(bare), Vec::new());
+    }
+    let keys = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    (None, keys)
+}
+
+/// `schema` without the keywords that only explain (descriptions, titles, formats,
+/// examples): the decoder enforces the rest.
+fn without_annotations(schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as Json;
+    const NOTES: [&str; 5] = ["description", "title", "$schema", "format", "examples"];
+    match schema {
+        Json::Object(map) => Json::Object(
+            map.iter()
+                .filter(|(k, _)| !NOTES.contains(&k.as_str()))
+                .map(|(k, v)| {
+                    // Inside `properties` the keys are field names, never annotations.
+                    let v = if k == "properties" { properties_without_annotations(v) } else { without_annotations(v) };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Json::Array(items) => Json::Array(items.iter().map(without_annotations).collect()),
+        other => other.clone(),
+    }
+}
+
+fn properties_without_annotations(properties: &serde_json::Value) -> serde_json::Value {
+    match properties {
+        serde_json::Value::Object(map) => {
+            serde_json::Value::Object(map.iter().map(|(k, v)| (k.clone(), without_annotations(v))).collect())
+        }
+        other => without_annotations(other),
+    }
+}
+
 fn role_name(role: Role) -> &'static str {
     match role {
         Role::System => "system",
@@ -132,7 +189,9 @@ fn role_name(role: Role) -> &'static str {
 mod tests {
     use flowmem_llm::{ChatRequest, Message, Purpose};
 
-    use super::Templates;
+    use serde_json::json;
+
+    use super::{SCHEMA_PROMPT_CHARS, Templates, schema_for_prompt};
 
     #[test]
     fn chatml_with_default_system_message() {
@@ -143,5 +202,35 @@ mod tests {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         );
         assert_eq!(p.rest, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn a_short_schema_is_shown_without_its_annotations() {
+        // A field named `title` is kept: inside `properties` keys are field names.
+        let schema = json!({"title": "Reply", "type": "object", "description": "why",
+            "properties": {"title": {"type": "string", "description": "the title"}, "n": {"type": "integer", "format": "uint32"}}});
+        let (shown, keys) = schema_for_prompt(&schema);
+        // Key order depends on serde_json's `preserve_order`, which other crates may enable.
+        let shown: serde_json::Value = serde_json::from_str(&shown.expect("shown")).unwrap();
+        assert_eq!(shown, json!({"type": "object", "properties": {"title": {"type": "string"}, "n": {"type": "integer"}}}));
+        assert!(keys.is_empty());
+    }
+
+    #[test]
+    fn a_long_schema_is_named_by_its_top_level_keys() {
+        let long: serde_json::Map<String, serde_json::Value> =
+            (0..200).map(|i| (format!("option_{i}"), json!({"const": i}))).collect();
+        let schema = json!({"type": "object", "properties": {"rationale": {"type": "string"}, "edits": {"type": "array", "items": {"oneOf": [long]}}}});
+        assert!(schema.to_string().len() > SCHEMA_PROMPT_CHARS);
+        let (shown, keys) = schema_for_prompt(&schema);
+        assert_eq!(shown, None);
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, ["edits", "rationale"]);
+        let mut request = ChatRequest::new(vec![Message::user("Hi")], Purpose::Other);
+        request.response_format = Some(flowmem_llm::ResponseFormat { name: "plan".to_owned(), schema });
+        let p = Templates::new().render(&request).unwrap();
+        let sentence = format!("Answer with one JSON object with the keys {}.", keys.join(", "));
+        assert!(p.system.contains(&sentence), "{}", p.system);
     }
 }

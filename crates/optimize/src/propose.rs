@@ -28,7 +28,7 @@ pub struct LlmProposer {
 
 #[derive(Serialize)]
 struct ProposeContext<'a> {
-    graph: String,
+    graph: &'a WorkflowGraph,
     feedback: String,
     tools: &'a [String],
     problems: &'a [String],
@@ -39,9 +39,11 @@ struct ProposeContext<'a> {
 impl Proposer for LlmProposer {
     async fn propose(&self, graph: &WorkflowGraph, feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError> {
         let ctx = ProposeContext {
-            // Invariant: graphs and JSON values always serialise. Compact JSON: a workflow
-            // and its feedback run to tens of kilobytes, and every token is read.
-            graph: serde_json::to_string(graph).unwrap_or_default(),
+            // The template lists the graph's nodes and edges a line each, without the
+            // notes for people: as JSON a mined workflow is three times longer.
+            graph,
+            // Invariant: JSON values always serialise. Compact: the feedback runs to tens
+            // of kilobytes, and every token is read.
             feedback: serde_json::to_string(feedback).unwrap_or_default(),
             tools: &self.tools,
             problems,

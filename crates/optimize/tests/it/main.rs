@@ -1,4 +1,5 @@
 //! Integration tests of flowmem-optimize.
 
+mod propose;
 mod scout;
 mod search;

@@ -1,0 +1,86 @@
+//! The optimizer's prompt and reply, against the scripted OpenAI-compatible server.
+
+use std::sync::Arc;
+
+use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
+use flowmem_model::WorkflowGraph;
+use flowmem_optimize::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, Proposer};
+use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
+use serde_json::json;
+
+/// A graph with every construct the listing must show: roles, hints, an instruction, a
+/// loop with a judge, a branch, a parallel fan-out, and labelled and back edges.
+fn graph() -> WorkflowGraph {
+    serde_json::from_value(json!({
+        "name": "g",
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan", "description": "a note for people only"},
+            {"id": "find", "kind": "tool", "hints": ["find_user_id_by_name_zip"], "instruction": "Use the zip code."},
+            {"id": "fan", "kind": "parallel"},
+            {"id": "again", "kind": "loop", "max_iterations": 5, "until": {"type": "judge", "question": "Is the order known?"}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"]},
+            {"id": "user", "kind": "tool"},
+            {"id": "meet", "kind": "join"},
+            {"id": "route", "kind": "branch", "condition": {"type": "tool_succeeded"}},
+            {"id": "synth", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [
+            {"from": "plan", "to": "find"}, {"from": "find", "to": "fan"},
+            {"from": "fan", "to": "again"}, {"from": "again", "to": "order", "label": "body"},
+            {"from": "order", "to": "again", "kind": "back"}, {"from": "again", "to": "meet", "label": "exit"},
+            {"from": "fan", "to": "user"}, {"from": "user", "to": "meet"}, {"from": "meet", "to": "route"},
+            {"from": "route", "to": "synth", "label": "ok"}, {"from": "route", "to": "synth", "label": "error", "kind": "control"}
+        ],
+        "entry": "plan",
+        "exit": "synth"
+    }))
+    .expect("test graph parses")
+}
+
+fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
+    let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
+    cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
+    Arc::new(HttpModel::new(cfg).expect("model config"))
+}
+
+#[tokio::test]
+async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
+    let plan = json!({"rationale": "retry the lookup", "edits": [{"op": "rewrite_prompt", "id": "find", "instruction": "Ask for the zip."}]});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    prompts.set_global(FEEDBACK_CHARS, &200);
+    let proposer = LlmProposer {
+        model: http_model(&server),
+        prompts: Arc::new(prompts),
+        tools: vec!["find_user_id_by_name_zip".into(), "get_order_details".into()],
+        max_edits: 4,
+    };
+    let feedback = json!({"queries": [{"query": "x".repeat(5_000), "failing_nodes": ["find"]}]});
+
+    let plan = proposer.propose(&graph(), &feedback, &[]).await.expect("a valid plan");
+    assert_eq!(plan.rationale, "retry the lookup");
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1);
+    let prompt = requests[0].last_text("user").expect("a user message").to_owned();
+    for line in [
+        "Current workflow, from plan to synth. Nodes:",
+        "- plan: llm plan\n",
+        "- find: tool hints [find_user_id_by_name_zip] instruction \"Use the zip code.\"\n",
+        "- fan: parallel\n",
+        "- again: loop max_iterations 5 until judge \"Is the order known?\"\n",
+        "- user: tool\n",
+        "- route: branch condition tool_succeeded\n",
+        "- synth: llm synthesize\n",
+        "Edges: plan -> find; find -> fan; fan -> again; again -> order [body]; order -> again (back); again -> meet [exit]; \
+         fan -> user; user -> meet; meet -> route; route -> synth [ok]; route -> synth (control) [error]\n",
+    ] {
+        assert!(prompt.contains(line), "missing {line:?} in:\n{prompt}");
+    }
+    assert!(!prompt.contains("a note for people only"), "descriptions are left out:\n{prompt}");
+    assert!(!prompt.contains("\"nodes\""), "the graph is listed, not dumped as JSON:\n{prompt}");
+    // The feedback is clipped to its budget: 200 characters of the 5,000-character query.
+    assert!(prompt.contains(&"x".repeat(150)));
+    assert!(!prompt.contains(&"x".repeat(250)), "the feedback budget holds");
+}
