@@ -91,10 +91,17 @@ impl Constrainer {
 /// and no `additionalProperties` gets `additionalProperties: false`, and the top level
 /// asks llguidance for compact whitespace. Anything valid against the result is valid
 /// against the input.
+///
+/// An object whose properties are split between itself and its `oneOf`/`anyOf`
+/// branches (serde's flattened enums: `{id}` beside `oneOf: [{kind: "llm", role}, …]`)
+/// would become unsatisfiable if each part were closed alone, so the parent's
+/// properties are first copied into every branch, which is the same schema.
 #[must_use]
 pub fn prepare(schema: &Value) -> Value {
     let mut schema = schema.clone();
-    tighten(&mut schema);
+    let defs = schema.get("$defs").or_else(|| schema.get("definitions")).cloned().unwrap_or(Value::Null);
+    inline_branch_refs(&mut schema, &defs);
+    tighten(&mut schema, true);
     if let Value::Object(map) = &mut schema {
         map.insert(
             "x-guidance".to_owned(),
@@ -104,7 +111,9 @@ pub fn prepare(schema: &Value) -> Value {
     schema
 }
 
-fn tighten(schema: &mut Value) {
+/// Tightens `schema`; closes it (when it is an object) only if `closable`: a part of a
+/// composition may see only some of the object's properties.
+fn tighten(schema: &mut Value, closable: bool) {
     let Value::Object(map) = schema else { return };
     let has = |map: &Map<String, Value>, k: &str| map.contains_key(k);
     let is_type = |map: &Map<String, Value>, t: &str| match map.get("type") {
@@ -118,25 +127,105 @@ fn tighten(schema: &mut Value) {
     if is_type(map, "array") && !has(map, "maxItems") {
         map.insert("maxItems".to_owned(), json!(DEFAULT_MAX_ITEMS));
     }
-    if is_type(map, "object") && !has(map, "additionalProperties") && !has(map, "patternProperties") {
+    let branches_closable = distribute_into_branches(map);
+    let composed = ["anyOf", "oneOf", "allOf"].iter().any(|k| has(map, k));
+    if closable && !composed && is_type(map, "object") && !has(map, "additionalProperties") && !has(map, "patternProperties") {
         map.insert("additionalProperties".to_owned(), Value::Bool(false));
         map.entry("properties").or_insert_with(|| Value::Object(Map::new()));
     }
     for key in ["properties", "$defs", "definitions"] {
         if let Some(Value::Object(children)) = map.get_mut(key) {
-            children.values_mut().for_each(tighten);
+            children.values_mut().for_each(|child| tighten(child, true));
         }
     }
     for key in ["items", "additionalProperties", "not"] {
         if let Some(child) = map.get_mut(key) {
-            tighten(child);
+            tighten(child, true);
         }
     }
-    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+    for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(children)) = map.get_mut(key) {
-            children.iter_mut().for_each(tighten);
+            children.iter_mut().for_each(|child| tighten(child, branches_closable));
         }
     }
+    // Each conjunct of `allOf` sees only part of the object: none may be closed.
+    for key in ["allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = map.get_mut(key) {
+            children.iter_mut().for_each(|child| tighten(child, key == "prefixItems"));
+        }
+    }
+}
+
+/// Replaces `{"$ref": "#/$defs/X"}` branches of objects that also list their own
+/// properties with a copy of `X`, so that [`distribute_into_branches`] can merge them.
+fn inline_branch_refs(schema: &mut Value, defs: &Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.contains_key("properties") {
+                for key in ["oneOf", "anyOf"] {
+                    let Some(Value::Array(branches)) = map.get_mut(key) else { continue };
+                    for branch in branches.iter_mut() {
+                        let target = branch.get("$ref").and_then(Value::as_str).and_then(|r| {
+                            let name = r.strip_prefix("#/$defs/").or_else(|| r.strip_prefix("#/definitions/"))?;
+                            defs.get(name)
+                        });
+                        if let Some(target) = target {
+                            *branch = target.clone();
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(|child| inline_branch_refs(child, defs));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|child| inline_branch_refs(child, defs)),
+        _ => {}
+    }
+}
+
+/// Moves an object's own `properties` and `required` into each of its `oneOf`/`anyOf`
+/// branches, when every branch is an inline object schema. Returns whether the
+/// branches now describe whole objects, so that closing them loses nothing.
+fn distribute_into_branches(map: &mut Map<String, Value>) -> bool {
+    let own_properties = map.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+    let own_required = map.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+    if own_properties.is_empty() && own_required.is_empty() {
+        return true;
+    }
+    let branch_keys: Vec<&str> = ["oneOf", "anyOf"].into_iter().filter(|k| map.contains_key(*k)).collect();
+    if branch_keys.is_empty() || map.contains_key("allOf") {
+        return false;
+    }
+    let inline_objects = branch_keys.iter().all(|k| {
+        map.get(*k).and_then(Value::as_array).is_some_and(|branches| {
+            branches.iter().all(|b| b.as_object().is_some_and(|b| !b.contains_key("$ref") && !b.contains_key("allOf")))
+        })
+    });
+    if !inline_objects {
+        return false;
+    }
+    for key in branch_keys {
+        let Some(Value::Array(branches)) = map.get_mut(key) else { continue };
+        for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
+            let properties = branch.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(properties) = properties {
+                for (name, schema) in &own_properties {
+                    properties.entry(name.clone()).or_insert_with(|| schema.clone());
+                }
+            }
+            let required = branch.entry("required").or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(required) = required {
+                for name in &own_required {
+                    if !required.contains(name) {
+                        required.push(name.clone());
+                    }
+                }
+            }
+            branch.entry("type").or_insert_with(|| json!("object"));
+        }
+    }
+    map.remove("properties");
+    map.remove("required");
+    true
 }
 
 #[cfg(test)]
@@ -144,6 +233,49 @@ mod tests {
     use serde_json::json;
 
     use super::prepare;
+
+    fn valid(schema: &serde_json::Value, value: &serde_json::Value) -> bool {
+        jsonschema::validator_for(schema).expect("a valid schema").is_valid(value)
+    }
+
+    /// serde's flattened tagged enum, as in the optimizer's edit plan: `id` on the
+    /// parent, the kind's fields in `oneOf` branches.
+    #[test]
+    fn flattened_enums_stay_satisfiable_and_closed() {
+        let node = json!({
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+            "oneOf": [
+                {"type": "object", "properties": {"kind": {"const": "llm"}, "role": {"type": "string"}}, "required": ["kind", "role"]},
+                {"type": "object", "properties": {"kind": {"const": "join"}}, "required": ["kind"]}
+            ]
+        });
+        let p = prepare(&node);
+        assert!(valid(&p, &json!({"id": "a", "kind": "llm", "role": "plan"})));
+        assert!(valid(&p, &json!({"id": "b", "kind": "join"})));
+        assert!(!valid(&p, &json!({"kind": "join"})), "id stays required");
+        assert!(!valid(&p, &json!({"id": "b", "kind": "join", "extra": 1})), "branches are closed");
+        assert!(!valid(&p, &json!({"id": "b", "kind": "join", "role": "plan"})), "a branch allows only its own fields");
+        for value in [json!({"id": "a", "kind": "llm", "role": "plan"}), json!({"id": "b", "kind": "join"})] {
+            assert!(valid(&node, &value), "the original accepts what the prepared schema accepts");
+        }
+    }
+
+    /// A branch that is a reference is inlined, then merged like any other.
+    #[test]
+    fn referenced_branches_are_inlined_and_merged() {
+        let schema = json!({
+            "$defs": {"Join": {"type": "object", "properties": {"kind": {"const": "join"}}, "required": ["kind"]}},
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+            "oneOf": [{"$ref": "#/$defs/Join"}]
+        });
+        let p = prepare(&schema);
+        assert!(valid(&p, &json!({"id": "b", "kind": "join"})));
+        assert!(!valid(&p, &json!({"id": "b", "kind": "join", "extra": 1})));
+    }
 
     #[test]
     fn bounds_are_added_where_missing_only() {

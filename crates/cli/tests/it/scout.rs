@@ -67,9 +67,9 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     for name in ["run.json", "best.workflow.json", "report.html", "llm-cache.sqlite", "candidates/0000.workflow.json"] {
         assert!(run.join(name).is_file(), "{name} is missing from the run directory");
     }
-    // Every expansion reached the optimizer: its prompt fits the model's window, so no
-    // plan was turned away for length (whether a 135M model's plan is a good one is not
-    // this test's business).
+    // Every expansion reached the optimizer: its prompt fits the model's window and the
+    // edit plan's schema compiles into a grammar, so no plan was turned away for either
+    // (whether a 135M model's plan is a good one is not this test's business).
     let mut plans = 0;
     for entry in std::fs::read_dir(run.join("candidates")).unwrap() {
         let path = entry.unwrap().path();
@@ -77,6 +77,7 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
             plans += 1;
             let plan = std::fs::read_to_string(&path).unwrap();
             assert!(!plan.contains("the model's limit"), "{} was refused for length:\n{plan}", path.display());
+            assert!(!plan.contains("cannot constrain"), "{}: the schema did not compile:\n{plan}", path.display());
         }
     }
     assert_eq!(plans, 3, "one plan file per expansion");

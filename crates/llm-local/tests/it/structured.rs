@@ -124,3 +124,43 @@ fn a_schema_that_cannot_compile_is_an_error_not_a_panic() {
     let err = model.chat_blocking(&request).unwrap_err();
     assert!(err.to_string().contains("response_format `bad`"), "{err}");
 }
+
+/// The shape serde and schemars give a flattened tagged enum (the optimizer's edit plan
+/// is full of them): `id` beside a `oneOf` of kinds, reached through `$ref`s. It must
+/// compile into a grammar, and every reply must validate against the original schema.
+#[test]
+fn flattened_enum_schemas_compile_and_every_reply_validates() {
+    let Some(model) = crate::model() else { return };
+    let schema = json!({
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}},
+                "required": ["id"],
+                "oneOf": [
+                    {"type": "object", "properties": {"kind": {"const": "llm"}, "role": {"$ref": "#/$defs/Role"}}, "required": ["kind", "role"]},
+                    {"type": "object", "properties": {"kind": {"const": "tool"}, "hints": {"type": "array", "items": {"type": "string"}}}, "required": ["kind"]},
+                    {"$ref": "#/$defs/Join"}
+                ]
+            },
+            "Join": {"type": "object", "properties": {"kind": {"const": "join"}}, "required": ["kind"]},
+            "Role": {"type": "string", "enum": ["plan", "extract", "synthesize"]}
+        },
+        "type": "object",
+        "properties": {
+            "rationale": {"type": "string"},
+            "nodes": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "minItems": 1}
+        },
+        "required": ["rationale", "nodes"]
+    });
+    for prompt in ["Add a tool node that looks up the order.", "Add a plan node before the tools."] {
+        let mut request =
+            ChatRequest::new(vec![Message::system("Answer with workflow nodes as JSON."), Message::user(prompt)], Purpose::Optimizer);
+        request.response_format = Some(ResponseFormat { name: "nodes".to_owned(), schema: schema.clone() });
+        let reply = model.chat_blocking(&request).unwrap_or_else(|e| panic!("{prompt}: {e}"));
+        let text = reply.response.content.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{prompt}: not JSON ({e}): {text}"));
+        let errors = crate::schema_errors(&schema, &value);
+        assert!(errors.is_empty(), "{prompt}: {text} is invalid: {errors:?}");
+    }
+}
