@@ -131,9 +131,9 @@ pub fn build_model(
 const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
 
 /// How many characters of feedback the embedded model's optimizer prompt carries. With
-/// the compact JSON of a small workflow it fits the model's 4,096-token window; a mined
-/// τ² skeleton (about 5,600 tokens of prompt) still does not, and such a proposal fails
-/// with the window named in the search's plan file.
+/// the node-and-edge listing of a mined τ² skeleton, the whole prompt stays near 2,000
+/// tokens, well inside the model's 4,096-token window; unbounded, the feedback on a few
+/// queries alone runs to tens of thousands of characters.
 const LOCAL_FEEDBACK_CHARS: usize = 3000;
 
 /// The executor's prompt templates, with `dir`'s overrides. When the executor

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::constrain::prepare;
 use crate::engine::DecodeParams;
 use crate::error::LocalError;
+pub use crate::llama::DecodePath;
 use crate::model::LocalModel;
 
 /// Prefill and generation timings at one context length.
@@ -55,12 +56,13 @@ fn context_tokens(model: &LocalModel, n: usize) -> Result<Vec<u32>, LocalError> 
     Ok(tokens)
 }
 
-/// Prefills `context` tokens, then generates `generate` tokens greedily.
+/// Prefills `context` tokens, then generates `generate` tokens greedily, one forward
+/// pass per token on `path`.
 ///
 /// # Errors
 ///
 /// Load and inference errors.
-pub fn time_decode(model: &LocalModel, context: usize, generate: usize) -> Result<DecodeTiming, LocalError> {
+pub fn time_decode(model: &LocalModel, context: usize, generate: usize, path: DecodePath) -> Result<DecodeTiming, LocalError> {
     let tokens = context_tokens(model, context)?;
     let loaded = model.loaded_for_bench()?;
     loaded.engine.with_lock(|runner| {
@@ -70,7 +72,7 @@ pub fn time_decode(model: &LocalModel, context: usize, generate: usize) -> Resul
         let started = Instant::now();
         for _ in 0..generate {
             let next = runner.argmax_text_token(&session);
-            runner.feed(&mut session, &[next])?;
+            runner.feed_on(Some(path), &mut session, &[next])?;
         }
         Ok(DecodeTiming { context, prefill, generated: generate, generate: started.elapsed() })
     })

@@ -13,7 +13,7 @@ use llguidance::Matcher;
 
 use crate::constrain::Constrainer;
 use crate::error::LocalError;
-use crate::llama::{KvCache, Llama, MAX_SEQ_LEN};
+use crate::llama::{KvCache, Llama, MAX_SEQ_LEN, DecodePath};
 use crate::tokenizer::GgufTokenizer;
 
 /// `<|endoftext|>`, the GGUF's unknown/document-end token.
@@ -178,13 +178,22 @@ impl Runner<'_> {
 
     /// Runs `tokens` through the model, leaving the next-token logits in `session`.
     pub(crate) fn feed(&self, session: &mut Session, tokens: &[u32]) -> Result<(), LocalError> {
+        self.feed_on(None, session, tokens)
+    }
+
+    /// [`Runner::feed`], on `path` when given (the benchmark compares them), else on the
+    /// path that suits the number of tokens.
+    pub(crate) fn feed_on(&self, path: Option<DecodePath>, session: &mut Session, tokens: &[u32]) -> Result<(), LocalError> {
         if tokens.is_empty() {
             return Ok(());
         }
         if session.cache.len() + tokens.len() >= MAX_SEQ_LEN {
             return Err(LocalError::Request(format!("the sequence exceeds the model's limit of {MAX_SEQ_LEN} tokens")));
         }
-        session.logits = self.engine.llama.forward(tokens, &mut session.cache)?;
+        session.logits = match path {
+            Some(path) => self.engine.llama.forward_on(path, tokens, &mut session.cache)?,
+            None => self.engine.llama.forward(tokens, &mut session.cache)?,
+        };
         Ok(())
     }
 

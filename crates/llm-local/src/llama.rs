@@ -22,6 +22,15 @@ pub(crate) const MAX_SEQ_LEN: usize = 4096;
 /// as a batch.
 const DECODE_MAX_TOKENS: usize = 4;
 
+/// The two ways through the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodePath {
+    /// Token by token over the file's quantised blocks: decoding.
+    Quantised,
+    /// All tokens at once through candle's GEMM on dense weights: prefill.
+    Dense,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Config {
     n_head: usize,
@@ -183,6 +192,13 @@ impl Llama {
     /// Runs `tokens` after the positions in `cache`, appends their keys and values,
     /// and returns the logits for the next token (`[vocab]`).
     pub(crate) fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        let path = if tokens.len() <= DECODE_MAX_TOKENS { DecodePath::Quantised } else { DecodePath::Dense };
+        self.forward_on(path, tokens, cache)
+    }
+
+    /// [`Llama::forward`] on the given path, whatever the number of tokens: the
+    /// benchmark decodes on both to compare them.
+    pub(crate) fn forward_on(&self, path: DecodePath, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             candle_core::bail!("no tokens to run");
         }
@@ -192,14 +208,15 @@ impl Llama {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.embed.rows()) {
             candle_core::bail!("token id {bad} is outside the vocabulary of {}", self.embed.rows());
         }
-        let last = if tokens.len() <= DECODE_MAX_TOKENS {
-            let mut x = Vec::new();
-            for &t in tokens {
-                x = self.decode_step(t, cache);
+        let last = match path {
+            DecodePath::Quantised => {
+                let mut x = Vec::new();
+                for &t in tokens {
+                    x = self.decode_step(t, cache);
+                }
+                x
             }
-            x
-        } else {
-            self.prefill(tokens, cache)?
+            DecodePath::Dense => self.prefill(tokens, cache)?,
         };
         let h = rms_norm(&last, &self.norm_w, self.cfg.eps);
         let mut logits = vec![0.0; self.output.rows()];
@@ -247,7 +264,7 @@ impl Llama {
         x
     }
 
-    /// A batch of tokens through candle's GEMM; returns the last token's final hidden
+    /// Tokens through candle's GEMM as one batch; returns the last token's final hidden
     /// state (before the output norm).
     fn prefill(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let seq = tokens.len();
