@@ -12,7 +12,7 @@ use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, NodeKind, WorkflowGrap
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EditPlan {
     /// Why these edits should help, in one or two sentences.
-    #[schemars(length(max = 600))]
+    #[schemars(length(max = 300))]
     pub rationale: String,
     /// The edits, applied in order.
     #[schemars(length(min = 1, max = 6))]

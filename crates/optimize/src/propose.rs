@@ -54,7 +54,8 @@ impl Proposer for LlmProposer {
             .render(PROPOSE_EDITS.name, &ctx)
             .map_err(|err| SearchError::Proposer(err.to_string()))?;
         let mut request = ChatRequest::new(vec![Message::user(prompt.text)], Purpose::Optimizer);
-        request.response_format = Some(ResponseFormat { name: "edit_plan".to_owned(), schema: edit_plan_schema() });
+        let schema = edit_plan_schema_for(graph, &self.tools, self.max_edits);
+        request.response_format = Some(ResponseFormat { name: "edit_plan".to_owned(), schema });
         let reply = match self.model.chat(&request).await {
             Ok(reply) => reply,
             Err(LlmError::InvalidReply { problem, .. }) => {
@@ -80,4 +81,98 @@ pub const FEEDBACK_CHARS: &str = "feedback_chars";
 pub fn edit_plan_schema() -> Value {
     // Invariant: a derived schema always serialises.
     serde_json::to_value(schemars::schema_for!(EditPlan)).unwrap_or(Value::Null)
+}
+
+/// Fields of an edit that name a node already in the graph.
+const NODE_REFERENCES: [&str; 8] = ["id", "after", "before", "from", "to", "around", "new_from", "new_to"];
+/// What a new node's id may look like: short, lower-case, and never a reference to
+/// something else.
+const NEW_NODE_ID_PATTERN: &str = "^[a-z][a-z0-9_]{0,23}$";
+
+/// [`edit_plan_schema`] narrowed to one graph: every field that names an existing node
+/// is an enumeration of the graph's node ids, a new node's id is a short identifier, a
+/// tool hint is one of `tools` (when any are given), and a plan holds at most
+/// `max_edits` edits.
+///
+/// A plan that satisfies it can still fail to apply (removing the entry, say), but it
+/// can no longer name a node that does not exist: with constrained decoding, even a
+/// small model's plans refer to the real graph.
+#[must_use]
+pub fn edit_plan_schema_for(graph: &WorkflowGraph, tools: &[String], max_edits: usize) -> Value {
+    let mut schema = edit_plan_schema();
+    let ids: Vec<Value> = graph.nodes.iter().map(|n| Value::String(n.id.clone())).collect();
+    if let Some(Value::Object(defs)) = schema.get_mut("$defs") {
+        for (name, def) in defs.iter_mut() {
+            if name == "GraphNode" {
+                narrow_new_node(def, tools);
+            } else {
+                narrow_references(def, &ids);
+            }
+        }
+    }
+    if let Some(edits) = schema.pointer_mut("/properties/edits") {
+        edits["maxItems"] = Value::from(max_edits.max(1));
+    }
+    schema
+}
+
+/// Sets an enumeration of `ids` on every property in [`NODE_REFERENCES`] (and on the
+/// items of `nodes`) anywhere under `schema`.
+fn narrow_references(schema: &mut Value, ids: &[Value]) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if NODE_REFERENCES.contains(&name.as_str()) {
+                        restrict_to(property, ids);
+                    } else if name == "nodes" {
+                        if let Some(items) = property.get_mut("items") {
+                            restrict_to(items, ids);
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(|child| narrow_references(child, ids));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|child| narrow_references(child, ids)),
+        _ => {}
+    }
+}
+
+/// Restricts a string (or nullable string) schema to `values`.
+fn restrict_to(schema: &mut Value, values: &[Value]) {
+    let nullable = match schema.get("type") {
+        Some(Value::String(t)) => t == "null",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+        _ => false,
+    };
+    let mut allowed = values.to_vec();
+    if nullable {
+        allowed.push(Value::Null);
+    }
+    if let Value::Object(map) = schema {
+        map.insert("enum".to_owned(), Value::Array(allowed));
+    }
+}
+
+/// A new node's id becomes a short identifier, and its tool hints the known tools.
+fn narrow_new_node(schema: &mut Value, tools: &[String]) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                if let Some(id) = properties.get_mut("id") {
+                    id["pattern"] = Value::from(NEW_NODE_ID_PATTERN);
+                }
+                if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items")) {
+                    if !tools.is_empty() {
+                        let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
+                        restrict_to(items, &names);
+                    }
+                }
+            }
+            map.values_mut().for_each(|child| narrow_new_node(child, tools));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|child| narrow_new_node(child, tools)),
+        _ => {}
+    }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::WorkflowGraph;
-use flowmem_optimize::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, Proposer};
+use flowmem_optimize::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, Proposer, edit_plan_schema_for};
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use serde_json::json;
 
@@ -83,4 +83,46 @@ async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
     // The feedback is clipped to its budget: 200 characters of the 5,000-character query.
     assert!(prompt.contains(&"x".repeat(150)));
     assert!(!prompt.contains(&"x".repeat(250)), "the feedback budget holds");
+}
+
+/// The plan's schema is narrowed to the graph: references must name its nodes, a new
+/// node's id is a short identifier, hints name known tools, and the plan holds at most
+/// `max_edits` edits. The request carries that schema.
+#[tokio::test]
+async fn the_plan_schema_admits_only_the_graphs_nodes() {
+    let plan = json!({"rationale": "r", "edits": [{"op": "remove_node", "id": "user"}]});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
+    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: tools.clone(), max_edits: 2 };
+    proposer.propose(&graph(), &json!({}), &[]).await.expect("a valid plan");
+    let sent = server.chat_requests()[0].body["response_format"]["json_schema"]["schema"].clone();
+    assert_eq!(sent, edit_plan_schema_for(&graph(), &tools, 2), "the request carries the narrowed schema");
+
+    let schema = jsonschema::validator_for(&sent).expect("the narrowed schema compiles");
+    let plan = |edits: serde_json::Value| json!({"rationale": "r", "edits": edits});
+    let accepted = [
+        json!([{"op": "remove_node", "id": "user"}]),
+        json!([{"op": "add_edge", "from": "plan", "to": "synth"}]),
+        json!([{"op": "add_node", "after": "find", "before": "fan", "node": {"id": "check_2", "kind": "tool", "hints": ["get_order_details"]}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "insert_control", "control": {"construct": "parallel", "nodes": ["order", "user"]}}]),
+    ];
+    for edits in accepted {
+        let value = plan(edits);
+        assert!(schema.is_valid(&value), "rejected {value}");
+    }
+    let refused = [
+        json!([{"op": "remove_node", "id": "no_such_node"}]),
+        json!([{"op": "add_edge", "from": "plan", "to": "elsewhere"}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "123456789012345678901234567890", "kind": "join"}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "t", "kind": "tool", "hints": ["not_a_tool"]}}]),
+        json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "ghost", "max_iterations": 2, "until": {"type": "always"}}}]),
+        json!([{"op": "remove_node", "id": "user"}, {"op": "remove_node", "id": "order"}, {"op": "remove_node", "id": "fan"}]),
+    ];
+    for edits in refused {
+        let value = plan(edits);
+        assert!(!schema.is_valid(&value), "accepted {value}");
+    }
 }
