@@ -12,7 +12,7 @@ use flowmem_model::{Condition, EdgeKind, NodeObservation, Trace};
 use tokio::task::JoinSet;
 
 use crate::event::{ExecEvent, ExecObserver, now_ms};
-use crate::node::{self, CtxEntry, NodeResult, NodeWork};
+use crate::node::{self, Context, CtxEntry, NodeResult, NodeWork};
 use crate::plan::{Op, Plan, PlanInner};
 use crate::validate::{ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK};
 
@@ -95,7 +95,7 @@ enum EdgeState {
     Skipped,
 }
 
-type Ctx = Arc<Vec<CtxEntry>>;
+type Ctx = Arc<Context>;
 
 struct RunState<'a> {
     plan: &'a PlanInner,
@@ -219,17 +219,17 @@ impl<'a> RunState<'a> {
         let rest: Vec<&Ctx> = contexts.collect();
         if rest
             .iter()
-            .all(|ctx| ctx.is_empty() || Arc::ptr_eq(ctx, first))
+            .all(|ctx| ctx.entries.is_empty() || Arc::ptr_eq(ctx, first))
         {
             return first.clone();
         }
-        let mut merged: Vec<CtxEntry> = first.as_ref().clone();
+        let mut merged: Vec<CtxEntry> = first.entries.clone();
         for ctx in rest {
-            merged.extend(ctx.iter().cloned());
+            merged.extend(ctx.entries.iter().cloned());
         }
         merged.sort_by_key(|entry| entry.seq);
         merged.dedup_by_key(|entry| entry.seq);
-        Arc::new(merged)
+        Arc::new(Context::new(merged))
     }
 
     /// Starts a queued node: control nodes resolve inline, others become work for a task.
@@ -262,7 +262,7 @@ impl<'a> RunState<'a> {
                 condition: Condition::ToolSucceeded,
                 ..
             } => {
-                let route = if last_tool_succeeded(&ctx, 0) {
+                let route = if last_tool_succeeded(&ctx.entries, 0) {
                     ROUTE_OK
                 } else {
                     ROUTE_ERROR
@@ -322,7 +322,7 @@ impl<'a> RunState<'a> {
             return;
         };
         let body_ctx = self.input_ctx(back);
-        let ctx = if body_ctx.is_empty() {
+        let ctx = if body_ctx.entries.is_empty() {
             self.loop_input[loop_idx].clone().unwrap_or_default()
         } else {
             body_ctx
@@ -330,7 +330,7 @@ impl<'a> RunState<'a> {
         match until {
             Condition::Always => self.loop_decided(loop_idx, ctx, true, None),
             Condition::ToolSucceeded => {
-                let holds = last_tool_succeeded(&ctx, self.loop_began[loop_idx]);
+                let holds = last_tool_succeeded(&ctx.entries, self.loop_began[loop_idx]);
                 self.loop_decided(loop_idx, ctx, holds, None);
             }
             Condition::Judge { .. } => {
@@ -379,7 +379,7 @@ impl<'a> RunState<'a> {
         if stop {
             self.nodes[loop_idx] = NodeState::Done;
             if loop_idx == self.plan.exit {
-                self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
+                self.exit_output = ctx.entries.last().map(|entry| entry.item.output.clone());
             }
             let exits: Vec<usize> = self.plan.nodes[loop_idx]
                 .outgoing
@@ -409,14 +409,14 @@ impl<'a> RunState<'a> {
     fn finish_plain(&mut self, node_idx: usize, ctx: &Ctx, entry: Option<CtxEntry>) {
         let out = match entry {
             Some(entry) => {
-                let mut next = ctx.as_ref().clone();
+                let mut next = ctx.entries.clone();
                 next.push(entry);
-                Arc::new(next)
+                Arc::new(Context::new(next))
             }
             None => ctx.clone(),
         };
         if node_idx == self.plan.exit {
-            self.exit_output = out.last().map(|entry| entry.item.output.clone());
+            self.exit_output = out.entries.last().map(|entry| entry.item.output.clone());
         }
         for edge_idx in self.plan.nodes[node_idx].outgoing.clone() {
             self.resolve(edge_idx, Some(out.clone()));
@@ -425,7 +425,7 @@ impl<'a> RunState<'a> {
 
     fn take_route(&mut self, node_idx: usize, ctx: &Ctx, route: &str) {
         if node_idx == self.plan.exit {
-            self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
+            self.exit_output = ctx.entries.last().map(|entry| entry.item.output.clone());
         }
         for edge_idx in self.plan.nodes[node_idx].outgoing.clone() {
             let chosen = self.plan.edges[edge_idx].label.as_deref() == Some(route);
@@ -510,7 +510,7 @@ impl<'a> RunState<'a> {
             node_id: node.id.clone(),
             node_kind: node.kind_label.clone(),
             iteration: self.iteration(node_idx),
-            input: node::context_json(ctx),
+            input: ctx.input(),
             output,
             started_at_ms: now_ms(),
             ..NodeObservation::default()

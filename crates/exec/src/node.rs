@@ -3,18 +3,18 @@
 //! These functions run inside tasks and touch no run state; they return a
 //! [`NodeResult`] that the scheduler applies.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice,
+    ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice,
 };
 use flowmem_model::{Condition, NodeObservation, ToolCall, error_chain};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
-use crate::prompts::{ContextItem, PromptContext};
+use crate::prompts::{ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars};
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,11 +50,79 @@ impl CtxEntry {
     }
 }
 
+/// The upstream results a node reads, oldest first.
+///
+/// One `Context` is shared, behind an `Arc`, by every node that reads exactly these
+/// results: all members of a `parallel` node, and a `join` with the nodes after it. What
+/// those nodes derive from it (the observation `input`, the rendered `results` block of
+/// their prompts) is built once here, by the first node that needs it, not once per
+/// node: with `m` members each reading `m` upstream results, per-node copies are O(m²)
+/// work on the critical path.
+#[derive(Debug, Default)]
+pub(crate) struct Context {
+    pub(crate) entries: Vec<CtxEntry>,
+    input: OnceLock<Arc<Value>>,
+    view: OnceLock<Result<PromptView, String>>,
+}
+
+/// The context as the prompt templates see it.
+#[derive(Debug)]
+struct PromptView {
+    /// The `context` variable: the items as one shared template value.
+    items: minijinja::Value,
+    /// The items rendered by the `results` template.
+    results: String,
+}
+
+impl Context {
+    pub(crate) fn new(entries: Vec<CtxEntry>) -> Context {
+        Context {
+            entries,
+            ..Context::default()
+        }
+    }
+
+    /// The context as the `input` of an observation.
+    pub(crate) fn input(&self) -> Arc<Value> {
+        self.input
+            .get_or_init(|| Arc::new(context_json(&self.entries)))
+            .clone()
+    }
+
+    fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
+        self.view
+            .get_or_init(|| {
+                let items: Vec<&ContextItem> = self
+                    .entries
+                    .iter()
+                    .map(|entry| entry.item.as_ref())
+                    .collect();
+                let items = minijinja::Value::from(minijinja::value::Serde(&items));
+                let results = prompts
+                    .render(RESULTS_TEMPLATE, &ResultsVars { context: &items })
+                    .map_err(|err| error_chain(&err))?
+                    .text;
+                Ok(PromptView { items, results })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The latest output of node `id`, if it is in the context.
+    fn latest_output(&self, id: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|entry| entry.item.node == id)
+            .map(|entry| entry.item.output.as_str())
+    }
+}
+
 /// A node ready to run in a task.
 pub(crate) struct NodeWork {
     pub(crate) node_idx: usize,
     pub(crate) iteration: u32,
-    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    pub(crate) ctx: Arc<Context>,
     /// For a loop node: evaluate its `until` judge after a body run.
     pub(crate) loop_check: bool,
 }
@@ -62,7 +130,7 @@ pub(crate) struct NodeWork {
 /// What a node task produced.
 pub(crate) struct NodeResult {
     pub(crate) node_idx: usize,
-    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) observation: NodeObservation,
     pub(crate) model: Option<String>,
     /// The tool invocation, with its start time, if one happened.
@@ -87,12 +155,12 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
     let node = &plan.nodes[work.node_idx];
     let started_at_ms = now_ms();
     let clock = Instant::now();
-    let items: Vec<ContextItem> = work.ctx.iter().map(|entry| entry.item.as_ref().clone()).collect();
+    let items = work.ctx.as_ref();
     let mut observation = NodeObservation {
         node_id: node.id.clone(),
         node_kind: node.kind_label.clone(),
         iteration: work.iteration,
-        input: context_json(&work.ctx),
+        input: work.ctx.input(),
         started_at_ms,
         ..NodeObservation::default()
     };
@@ -111,7 +179,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 plan,
                 query,
                 node,
-                &items,
+                items,
                 template,
                 instruction.as_deref(),
                 model.as_ref(),
@@ -128,7 +196,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 plan,
                 query,
                 node,
-                &items,
+                items,
                 tools,
                 hints,
                 instruction.as_deref(),
@@ -139,7 +207,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         Op::Branch {
             condition: Condition::Judge { question },
             routes,
-        } => judge(plan, query, node, &items, question, routes, &mut step)
+        } => judge(plan, query, node, items, question, routes, &mut step)
             .await
             .map(Outcome::Route),
         Op::Loop {
@@ -150,7 +218,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 .iter()
                 .map(|&option| option.to_owned())
                 .collect();
-            judge(plan, query, node, &items, question, &options, &mut step)
+            judge(plan, query, node, items, question, &options, &mut step)
                 .await
                 .map(|choice| Outcome::LoopStop(choice == LOOP_OPTIONS[0]))
         }
@@ -180,7 +248,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
 }
 
 /// The context as the `input` of an observation.
-pub(crate) fn context_json(ctx: &[CtxEntry]) -> Value {
+fn context_json(ctx: &[CtxEntry]) -> Value {
     Value::Array(
         ctx.iter()
             .map(|entry| {
@@ -221,7 +289,7 @@ impl Step<'_> {
 fn render_node_template(
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     source: &str,
 ) -> Result<String, String> {
     let mut values = serde_json::Map::new();
@@ -232,14 +300,31 @@ fn render_node_template(
         .filter(|name| name.as_str() != crate::validate::VAR_QUERY)
     {
         // The latest output of that node; an ancestor skipped by a branch renders empty.
-        let output = items
-            .iter()
-            .rev()
-            .find(|item| &item.node == name)
-            .map_or("", |item| item.output.as_str());
+        let output = items.latest_output(name).unwrap_or("");
         values.insert(name.clone(), Value::String(output.to_owned()));
     }
     crate::prompts::render_node_source(source, &Value::Object(values))
+        .map_err(|err| error_chain(&err))
+}
+
+/// Renders role template `template` for a node: its own variables, and the context's
+/// view shared with every node reading the same context.
+fn render_prompt(
+    plan: &PlanInner,
+    template: &str,
+    items: &Context,
+    own: &OwnVars<'_>,
+) -> Result<String, String> {
+    let prompts = plan.runtime.prompts.as_ref();
+    let view = items.prompt_view(prompts)?;
+    let vars = NodePromptVars {
+        own,
+        context: &view.items,
+        results: &view.results,
+    };
+    prompts
+        .render(template, &vars)
+        .map(|rendered| rendered.text)
         .map_err(|err| error_chain(&err))
 }
 
@@ -248,7 +333,7 @@ async fn llm_node(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     template: &str,
     instruction: Option<&str>,
     model: &dyn ChatModel,
@@ -257,20 +342,14 @@ async fn llm_node(
     let instruction = instruction
         .map(|source| render_node_template(query, node, items, source))
         .transpose()?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: instruction.as_deref(),
-        context: items,
         question: None,
         options: &[],
         hints: &[],
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(template, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, template, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
@@ -288,7 +367,7 @@ async fn tool_node(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     tools: &Arc<[flowmem_llm::ToolDefinition]>,
     hints: &[String],
     instruction: Option<&str>,
@@ -297,20 +376,14 @@ async fn tool_node(
     let instruction = instruction
         .map(|source| render_node_template(query, node, items, source))
         .transpose()?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: instruction.as_deref(),
-        context: items,
         question: None,
         options: &[],
         hints,
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(TOOL_TEMPLATE, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.tools = tools.to_vec();
@@ -371,26 +444,20 @@ async fn judge(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     question: &str,
     options: &[String],
     step: &mut Step<'_>,
 ) -> Result<String, String> {
     let question = render_node_template(query, node, items, question)?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: None,
-        context: items,
         question: Some(&question),
         options,
         hints: &[],
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(JUDGE_TEMPLATE, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, JUDGE_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.response_format = Some(ResponseFormat {

@@ -16,8 +16,10 @@ use flowmem_llm::{EmbeddedPrompt, PromptError, Prompts, embedded_prompt};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-/// The executor's templates. `context` is included by the role templates.
+/// The executor's templates. `context` is included by the role templates, and
+/// `results` (the list of upstream results) by `context`.
 pub const EXEC_PROMPTS: &[EmbeddedPrompt] = &[
+    embedded_prompt!("results"),
     embedded_prompt!("context"),
     embedded_prompt!("plan"),
     embedded_prompt!("extract"),
@@ -83,6 +85,11 @@ pub struct ContextItem {
 }
 
 /// The context every executor template renders from.
+///
+/// The engine renders with these variables plus `results`: `context` already rendered
+/// by the `results` template, once for all the nodes that read the same context.
+/// Without it, as when rendering from this type, the `context` template includes
+/// `results` itself; the text is the same.
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptContext<'a> {
     /// The query text.
@@ -99,6 +106,41 @@ pub struct PromptContext<'a> {
     pub hints: &'a [String],
 }
 
+/// The template that renders the upstream results (`context`) as a list.
+pub(crate) const RESULTS_TEMPLATE: &str = "results";
+
+/// The variables of the `results` template.
+#[derive(Serialize)]
+pub(crate) struct ResultsVars<'a> {
+    /// The items as one template value, shared without copying.
+    pub(crate) context: &'a minijinja::Value,
+}
+
+/// What a node's prompt holds besides its context: the fields of [`PromptContext`]
+/// other than `context`.
+#[derive(Serialize)]
+pub(crate) struct OwnVars<'a> {
+    pub(crate) query: &'a str,
+    pub(crate) instruction: Option<&'a str>,
+    pub(crate) question: Option<&'a str>,
+    pub(crate) options: &'a [String],
+    pub(crate) hints: &'a [String],
+}
+
+/// The engine's variables for a role template: those of [`PromptContext`], with
+/// `context` as one template value and its `results` rendered once, both shared by
+/// every node reading the same context.
+///
+/// When `results` is set the `context` template prints it instead of including the
+/// `results` template, so a wide fan-out renders its shared upstream list once.
+#[derive(Serialize)]
+pub(crate) struct NodePromptVars<'a> {
+    #[serde(flatten)]
+    pub(crate) own: &'a OwnVars<'a>,
+    pub(crate) context: &'a minijinja::Value,
+    pub(crate) results: &'a str,
+}
+
 /// Renders a node's instruction or question source against named values.
 pub(crate) fn render_node_source(
     source: &str,
@@ -112,4 +154,97 @@ pub(crate) fn render_node_source(
         env
     });
     env.render_str(source, minijinja::value::Serde(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use flowmem_llm::Prompts;
+
+    use crate::prompts::{
+        ContextItem, EXEC_PROMPTS, NodePromptVars, OwnVars, PromptContext, RESULTS_TEMPLATE,
+        ResultsVars, exec_prompts, limit_context_items,
+    };
+
+    fn items() -> Vec<ContextItem> {
+        vec![
+            ContextItem {
+                node: "plan".into(),
+                kind: "llm:plan".into(),
+                iteration: 0,
+                output: "1. find the order\n2. report".into(),
+                failed: false,
+            },
+            ContextItem {
+                node: "lookup".into(),
+                kind: "tool".into(),
+                iteration: 2,
+                output: "error: not found".into(),
+                failed: true,
+            },
+        ]
+    }
+
+    /// Renders every role template both ways: from [`PromptContext`] (the `context`
+    /// template includes `results`) and as the engine does (shared `results` text).
+    fn both_ways(
+        prompts: &Prompts,
+        items: &[ContextItem],
+        instruction: Option<&str>,
+    ) -> Vec<(String, String)> {
+        let options = vec!["yes".to_owned(), "no".to_owned()];
+        let hints = vec!["get_order".to_owned()];
+        let public = PromptContext {
+            query: "Where is #W1?",
+            instruction,
+            context: items,
+            question: Some("Found?"),
+            options: &options,
+            hints: &hints,
+        };
+        let value = minijinja::Value::from(minijinja::value::Serde(items));
+        let results = prompts
+            .render(RESULTS_TEMPLATE, &ResultsVars { context: &value })
+            .unwrap()
+            .text;
+        let own = OwnVars {
+            query: public.query,
+            instruction,
+            question: public.question,
+            options: &options,
+            hints: &hints,
+        };
+        let engine = NodePromptVars {
+            own: &own,
+            context: &value,
+            results: &results,
+        };
+        EXEC_PROMPTS
+            .iter()
+            .filter(|prompt| !matches!(prompt.name, "results" | "react"))
+            .map(|prompt| {
+                (
+                    prompts.render(prompt.name, &public).unwrap().text,
+                    prompts.render(prompt.name, &engine).unwrap().text,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shared_results_block_renders_the_same_prompts_as_the_inline_list() {
+        let mut clipped = exec_prompts(None).unwrap();
+        limit_context_items(&mut clipped, 4);
+        for prompts in [exec_prompts(None).unwrap(), clipped] {
+            for (items, instruction) in [
+                (items(), Some("Be brief.")),
+                (items(), None),
+                (Vec::new(), Some("Be brief.")),
+                (Vec::new(), None),
+            ] {
+                for (public, engine) in both_ways(&prompts, &items, instruction) {
+                    assert_eq!(public, engine);
+                }
+            }
+        }
+    }
 }
