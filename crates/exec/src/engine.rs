@@ -219,17 +219,13 @@ impl<'a> RunState<'a> {
         let rest: Vec<&Ctx> = contexts.collect();
         if rest
             .iter()
-            .all(|ctx| ctx.entries.is_empty() || Arc::ptr_eq(ctx, first))
+            .all(|ctx| ctx.is_empty() || Arc::ptr_eq(ctx, first))
         {
             return first.clone();
         }
-        let mut merged: Vec<CtxEntry> = first.entries.clone();
-        for ctx in rest {
-            merged.extend(ctx.entries.iter().cloned());
-        }
-        merged.sort_by_key(|entry| entry.seq);
-        merged.dedup_by_key(|entry| entry.seq);
-        Arc::new(Context::new(merged))
+        let mut all = rest;
+        all.push(first);
+        Arc::new(Context::merge(&all))
     }
 
     /// Starts a queued node: control nodes resolve inline, others become work for a task.
@@ -262,7 +258,7 @@ impl<'a> RunState<'a> {
                 condition: Condition::ToolSucceeded,
                 ..
             } => {
-                let route = if last_tool_succeeded(&ctx.entries, 0) {
+                let route = if last_tool_succeeded(&ctx, 0) {
                     ROUTE_OK
                 } else {
                     ROUTE_ERROR
@@ -322,7 +318,7 @@ impl<'a> RunState<'a> {
             return;
         };
         let body_ctx = self.input_ctx(back);
-        let ctx = if body_ctx.entries.is_empty() {
+        let ctx = if body_ctx.is_empty() {
             self.loop_input[loop_idx].clone().unwrap_or_default()
         } else {
             body_ctx
@@ -330,7 +326,7 @@ impl<'a> RunState<'a> {
         match until {
             Condition::Always => self.loop_decided(loop_idx, ctx, true, None),
             Condition::ToolSucceeded => {
-                let holds = last_tool_succeeded(&ctx.entries, self.loop_began[loop_idx]);
+                let holds = last_tool_succeeded(&ctx, self.loop_began[loop_idx]);
                 self.loop_decided(loop_idx, ctx, holds, None);
             }
             Condition::Judge { .. } => {
@@ -379,7 +375,7 @@ impl<'a> RunState<'a> {
         if stop {
             self.nodes[loop_idx] = NodeState::Done;
             if loop_idx == self.plan.exit {
-                self.exit_output = ctx.entries.last().map(|entry| entry.item.output.clone());
+                self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
             }
             let exits: Vec<usize> = self.plan.nodes[loop_idx]
                 .outgoing
@@ -408,15 +404,11 @@ impl<'a> RunState<'a> {
     /// Activates every outgoing edge of a finished node, with its output appended.
     fn finish_plain(&mut self, node_idx: usize, ctx: &Ctx, entry: Option<CtxEntry>) {
         let out = match entry {
-            Some(entry) => {
-                let mut next = ctx.entries.clone();
-                next.push(entry);
-                Arc::new(Context::new(next))
-            }
+            Some(entry) => Arc::new(Context::on(Some(ctx.clone()), vec![entry])),
             None => ctx.clone(),
         };
         if node_idx == self.plan.exit {
-            self.exit_output = out.entries.last().map(|entry| entry.item.output.clone());
+            self.exit_output = out.last().map(|entry| entry.item.output.clone());
         }
         for edge_idx in self.plan.nodes[node_idx].outgoing.clone() {
             self.resolve(edge_idx, Some(out.clone()));
@@ -425,7 +417,7 @@ impl<'a> RunState<'a> {
 
     fn take_route(&mut self, node_idx: usize, ctx: &Ctx, route: &str) {
         if node_idx == self.plan.exit {
-            self.exit_output = ctx.entries.last().map(|entry| entry.item.output.clone());
+            self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
         }
         for edge_idx in self.plan.nodes[node_idx].outgoing.clone() {
             let chosen = self.plan.edges[edge_idx].label.as_deref() == Some(route);
@@ -549,9 +541,8 @@ impl<'a> RunState<'a> {
 }
 
 /// Whether the most recent tool call in `ctx` (at or after sequence `since`) succeeded.
-fn last_tool_succeeded(ctx: &[CtxEntry], since: u64) -> bool {
-    ctx.iter()
-        .rev()
+fn last_tool_succeeded(ctx: &Context, since: u64) -> bool {
+    ctx.iter_rev()
         .take_while(|entry| entry.seq >= since)
         .find(|entry| entry.is_tool)
         .is_some_and(|entry| !entry.item.failed)

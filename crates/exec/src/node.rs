@@ -58,12 +58,26 @@ impl CtxEntry {
 /// their prompts) is built once here, by the first node that needs it, not once per
 /// node: with `m` members each reading `m` upstream results, per-node copies are O(m²)
 /// work on the critical path.
+///
+/// A node's output context is its input context as `base` plus its own result, so a
+/// member's output does not copy the shared results either, and a `join` of members
+/// with one `base` merges only their own results.
 #[derive(Debug, Default)]
 pub(crate) struct Context {
-    pub(crate) entries: Vec<CtxEntry>,
+    // Invariant: every result in `own` is newer (higher `seq`) than those in `base`,
+    // and `own` is sorted by `seq`.
+    base: Option<Arc<Context>>,
+    own: Vec<CtxEntry>,
+    // How many `base` links lead from here to a context without one; bounded by
+    // `MAX_DEPTH` so that walking (and dropping) a context stays shallow.
+    depth: usize,
+    len: usize,
     input: OnceLock<Arc<Value>>,
     view: OnceLock<Result<PromptView, String>>,
 }
+
+/// The longest chain of `base` links before a context is flattened.
+const MAX_DEPTH: usize = 16;
 
 /// The context as the prompt templates see it.
 #[derive(Debug)]
@@ -75,28 +89,104 @@ struct PromptView {
 }
 
 impl Context {
+    /// A context holding `entries`, which must be sorted by `seq`.
     pub(crate) fn new(entries: Vec<CtxEntry>) -> Context {
-        Context {
-            entries,
-            ..Context::default()
+        Context::on(None, entries)
+    }
+
+    /// `base` followed by `own`, which must be newer than `base` and sorted by `seq`.
+    pub(crate) fn on(base: Option<Arc<Context>>, own: Vec<CtxEntry>) -> Context {
+        let base = base.filter(|base| !base.is_empty());
+        match base {
+            Some(base) if base.depth < MAX_DEPTH => Context {
+                depth: base.depth + 1,
+                len: base.len + own.len(),
+                base: Some(base),
+                own,
+                ..Context::default()
+            },
+            Some(base) => {
+                let mut entries: Vec<CtxEntry> = base.iter().cloned().collect();
+                entries.extend(own);
+                Context::on(None, entries)
+            }
+            None => Context {
+                len: own.len(),
+                own,
+                ..Context::default()
+            },
         }
+    }
+
+    /// The union of several contexts, oldest first.
+    pub(crate) fn merge(contexts: &[&Arc<Context>]) -> Context {
+        // The common case, members of one `parallel`: all share one base (or are it),
+        // so only their own results need merging.
+        let base = contexts.iter().find_map(|ctx| ctx.base.as_ref());
+        if let Some(base) = base {
+            let same_base = contexts.iter().all(|ctx| {
+                ctx.is_empty()
+                    || Arc::ptr_eq(ctx, base)
+                    || ctx
+                        .base
+                        .as_ref()
+                        .is_some_and(|other| Arc::ptr_eq(other, base))
+            });
+            if same_base {
+                let mut own: Vec<CtxEntry> = contexts
+                    .iter()
+                    .filter(|ctx| !Arc::ptr_eq(ctx, base))
+                    .flat_map(|ctx| ctx.own.iter().cloned())
+                    .collect();
+                own.sort_by_key(|entry| entry.seq);
+                own.dedup_by_key(|entry| entry.seq);
+                return Context::on(Some(base.clone()), own);
+            }
+        }
+        let mut entries: Vec<CtxEntry> = contexts
+            .iter()
+            .flat_map(|ctx| ctx.iter().cloned())
+            .collect();
+        entries.sort_by_key(|entry| entry.seq);
+        entries.dedup_by_key(|entry| entry.seq);
+        Context::new(entries)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The results, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &CtxEntry> {
+        let mut chain: Vec<&Context> =
+            std::iter::successors(Some(self), |ctx| ctx.base.as_deref()).collect();
+        chain.reverse();
+        chain.into_iter().flat_map(|ctx| ctx.own.iter())
+    }
+
+    /// The results, newest first.
+    pub(crate) fn iter_rev(&self) -> impl Iterator<Item = &CtxEntry> {
+        std::iter::successors(Some(self), |ctx| ctx.base.as_deref())
+            .flat_map(|ctx| ctx.own.iter().rev())
+    }
+
+    /// The newest result.
+    pub(crate) fn last(&self) -> Option<&CtxEntry> {
+        self.iter_rev().next()
     }
 
     /// The context as the `input` of an observation.
     pub(crate) fn input(&self) -> Arc<Value> {
         self.input
-            .get_or_init(|| Arc::new(context_json(&self.entries)))
+            .get_or_init(|| Arc::new(context_json(self.iter())))
             .clone()
     }
 
     fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
         self.view
             .get_or_init(|| {
-                let items: Vec<&ContextItem> = self
-                    .entries
-                    .iter()
-                    .map(|entry| entry.item.as_ref())
-                    .collect();
+                let items: Vec<&ContextItem> =
+                    self.iter().map(|entry| entry.item.as_ref()).collect();
                 let items = minijinja::Value::from(minijinja::value::Serde(&items));
                 let results = prompts
                     .render(RESULTS_TEMPLATE, &ResultsVars { context: &items })
@@ -110,9 +200,7 @@ impl Context {
 
     /// The latest output of node `id`, if it is in the context.
     fn latest_output(&self, id: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .rev()
+        self.iter_rev()
             .find(|entry| entry.item.node == id)
             .map(|entry| entry.item.output.as_str())
     }
@@ -248,9 +336,9 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
 }
 
 /// The context as the `input` of an observation.
-fn context_json(ctx: &[CtxEntry]) -> Value {
+fn context_json<'a>(entries: impl Iterator<Item = &'a CtxEntry>) -> Value {
     Value::Array(
-        ctx.iter()
+        entries
             .map(|entry| {
                 json!({
                     "node": entry.item.node,
@@ -526,7 +614,69 @@ pub(crate) fn value_text(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::node::parse_choice;
+    use std::sync::Arc;
+
+    use crate::node::{Context, CtxEntry, MAX_DEPTH, parse_choice};
+    use crate::prompts::ContextItem;
+
+    fn entry(seq: u64) -> CtxEntry {
+        CtxEntry {
+            seq,
+            is_tool: false,
+            item: Arc::new(ContextItem {
+                node: format!("n{seq}"),
+                kind: "llm:reason".to_owned(),
+                iteration: 0,
+                output: format!("out{seq}"),
+                failed: false,
+            }),
+        }
+    }
+
+    fn seqs(ctx: &Context) -> Vec<u64> {
+        ctx.iter().map(|entry| entry.seq).collect()
+    }
+
+    #[test]
+    fn contexts_merge_in_order_without_duplicates_whether_they_share_a_base_or_not() {
+        let base = Arc::new(Context::new(vec![entry(0), entry(1), entry(2)]));
+        let members: Vec<Arc<Context>> = [12, 10, 11]
+            .into_iter()
+            .map(|seq| Arc::new(Context::on(Some(base.clone()), vec![entry(seq)])))
+            .collect();
+        let empty = Arc::new(Context::default());
+        let mut shared: Vec<&Arc<Context>> = members.iter().collect();
+        shared.extend([&base, &empty, &members[0]]);
+        let merged = Context::merge(&shared);
+        assert_eq!(seqs(&merged), [0, 1, 2, 10, 11, 12]);
+        assert_eq!(merged.last().map(|entry| entry.seq), Some(12));
+        assert_eq!(merged.input().as_array().map(Vec::len), Some(6));
+        // A deeper branch does not share the members' base: the general merge.
+        let deeper = Arc::new(Context::on(
+            Some(Arc::new(Context::on(Some(base.clone()), vec![entry(20)]))),
+            vec![entry(21)],
+        ));
+        let merged = Context::merge(&[&members[1], &deeper]);
+        assert_eq!(seqs(&merged), [0, 1, 2, 10, 20, 21]);
+        assert_eq!(
+            merged.latest_output("n20"),
+            Some("out20"),
+            "the latest output is found through the base"
+        );
+    }
+
+    #[test]
+    fn a_long_chain_of_contexts_stays_shallow_and_in_order() {
+        let mut ctx = Arc::new(Context::default());
+        for seq in 0..(3 * MAX_DEPTH as u64) {
+            ctx = Arc::new(Context::on(Some(ctx), vec![entry(seq)]));
+            assert!(ctx.depth <= MAX_DEPTH);
+        }
+        let expected: Vec<u64> = (0..(3 * MAX_DEPTH as u64)).collect();
+        assert_eq!(seqs(&ctx), expected);
+        let newest_first: Vec<u64> = ctx.iter_rev().map(|entry| entry.seq).collect();
+        assert_eq!(newest_first, expected.into_iter().rev().collect::<Vec<_>>());
+    }
 
     fn options() -> Vec<String> {
         vec!["yes".to_owned(), "no".to_owned(), "needs_more".to_owned()]
