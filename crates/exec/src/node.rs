@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 
 use crate::event::now_ms;
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
-use crate::prompts::{ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars};
+use crate::prompts::{
+    ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items,
+};
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +84,7 @@ const MAX_DEPTH: usize = 16;
 /// The context as the prompt templates see it.
 #[derive(Debug)]
 struct PromptView {
-    /// The `context` variable: the items as one shared template value.
+    /// The `context` variable, shared by every render.
     items: minijinja::Value,
     /// The items rendered by the `results` template.
     results: String,
@@ -185,9 +187,7 @@ impl Context {
     fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
         self.view
             .get_or_init(|| {
-                let items: Vec<&ContextItem> =
-                    self.iter().map(|entry| entry.item.as_ref()).collect();
-                let items = minijinja::Value::from(minijinja::value::Serde(&items));
+                let items = template_items(self.iter().map(|entry| entry.item.clone()).collect());
                 let results = prompts
                     .render(RESULTS_TEMPLATE, &ResultsVars { context: &items })
                     .map_err(|err| error_chain(&err))?

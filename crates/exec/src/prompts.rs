@@ -10,7 +10,7 @@
 //! against `query` and the outputs of upstream nodes.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use flowmem_llm::{EmbeddedPrompt, PromptError, Prompts, embedded_prompt};
 use minijinja::{Environment, UndefinedBehavior};
@@ -116,6 +116,34 @@ pub(crate) struct ResultsVars<'a> {
     pub(crate) context: &'a minijinja::Value,
 }
 
+/// The `context` template variable: a sequence of the items, each converted to a
+/// template value only when a template reads it (the `results` template, once per
+/// context; role templates only test whether it is empty).
+#[derive(Debug)]
+struct TemplateItems(Vec<Arc<ContextItem>>);
+
+impl minijinja::value::Object for TemplateItems {
+    fn repr(self: &Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        let item = self.0.get(key.as_usize()?)?;
+        Some(minijinja::Value::from(minijinja::value::Serde(
+            item.as_ref(),
+        )))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Seq(self.0.len())
+    }
+}
+
+/// The items as the `context` template variable, read without copying them.
+pub(crate) fn template_items(items: Vec<Arc<ContextItem>>) -> minijinja::Value {
+    minijinja::Value::from_object(TemplateItems(items))
+}
+
 /// What a node's prompt holds besides its context: the fields of [`PromptContext`]
 /// other than `context`.
 #[derive(Serialize)]
@@ -158,11 +186,13 @@ pub(crate) fn render_node_source(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use flowmem_llm::Prompts;
 
     use crate::prompts::{
         ContextItem, EXEC_PROMPTS, NodePromptVars, OwnVars, PromptContext, RESULTS_TEMPLATE,
-        ResultsVars, exec_prompts, limit_context_items,
+        ResultsVars, exec_prompts, limit_context_items, template_items,
     };
 
     fn items() -> Vec<ContextItem> {
@@ -201,7 +231,7 @@ mod tests {
             options: &options,
             hints: &hints,
         };
-        let value = minijinja::Value::from(minijinja::value::Serde(items));
+        let value = template_items(items.iter().cloned().map(Arc::new).collect());
         let results = prompts
             .render(RESULTS_TEMPLATE, &ResultsVars { context: &value })
             .unwrap()
@@ -234,7 +264,31 @@ mod tests {
     fn the_shared_results_block_renders_the_same_prompts_as_the_inline_list() {
         let mut clipped = exec_prompts(None).unwrap();
         limit_context_items(&mut clipped, 4);
-        for prompts in [exec_prompts(None).unwrap(), clipped] {
+        // An override that lists `context` itself, as `context` v2 did, still sees it.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("context.j2"),
+            "{# prompt: context v2 #}\nTask: {{ query }}\n{% for item in context %}{{ loop.index }}. {{ item.node }} ({{ item.kind }}, {{ item.iteration }}, {{ item.failed }}): {{ item.output }}\n{% endfor %}{{ context | length }} results\n",
+        )
+        .unwrap();
+        let overridden = exec_prompts(Some(dir.path())).unwrap();
+        let listed = overridden.render(
+            "plan",
+            &PromptContext {
+                query: "q",
+                instruction: None,
+                context: &items(),
+                question: None,
+                options: &[],
+                hints: &[],
+            },
+        );
+        let listed = listed.unwrap().text;
+        assert!(
+            listed.contains("2. lookup (tool, 2, True): error: not found\n2 results"),
+            "{listed}"
+        );
+        for prompts in [exec_prompts(None).unwrap(), clipped, overridden] {
             for (items, instruction) in [
                 (items(), Some("Be brief.")),
                 (items(), None),
