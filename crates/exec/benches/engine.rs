@@ -3,12 +3,16 @@
 //! 1. `critical_path`: `k` stages, each a `parallel` fan-out to `m` LLM members and a
 //!    `join`, with every model reply delayed by a fixed `L`. The critical path holds `k`
 //!    LLM nodes, so the run should take about `k·L` however large `m` is; the target is
-//!    at most `1.1·k·L`.
+//!    at most `1.1·k·L`. It runs at `L` = 50 ms and 200 ms, and at `L` = 0, where the
+//!    wall time is the residue that does not overlap the model's latency: the engine's
+//!    work plus, per member, one HTTP round trip to the scripted server (which shares
+//!    the machine's cores) carrying a prompt that lists every upstream result.
 //! 2. `overhead`: the engine's own time per node, that is the wall time minus the time
 //!    spent inside model calls, over a chain and over a fan-out of instant replies. The
 //!    target is under 200 µs per node.
 //!
-//! Besides criterion's timings, each group prints the ratios it checks.
+//! Besides criterion's timings, each group prints the ratios it checks; `critical_path`
+//! ends with a table of all latencies side by side.
 
 #![allow(clippy::print_stderr, missing_docs)]
 
@@ -16,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use flowmem_exec::{
     NoObserver, Plan, RunInput, Runtime, ToolCatalog, check, compile, exec_prompts, run,
 };
@@ -26,8 +30,10 @@ use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use flowmem_tools::{Registry, ToolsConfig};
 use serde_json::json;
 
-const LATENCY: Duration = Duration::from_millis(50);
+/// The model latencies `L`; 0 measures the residue.
+const LATENCIES_MS: [u64; 3] = [0, 50, 200];
 const STAGES: usize = 3;
+const MEMBERS: [usize; 4] = [1, 8, 32, MAX_MEMBERS];
 const MAX_MEMBERS: usize = 128;
 
 /// Delegates to the real HTTP model and adds up the wall time spent inside it.
@@ -87,7 +93,7 @@ fn chain_graph(n_nodes: usize) -> WorkflowGraph {
 }
 
 struct Setup {
-    _server: ScriptedLlmServer,
+    server: ScriptedLlmServer,
     model: Arc<Timed>,
     registry: Arc<Registry>,
 }
@@ -109,7 +115,7 @@ async fn setup(latency: Duration) -> Setup {
     // A real registry with no servers: these graphs have no tool nodes.
     let registry = Arc::new(Registry::connect(&ToolsConfig::empty()).await.unwrap());
     Setup {
-        _server: server,
+        server,
         model,
         registry,
     }
@@ -132,49 +138,130 @@ fn input() -> RunInput {
     }
 }
 
+/// Median and worst wall time of one configuration, in seconds.
+struct Walls {
+    runs: usize,
+    median: f64,
+    worst: f64,
+}
+
 fn critical_path(c: &mut Criterion) {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let setup = tokio.block_on(setup(LATENCY));
-    let bound = LATENCY.as_secs_f64() * STAGES as f64;
-    let mut group = c.benchmark_group("critical_path");
-    group.sample_size(10);
-    for members in [1usize, 8, 32, MAX_MEMBERS] {
-        let plan = plan(&setup, staged_graph(STAGES, members));
-        let mut walls: Vec<f64> = Vec::new();
-        group.bench_with_input(BenchmarkId::new("members", members), &members, |b, _| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let started = Instant::now();
-                    let trace = tokio.block_on(run(&plan, &input(), &NoObserver));
-                    let wall = started.elapsed();
-                    assert_eq!(trace.error, None);
-                    walls.push(wall.as_secs_f64());
-                    total += wall;
-                }
-                total
+    // (L in ms, members) -> walls
+    let mut table: Vec<(u64, usize, Walls)> = Vec::new();
+    for latency_ms in LATENCIES_MS {
+        let latency = Duration::from_millis(latency_ms);
+        let setup = tokio.block_on(setup(latency));
+        let mut group = c.benchmark_group(format!("critical_path_L{latency_ms}ms"));
+        group.sample_size(10);
+        if latency_ms >= 200 {
+            // One run takes over 0.6 s: the same few iterations per sample.
+            group.sampling_mode(SamplingMode::Flat);
+        }
+        for members in MEMBERS {
+            let plan = plan(&setup, staged_graph(STAGES, members));
+            let mut walls: Vec<f64> = Vec::new();
+            group.bench_with_input(BenchmarkId::new("members", members), &members, |b, _| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let started = Instant::now();
+                        let trace = tokio.block_on(run(&plan, &input(), &NoObserver));
+                        let wall = started.elapsed();
+                        assert_eq!(trace.error, None);
+                        walls.push(wall.as_secs_f64());
+                        total += wall;
+                    }
+                    total
+                });
             });
-        });
-        // The median is the figure checked; the worst run is shown too, since on a
-        // shared machine it mostly measures other processes.
-        walls.sort_by(f64::total_cmp);
-        let median = walls[walls.len() / 2];
-        let worst = walls[walls.len() - 1];
+            if walls.is_empty() {
+                // Filtered out on the command line.
+                continue;
+            }
+            // The median is the figure checked; the worst run is shown too, since on a
+            // shared machine it mostly measures other processes.
+            walls.sort_by(f64::total_cmp);
+            let walls = Walls {
+                runs: walls.len(),
+                median: walls[walls.len() / 2],
+                worst: walls[walls.len() - 1],
+            };
+            let bound = latency.as_secs_f64() * STAGES as f64;
+            if latency_ms == 0 {
+                eprintln!(
+                    "critical_path: k={STAGES} L=0 members={members:>3} nodes={:>3} runs={}: median residue {:.1} ms = {:.0} µs per member, worst {:.1} ms",
+                    1 + STAGES * (members + 2),
+                    walls.runs,
+                    walls.median * 1000.0,
+                    walls.median * 1e6 / (STAGES * members) as f64,
+                    walls.worst * 1000.0,
+                );
+            } else {
+                eprintln!(
+                    "critical_path: k={STAGES} L={latency_ms} ms members={members:>3} nodes={:>3} runs={}: median wall {:.1} ms = {:.3} x k·L (target <= 1.1), worst {:.3} x",
+                    1 + STAGES * (members + 2),
+                    walls.runs,
+                    walls.median * 1000.0,
+                    walls.median / bound,
+                    walls.worst / bound,
+                );
+            }
+            table.push((latency_ms, members, walls));
+        }
+        group.finish();
+        // The server answers concurrently: the widest fan-out had all its requests in
+        // flight at once, so neither it nor the client's cap serialises the members.
         eprintln!(
-            "critical_path: k={STAGES} L={} ms members={members:>3} nodes={:>3} runs={}: median wall {:.1} ms = {:.3} x k·L (target <= 1.1), worst {:.3} x",
-            LATENCY.as_millis(),
-            1 + STAGES * (members + 2),
-            walls.len(),
-            median * 1000.0,
-            median / bound,
-            worst / bound,
+            "critical_path: L={latency_ms} ms: at most {} chat requests in flight at the server",
+            setup.server.max_in_flight()
         );
     }
-    group.finish();
+    print_table(&table);
+}
+
+/// The `critical_path` figures side by side: residue at `L` = 0, then `median (worst)`
+/// as multiples of `k·L` for each latency.
+fn print_table(table: &[(u64, usize, Walls)]) {
+    let latencies: Vec<u64> = LATENCIES_MS.iter().copied().filter(|&ms| ms > 0).collect();
+    let mut header = format!("critical_path (k={STAGES}): members | L=0 residue median (worst)");
+    for ms in &latencies {
+        header.push_str(&format!(" | L={ms} ms: x k·L median (worst)"));
+    }
+    eprintln!("{header}   [target <= 1.1]");
+    for members in MEMBERS {
+        let find = |ms: u64| {
+            table
+                .iter()
+                .find(|(latency, m, _)| *latency == ms && *m == members)
+                .map(|(_, _, walls)| walls)
+        };
+        let mut row = format!("critical_path (k={STAGES}): {members:>7} |");
+        match find(0) {
+            Some(walls) => row.push_str(&format!(
+                " {:>6.1} ms ({:>6.1} ms)",
+                walls.median * 1000.0,
+                walls.worst * 1000.0
+            )),
+            None => row.push_str("                  -"),
+        }
+        for &ms in &latencies {
+            let bound = ms as f64 / 1000.0 * STAGES as f64;
+            match find(ms) {
+                Some(walls) => row.push_str(&format!(
+                    " | {:>13.3} ({:.3})",
+                    walls.median / bound,
+                    walls.worst / bound
+                )),
+                None => row.push_str(" |             -"),
+            }
+        }
+        eprintln!("{row}");
+    }
 }
 
 fn overhead(c: &mut Criterion) {
@@ -223,6 +310,9 @@ fn overhead(c: &mut Criterion) {
                 total
             });
         });
+        if runs == 0 {
+            continue;
+        }
         let per_node_us = engine_ns as f64 / runs as f64 / n_nodes as f64 / 1000.0;
         eprintln!(
             "overhead: {name}: {n_nodes} nodes ({n_llm} LLM): engine time {per_node_us:.1} µs per node = {:.3} x 200 µs target",

@@ -12,7 +12,7 @@ use flowmem_model::{Condition, EdgeKind, NodeObservation, Trace};
 use tokio::task::JoinSet;
 
 use crate::event::{ExecEvent, ExecObserver, now_ms};
-use crate::node::{self, CtxEntry, NodeResult, NodeWork};
+use crate::node::{self, Context, CtxEntry, NodeResult, NodeWork};
 use crate::plan::{Op, Plan, PlanInner};
 use crate::validate::{ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK};
 
@@ -95,7 +95,7 @@ enum EdgeState {
     Skipped,
 }
 
-type Ctx = Arc<Vec<CtxEntry>>;
+type Ctx = Arc<Context>;
 
 struct RunState<'a> {
     plan: &'a PlanInner,
@@ -223,13 +223,9 @@ impl<'a> RunState<'a> {
         {
             return first.clone();
         }
-        let mut merged: Vec<CtxEntry> = first.as_ref().clone();
-        for ctx in rest {
-            merged.extend(ctx.iter().cloned());
-        }
-        merged.sort_by_key(|entry| entry.seq);
-        merged.dedup_by_key(|entry| entry.seq);
-        Arc::new(merged)
+        let mut all = rest;
+        all.push(first);
+        Arc::new(Context::merge(&all))
     }
 
     /// Starts a queued node: control nodes resolve inline, others become work for a task.
@@ -408,11 +404,7 @@ impl<'a> RunState<'a> {
     /// Activates every outgoing edge of a finished node, with its output appended.
     fn finish_plain(&mut self, node_idx: usize, ctx: &Ctx, entry: Option<CtxEntry>) {
         let out = match entry {
-            Some(entry) => {
-                let mut next = ctx.as_ref().clone();
-                next.push(entry);
-                Arc::new(next)
-            }
+            Some(entry) => Arc::new(Context::on(Some(ctx.clone()), vec![entry])),
             None => ctx.clone(),
         };
         if node_idx == self.plan.exit {
@@ -510,7 +502,7 @@ impl<'a> RunState<'a> {
             node_id: node.id.clone(),
             node_kind: node.kind_label.clone(),
             iteration: self.iteration(node_idx),
-            input: node::context_json(ctx),
+            input: ctx.input(),
             output,
             started_at_ms: now_ms(),
             ..NodeObservation::default()
@@ -549,9 +541,8 @@ impl<'a> RunState<'a> {
 }
 
 /// Whether the most recent tool call in `ctx` (at or after sequence `since`) succeeded.
-fn last_tool_succeeded(ctx: &[CtxEntry], since: u64) -> bool {
-    ctx.iter()
-        .rev()
+fn last_tool_succeeded(ctx: &Context, since: u64) -> bool {
+    ctx.iter_rev()
         .take_while(|entry| entry.seq >= since)
         .find(|entry| entry.is_tool)
         .is_some_and(|entry| !entry.item.failed)

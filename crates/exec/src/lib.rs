@@ -13,8 +13,6 @@
 //!   [`ExecObserver`]: the [`JsonlTraceWriter`], progress bars, or OpenTelemetry.
 //! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
 //!   same trace shape.
-//! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
-//!   same trace shape.
 //! - [`load_graph`]/[`save_graph`] read and write JSON or YAML graph files;
 //!   [`to_mermaid`] and [`to_dot`] draw them.
 //!

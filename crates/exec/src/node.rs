@@ -3,18 +3,20 @@
 //! These functions run inside tasks and touch no run state; they return a
 //! [`NodeResult`] that the scheduler applies.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, Message, Purpose, ResponseFormat, ToolChoice,
+    ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice,
 };
 use flowmem_model::{Condition, NodeObservation, ToolCall, error_chain};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
-use crate::prompts::{ContextItem, PromptContext};
+use crate::prompts::{
+    ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items,
+};
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,11 +52,165 @@ impl CtxEntry {
     }
 }
 
+/// The upstream results a node reads, oldest first.
+///
+/// One `Context` is shared, behind an `Arc`, by every node that reads exactly these
+/// results: all members of a `parallel` node, and a `join` with the nodes after it. What
+/// those nodes derive from it (the observation `input`, the rendered `results` block of
+/// their prompts) is built once here, by the first node that needs it, not once per
+/// node: with `m` members each reading `m` upstream results, per-node copies are O(m²)
+/// work on the critical path.
+///
+/// A node's output context is its input context as `base` plus its own result, so a
+/// member's output does not copy the shared results either, and a `join` of members
+/// with one `base` merges only their own results.
+#[derive(Debug, Default)]
+pub(crate) struct Context {
+    // Invariant: every result in `own` is newer (higher `seq`) than those in `base`,
+    // and `own` is sorted by `seq`.
+    base: Option<Arc<Context>>,
+    own: Vec<CtxEntry>,
+    // How many `base` links lead from here to a context without one; bounded by
+    // `MAX_DEPTH` so that walking (and dropping) a context stays shallow.
+    depth: usize,
+    len: usize,
+    input: OnceLock<Arc<Value>>,
+    view: OnceLock<Result<PromptView, String>>,
+}
+
+/// The longest chain of `base` links before a context is flattened.
+const MAX_DEPTH: usize = 16;
+
+/// The context as the prompt templates see it.
+#[derive(Debug)]
+struct PromptView {
+    /// The `context` variable, shared by every render.
+    items: minijinja::Value,
+    /// The items rendered by the `results` template.
+    results: String,
+}
+
+impl Context {
+    /// A context holding `entries`, which must be sorted by `seq`.
+    pub(crate) fn new(entries: Vec<CtxEntry>) -> Context {
+        Context::on(None, entries)
+    }
+
+    /// `base` followed by `own`, which must be newer than `base` and sorted by `seq`.
+    pub(crate) fn on(base: Option<Arc<Context>>, own: Vec<CtxEntry>) -> Context {
+        let base = base.filter(|base| !base.is_empty());
+        match base {
+            Some(base) if base.depth < MAX_DEPTH => Context {
+                depth: base.depth + 1,
+                len: base.len + own.len(),
+                base: Some(base),
+                own,
+                ..Context::default()
+            },
+            Some(base) => {
+                let mut entries: Vec<CtxEntry> = base.iter().cloned().collect();
+                entries.extend(own);
+                Context::on(None, entries)
+            }
+            None => Context {
+                len: own.len(),
+                own,
+                ..Context::default()
+            },
+        }
+    }
+
+    /// The union of several contexts, oldest first.
+    pub(crate) fn merge(contexts: &[&Arc<Context>]) -> Context {
+        // The common case, members of one `parallel`: all share one base (or are it),
+        // so only their own results need merging.
+        let base = contexts.iter().find_map(|ctx| ctx.base.as_ref());
+        if let Some(base) = base {
+            let same_base = contexts.iter().all(|ctx| {
+                ctx.is_empty()
+                    || Arc::ptr_eq(ctx, base)
+                    || ctx
+                        .base
+                        .as_ref()
+                        .is_some_and(|other| Arc::ptr_eq(other, base))
+            });
+            if same_base {
+                let mut own: Vec<CtxEntry> = contexts
+                    .iter()
+                    .filter(|ctx| !Arc::ptr_eq(ctx, base))
+                    .flat_map(|ctx| ctx.own.iter().cloned())
+                    .collect();
+                own.sort_by_key(|entry| entry.seq);
+                own.dedup_by_key(|entry| entry.seq);
+                return Context::on(Some(base.clone()), own);
+            }
+        }
+        let mut entries: Vec<CtxEntry> = contexts
+            .iter()
+            .flat_map(|ctx| ctx.iter().cloned())
+            .collect();
+        entries.sort_by_key(|entry| entry.seq);
+        entries.dedup_by_key(|entry| entry.seq);
+        Context::new(entries)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The results, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &CtxEntry> {
+        let mut chain: Vec<&Context> =
+            std::iter::successors(Some(self), |ctx| ctx.base.as_deref()).collect();
+        chain.reverse();
+        chain.into_iter().flat_map(|ctx| ctx.own.iter())
+    }
+
+    /// The results, newest first.
+    pub(crate) fn iter_rev(&self) -> impl Iterator<Item = &CtxEntry> {
+        std::iter::successors(Some(self), |ctx| ctx.base.as_deref())
+            .flat_map(|ctx| ctx.own.iter().rev())
+    }
+
+    /// The newest result.
+    pub(crate) fn last(&self) -> Option<&CtxEntry> {
+        self.iter_rev().next()
+    }
+
+    /// The context as the `input` of an observation.
+    pub(crate) fn input(&self) -> Arc<Value> {
+        self.input
+            .get_or_init(|| Arc::new(context_json(self.iter())))
+            .clone()
+    }
+
+    fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
+        self.view
+            .get_or_init(|| {
+                let items = template_items(self.iter().map(|entry| entry.item.clone()).collect());
+                let results = prompts
+                    .render(RESULTS_TEMPLATE, &ResultsVars { context: &items })
+                    .map_err(|err| error_chain(&err))?
+                    .text;
+                Ok(PromptView { items, results })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The latest output of node `id`, if it is in the context.
+    fn latest_output(&self, id: &str) -> Option<&str> {
+        self.iter_rev()
+            .find(|entry| entry.item.node == id)
+            .map(|entry| entry.item.output.as_str())
+    }
+}
+
 /// A node ready to run in a task.
 pub(crate) struct NodeWork {
     pub(crate) node_idx: usize,
     pub(crate) iteration: u32,
-    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    pub(crate) ctx: Arc<Context>,
     /// For a loop node: evaluate its `until` judge after a body run.
     pub(crate) loop_check: bool,
 }
@@ -62,7 +218,7 @@ pub(crate) struct NodeWork {
 /// What a node task produced.
 pub(crate) struct NodeResult {
     pub(crate) node_idx: usize,
-    pub(crate) ctx: Arc<Vec<CtxEntry>>,
+    pub(crate) ctx: Arc<Context>,
     pub(crate) observation: NodeObservation,
     pub(crate) model: Option<String>,
     /// The tool invocation, with its start time, if one happened.
@@ -87,12 +243,12 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
     let node = &plan.nodes[work.node_idx];
     let started_at_ms = now_ms();
     let clock = Instant::now();
-    let items: Vec<ContextItem> = work.ctx.iter().map(|entry| entry.item.as_ref().clone()).collect();
+    let items = work.ctx.as_ref();
     let mut observation = NodeObservation {
         node_id: node.id.clone(),
         node_kind: node.kind_label.clone(),
         iteration: work.iteration,
-        input: context_json(&work.ctx),
+        input: work.ctx.input(),
         started_at_ms,
         ..NodeObservation::default()
     };
@@ -111,7 +267,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 plan,
                 query,
                 node,
-                &items,
+                items,
                 template,
                 instruction.as_deref(),
                 model.as_ref(),
@@ -128,7 +284,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 plan,
                 query,
                 node,
-                &items,
+                items,
                 tools,
                 hints,
                 instruction.as_deref(),
@@ -139,7 +295,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         Op::Branch {
             condition: Condition::Judge { question },
             routes,
-        } => judge(plan, query, node, &items, question, routes, &mut step)
+        } => judge(plan, query, node, items, question, routes, &mut step)
             .await
             .map(Outcome::Route),
         Op::Loop {
@@ -150,7 +306,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 .iter()
                 .map(|&option| option.to_owned())
                 .collect();
-            judge(plan, query, node, &items, question, &options, &mut step)
+            judge(plan, query, node, items, question, &options, &mut step)
                 .await
                 .map(|choice| Outcome::LoopStop(choice == LOOP_OPTIONS[0]))
         }
@@ -180,9 +336,9 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
 }
 
 /// The context as the `input` of an observation.
-pub(crate) fn context_json(ctx: &[CtxEntry]) -> Value {
+fn context_json<'a>(entries: impl Iterator<Item = &'a CtxEntry>) -> Value {
     Value::Array(
-        ctx.iter()
+        entries
             .map(|entry| {
                 json!({
                     "node": entry.item.node,
@@ -221,7 +377,7 @@ impl Step<'_> {
 fn render_node_template(
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     source: &str,
 ) -> Result<String, String> {
     let mut values = serde_json::Map::new();
@@ -232,14 +388,31 @@ fn render_node_template(
         .filter(|name| name.as_str() != crate::validate::VAR_QUERY)
     {
         // The latest output of that node; an ancestor skipped by a branch renders empty.
-        let output = items
-            .iter()
-            .rev()
-            .find(|item| &item.node == name)
-            .map_or("", |item| item.output.as_str());
+        let output = items.latest_output(name).unwrap_or("");
         values.insert(name.clone(), Value::String(output.to_owned()));
     }
     crate::prompts::render_node_source(source, &Value::Object(values))
+        .map_err(|err| error_chain(&err))
+}
+
+/// Renders role template `template` for a node: its own variables, and the context's
+/// view shared with every node reading the same context.
+fn render_prompt(
+    plan: &PlanInner,
+    template: &str,
+    items: &Context,
+    own: &OwnVars<'_>,
+) -> Result<String, String> {
+    let prompts = plan.runtime.prompts.as_ref();
+    let view = items.prompt_view(prompts)?;
+    let vars = NodePromptVars {
+        own,
+        context: &view.items,
+        results: &view.results,
+    };
+    prompts
+        .render(template, &vars)
+        .map(|rendered| rendered.text)
         .map_err(|err| error_chain(&err))
 }
 
@@ -248,7 +421,7 @@ async fn llm_node(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     template: &str,
     instruction: Option<&str>,
     model: &dyn ChatModel,
@@ -257,20 +430,14 @@ async fn llm_node(
     let instruction = instruction
         .map(|source| render_node_template(query, node, items, source))
         .transpose()?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: instruction.as_deref(),
-        context: items,
         question: None,
         options: &[],
         hints: &[],
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(template, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, template, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
@@ -288,7 +455,7 @@ async fn tool_node(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     tools: &Arc<[flowmem_llm::ToolDefinition]>,
     hints: &[String],
     instruction: Option<&str>,
@@ -297,20 +464,14 @@ async fn tool_node(
     let instruction = instruction
         .map(|source| render_node_template(query, node, items, source))
         .transpose()?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: instruction.as_deref(),
-        context: items,
         question: None,
         options: &[],
         hints,
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(TOOL_TEMPLATE, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.tools = tools.to_vec();
@@ -371,26 +532,20 @@ async fn judge(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
-    items: &[ContextItem],
+    items: &Context,
     question: &str,
     options: &[String],
     step: &mut Step<'_>,
 ) -> Result<String, String> {
     let question = render_node_template(query, node, items, question)?;
-    let ctx = PromptContext {
+    let own = OwnVars {
         query,
         instruction: None,
-        context: items,
         question: Some(&question),
         options,
         hints: &[],
     };
-    let prompt = plan
-        .runtime
-        .prompts
-        .render(JUDGE_TEMPLATE, &ctx)
-        .map_err(|err| error_chain(&err))?
-        .text;
+    let prompt = render_prompt(plan, JUDGE_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.response_format = Some(ResponseFormat {
@@ -459,7 +614,69 @@ pub(crate) fn value_text(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::node::parse_choice;
+    use std::sync::Arc;
+
+    use crate::node::{Context, CtxEntry, MAX_DEPTH, parse_choice};
+    use crate::prompts::ContextItem;
+
+    fn entry(seq: u64) -> CtxEntry {
+        CtxEntry {
+            seq,
+            is_tool: false,
+            item: Arc::new(ContextItem {
+                node: format!("n{seq}"),
+                kind: "llm:reason".to_owned(),
+                iteration: 0,
+                output: format!("out{seq}"),
+                failed: false,
+            }),
+        }
+    }
+
+    fn seqs(ctx: &Context) -> Vec<u64> {
+        ctx.iter().map(|entry| entry.seq).collect()
+    }
+
+    #[test]
+    fn contexts_merge_in_order_without_duplicates_whether_they_share_a_base_or_not() {
+        let base = Arc::new(Context::new(vec![entry(0), entry(1), entry(2)]));
+        let members: Vec<Arc<Context>> = [12, 10, 11]
+            .into_iter()
+            .map(|seq| Arc::new(Context::on(Some(base.clone()), vec![entry(seq)])))
+            .collect();
+        let empty = Arc::new(Context::default());
+        let mut shared: Vec<&Arc<Context>> = members.iter().collect();
+        shared.extend([&base, &empty, &members[0]]);
+        let merged = Context::merge(&shared);
+        assert_eq!(seqs(&merged), [0, 1, 2, 10, 11, 12]);
+        assert_eq!(merged.last().map(|entry| entry.seq), Some(12));
+        assert_eq!(merged.input().as_array().map(Vec::len), Some(6));
+        // A deeper branch does not share the members' base: the general merge.
+        let deeper = Arc::new(Context::on(
+            Some(Arc::new(Context::on(Some(base.clone()), vec![entry(20)]))),
+            vec![entry(21)],
+        ));
+        let merged = Context::merge(&[&members[1], &deeper]);
+        assert_eq!(seqs(&merged), [0, 1, 2, 10, 20, 21]);
+        assert_eq!(
+            merged.latest_output("n20"),
+            Some("out20"),
+            "the latest output is found through the base"
+        );
+    }
+
+    #[test]
+    fn a_long_chain_of_contexts_stays_shallow_and_in_order() {
+        let mut ctx = Arc::new(Context::default());
+        for seq in 0..(3 * MAX_DEPTH as u64) {
+            ctx = Arc::new(Context::on(Some(ctx), vec![entry(seq)]));
+            assert!(ctx.depth <= MAX_DEPTH);
+        }
+        let expected: Vec<u64> = (0..(3 * MAX_DEPTH as u64)).collect();
+        assert_eq!(seqs(&ctx), expected);
+        let newest_first: Vec<u64> = ctx.iter_rev().map(|entry| entry.seq).collect();
+        assert_eq!(newest_first, expected.into_iter().rev().collect::<Vec<_>>());
+    }
 
     fn options() -> Vec<String> {
         vec!["yes".to_owned(), "no".to_owned(), "needs_more".to_owned()]

@@ -10,14 +10,16 @@
 //! against `query` and the outputs of upstream nodes.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use flowmem_llm::{EmbeddedPrompt, PromptError, Prompts, embedded_prompt};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-/// The executor's templates. `context` is included by the role templates.
+/// The executor's templates. `context` is included by the role templates, and
+/// `results` (the list of upstream results) by `context`.
 pub const EXEC_PROMPTS: &[EmbeddedPrompt] = &[
+    embedded_prompt!("results"),
     embedded_prompt!("context"),
     embedded_prompt!("plan"),
     embedded_prompt!("extract"),
@@ -83,6 +85,11 @@ pub struct ContextItem {
 }
 
 /// The context every executor template renders from.
+///
+/// The engine renders with these variables plus `results`: `context` already rendered
+/// by the `results` template, once for all the nodes that read the same context.
+/// Without it, as when rendering from this type, the `context` template includes
+/// `results` itself; the text is the same.
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptContext<'a> {
     /// The query text.
@@ -99,6 +106,69 @@ pub struct PromptContext<'a> {
     pub hints: &'a [String],
 }
 
+/// The template that renders the upstream results (`context`) as a list.
+pub(crate) const RESULTS_TEMPLATE: &str = "results";
+
+/// The variables of the `results` template.
+#[derive(Serialize)]
+pub(crate) struct ResultsVars<'a> {
+    /// The items as one template value, shared without copying.
+    pub(crate) context: &'a minijinja::Value,
+}
+
+/// The `context` template variable: a sequence of the items, each converted to a
+/// template value only when a template reads it (the `results` template, once per
+/// context; role templates only test whether it is empty).
+#[derive(Debug)]
+struct TemplateItems(Vec<Arc<ContextItem>>);
+
+impl minijinja::value::Object for TemplateItems {
+    fn repr(self: &Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        let item = self.0.get(key.as_usize()?)?;
+        Some(minijinja::Value::from(minijinja::value::Serde(
+            item.as_ref(),
+        )))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Seq(self.0.len())
+    }
+}
+
+/// The items as the `context` template variable, read without copying them.
+pub(crate) fn template_items(items: Vec<Arc<ContextItem>>) -> minijinja::Value {
+    minijinja::Value::from_object(TemplateItems(items))
+}
+
+/// What a node's prompt holds besides its context: the fields of [`PromptContext`]
+/// other than `context`.
+#[derive(Serialize)]
+pub(crate) struct OwnVars<'a> {
+    pub(crate) query: &'a str,
+    pub(crate) instruction: Option<&'a str>,
+    pub(crate) question: Option<&'a str>,
+    pub(crate) options: &'a [String],
+    pub(crate) hints: &'a [String],
+}
+
+/// The engine's variables for a role template: those of [`PromptContext`], with
+/// `context` as one template value and its `results` rendered once, both shared by
+/// every node reading the same context.
+///
+/// When `results` is set the `context` template prints it instead of including the
+/// `results` template, so a wide fan-out renders its shared upstream list once.
+#[derive(Serialize)]
+pub(crate) struct NodePromptVars<'a> {
+    #[serde(flatten)]
+    pub(crate) own: &'a OwnVars<'a>,
+    pub(crate) context: &'a minijinja::Value,
+    pub(crate) results: &'a str,
+}
+
 /// Renders a node's instruction or question source against named values.
 pub(crate) fn render_node_source(
     source: &str,
@@ -112,4 +182,123 @@ pub(crate) fn render_node_source(
         env
     });
     env.render_str(source, minijinja::value::Serde(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flowmem_llm::Prompts;
+
+    use crate::prompts::{
+        ContextItem, EXEC_PROMPTS, NodePromptVars, OwnVars, PromptContext, RESULTS_TEMPLATE,
+        ResultsVars, exec_prompts, limit_context_items, template_items,
+    };
+
+    fn items() -> Vec<ContextItem> {
+        vec![
+            ContextItem {
+                node: "plan".into(),
+                kind: "llm:plan".into(),
+                iteration: 0,
+                output: "1. find the order\n2. report".into(),
+                failed: false,
+            },
+            ContextItem {
+                node: "lookup".into(),
+                kind: "tool".into(),
+                iteration: 2,
+                output: "error: not found".into(),
+                failed: true,
+            },
+        ]
+    }
+
+    /// Renders every role template both ways: from [`PromptContext`] (the `context`
+    /// template includes `results`) and as the engine does (shared `results` text).
+    fn both_ways(
+        prompts: &Prompts,
+        items: &[ContextItem],
+        instruction: Option<&str>,
+    ) -> Vec<(String, String)> {
+        let options = vec!["yes".to_owned(), "no".to_owned()];
+        let hints = vec!["get_order".to_owned()];
+        let public = PromptContext {
+            query: "Where is #W1?",
+            instruction,
+            context: items,
+            question: Some("Found?"),
+            options: &options,
+            hints: &hints,
+        };
+        let value = template_items(items.iter().cloned().map(Arc::new).collect());
+        let results = prompts
+            .render(RESULTS_TEMPLATE, &ResultsVars { context: &value })
+            .unwrap()
+            .text;
+        let own = OwnVars {
+            query: public.query,
+            instruction,
+            question: public.question,
+            options: &options,
+            hints: &hints,
+        };
+        let engine = NodePromptVars {
+            own: &own,
+            context: &value,
+            results: &results,
+        };
+        EXEC_PROMPTS
+            .iter()
+            .filter(|prompt| !matches!(prompt.name, "results" | "react"))
+            .map(|prompt| {
+                (
+                    prompts.render(prompt.name, &public).unwrap().text,
+                    prompts.render(prompt.name, &engine).unwrap().text,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shared_results_block_renders_the_same_prompts_as_the_inline_list() {
+        let mut clipped = exec_prompts(None).unwrap();
+        limit_context_items(&mut clipped, 4);
+        // An override that lists `context` itself, as `context` v2 did, still sees it.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("context.j2"),
+            "{# prompt: context v2 #}\nTask: {{ query }}\n{% for item in context %}{{ loop.index }}. {{ item.node }} ({{ item.kind }}, {{ item.iteration }}, {{ item.failed }}): {{ item.output }}\n{% endfor %}{{ context | length }} results\n",
+        )
+        .unwrap();
+        let overridden = exec_prompts(Some(dir.path())).unwrap();
+        let listed = overridden.render(
+            "plan",
+            &PromptContext {
+                query: "q",
+                instruction: None,
+                context: &items(),
+                question: None,
+                options: &[],
+                hints: &[],
+            },
+        );
+        let listed = listed.unwrap().text;
+        assert!(
+            listed.contains("2. lookup (tool, 2, True): error: not found\n2 results"),
+            "{listed}"
+        );
+        for prompts in [exec_prompts(None).unwrap(), clipped, overridden] {
+            for (items, instruction) in [
+                (items(), Some("Be brief.")),
+                (items(), None),
+                (Vec::new(), Some("Be brief.")),
+                (Vec::new(), None),
+            ] {
+                for (public, engine) in both_ways(&prompts, &items, instruction) {
+                    assert_eq!(public, engine);
+                }
+            }
+        }
+    }
 }

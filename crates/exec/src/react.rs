@@ -103,7 +103,7 @@ async fn steps(
             node_id: node_id.clone(),
             node_kind: "agent:step".to_owned(),
             iteration: step,
-            input: serde_json::to_value(&messages).unwrap_or_default(),
+            input: Arc::new(serde_json::to_value(&messages).unwrap_or_default()),
             prompt: messages.last().and_then(|message| message.content.clone()),
             started_at_ms,
             ..NodeObservation::default()

@@ -1,5 +1,7 @@
 //! What one run did: the tool trace `π̂`, the result `r̂`, and node observations `O`.
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -40,8 +42,11 @@ pub struct NodeObservation {
     #[serde(default)]
     pub iteration: u32,
     /// The upstream context the node received.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub input: Value,
+    ///
+    /// Shared: every member of a `parallel` node receives the same context, so a wide
+    /// fan-out holds it once, not once per member. It serialises as the plain value.
+    #[serde(default, skip_serializing_if = "is_null")]
+    pub input: Arc<Value>,
     /// The rendered prompt, for nodes that call a model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
@@ -106,4 +111,8 @@ pub enum TraceEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+}
+
+fn is_null(value: &Arc<Value>) -> bool {
+    value.is_null()
 }
