@@ -1,12 +1,16 @@
-//! Engine benchmarks against the scripted OpenAI-compatible server.
+//! Engine benchmarks with a scripted model of fixed latency.
 //!
 //! 1. `critical_path`: `k` stages, each a `parallel` fan-out to `m` LLM members and a
 //!    `join`, with every model reply delayed by a fixed `L`. The critical path holds `k`
 //!    LLM nodes, so the run should take about `k·L` however large `m` is; the target is
 //!    at most `1.1·k·L`. It runs at `L` = 50 ms and 200 ms, and at `L` = 0, where the
-//!    wall time is the residue that does not overlap the model's latency: the engine's
-//!    work plus, per member, one HTTP round trip to the scripted server (which shares
-//!    the machine's cores) carrying a prompt that lists every upstream result.
+//!    wall time is the residue that does not overlap the model's latency. Each runs on
+//!    two models, side by side:
+//!    - `in-process`: a `ChatModel` that sleeps `L` and answers. This measures the
+//!      engine alone, and is the figure the target applies to.
+//!    - `http`: the scripted OpenAI-compatible server on loopback through `HttpModel`.
+//!      The residue then adds, per member, one HTTP round trip whose client and server
+//!      share the machine's two cores with the engine.
 //! 2. `overhead`: the engine's own time per node, that is the wall time minus the time
 //!    spent inside model calls, over a chain and over a fan-out of instant replies. The
 //!    target is under 200 µs per node.
@@ -24,7 +28,9 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion
 use flowmem_exec::{
     NoObserver, Plan, RunInput, Runtime, ToolCatalog, check, compile, exec_prompts, run,
 };
-use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, HttpModel, HttpModelConfig, LlmError};
+use flowmem_llm::{
+    ChatModel, ChatRequest, ChatResponse, FinishReason, HttpModel, HttpModelConfig, LlmError, Usage,
+};
 use flowmem_model::WorkflowGraph;
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -36,10 +42,50 @@ const STAGES: usize = 3;
 const MEMBERS: [usize; 4] = [1, 8, 32, MAX_MEMBERS];
 const MAX_MEMBERS: usize = 128;
 
-/// Delegates to the real HTTP model and adds up the wall time spent inside it.
+/// Delegates to a model and adds up the wall time spent inside it.
 struct Timed {
-    inner: HttpModel,
+    inner: Arc<dyn ChatModel>,
     inside_ns: AtomicU64,
+}
+
+/// A scripted model in the process: every call sleeps `latency`, then answers "ok".
+struct FixedLatency {
+    latency: Duration,
+}
+
+#[async_trait::async_trait]
+impl ChatModel for FixedLatency {
+    fn name(&self) -> &str {
+        "fixed-latency"
+    }
+
+    async fn chat(&self, _request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        tokio::time::sleep(self.latency).await;
+        Ok(ChatResponse {
+            content: Some("ok".to_owned()),
+            tool_calls: Vec::new(),
+            finish_reason: FinishReason::Stop,
+            usage: Usage { prompt_tokens: 0, completion_tokens: 1 },
+            latency: self.latency,
+            cached: false,
+        })
+    }
+}
+
+/// Which scripted model a benchmark runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    InProcess,
+    Http,
+}
+
+impl Backend {
+    fn label(self) -> &'static str {
+        match self {
+            Backend::InProcess => "in-process",
+            Backend::Http => "http",
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -93,21 +139,28 @@ fn chain_graph(n_nodes: usize) -> WorkflowGraph {
 }
 
 struct Setup {
-    server: ScriptedLlmServer,
+    server: Option<ScriptedLlmServer>,
     model: Arc<Timed>,
     registry: Arc<Registry>,
 }
 
-async fn setup(latency: Duration) -> Setup {
-    let server =
-        ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency))).await;
-    // The client's per-model cap defaults to 8 requests in flight, which would make a
-    // 128-member fan-out 16 rounds of `L`. The bench measures the engine, so the cap is
-    // set above the widest fan-out, as a deployment serving that many parallel members
-    // would configure it.
-    let mut cfg = HttpModelConfig::new("bench", server.base_url(), "scripted-model");
-    cfg.max_concurrency = MAX_MEMBERS;
-    let inner = HttpModel::new(cfg).unwrap();
+async fn setup(latency: Duration, backend: Backend) -> Setup {
+    let (server, inner): (_, Arc<dyn ChatModel>) = match backend {
+        Backend::InProcess => (None, Arc::new(FixedLatency { latency })),
+        Backend::Http => {
+            let server =
+                ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency)))
+                    .await;
+            // The client's per-model cap defaults to 8 requests in flight, which would
+            // make a 128-member fan-out 16 rounds of `L`. The bench measures the engine,
+            // so the cap is set above the widest fan-out, as a deployment serving that
+            // many parallel members would configure it.
+            let mut cfg = HttpModelConfig::new("bench", server.base_url(), "scripted-model");
+            cfg.max_concurrency = MAX_MEMBERS;
+            let model = HttpModel::new(cfg).unwrap();
+            (Some(server), Arc::new(model))
+        }
+    };
     let model = Arc::new(Timed {
         inner,
         inside_ns: AtomicU64::new(0),
@@ -151,12 +204,19 @@ fn critical_path(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    for backend in [Backend::InProcess, Backend::Http] {
+        critical_path_on(c, &tokio, backend);
+    }
+}
+
+fn critical_path_on(c: &mut Criterion, tokio: &tokio::runtime::Runtime, backend: Backend) {
+    let label = backend.label();
     // (L in ms, members) -> walls
     let mut table: Vec<(u64, usize, Walls)> = Vec::new();
     for latency_ms in LATENCIES_MS {
         let latency = Duration::from_millis(latency_ms);
-        let setup = tokio.block_on(setup(latency));
-        let mut group = c.benchmark_group(format!("critical_path_L{latency_ms}ms"));
+        let setup = tokio.block_on(setup(latency, backend));
+        let mut group = c.benchmark_group(format!("critical_path_{label}_L{latency_ms}ms"));
         group.sample_size(10);
         if latency_ms >= 200 {
             // One run takes over 0.6 s: the same few iterations per sample.
@@ -194,7 +254,7 @@ fn critical_path(c: &mut Criterion) {
             let bound = latency.as_secs_f64() * STAGES as f64;
             if latency_ms == 0 {
                 eprintln!(
-                    "critical_path: k={STAGES} L=0 members={members:>3} nodes={:>3} runs={}: median residue {:.1} ms = {:.0} µs per member, worst {:.1} ms",
+                    "critical_path {label}: k={STAGES} L=0 members={members:>3} nodes={:>3} runs={}: median residue {:.1} ms = {:.0} µs per member, worst {:.1} ms",
                     1 + STAGES * (members + 2),
                     walls.runs,
                     walls.median * 1000.0,
@@ -203,7 +263,7 @@ fn critical_path(c: &mut Criterion) {
                 );
             } else {
                 eprintln!(
-                    "critical_path: k={STAGES} L={latency_ms} ms members={members:>3} nodes={:>3} runs={}: median wall {:.1} ms = {:.3} x k·L (target <= 1.1), worst {:.3} x",
+                    "critical_path {label}: k={STAGES} L={latency_ms} ms members={members:>3} nodes={:>3} runs={}: median wall {:.1} ms = {:.3} x k·L (target <= 1.1), worst {:.3} x",
                     1 + STAGES * (members + 2),
                     walls.runs,
                     walls.median * 1000.0,
@@ -216,19 +276,21 @@ fn critical_path(c: &mut Criterion) {
         group.finish();
         // The server answers concurrently: the widest fan-out had all its requests in
         // flight at once, so neither it nor the client's cap serialises the members.
-        eprintln!(
-            "critical_path: L={latency_ms} ms: at most {} chat requests in flight at the server",
-            setup.server.max_in_flight()
-        );
+        if let Some(server) = &setup.server {
+            eprintln!(
+                "critical_path {label}: L={latency_ms} ms: at most {} chat requests in flight at the server",
+                server.max_in_flight()
+            );
+        }
     }
-    print_table(&table);
+    print_table(label, &table);
 }
 
 /// The `critical_path` figures side by side: residue at `L` = 0, then `median (worst)`
 /// as multiples of `k·L` for each latency.
-fn print_table(table: &[(u64, usize, Walls)]) {
+fn print_table(label: &str, table: &[(u64, usize, Walls)]) {
     let latencies: Vec<u64> = LATENCIES_MS.iter().copied().filter(|&ms| ms > 0).collect();
-    let mut header = format!("critical_path (k={STAGES}): members | L=0 residue median (worst)");
+    let mut header = format!("critical_path {label} (k={STAGES}): members | L=0 residue median (worst)");
     for ms in &latencies {
         header.push_str(&format!(" | L={ms} ms: x k·L median (worst)"));
     }
@@ -240,7 +302,7 @@ fn print_table(table: &[(u64, usize, Walls)]) {
                 .find(|(latency, m, _)| *latency == ms && *m == members)
                 .map(|(_, _, walls)| walls)
         };
-        let mut row = format!("critical_path (k={STAGES}): {members:>7} |");
+        let mut row = format!("critical_path {label} (k={STAGES}): {members:>7} |");
         match find(0) {
             Some(walls) => row.push_str(&format!(
                 " {:>6.1} ms ({:>6.1} ms)",
@@ -270,7 +332,7 @@ fn overhead(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let setup = tokio.block_on(setup(Duration::ZERO));
+    let setup = tokio.block_on(setup(Duration::ZERO, Backend::Http));
     let mut group = c.benchmark_group("overhead");
     group.sample_size(20);
     for (name, graph, n_llm) in [
