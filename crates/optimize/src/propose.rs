@@ -125,10 +125,10 @@ fn narrow_references(schema: &mut Value, ids: &[Value]) {
                 for (name, property) in properties.iter_mut() {
                     if NODE_REFERENCES.contains(&name.as_str()) {
                         restrict_to(property, ids);
-                    } else if name == "nodes" {
-                        if let Some(items) = property.get_mut("items") {
-                            restrict_to(items, ids);
-                        }
+                    } else if name == "nodes"
+                        && let Some(items) = property.get_mut("items")
+                    {
+                        restrict_to(items, ids);
                     }
                 }
             }
@@ -163,11 +163,11 @@ fn narrow_new_node(schema: &mut Value, tools: &[String]) {
                 if let Some(id) = properties.get_mut("id") {
                     id["pattern"] = Value::from(NEW_NODE_ID_PATTERN);
                 }
-                if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items")) {
-                    if !tools.is_empty() {
-                        let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
-                        restrict_to(items, &names);
-                    }
+                if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items"))
+                    && !tools.is_empty()
+                {
+                    let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
+                    restrict_to(items, &names);
                 }
             }
             map.values_mut().for_each(|child| narrow_new_node(child, tools));
