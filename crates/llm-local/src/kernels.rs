@@ -199,7 +199,7 @@ fn attend_lanes(q: &[f32], keys: &[f32], values: &[f32], heads: Heads, out: &mut
     for (h, (qh, oh)) in q.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim)).enumerate() {
         let offset = (h / group) * head_dim;
         for (s, k) in scores.iter_mut().zip(keys.chunks_exact(stride)) {
-            *s = dot_lanes(qh, &k[offset..offset + head_dim]) * scale;
+            *s = dot(qh, &k[offset..offset + head_dim]) * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut total = 0.0;
@@ -217,13 +217,10 @@ fn attend_lanes(q: &[f32], keys: &[f32], values: &[f32], heads: Heads, out: &mut
     }
 }
 
-/// `Σ a·b`, in eight lanes so that the compiler can vectorise the sum.
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_lanes(a, b)
-}
-
+/// `Σ a·b`, in eight lanes so that the compiler can vectorise the sum (with the
+/// detected features, when inlined into a SIMD entry point).
 #[inline(always)]
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
@@ -313,6 +310,30 @@ mod x86 {
         super::attend_lanes(q, keys, values, heads, out);
     }
 
+    /// The 32 values of block `i` of `x`, as four vectors.
+    ///
+    /// # Safety
+    /// `x` must hold at least `32·(i + 1)` values, and the CPU support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn load_block(x: &[f32], i: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees the 32 values at `32·i` exist.
+        unsafe {
+            let p = x.as_ptr().add(i * BLOCK);
+            [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
+        }
+    }
+
+    /// `Σ w·x` over one block, lane by lane (eight partial sums).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn block_product(w: [__m256; 4], x: [__m256; 4]) -> __m256 {
+        let mut p = _mm256_mul_ps(w[0], x[0]);
+        p = _mm256_fmadd_ps(w[1], x[1], p);
+        p = _mm256_fmadd_ps(w[2], x[2], p);
+        _mm256_fmadd_ps(w[3], x[3], p)
+    }
+
     #[target_feature(enable = "avx2,fma")]
     fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -334,14 +355,8 @@ mod x86 {
             let mut offset = 0.0f32;
             for (i, b) in row.iter().enumerate() {
                 // SAFETY: `qs` is 16 bytes; `x` holds at least `per_row · 32` values
-                // (asserted above), so the four 8-value loads at `32·i` are in bounds.
-                let (bytes, xs) = unsafe {
-                    let p = x.as_ptr().add(i * BLOCK);
-                    (
-                        _mm_loadu_si128(b.qs.as_ptr().cast()),
-                        [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))],
-                    )
-                };
+                // (asserted above), so the block at `32·i` is in bounds.
+                let (bytes, xs) = unsafe { (_mm_loadu_si128(b.qs.as_ptr().cast()), load_block(x, i)) };
                 let lo = _mm_and_si128(bytes, nibble);
                 let hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibble);
                 let w = [
@@ -350,11 +365,7 @@ mod x86 {
                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)),
                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(hi))),
                 ];
-                let mut p = _mm256_mul_ps(w[0], xs[0]);
-                p = _mm256_fmadd_ps(w[1], xs[1], p);
-                p = _mm256_fmadd_ps(w[2], xs[2], p);
-                p = _mm256_fmadd_ps(w[3], xs[3], p);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), p, acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), block_product(w, xs), acc);
                 offset += b.m * sums[i];
             }
             *o = hsum(acc) + offset;
@@ -374,11 +385,10 @@ mod x86 {
                 // SAFETY: `qs` is 32 bytes, read as two 16-byte halves; `x` holds at
                 // least `per_row · 32` values (asserted above).
                 let (q0, q1, xs) = unsafe {
-                    let p = x.as_ptr().add(i * BLOCK);
                     (
                         _mm_loadu_si128(b.qs.as_ptr().cast()),
                         _mm_loadu_si128(b.qs.as_ptr().add(16).cast()),
-                        [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))],
+                        load_block(x, i),
                     )
                 };
                 let w = [
@@ -387,11 +397,7 @@ mod x86 {
                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1)),
                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q1))),
                 ];
-                let mut p = _mm256_mul_ps(w[0], xs[0]);
-                p = _mm256_fmadd_ps(w[1], xs[1], p);
-                p = _mm256_fmadd_ps(w[2], xs[2], p);
-                p = _mm256_fmadd_ps(w[3], xs[3], p);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), p, acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), block_product(w, xs), acc);
             }
             *o = hsum(acc);
         }

@@ -119,22 +119,29 @@ pub fn edit_plan_schema_for(graph: &WorkflowGraph, tools: &[String], max_edits: 
 /// Sets an enumeration of `ids` on every property in [`NODE_REFERENCES`] (and on the
 /// items of `nodes`) anywhere under `schema`.
 fn narrow_references(schema: &mut Value, ids: &[Value]) {
+    for_each_properties(schema, &mut |properties| {
+        for (name, property) in properties.iter_mut() {
+            if NODE_REFERENCES.contains(&name.as_str()) {
+                restrict_to(property, ids);
+            } else if name == "nodes"
+                && let Some(items) = property.get_mut("items")
+            {
+                restrict_to(items, ids);
+            }
+        }
+    });
+}
+
+/// Calls `f` on every `properties` map anywhere under `schema`, outermost first.
+fn for_each_properties(schema: &mut Value, f: &mut impl FnMut(&mut serde_json::Map<String, Value>)) {
     match schema {
         Value::Object(map) => {
             if let Some(Value::Object(properties)) = map.get_mut("properties") {
-                for (name, property) in properties.iter_mut() {
-                    if NODE_REFERENCES.contains(&name.as_str()) {
-                        restrict_to(property, ids);
-                    } else if name == "nodes"
-                        && let Some(items) = property.get_mut("items")
-                    {
-                        restrict_to(items, ids);
-                    }
-                }
+                f(properties);
             }
-            map.values_mut().for_each(|child| narrow_references(child, ids));
+            map.values_mut().for_each(|child| for_each_properties(child, f));
         }
-        Value::Array(items) => items.iter_mut().for_each(|child| narrow_references(child, ids)),
+        Value::Array(items) => items.iter_mut().for_each(|child| for_each_properties(child, f)),
         _ => {}
     }
 }
@@ -157,22 +164,15 @@ fn restrict_to(schema: &mut Value, values: &[Value]) {
 
 /// A new node's id becomes a short identifier, and its tool hints the known tools.
 fn narrow_new_node(schema: &mut Value, tools: &[String]) {
-    match schema {
-        Value::Object(map) => {
-            if let Some(Value::Object(properties)) = map.get_mut("properties") {
-                if let Some(id) = properties.get_mut("id") {
-                    id["pattern"] = Value::from(NEW_NODE_ID_PATTERN);
-                }
-                if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items"))
-                    && !tools.is_empty()
-                {
-                    let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
-                    restrict_to(items, &names);
-                }
-            }
-            map.values_mut().for_each(|child| narrow_new_node(child, tools));
+    let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
+    for_each_properties(schema, &mut |properties| {
+        if let Some(id) = properties.get_mut("id") {
+            id["pattern"] = Value::from(NEW_NODE_ID_PATTERN);
         }
-        Value::Array(items) => items.iter_mut().for_each(|child| narrow_new_node(child, tools)),
-        _ => {}
-    }
+        if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items"))
+            && !names.is_empty()
+        {
+            restrict_to(items, &names);
+        }
+    });
 }
