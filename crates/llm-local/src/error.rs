@@ -46,6 +46,15 @@ pub enum LocalError {
         /// The grammar compiler's message.
         problem: String,
     },
+    /// A structured reply reached `max_tokens` before its JSON was complete. This is not a
+    /// grammar problem: every token kept the output valid, there were just too few.
+    #[error("the output was cut at max_tokens = {max_tokens} before its JSON was complete")]
+    Truncated {
+        /// The limit that was reached.
+        max_tokens: usize,
+        /// The incomplete output.
+        text: String,
+    },
     /// The request cannot be served (empty conversation, context too long).
     #[error("invalid request: {0}")]
     Request(String),

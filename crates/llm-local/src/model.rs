@@ -232,6 +232,7 @@ pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
         source = cause.source();
     }
     match error {
+        LocalError::Truncated { text, .. } => LlmError::InvalidReply { model: model.to_owned(), problem: reason, raw: text },
         LocalError::Grammar { .. } | LocalError::Request(_) => {
             LlmError::InvalidReply { model: model.to_owned(), problem: reason.clone(), raw: String::new() }
         }

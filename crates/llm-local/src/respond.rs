@@ -95,12 +95,11 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
 
 fn parse_json(text: &str, finish: Finish, max_tokens: usize) -> Result<Value, LocalError> {
     serde_json::from_str(text).map_err(|e| {
-        let why = if finish == Finish::Length {
-            format!("the output was cut at max_tokens = {max_tokens}")
+        if finish == Finish::Length {
+            LocalError::Truncated { max_tokens, text: text.to_owned() }
         } else {
-            e.to_string()
-        };
-        LocalError::Grammar { what: "the output".to_owned(), problem: format!("incomplete JSON ({why}): {text}") }
+            LocalError::Grammar { what: "the output".to_owned(), problem: format!("incomplete JSON ({e}): {text}") }
+        }
     })
 }
 

@@ -59,16 +59,31 @@ pub trait Simulator: Send + Sync {
     async fn validate(&self, candidate: TreeNodeId, graph: &WorkflowGraph) -> Result<Evaluation, SearchError>;
 }
 
+/// What the optimizer is asked to improve, and what it has already tried there.
+#[derive(Debug, Clone, Copy)]
+pub struct ProposalInput<'a> {
+    /// The candidate being expanded.
+    pub graph: &'a WorkflowGraph,
+    /// Its cached feedback `F_opt`.
+    pub feedback: &'a Value,
+    /// Why this expansion's previous attempt was rejected (empty on the first attempt).
+    pub problems: &'a [String],
+    /// The plans of earlier expansions of the same candidate, in candidate order. Without
+    /// them a deterministic optimizer (greedy decoding, or the LLM cache) would answer a
+    /// second expansion exactly as it answered the first.
+    pub tried: &'a [CandidatePlan],
+}
+
 /// Proposes edit plans (the optimizer LLM).
 #[async_trait::async_trait]
 pub trait Proposer: Send + Sync {
-    /// Proposes a plan for `graph` given its feedback. `problems` holds the reasons the
-    /// previous attempt was rejected (empty on the first attempt).
+    /// Proposes a plan for `input.graph` given its feedback, the problems of the previous
+    /// attempt and the plans already tried on the same graph.
     ///
     /// # Errors
     ///
     /// When the model cannot be reached or its reply is not an edit plan.
-    async fn propose(&self, graph: &WorkflowGraph, feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError>;
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError>;
 }
 
 /// Checks `Valid(G, T)`: an empty list means the graph may run.
@@ -408,10 +423,12 @@ async fn expand(
         }
     }
     let parent_eval: Evaluation = read_required(&candidate_path(dir, parent, "opt"))?;
+    let tried = plans_of_siblings(dir, parent, candidate)?;
     let mut rejected: Vec<Vec<String>> = Vec::new();
     for _attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
-        let plan = match parts.proposer.propose(parent_graph, &parent_eval.feedback, &problems).await {
+        let input = ProposalInput { graph: parent_graph, feedback: &parent_eval.feedback, problems: &problems, tried: &tried };
+        let plan = match parts.proposer.propose(&input).await {
             Ok(plan) => plan,
             Err(SearchError::InvalidProposal(problem)) => {
                 rejected.push(vec![problem]);
@@ -436,6 +453,20 @@ async fn expand(
     }
     write_json(&plan_path, &CandidatePlan { parent, plan: None, rejected })?;
     Ok(None)
+}
+
+/// The plan files of the candidates before `candidate` that expanded `parent`, failed
+/// expansions included. Read from disk, so a resumed run sees what the original saw.
+fn plans_of_siblings(dir: &Path, parent: TreeNodeId, candidate: TreeNodeId) -> Result<Vec<CandidatePlan>, SearchError> {
+    let mut plans = Vec::new();
+    for earlier in 1..candidate {
+        if let Some(plan) = read_json::<CandidatePlan>(&candidate_path(dir, earlier, "plan"))?
+            && plan.parent == parent
+        {
+            plans.push(plan);
+        }
+    }
+    Ok(plans)
 }
 
 async fn cached_eval<F, Fut>(dir: &Path, candidate: TreeNodeId, split: &str, run: F) -> Result<Evaluation, SearchError>

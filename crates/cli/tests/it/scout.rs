@@ -69,8 +69,9 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
         assert!(run.join(name).is_file(), "{name} is missing from the run directory");
     }
     // Every expansion reached the optimizer: its prompt fits the model's window and the
-    // edit plan's schema compiles into a grammar, so no plan was turned away for either
-    // (whether a 135M model's plan is a good one is not this test's business).
+    // edit plan's schema compiles into a grammar that never dead-ends, so no plan was
+    // turned away for either (whether a 135M model's plan is a good one is not this
+    // test's business; a reply cut at `max_tokens` is reported as such, not as this).
     let mut plans = 0;
     for entry in std::fs::read_dir(run.join("candidates")).unwrap() {
         let path = entry.unwrap().path();
@@ -78,7 +79,7 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
             plans += 1;
             let plan = std::fs::read_to_string(&path).unwrap();
             assert!(!plan.contains("the model's limit"), "{} was refused for length:\n{plan}", path.display());
-            assert!(!plan.contains("cannot constrain"), "{}: the schema did not compile:\n{plan}", path.display());
+            assert!(!plan.contains("cannot constrain"), "{}: the schema did not compile or dead-ended:\n{plan}", path.display());
         }
     }
     assert_eq!(plans, 1, "one plan file per expansion");

@@ -164,3 +164,26 @@ fn flattened_enum_schemas_compile_and_every_reply_validates() {
         assert!(errors.is_empty(), "{prompt}: {text} is invalid: {errors:?}");
     }
 }
+
+/// A structured reply that reaches `max_tokens` says so, with the partial output kept as
+/// the raw reply, instead of passing for a schema that cannot be constrained.
+#[test]
+fn a_reply_cut_at_max_tokens_is_reported_as_cut() {
+    let Some(model) = crate::model() else { return };
+    let mut request = ChatRequest::new(vec![Message::user("Tell me a long story.")], Purpose::Other);
+    let schema = json!({"type": "object", "properties": {"story": {"type": "string", "minLength": 200}}, "required": ["story"]});
+    request.response_format = Some(ResponseFormat { name: "story".to_owned(), schema });
+    request.max_tokens = Some(6);
+    let err = model.chat_blocking(&request).unwrap_err();
+    let flowmem_llm_local::LocalError::Truncated { max_tokens, text } = &err else { panic!("not reported as cut: {err}") };
+    assert_eq!(*max_tokens, 6);
+    assert!(text.starts_with('{') && text.contains("story"), "the partial output is kept: {text:?}");
+    let text = text.clone();
+    // Through the chat trait it is an invalid reply that names the cut and keeps the text.
+    let flowmem_llm::LlmError::InvalidReply { problem, raw, .. } = flowmem_llm_local::to_llm_error("local", err) else {
+        panic!("not an invalid reply")
+    };
+    assert!(problem.contains("cut at max_tokens = 6 before its JSON was complete"), "{problem}");
+    assert!(!problem.contains("cannot constrain"), "{problem}");
+    assert_eq!(raw, text);
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::WorkflowGraph;
-use flowmem_optimize::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, Proposer, edit_plan_schema_for};
+use flowmem_optimize::{CandidatePlan, EditPlan, FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, ProposalInput, Proposer, edit_plan_schema_for};
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use serde_json::json;
 
@@ -37,6 +37,10 @@ fn graph() -> WorkflowGraph {
     .expect("test graph parses")
 }
 
+fn input<'a>(graph: &'a WorkflowGraph, feedback: &'a serde_json::Value) -> ProposalInput<'a> {
+    ProposalInput { graph, feedback, problems: &[], tried: &[] }
+}
+
 fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
     let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
     cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
@@ -58,7 +62,7 @@ async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
     };
     let feedback = json!({"queries": [{"query": "x".repeat(5_000), "failing_nodes": ["find"]}]});
 
-    let plan = proposer.propose(&graph(), &feedback, &[]).await.expect("a valid plan");
+    let plan = proposer.propose(&input(&graph(), &feedback)).await.expect("a valid plan");
     assert_eq!(plan.rationale, "retry the lookup");
 
     let requests = server.chat_requests();
@@ -96,7 +100,7 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
     prompts.register(PROPOSE_EDITS).expect("optimizer template");
     let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
     let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: tools.clone(), max_edits: 2 };
-    proposer.propose(&graph(), &json!({}), &[]).await.expect("a valid plan");
+    proposer.propose(&input(&graph(), &json!({}))).await.expect("a valid plan");
     let sent = server.chat_requests()[0].body["response_format"]["json_schema"]["schema"].clone();
     assert_eq!(sent, edit_plan_schema_for(&graph(), &tools, 2), "the request carries the narrowed schema");
 
@@ -105,8 +109,8 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
     let accepted = [
         json!([{"op": "remove_node", "id": "user"}]),
         json!([{"op": "add_edge", "from": "plan", "to": "synth"}]),
-        json!([{"op": "add_node", "after": "find", "before": "fan", "node": {"id": "check_2", "kind": "tool", "hints": ["get_order_details"]}}]),
-        json!([{"op": "add_node", "after": "find", "node": {"id": "v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "add_node", "after": "find", "before": "fan", "node": {"id": "e1_check_2", "kind": "tool", "hints": ["get_order_details"]}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
         json!([{"op": "insert_control", "control": {"construct": "parallel", "nodes": ["order", "user"]}}]),
     ];
     for edits in accepted {
@@ -117,7 +121,9 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "remove_node", "id": "no_such_node"}]),
         json!([{"op": "add_edge", "from": "plan", "to": "elsewhere"}]),
         json!([{"op": "add_node", "after": "find", "node": {"id": "123456789012345678901234567890", "kind": "join"}}]),
-        json!([{"op": "add_node", "after": "find", "node": {"id": "t", "kind": "tool", "hints": ["not_a_tool"]}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "e1_t", "kind": "tool", "hints": ["not_a_tool"]}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "find", "kind": "tool"}}]),
+        json!([{"op": "add_node", "after": "find", "node": {"id": "e1_checker", "kind": "join"}}, {"op": "rewrite_prompt", "id": "plan", "instruction": "x".repeat(401)}]),
         json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "ghost", "max_iterations": 2, "until": {"type": "always"}}}]),
         json!([{"op": "remove_node", "id": "user"}, {"op": "remove_node", "id": "order"}, {"op": "remove_node", "id": "fan"}]),
     ];
@@ -125,4 +131,53 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         let value = plan(edits);
         assert!(!schema.is_valid(&value), "accepted {value}");
     }
+}
+
+/// New ids carry the next generation's prefix, so they can never repeat an id of the
+/// graph, however many generations of edits it has been through.
+#[test]
+fn new_ids_are_prefixed_by_the_next_generation() {
+    assert_eq!(flowmem_optimize::new_id_prefix(&graph()), "e1_");
+    let mut grown = graph();
+    for id in ["e2_verify", "e10_retry", "e3x_not_a_generation", "entry"] {
+        let mut node = grown.nodes[0].clone();
+        node.id = id.to_owned();
+        grown.nodes.push(node);
+    }
+    assert_eq!(flowmem_optimize::new_id_prefix(&grown), "e11_");
+    let schema = jsonschema::validator_for(&edit_plan_schema_for(&grown, &[], 2)).unwrap();
+    let add = |id: &str| json!({"rationale": "r", "edits": [{"op": "add_node", "after": "plan", "node": {"id": id, "kind": "join"}}]});
+    assert!(schema.is_valid(&add("e11_join")));
+    assert!(!schema.is_valid(&add("e10_retry")), "an id of the graph is refused");
+    assert!(!schema.is_valid(&add("join")));
+}
+
+/// The prompt lists what earlier expansions of the graph tried, an applied plan by its
+/// edits and a failed one by its last problem, and the request leaves room for a plan of
+/// six bounded edits.
+#[tokio::test]
+async fn the_prompt_lists_the_plans_already_tried() {
+    let plan = json!({"rationale": "r", "edits": [{"op": "remove_node", "id": "user"}]});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: vec![], max_edits: 3 };
+    let applied: EditPlan =
+        serde_json::from_value(json!({"rationale": "x", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "Be brief."}]})).unwrap();
+    let tried = [
+        CandidatePlan { parent: 0, plan: Some(applied), rejected: vec![] },
+        CandidatePlan { parent: 0, plan: None, rejected: vec![vec!["first".into()], vec!["node id `find` is already in use".into()]] },
+    ];
+    let graph = graph();
+    let input = ProposalInput { graph: &graph, feedback: &json!({}), problems: &[], tried: &tried };
+    proposer.propose(&input).await.expect("a valid plan");
+
+    let request = &server.chat_requests()[0];
+    let prompt = request.last_text("user").unwrap();
+    assert!(prompt.contains("These plans were already tried on this workflow. Propose a different refinement:"), "{prompt}");
+    assert!(prompt.contains(r#"- [{"op":"rewrite_prompt","id":"synth","instruction":"Be brief."}]"#), "{prompt}");
+    assert!(prompt.contains("- a plan that could not be applied: node id `find` is already in use"), "{prompt}");
+    assert!(!prompt.contains("first"), "only the last attempt's problems are shown:\n{prompt}");
+    assert!(prompt.contains(r#"A new node's id starts with "e1_""#), "{prompt}");
+    assert_eq!(request.body["max_tokens"], 1536, "{}", request.body);
 }

@@ -64,7 +64,7 @@ fn edit_plan(edits: Value) -> Reply {
 fn script() -> Script {
     let rewrite = edit_plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}]));
     let add = edit_plan(json!([{"op": "add_node", "after": "plan",
-        "node": {"id": "check", "kind": "llm", "role": "verify", "instruction": "Check the plan."}}]));
+        "node": {"id": "e1_check", "kind": "llm", "role": "verify", "instruction": "Check the plan."}}]));
     let invalid = || edit_plan(json!([{"op": "remove_node", "id": "no-such-node"}]));
     let judge = |score: f64| {
         Reply::json(json!({"rationale": "scripted", "correctness": score, "completeness": score, "relevance": score, "clarity": score}))

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use flowmem_model::{Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, EditPlan, Evaluation, GraphEdit, Proposer, SearchConfig, SearchError, SearchParts,
+    Checkpoint, EditPlan, Evaluation, GraphEdit, ProposalInput, Proposer, SearchConfig, SearchError, SearchParts,
     SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
 };
 
@@ -74,13 +74,16 @@ struct InsertingProposer {
 
 #[async_trait::async_trait]
 impl Proposer for InsertingProposer {
-    async fn propose(&self, graph: &WorkflowGraph, _feedback: &Value, problems: &[String]) -> Result<EditPlan, SearchError> {
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError> {
+        let graph = input.graph;
         let mut asked = self.asked.lock().unwrap();
-        asked.push(problems.to_vec());
+        asked.push(input.problems.to_vec());
         let after = if asked.len() <= self.broken { "no_such_node" } else { "plan" };
         let next = graph.outgoing("plan").next().map(|e| e.to.clone());
+        // The id depends on the plans already tried, so a resumed run that lost them would
+        // write different graphs than an uninterrupted one.
         let node = GraphNode {
-            id: format!("v{}", graph.nodes.len()),
+            id: format!("v{}_{}", graph.nodes.len(), input.tried.len()),
             kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None },
             description: None,
         };
@@ -145,6 +148,52 @@ async fn patience_stops_when_validation_does_not_improve() {
     assert_eq!(state.stopped, Some(StopReason::Patience));
     assert_eq!(state.iteration, 2);
     assert_eq!(state.best, 0, "no candidate beat G0 on validation");
+}
+
+/// A deterministic optimizer (greedy decoding, or the LLM cache) answers the same prompt
+/// the same way, so every expansion of a node must show it the plans tried there before.
+/// Here the scripted model answers a prompt that lists no tried plan with plan A and one
+/// that lists A with plan B: the root's two children differ, and the second request
+/// carried the first plan.
+#[tokio::test]
+async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_child() {
+    use flowmem_llm::{HttpModel, HttpModelConfig, Prompts, RetryPolicy};
+    use flowmem_optimize::{LlmProposer, PROPOSE_EDITS};
+    use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+
+    let plan_a = json!({"rationale": "a", "edits": [{"op": "rewrite_prompt", "id": "plan", "instruction": "PLAN-A"}]});
+    let plan_b = json!({"rationale": "b", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "PLAN-B"}]});
+    let script = Script::new()
+        .when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b))
+        .otherwise(Reply::json(plan_a));
+    let server = ScriptedLlmServer::start(script).await;
+    let mut cfg_http = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
+    cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).unwrap();
+    let proposer = LlmProposer {
+        model: std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
+        prompts: std::sync::Arc::new(prompts),
+        tools: vec![],
+        max_edits: 2,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let validator = SizeValidator { max_nodes: 100 };
+    let hook = |_: Checkpoint| true;
+    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
+    let state = run_search(dir.path(), &g0(), &cfg(2, 10), Strategy::Mcts, &parts).await.unwrap();
+
+    assert_eq!(state.tree.node(0).children, vec![1, 2], "both iterations expand the root");
+    let child = |id| std::fs::read_to_string(candidate_path(dir.path(), id, "workflow")).unwrap();
+    assert!(child(1).contains("PLAN-A") && !child(1).contains("PLAN-B"), "{}", child(1));
+    assert!(child(2).contains("PLAN-B") && !child(2).contains("PLAN-A"), "{}", child(2));
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2);
+    let second = requests[1].last_text("user").unwrap();
+    assert!(second.contains("already tried on this workflow"), "{second}");
+    assert!(second.contains(r#"{"op":"rewrite_prompt","id":"plan","instruction":"PLAN-A"}"#), "{second}");
+    assert!(!requests[0].last_text("user").unwrap().contains("already tried"));
 }
 
 #[tokio::test]
