@@ -576,14 +576,14 @@ pub(crate) fn parse_choice(text: &str, options: &[String]) -> Option<String> {
             .trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'')
             .to_lowercase()
     };
-    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text.trim()) {
-        if let Some(Value::String(choice)) = map.get("choice") {
-            let choice = normalise(choice);
-            return options
-                .iter()
-                .find(|option| option.to_lowercase() == choice)
-                .cloned();
-        }
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text.trim())
+        && let Some(Value::String(choice)) = map.get("choice")
+    {
+        let choice = normalise(choice);
+        return options
+            .iter()
+            .find(|option| option.to_lowercase() == choice)
+            .cloned();
     }
     let answer = normalise(text);
     if let Some(option) = options

@@ -256,20 +256,18 @@ impl ExecObserver for OtelExporter {
                     .models
                     .push(model.clone());
             }
+            // Workflow tool nodes get their span from the observation; agent steps do not.
             ExecEvent::ToolCalled {
                 query_id,
                 node_id,
                 started_at_ms,
                 call,
-            } => {
-                // Workflow tool nodes get their span from the observation; agent steps do not.
-                if node_id.starts_with("step-") {
-                    runs.entry(query_id.clone()).or_default().calls.push((
-                        node_id.clone(),
-                        *started_at_ms,
-                        call.clone(),
-                    ));
-                }
+            } if node_id.starts_with("step-") => {
+                runs.entry(query_id.clone()).or_default().calls.push((
+                    node_id.clone(),
+                    *started_at_ms,
+                    call.clone(),
+                ));
             }
             ExecEvent::RunFinished {
                 query_id,

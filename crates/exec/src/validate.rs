@@ -636,10 +636,9 @@ fn forward_adjacency(graph: &WorkflowGraph, index: &Index<'_>) -> Vec<Vec<usize>
     {
         if let (Some(&from), Some(&to)) =
             (index.get(edge.from.as_str()), index.get(edge.to.as_str()))
+            && from != to
         {
-            if from != to {
-                adjacency[from].push(to);
-            }
+            adjacency[from].push(to);
         }
     }
     adjacency

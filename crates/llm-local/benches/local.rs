@@ -7,7 +7,7 @@
 //!     RAYON_NUM_THREADS=1 cargo bench -p flowmem-llm-local --bench local
 //! `FLOWMEM_BENCH_PRECISION=f16` measures F16 weights instead of the default F32.
 
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::time::{Duration, Instant};
 

@@ -150,7 +150,7 @@ fn choose_tool<'t>(
             (query.iter().filter(|w| own.contains(*w)).count(), *t)
         })
         .collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0));
+    ranked.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
     ranked.truncate(MAX_SCORED_TOOLS);
 
     let mut base = session.clone();

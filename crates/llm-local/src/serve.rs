@@ -25,7 +25,6 @@ use flowmem_llm::{
 };
 
 /// The router serving `model`.
-#[must_use]
 pub fn router(model: Arc<dyn ChatModel>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))

@@ -414,13 +414,13 @@ async fn expand(
     parts: &SearchParts<'_>,
 ) -> Result<Option<WorkflowGraph>, SearchError> {
     let plan_path = candidate_path(dir, candidate, "plan");
-    if let Some(saved) = read_json::<CandidatePlan>(&plan_path)? {
-        if saved.parent == parent {
-            return match saved.plan {
-                Some(_) => Ok(Some(read_required(&candidate_path(dir, candidate, "workflow"))?)),
-                None => Ok(None),
-            };
-        }
+    if let Some(saved) = read_json::<CandidatePlan>(&plan_path)?
+        && saved.parent == parent
+    {
+        return match saved.plan {
+            Some(_) => Ok(Some(read_required(&candidate_path(dir, candidate, "workflow"))?)),
+            None => Ok(None),
+        };
     }
     let parent_eval: Evaluation = read_required(&candidate_path(dir, parent, "opt"))?;
     let tried = plans_of_siblings(dir, parent, candidate)?;

@@ -362,10 +362,10 @@ fn remove_pointer(root: &mut Value, pointer: &str) {
             map.remove(last);
         }
         Value::Array(items) => {
-            if let Ok(idx) = last.parse::<usize>() {
-                if idx < items.len() {
-                    items.remove(idx);
-                }
+            if let Ok(idx) = last.parse::<usize>()
+                && idx < items.len()
+            {
+                items.remove(idx);
             }
         }
         _ => {}

@@ -39,12 +39,12 @@ pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     for path in &args.paths {
         let one = import_path(args.format, path)
             .with_context(|| format!("cannot import `{}` as {format_name}", path.display()))?;
-        if args.strict {
-            if let Some(first) = one.skipped.first() {
-                anyhow::bail!(
-                    "invalid {format_name} item in {first}\nhint: rerun without --strict to skip bad items and import the rest"
-                );
-            }
+        if args.strict
+            && let Some(first) = one.skipped.first()
+        {
+            anyhow::bail!(
+                "invalid {format_name} item in {first}\nhint: rerun without --strict to skip bad items and import the rest"
+            );
         }
         imported.append(one);
     }

@@ -133,7 +133,7 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         for line in &workflows {
             match &line.status {
                 Status::Rejected { message, .. } => printer.info(&format!("rejected `{}`: {message}", line.description)),
-                Status::Stored { id, evicted } if evicted.is_empty() => {
+                Status::Stored { id, evicted: [] } => {
                     printer.result(&format!("stored {id}: {}", line.description))?;
                 }
                 Status::Stored { id, evicted } => {

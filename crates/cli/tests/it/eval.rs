@@ -77,6 +77,7 @@ document.body.setAttribute('data-probe', JSON.stringify(out));
 /// short.
 const AGENT_TOOLS: [&str; 3] = ["find_user_id_by_name_zip", "get_order_details", "cancel_pending_order"];
 
+#[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 #[test]
 fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     embedded_model();
@@ -169,7 +170,7 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     let n_errors = runs.iter().filter(|run| run["error"].is_string()).count() as u64;
     assert_eq!(react["n_errors"].as_u64(), Some(n_errors));
     let judged_twice = (0..10)
-        .filter(|id| runs.iter().filter(|run| run["record_id"] == id.to_string() && run["es"].is_number()).count() == 2)
+        .filter(|id| runs.iter().filter(|run| run["record_id"] == id.to_string().as_str() && run["es"].is_number()).count() == 2)
         .count();
     assert_eq!(react["cv_es"].as_array().unwrap().len(), judged_twice, "one CV per record judged twice: {react}");
     assert!(report["comparisons"].as_array().unwrap().is_empty(), "a baseline alone has nothing to compare");

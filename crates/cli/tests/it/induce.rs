@@ -160,6 +160,7 @@ async fn retail_trajectories(dir: &Path, n: usize) -> Vec<flowmem_model::Traject
     trajectories
 }
 
+#[allow(clippy::print_stdout, reason = "the figures of this run are the test's report")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lm_induction_with_the_embedded_model_stores_only_what_validates() {
     let model_path = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::support;
 
+#[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
     let model_file =

@@ -64,10 +64,10 @@ fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>) {
             if line.is_empty() {
                 break;
             }
-            if let Some((name, value)) = line.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    content_length = value.trim().parse().unwrap();
-                }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                content_length = value.trim().parse().unwrap();
             }
         }
         let mut body = vec![0; content_length];

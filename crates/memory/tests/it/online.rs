@@ -154,7 +154,7 @@ async fn a_workflow_action_expands_to_its_steps_and_reports_the_failed_step() {
     // The real calls, expanded: 2 + 2 + 1.
     let real: Vec<&str> = run.calls.iter().map(|call| call.tool.as_str()).collect();
     assert_eq!(real, ["echo", "get-sum", "echo", "get-sum", "echo"]);
-    assert_eq!(run.used_workflows(MemoryMode::Actions), [id.clone()]);
+    assert_eq!(run.used_workflows(MemoryMode::Actions), std::slice::from_ref(&id));
 }
 
 /// The agent calls `echo` and `get-sum`, then answers; the evaluator says `judged`.
@@ -291,7 +291,7 @@ async fn a_new_workflow_containing_a_stored_one_is_composed_of_it() {
     assert_eq!(all.len(), 2);
     let whole = all.iter().find(|workflow| workflow.id != part).unwrap();
     assert_eq!(whole.steps.len(), 3);
-    assert_eq!(whole.composed_of, [part.clone()], "a reference, not a copy");
+    assert_eq!(whole.composed_of, std::slice::from_ref(&part), "a reference, not a copy");
     let tree: Vec<(usize, &str)> = composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
     assert_eq!(tree, [(0, whole.id.as_str()), (1, part.as_str())]);
 }
