@@ -30,6 +30,7 @@
 //! ```
 
 mod edit;
+mod plan_schema;
 mod propose;
 mod scout;
 mod search;
@@ -38,7 +39,8 @@ mod svg;
 mod tree;
 
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
-pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, edit_plan_schema, edit_plan_schema_for, new_id_prefix};
+pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, new_id_prefix};
+pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS};
 pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, ProposalInput, Proposer, SearchError,
     SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,

@@ -423,7 +423,8 @@ async fn expand(
         };
     }
     let parent_eval: Evaluation = read_required(&candidate_path(dir, parent, "opt"))?;
-    let tried = plans_of_siblings(dir, parent, candidate)?;
+    let siblings = siblings(dir, parent, candidate)?;
+    let tried: Vec<CandidatePlan> = siblings.iter().map(|(_, plan)| plan.clone()).collect();
     let mut rejected: Vec<Vec<String>> = Vec::new();
     for _attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
@@ -438,7 +439,10 @@ async fn expand(
         };
         let problems = match apply_plan(parent_graph, &plan) {
             Ok(graph) => {
-                let violations = parts.validator.violations(&graph);
+                let violations = match repeated_workflow(dir, &graph, parent_graph, &siblings)? {
+                    Some(repeat) => vec![repeat],
+                    None => parts.validator.violations(&graph),
+                };
                 if violations.is_empty() {
                     write_json(&candidate_path(dir, candidate, "workflow"), &graph)?;
                     write_json(&plan_path, &CandidatePlan { parent, plan: Some(plan), rejected })?;
@@ -456,17 +460,38 @@ async fn expand(
 }
 
 /// The plan files of the candidates before `candidate` that expanded `parent`, failed
-/// expansions included. Read from disk, so a resumed run sees what the original saw.
-fn plans_of_siblings(dir: &Path, parent: TreeNodeId, candidate: TreeNodeId) -> Result<Vec<CandidatePlan>, SearchError> {
+/// expansions included, with their ids. Read from disk, so a resumed run sees what the
+/// original saw.
+fn siblings(dir: &Path, parent: TreeNodeId, candidate: TreeNodeId) -> Result<Vec<(TreeNodeId, CandidatePlan)>, SearchError> {
     let mut plans = Vec::new();
     for earlier in 1..candidate {
         if let Some(plan) = read_json::<CandidatePlan>(&candidate_path(dir, earlier, "plan"))?
             && plan.parent == parent
         {
-            plans.push(plan);
+            plans.push((earlier, plan));
         }
     }
     Ok(plans)
+}
+
+/// Why `graph` is not worth evaluating: it is its parent unchanged, or a sibling already
+/// made. Evaluating a candidate means running every query of two splits, and a repeat
+/// would only score what is known.
+fn repeated_workflow(
+    dir: &Path,
+    graph: &WorkflowGraph,
+    parent_graph: &WorkflowGraph,
+    siblings: &[(TreeNodeId, CandidatePlan)],
+) -> Result<Option<String>, SearchError> {
+    if graph == parent_graph {
+        return Ok(Some("the plan leaves the workflow unchanged".to_owned()));
+    }
+    for (sibling, plan) in siblings {
+        if plan.plan.is_some() && read_required::<WorkflowGraph>(&candidate_path(dir, *sibling, "workflow"))? == *graph {
+            return Ok(Some(format!("the plan gives the same workflow as candidate {sibling}, which was already tried")));
+        }
+    }
+    Ok(None)
 }
 
 async fn cached_eval<F, Fut>(dir: &Path, candidate: TreeNodeId, split: &str, run: F) -> Result<Evaluation, SearchError>

@@ -112,6 +112,11 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "add_node", "after": "find", "before": "fan", "node": {"id": "e1_check_2", "kind": "tool", "hints": ["get_order_details"]}}]),
         json!([{"op": "add_node", "after": "find", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
         json!([{"op": "insert_control", "control": {"construct": "parallel", "nodes": ["order", "user"]}}]),
+        json!([{"op": "refine_control", "id": "again", "max_iterations": 2}]),
+        json!([{"op": "rewrite_prompt", "id": "synth", "instruction": "Be brief."}]),
+        json!([{"op": "remove_edge", "from": "find", "to": "fan"}]),
+        json!([{"op": "reconnect_edge", "from": "order", "to": "again", "new_to": "meet"}]),
+        json!([{"op": "add_node", "after": "synth", "before": null, "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
     ];
     for edits in accepted {
         let value = plan(edits);
@@ -126,6 +131,16 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "add_node", "after": "find", "node": {"id": "e1_checker", "kind": "join"}}, {"op": "rewrite_prompt", "id": "plan", "instruction": "x".repeat(401)}]),
         json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "ghost", "max_iterations": 2, "until": {"type": "always"}}}]),
         json!([{"op": "remove_node", "id": "user"}, {"op": "remove_node", "id": "order"}, {"op": "remove_node", "id": "fan"}]),
+        // Each operation names only what it can apply to.
+        json!([{"op": "remove_node", "id": "plan"}]),
+        json!([{"op": "remove_node", "id": "synth"}]),
+        json!([{"op": "rewrite_prompt", "id": "fan", "instruction": "x"}]),
+        json!([{"op": "refine_control", "id": "find", "max_iterations": 2}]),
+        // Edges are the graph's own.
+        json!([{"op": "add_node", "after": "find", "before": "synth", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "add_node", "after": "find", "before": "find", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "remove_edge", "from": "plan", "to": "synth"}]),
+        json!([{"op": "reconnect_edge", "from": "synth", "to": "plan", "new_to": "meet"}]),
     ];
     for edits in refused {
         let value = plan(edits);

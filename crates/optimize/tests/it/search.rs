@@ -196,6 +196,48 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
     assert!(!requests[0].last_text("user").unwrap().contains("already tried"));
 }
 
+/// Always proposes the same plan.
+struct FixedProposer {
+    plan: EditPlan,
+    asked: Mutex<Vec<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Proposer for FixedProposer {
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError> {
+        self.asked.lock().unwrap().push(input.problems.to_vec());
+        Ok(self.plan.clone())
+    }
+}
+
+/// A plan that repeats a sibling's workflow, or changes nothing, is rejected like an
+/// invalid one (re-asked with the reason, then given up on) and never evaluated.
+#[tokio::test]
+async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
+    let rewrite = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::RewritePrompt { id: "synth".into(), instruction: "Be brief.".into() }] };
+    let proposer = FixedProposer { plan: rewrite, asked: Mutex::new(vec![]) };
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let validator = SizeValidator { max_nodes: 100 };
+    let hook = |_: Checkpoint| true;
+    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
+    let state = run_search(dir.path(), &g0(), &cfg(2, 10), Strategy::Mcts, &parts).await.unwrap();
+    assert_eq!(state.failed_expansions, 1, "the second expansion repeats the first");
+    assert!(!candidate_path(dir.path(), 2, "opt").exists(), "a repeat is never executed");
+    let asked = proposer.asked.lock().unwrap();
+    assert_eq!(asked.len(), 1 + 3, "one plan, then a first try and two repairs");
+    assert_eq!(asked[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
+
+    let same = g0().nodes[1].clone();
+    let noop = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::ReplaceNode { id: same.id.clone(), node: same }] };
+    let proposer = FixedProposer { plan: noop, asked: Mutex::new(vec![]) };
+    let dir = tempfile::tempdir().unwrap();
+    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
+    let state = run_search(dir.path(), &g0(), &cfg(1, 10), Strategy::Mcts, &parts).await.unwrap();
+    assert_eq!(state.failed_expansions, 1);
+    assert_eq!(proposer.asked.lock().unwrap()[1], ["the plan leaves the workflow unchanged"]);
+}
+
 #[tokio::test]
 async fn an_invalid_plan_is_shown_its_errors_and_repaired() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,250 @@
+//! The JSON Schema of an edit plan, and its narrowing to one graph.
+//!
+//! The derived schema admits any string where a node id goes. Narrowed, it admits only
+//! the plans that make sense on the graph at hand, so that constrained decoding keeps
+//! even a small optimizer model from naming a node that does not exist, reusing an id,
+//! or rewriting the prompt of a node that has none.
+
+use serde_json::{Value, json};
+
+use flowmem_model::{EdgeKind, GraphNode, NodeKind, WorkflowGraph};
+
+use crate::edit::EditPlan;
+
+/// The most edits [`edit_plan_schema_for`] admits, whatever the caller asks for.
+pub(crate) const MAX_PLAN_EDITS: usize = 6;
+
+/// The JSON Schema an edit plan must satisfy.
+#[must_use]
+pub fn edit_plan_schema() -> Value {
+    // Invariant: a derived schema always serialises.
+    serde_json::to_value(schemars::schema_for!(EditPlan)).unwrap_or(Value::Null)
+}
+
+/// Fields of an edit that name a node already in the graph.
+const NODE_REFERENCES: [&str; 8] = ["id", "after", "before", "from", "to", "around", "new_from", "new_to"];
+/// Free-text fields the optimizer writes, and the most characters each may take in a
+/// narrowed schema: enough for a real instruction, and a bound on how long a small model
+/// that starts repeating itself can go on.
+const FREE_TEXT_LIMITS: [(&str, u64); 6] =
+    [("instruction", 400), ("question", 200), ("rationale", 300), ("description", 200), ("model", 60), ("label", 40)];
+/// The most tool hints a new tool node may carry.
+const MAX_HINTS: u64 = 5;
+
+/// The prefix every new node id of a plan for `graph` carries: `e<g>_`, where `g` is one
+/// more than the largest generation among the graph's ids of that form.
+///
+/// A plan's new ids then never collide with the graph's, which a JSON Schema pattern
+/// cannot otherwise say (it has no "none of these strings"), and the id tells a reader
+/// which generation of edits added the node.
+#[must_use]
+pub fn new_id_prefix(graph: &WorkflowGraph) -> String {
+    let generation = graph
+        .nodes
+        .iter()
+        .filter_map(|node| node.id.strip_prefix('e')?.split_once('_')?.0.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    format!("e{}_", generation.saturating_add(1))
+}
+
+/// [`edit_plan_schema`] narrowed to one graph:
+/// - every field that names an existing node is an enumeration of the graph's node ids;
+/// - a new node's id is a short identifier starting with [`new_id_prefix`], so it is new;
+/// - a tool hint is one of `tools` (when any are given);
+/// - each operation names only nodes it can apply to: `remove_node` neither the entry
+///   nor the exit, `rewrite_prompt` only LLM and tool nodes, `refine_control` only
+///   branches and loops (an operation with no such node is left out);
+/// - an edge is named by one of the graph's edges: `add_node` inserts on an existing
+///   edge or after a node alone, and `remove_edge` and `reconnect_edge` name an edge
+///   that is there;
+/// - instructions, questions and the rationale have a length bound;
+/// - a plan holds at most `max_edits` edits (and never more than six).
+///
+/// A plan that satisfies it can still fail to apply (a later edit may refer to what an
+/// earlier one removed), but its first edit always names real nodes and edges in a way
+/// that fits them: with constrained decoding, even a small model's plans refer to the
+/// real graph.
+#[must_use]
+pub fn edit_plan_schema_for(graph: &WorkflowGraph, tools: &[String], max_edits: usize) -> Value {
+    narrowed_schema(graph, tools, max_edits, &new_id_prefix(graph))
+}
+
+pub(crate) fn narrowed_schema(graph: &WorkflowGraph, tools: &[String], max_edits: usize, prefix: &str) -> Value {
+    let mut schema = edit_plan_schema();
+    let ids: Vec<Value> = graph.nodes.iter().map(|n| Value::String(n.id.clone())).collect();
+    if let Some(Value::Object(defs)) = schema.get_mut("$defs") {
+        for (name, def) in defs.iter_mut() {
+            if name == "GraphNode" {
+                narrow_new_node(def, tools, prefix);
+            } else {
+                narrow_references(def, &ids);
+            }
+        }
+    }
+    if let Some(edit) = schema.pointer_mut("/$defs/GraphEdit") {
+        narrow_operations(edit, graph);
+    }
+    bound_sizes(&mut schema, graph.nodes.len());
+    if let Some(edits) = schema.pointer_mut("/properties/edits") {
+        edits["maxItems"] = Value::from(max_edits.clamp(1, MAX_PLAN_EDITS));
+    }
+    schema
+}
+
+/// Bounds everything the optimizer could write without end: the [`FREE_TEXT_LIMITS`] as
+/// `maxLength`, at most [`MAX_HINTS`] hints, and a parallel block of at most the graph's
+/// `node_count` nodes. With those a plan has a largest size, and a model that starts
+/// repeating itself is stopped by the grammar rather than by the token limit.
+fn bound_sizes(schema: &mut Value, node_count: usize) {
+    for_each_properties(schema, &mut |properties| {
+        for (name, limit) in FREE_TEXT_LIMITS {
+            if let Some(Value::Object(property)) = properties.get_mut(name) {
+                property.insert("maxLength".to_owned(), Value::from(limit));
+            }
+        }
+        for (name, limit) in [("hints", MAX_HINTS), ("nodes", node_count as u64)] {
+            if let Some(Value::Object(property)) = properties.get_mut(name) {
+                property.insert("maxItems".to_owned(), Value::from(limit));
+            }
+        }
+    });
+}
+
+/// Sets an enumeration of `ids` on every property in [`NODE_REFERENCES`] (and on the
+/// items of `nodes`) anywhere under `schema`.
+fn narrow_references(schema: &mut Value, ids: &[Value]) {
+    for_each_properties(schema, &mut |properties| {
+        for (name, property) in properties.iter_mut() {
+            if NODE_REFERENCES.contains(&name.as_str()) {
+                restrict_to(property, ids);
+            } else if name == "nodes"
+                && let Some(items) = property.get_mut("items")
+            {
+                restrict_to(items, ids);
+            }
+        }
+    });
+}
+
+/// Calls `f` on every `properties` map anywhere under `schema`, outermost first.
+fn for_each_properties(schema: &mut Value, f: &mut impl FnMut(&mut serde_json::Map<String, Value>)) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                f(properties);
+            }
+            map.values_mut().for_each(|child| for_each_properties(child, f));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|child| for_each_properties(child, f)),
+        _ => {}
+    }
+}
+
+/// Restricts a string (or nullable string) schema to `values`.
+fn restrict_to(schema: &mut Value, values: &[Value]) {
+    let nullable = match schema.get("type") {
+        Some(Value::String(t)) => t == "null",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+        _ => false,
+    };
+    let mut allowed = values.to_vec();
+    if nullable {
+        allowed.push(Value::Null);
+    }
+    if let Value::Object(map) = schema {
+        map.insert("enum".to_owned(), Value::Array(allowed));
+    }
+}
+
+/// A new node's id becomes a short identifier after `prefix`, and its tool hints the
+/// known tools.
+fn narrow_new_node(schema: &mut Value, tools: &[String], prefix: &str) {
+    let names: Vec<Value> = tools.iter().cloned().map(Value::String).collect();
+    let pattern = format!("^{prefix}[a-z][a-z0-9_]{{0,19}}$");
+    for_each_properties(schema, &mut |properties| {
+        if let Some(id) = properties.get_mut("id") {
+            id["pattern"] = Value::from(pattern.as_str());
+        }
+        if let Some(items) = properties.get_mut("hints").and_then(|h| h.get_mut("items"))
+            && !names.is_empty()
+        {
+            restrict_to(items, &names);
+        }
+    });
+}
+
+/// Replaces each operation of the `GraphEdit` schema by the variants that fit `graph`
+/// (see [`edit_plan_schema_for`]).
+fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
+    let Some(Value::Array(operations)) = edit.get_mut("oneOf") else { return };
+    let edges = distinct_edges(graph);
+    let nodes_where = |keep: &dyn Fn(&GraphNode) -> bool| -> Vec<&str> {
+        graph.nodes.iter().filter(|n| keep(n)).map(|n| n.id.as_str()).collect()
+    };
+    let removable = nodes_where(&|n| n.id != graph.entry && n.id != graph.exit);
+    let prompted = nodes_where(&|n| matches!(n.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. }));
+    let controls = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
+    let all = nodes_where(&|_| true);
+    for operation in std::mem::take(operations) {
+        let op = operation.pointer("/properties/op/const").and_then(Value::as_str).unwrap_or_default().to_owned();
+        match op.as_str() {
+            "remove_node" => operations.extend(with_choices(operation, "id", &removable)),
+            "rewrite_prompt" => operations.extend(with_choices(operation, "id", &prompted)),
+            "refine_control" => operations.extend(with_choices(operation, "id", &controls)),
+            "add_node" => {
+                // After a node alone (`before` absent or null), or on one of its edges.
+                let mut alone = operation.clone();
+                set_property(&mut alone, "before", json!({"type": "null"}));
+                operations.extend(with_choices(alone, "after", &all));
+                operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("after", from), ("before", to)])));
+            }
+            "remove_edge" | "reconnect_edge" => {
+                operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("from", from), ("to", to)])));
+            }
+            _ => operations.push(operation),
+        }
+    }
+}
+
+/// The graph's edges as distinct `(from, to)` pairs, back edges last.
+fn distinct_edges(graph: &WorkflowGraph) -> Vec<(&str, &str)> {
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    let forward = graph.edges.iter().filter(|e| e.kind != EdgeKind::Back);
+    for edge in forward.chain(graph.edges.iter().filter(|e| e.kind == EdgeKind::Back)) {
+        let pair = (edge.from.as_str(), edge.to.as_str());
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    pairs
+}
+
+/// `operation` with `field` restricted to `ids`, or nothing when `ids` is empty.
+fn with_choices(mut operation: Value, field: &str, ids: &[&str]) -> Option<Value> {
+    if ids.is_empty() {
+        return None;
+    }
+    set_property(&mut operation, field, json!({"type": "string", "enum": ids}));
+    Some(operation)
+}
+
+/// A copy of `operation` with each field fixed to one value, and required.
+fn pinned(operation: &Value, fields: &[(&str, &&str)]) -> Value {
+    let mut variant = operation.clone();
+    for (field, value) in fields {
+        set_property(&mut variant, field, json!({"type": "string", "const": value}));
+        if let Some(Value::Array(required)) = variant.get_mut("required")
+            && !required.iter().any(|r| r == field)
+        {
+            required.push(Value::from(*field));
+        }
+    }
+    variant
+}
+
+fn set_property(operation: &mut Value, field: &str, schema: Value) {
+    if let Some(Value::Object(properties)) = operation.get_mut("properties") {
+        properties.insert(field.to_owned(), schema);
+    }
+}
