@@ -106,7 +106,7 @@ fn cfg(iterations: u32, patience: u32) -> SearchConfig {
     SearchConfig { iterations, patience, max_children: 3, lambda_max: 1.4, lambda_min: 0.1 }
 }
 
-async fn run(dir: &Path, config: &SearchConfig, strategy: Strategy, sim: &SizeSimulator, proposer: &InsertingProposer, stop_at: Option<Checkpoint>) -> Result<SearchState, SearchError> {
+async fn run(dir: &Path, config: &SearchConfig, strategy: Strategy, sim: &SizeSimulator, proposer: &dyn Proposer, stop_at: Option<Checkpoint>) -> Result<SearchState, SearchError> {
     let validator = SizeValidator { max_nodes: 100 };
     let hook = move |point: Checkpoint| Some(point) != stop_at;
     let parts = SearchParts { proposer, simulator: sim, validator: &validator, checkpoint: &hook };
@@ -179,10 +179,7 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
     };
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
-    let validator = SizeValidator { max_nodes: 100 };
-    let hook = |_: Checkpoint| true;
-    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
-    let state = run_search(dir.path(), &g0(), &cfg(2, 10), Strategy::Mcts, &parts).await.unwrap();
+    let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
 
     assert_eq!(state.tree.node(0).children, vec![1, 2], "both iterations expand the root");
     let child = |id| std::fs::read_to_string(candidate_path(dir.path(), id, "workflow")).unwrap();
@@ -218,10 +215,7 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let proposer = FixedProposer { plan: rewrite, asked: Mutex::new(vec![]) };
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
-    let validator = SizeValidator { max_nodes: 100 };
-    let hook = |_: Checkpoint| true;
-    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
-    let state = run_search(dir.path(), &g0(), &cfg(2, 10), Strategy::Mcts, &parts).await.unwrap();
+    let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 1, "the second expansion repeats the first");
     assert!(!candidate_path(dir.path(), 2, "opt").exists(), "a repeat is never executed");
     let asked = proposer.asked.lock().unwrap();
@@ -232,8 +226,7 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let noop = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::ReplaceNode { id: same.id.clone(), node: same }] };
     let proposer = FixedProposer { plan: noop, asked: Mutex::new(vec![]) };
     let dir = tempfile::tempdir().unwrap();
-    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
-    let state = run_search(dir.path(), &g0(), &cfg(1, 10), Strategy::Mcts, &parts).await.unwrap();
+    let state = run(dir.path(), &cfg(1, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 1);
     assert_eq!(proposer.asked.lock().unwrap()[1], ["the plan leaves the workflow unchanged"]);
 }
