@@ -221,6 +221,7 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let asked = proposer.asked.lock().unwrap();
     assert_eq!(asked.len(), 1 + 3, "one plan, then a first try and two repairs");
     assert_eq!(asked[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
+    drop(asked);
 
     let same = g0().nodes[1].clone();
     let noop = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::ReplaceNode { id: same.id.clone(), node: same }] };
