@@ -218,10 +218,9 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 1, "the second expansion repeats the first");
     assert!(!candidate_path(dir.path(), 2, "opt").exists(), "a repeat is never executed");
-    let asked = proposer.asked.lock().unwrap();
+    let asked = proposer.asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1 + 3, "one plan, then a first try and two repairs");
     assert_eq!(asked[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
-    drop(asked);
 
     let same = g0().nodes[1].clone();
     let noop = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::ReplaceNode { id: same.id.clone(), node: same }] };
