@@ -87,7 +87,8 @@ impl Constrainer {
 }
 
 /// Tightens a JSON Schema for generation without loosening it: every string without a
-/// bound gets `maxLength`, every array `maxItems`, every object with listed properties
+/// bound gets `maxLength`, every array `maxItems` (the defaults, or the schema's own
+/// `minLength`/`minItems` when larger), every object with listed properties
 /// and no `additionalProperties` gets `additionalProperties: false`, and the top level
 /// asks llguidance for compact whitespace. Anything valid against the result is valid
 /// against the input.
@@ -121,11 +122,16 @@ fn tighten(schema: &mut Value, closable: bool) {
         Some(Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(t)),
         _ => false,
     };
+    // A default bound never falls below the schema's own lower bound, which would make
+    // the schema unsatisfiable rather than tighter.
+    let at_least = |map: &Map<String, Value>, min: &str, default: u64| map.get(min).and_then(Value::as_u64).unwrap_or(0).max(default);
     if is_type(map, "string") && !has(map, "maxLength") && !has(map, "enum") && !has(map, "const") && !has(map, "pattern") && !has(map, "format") {
-        map.insert("maxLength".to_owned(), json!(DEFAULT_MAX_LENGTH));
+        let bound = at_least(map, "minLength", DEFAULT_MAX_LENGTH);
+        map.insert("maxLength".to_owned(), json!(bound));
     }
     if is_type(map, "array") && !has(map, "maxItems") {
-        map.insert("maxItems".to_owned(), json!(DEFAULT_MAX_ITEMS));
+        let bound = at_least(map, "minItems", DEFAULT_MAX_ITEMS);
+        map.insert("maxItems".to_owned(), json!(bound));
     }
     let branches_closable = distribute_into_branches(map);
     let composed = ["anyOf", "oneOf", "allOf"].iter().any(|k| has(map, k));
@@ -291,5 +297,18 @@ mod tests {
         assert!(p["properties"]["c"]["items"].get("maxLength").is_none());
         assert_eq!(p["additionalProperties"], json!(false));
         assert_eq!(p["x-guidance"]["whitespace_flexible"], json!(false));
+    }
+
+    #[test]
+    fn a_default_bound_never_falls_below_the_lower_bound() {
+        let schema = json!({"type": "object", "properties": {
+            "long": {"type": "string", "minLength": 200},
+            "many": {"type": "array", "items": {"type": "integer"}, "minItems": 9},
+            "short": {"type": "string", "minLength": 2}
+        }});
+        let p = prepare(&schema);
+        assert_eq!(p["properties"]["long"]["maxLength"], json!(200));
+        assert_eq!(p["properties"]["many"]["maxItems"], json!(9));
+        assert_eq!(p["properties"]["short"]["maxLength"], json!(super::DEFAULT_MAX_LENGTH));
     }
 }
