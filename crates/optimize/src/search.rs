@@ -483,15 +483,27 @@ fn repeated_workflow(
     parent_graph: &WorkflowGraph,
     siblings: &[(TreeNodeId, CandidatePlan)],
 ) -> Result<Option<String>, SearchError> {
-    if graph == parent_graph {
+    let this = in_canonical_order(graph);
+    if this == in_canonical_order(parent_graph) {
         return Ok(Some("the plan leaves the workflow unchanged".to_owned()));
     }
     for (sibling, plan) in siblings {
-        if plan.plan.is_some() && read_required::<WorkflowGraph>(&candidate_path(dir, *sibling, "workflow"))? == *graph {
+        if plan.plan.is_some() && in_canonical_order(&read_required(&candidate_path(dir, *sibling, "workflow"))?) == this {
             return Ok(Some(format!("the plan gives the same workflow as candidate {sibling}, which was already tried")));
         }
     }
     Ok(None)
+}
+
+/// `graph` with its nodes sorted by id and its edges by their fields: two plans that
+/// build the same workflow in a different order (inserting on the edge `a → b`, or after
+/// `a` alone when that is its only edge) compare equal.
+fn in_canonical_order(graph: &WorkflowGraph) -> WorkflowGraph {
+    let mut graph = graph.clone();
+    graph.nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    // Invariant: our own types always serialise.
+    graph.edges.sort_by_cached_key(|edge| serde_json::to_string(edge).unwrap_or_default());
+    graph
 }
 
 async fn cached_eval<F, Fut>(dir: &Path, candidate: TreeNodeId, split: &str, run: F) -> Result<Evaluation, SearchError>

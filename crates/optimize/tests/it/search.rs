@@ -193,26 +193,37 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
     assert!(!requests[0].last_text("user").unwrap().contains("already tried"));
 }
 
-/// Always proposes the same plan.
+/// Proposes `plans` in turn, then the last one for ever.
 struct FixedProposer {
-    plan: EditPlan,
+    plans: Vec<EditPlan>,
     asked: Mutex<Vec<Vec<String>>>,
+}
+
+impl FixedProposer {
+    fn new(plans: Vec<EditPlan>) -> FixedProposer {
+        FixedProposer { plans, asked: Mutex::new(vec![]) }
+    }
 }
 
 #[async_trait::async_trait]
 impl Proposer for FixedProposer {
     async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError> {
-        self.asked.lock().unwrap().push(input.problems.to_vec());
-        Ok(self.plan.clone())
+        let mut asked = self.asked.lock().unwrap();
+        asked.push(input.problems.to_vec());
+        Ok(self.plans[(asked.len() - 1).min(self.plans.len() - 1)].clone())
     }
+}
+
+fn plan_of(edit: GraphEdit) -> EditPlan {
+    EditPlan { rationale: "r".into(), edits: vec![edit] }
 }
 
 /// A plan that repeats a sibling's workflow, or changes nothing, is rejected like an
 /// invalid one (re-asked with the reason, then given up on) and never evaluated.
 #[tokio::test]
 async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
-    let rewrite = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::RewritePrompt { id: "synth".into(), instruction: "Be brief.".into() }] };
-    let proposer = FixedProposer { plan: rewrite, asked: Mutex::new(vec![]) };
+    let rewrite = plan_of(GraphEdit::RewritePrompt { id: "synth".into(), instruction: "Be brief.".into() });
+    let proposer = FixedProposer::new(vec![rewrite]);
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
     let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
@@ -223,12 +234,24 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     assert_eq!(asked[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
 
     let same = g0().nodes[1].clone();
-    let noop = EditPlan { rationale: "r".into(), edits: vec![GraphEdit::ReplaceNode { id: same.id.clone(), node: same }] };
-    let proposer = FixedProposer { plan: noop, asked: Mutex::new(vec![]) };
+    let noop = plan_of(GraphEdit::ReplaceNode { id: same.id.clone(), node: same });
+    let proposer = FixedProposer::new(vec![noop]);
     let dir = tempfile::tempdir().unwrap();
     let state = run(dir.path(), &cfg(1, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 1);
     assert_eq!(proposer.asked.lock().unwrap()[1], ["the plan leaves the workflow unchanged"]);
+
+    // Inserting on the edge `plan → synth` and inserting after `plan` alone build the same
+    // workflow with its edges in a different order: still a repeat.
+    let node = GraphNode { id: "v".into(), kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None }, description: None };
+    let on_edge = plan_of(GraphEdit::AddNode { node: node.clone(), after: "plan".into(), before: Some("synth".into()) });
+    let alone = plan_of(GraphEdit::AddNode { node, after: "plan".into(), before: None });
+    let proposer = FixedProposer::new(vec![on_edge, alone]);
+    let dir = tempfile::tempdir().unwrap();
+    run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    let first = std::fs::read_to_string(candidate_path(dir.path(), 1, "workflow")).unwrap();
+    assert!(first.contains("\"v\""), "{first}");
+    assert_eq!(proposer.asked.lock().unwrap()[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
 }
 
 #[tokio::test]
