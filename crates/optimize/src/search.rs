@@ -424,7 +424,8 @@ async fn expand(
     }
     let parent_eval: Evaluation = read_required(&candidate_path(dir, parent, "opt"))?;
     let siblings = siblings(dir, parent, candidate)?;
-    let tried: Vec<CandidatePlan> = siblings.iter().map(|(_, plan)| plan.clone()).collect();
+    let known = KnownWorkflows::load(dir, parent_graph, &siblings)?;
+    let tried: Vec<CandidatePlan> = siblings.into_iter().map(|(_, plan)| plan).collect();
     let mut rejected: Vec<Vec<String>> = Vec::new();
     for _attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
@@ -439,7 +440,7 @@ async fn expand(
         };
         let problems = match apply_plan(parent_graph, &plan) {
             Ok(graph) => {
-                let violations = match repeated_workflow(dir, &graph, parent_graph, &siblings)? {
+                let violations = match known.repeat_of(&graph) {
                     Some(repeat) => vec![repeat],
                     None => parts.validator.violations(&graph),
                 };
@@ -474,25 +475,34 @@ fn siblings(dir: &Path, parent: TreeNodeId, candidate: TreeNodeId) -> Result<Vec
     Ok(plans)
 }
 
-/// Why `graph` is not worth evaluating: it is its parent unchanged, or a sibling already
-/// made. Evaluating a candidate means running every query of two splits, and a repeat
-/// would only score what is known.
-fn repeated_workflow(
-    dir: &Path,
-    graph: &WorkflowGraph,
-    parent_graph: &WorkflowGraph,
-    siblings: &[(TreeNodeId, CandidatePlan)],
-) -> Result<Option<String>, SearchError> {
-    let this = in_canonical_order(graph);
-    if this == in_canonical_order(parent_graph) {
-        return Ok(Some("the plan leaves the workflow unchanged".to_owned()));
-    }
-    for (sibling, plan) in siblings {
-        if plan.plan.is_some() && in_canonical_order(&read_required(&candidate_path(dir, *sibling, "workflow"))?) == this {
-            return Ok(Some(format!("the plan gives the same workflow as candidate {sibling}, which was already tried")));
+/// The workflows a new candidate must not repeat: its parent and the siblings already
+/// made, in canonical order. Loaded once per expansion, since every attempt checks them.
+struct KnownWorkflows {
+    parent: WorkflowGraph,
+    siblings: Vec<(TreeNodeId, WorkflowGraph)>,
+}
+
+impl KnownWorkflows {
+    fn load(dir: &Path, parent_graph: &WorkflowGraph, siblings: &[(TreeNodeId, CandidatePlan)]) -> Result<KnownWorkflows, SearchError> {
+        let mut graphs = Vec::new();
+        for (sibling, _) in siblings.iter().filter(|(_, plan)| plan.plan.is_some()) {
+            let graph: WorkflowGraph = read_required(&candidate_path(dir, *sibling, "workflow"))?;
+            graphs.push((*sibling, in_canonical_order(&graph)));
         }
+        Ok(KnownWorkflows { parent: in_canonical_order(parent_graph), siblings: graphs })
     }
-    Ok(None)
+
+    /// Why `graph` is not worth evaluating: it is its parent unchanged, or a sibling
+    /// already made. Evaluating a candidate means running every query of two splits, and
+    /// a repeat would only score what is known.
+    fn repeat_of(&self, graph: &WorkflowGraph) -> Option<String> {
+        let this = in_canonical_order(graph);
+        if this == self.parent {
+            return Some("the plan leaves the workflow unchanged".to_owned());
+        }
+        let (sibling, _) = self.siblings.iter().find(|(_, known)| *known == this)?;
+        Some(format!("the plan gives the same workflow as candidate {sibling}, which was already tried"))
+    }
 }
 
 /// `graph` with its nodes sorted by id and its edges by their fields: two plans that
