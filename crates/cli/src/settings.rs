@@ -144,7 +144,11 @@ const LOCAL_FEEDBACK_CHARS: usize = 3000;
 /// # Errors
 ///
 /// When the templates do not load or the model configuration does not resolve.
-pub async fn executor_prompts(dir: Option<&Path>, settings: &LlmSettings, requested: Option<&str>) -> anyhow::Result<Prompts> {
+pub async fn executor_prompts(
+    dir: Option<&Path>,
+    settings: &LlmSettings,
+    requested: Option<&str>,
+) -> anyhow::Result<Prompts> {
     let mut prompts = flowmem_exec::exec_prompts(dir).context("loading the prompt templates")?;
     let choice = settings.resolve(Purpose::Executor, requested, &flowmem_llm::std_env).await?;
     if matches!(choice, ModelChoice::Local(_)) {

@@ -136,11 +136,12 @@ pub async fn judge_es(
         Err(err) => return Err(EvalError::Llm(err)),
     };
     let raw = response.content.unwrap_or_default();
-    let judgement: EsJudgement = serde_json::from_str(raw.trim())
-        .map_err(|err| EvalError::Judge { model: model.name().to_string(), problem: err.to_string(), raw: raw.clone() })?;
-    judgement
-        .check()
-        .map_err(|problem| EvalError::Judge { model: model.name().to_string(), problem, raw })?;
+    let judgement: EsJudgement = serde_json::from_str(raw.trim()).map_err(|err| EvalError::Judge {
+        model: model.name().to_string(),
+        problem: err.to_string(),
+        raw: raw.clone(),
+    })?;
+    judgement.check().map_err(|problem| EvalError::Judge { model: model.name().to_string(), problem, raw })?;
     Ok(judgement)
 }
 
@@ -160,13 +161,15 @@ mod tests {
 
     #[test]
     fn es_is_the_mean_of_the_four_dimensions() {
-        let judgement = EsJudgement { rationale: String::new(), correctness: 1.0, completeness: 0.5, relevance: 0.5, clarity: 0.0 };
+        let judgement =
+            EsJudgement { rationale: String::new(), correctness: 1.0, completeness: 0.5, relevance: 0.5, clarity: 0.0 };
         assert_eq!(judgement.es(), 0.5);
     }
 
     #[test]
     fn out_of_range_scores_are_rejected() {
-        let judgement = EsJudgement { rationale: String::new(), correctness: 1.2, completeness: 0.5, relevance: 0.5, clarity: 0.0 };
+        let judgement =
+            EsJudgement { rationale: String::new(), correctness: 1.2, completeness: 0.5, relevance: 0.5, clarity: 0.0 };
         assert!(judgement.check().unwrap_err().contains("correctness"));
     }
 
@@ -201,7 +204,13 @@ mod tests {
         let mut prompts = Prompts::new();
         prompts.register(JUDGE_ES_PROMPT).unwrap();
         let outputs = vec!["327".to_string()];
-        let ctx = JudgeContext { query: "QUERY", reference: "REFERENCE", answer: "ANSWER", required_outputs: &outputs, schema: "SCHEMA".into() };
+        let ctx = JudgeContext {
+            query: "QUERY",
+            reference: "REFERENCE",
+            answer: "ANSWER",
+            required_outputs: &outputs,
+            schema: "SCHEMA".into(),
+        };
         let rendered = prompts.render("judge_es", &ctx).unwrap();
         for part in ["QUERY", "REFERENCE", "ANSWER", "SCHEMA", "must state these values: 327"] {
             assert!(rendered.text.contains(part), "missing {part}");

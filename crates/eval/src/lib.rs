@@ -55,20 +55,20 @@ mod tc;
 pub use crate::error::EvalError;
 pub use crate::es::{EsJudgement, JUDGE_ES_PROMPT, JudgeInput, judge_es};
 pub use crate::mind2web::{
-    StepMetrics, WebStepPrediction, WebStepReference, WebTask, WebTaskMetrics, score_step,
-    score_web_tasks, token_set_f1,
+    StepMetrics, WebStepPrediction, WebStepReference, WebTask, WebTaskMetrics, score_step, score_web_tasks,
+    token_set_f1,
 };
 pub use crate::outputs::required_outputs_found;
 pub use crate::render::{ReportFiles, render_html, render_markdown, write_report};
 pub use crate::report::{
-    Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, coefficient_of_variation,
-    compare, relative_change, summarize,
+    Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, coefficient_of_variation, compare,
+    relative_change, summarize,
 };
 pub use crate::reward::{Alpha, reward};
-pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::run::{
     CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate, evaluate_concurrently,
 };
+pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::split::{Split, SplitRatios, split};
 pub use crate::systems::{IsolatedTools, ReactSystem, StateIsolation, WorkflowSystem, visible_tools};
 pub use crate::task_check::{StateServer, TaskCheck, TaskChecker};

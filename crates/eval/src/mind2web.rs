@@ -84,8 +84,10 @@ pub struct WebTask {
 /// ```
 #[must_use]
 pub fn score_step(predicted: &WebStepPrediction, reference: &WebStepReference) -> StepMetrics {
-    let element_correct = predicted.element.as_ref().is_some_and(|chosen| reference.elements.iter().any(|ok| ok == chosen));
-    let action_f1 = token_set_f1(&action_string(&predicted.op, &predicted.value), &action_string(&reference.op, &reference.value));
+    let element_correct =
+        predicted.element.as_ref().is_some_and(|chosen| reference.elements.iter().any(|ok| ok == chosen));
+    let action_f1 =
+        token_set_f1(&action_string(&predicted.op, &predicted.value), &action_string(&reference.op, &reference.value));
     StepMetrics { element_correct, action_f1, step_success: element_correct && action_f1 == 1.0 }
 }
 
@@ -150,7 +152,11 @@ mod tests {
     use crate::mind2web::{WebStepPrediction, WebStepReference, WebTask, score_step, score_web_tasks, token_set_f1};
 
     fn reference(elements: &[&str], op: &str, value: &str) -> WebStepReference {
-        WebStepReference { elements: elements.iter().map(|e| e.to_string()).collect(), op: op.into(), value: value.into() }
+        WebStepReference {
+            elements: elements.iter().map(|e| e.to_string()).collect(),
+            op: op.into(),
+            value: value.into(),
+        }
     }
 
     fn predicted(element: Option<&str>, op: &str, value: &str) -> WebStepPrediction {

@@ -51,7 +51,9 @@ pub fn render_markdown(report: &EvalReport) -> String {
     }
     if !report.comparisons.is_empty() {
         out.push_str("\nRelative change of the workflow over the baseline (FlowScout's convention: improvement = (workflow − baseline) / baseline; CV reduction = (baseline − workflow) / baseline):\n\n");
-        out.push_str("| workflow | baseline | TC | ES | task success | CV(ES) reduction | latency overhead | reward |\n");
+        out.push_str(
+            "| workflow | baseline | TC | ES | task success | CV(ES) reduction | latency overhead | reward |\n",
+        );
         out.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
         for c in &report.comparisons {
             let _ = writeln!(
@@ -105,7 +107,8 @@ pub fn render_html(report: &EvalReport, title: &str) -> String {
     };
     // The template is compiled into the binary and its variables are all set above, so
     // a failure here is a bug in this file; the error text then stands in for the page.
-    env.render_str(REPORT_TEMPLATE, minijinja::value::Serde(&ctx)).unwrap_or_else(|err| format!("<pre>report template error: {err:#}</pre>"))
+    env.render_str(REPORT_TEMPLATE, minijinja::value::Serde(&ctx))
+        .unwrap_or_else(|err| format!("<pre>report template error: {err:#}</pre>"))
 }
 
 /// The files [`write_report`] wrote.
@@ -135,7 +138,9 @@ pub fn write_report(report: &EvalReport, title: &str, dir: &Path) -> Result<Repo
         runs: dir.join("runs.jsonl"),
     };
     std::fs::create_dir_all(dir).map_err(|source| EvalError::Write { path: dir.to_path_buf(), source })?;
-    let write = |path: &Path, text: String| std::fs::write(path, text).map_err(|source| EvalError::Write { path: path.to_path_buf(), source });
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text).map_err(|source| EvalError::Write { path: path.to_path_buf(), source })
+    };
     // Serialising these plain data types cannot fail.
     write(&files.json, serde_json::to_string_pretty(report).unwrap_or_default())?;
     write(&files.markdown, render_markdown(report))?;
@@ -286,7 +291,11 @@ fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
             medy = y(stats.median),
         );
         for outlier in values.iter().filter(|&&v| v < stats.whisker_low || v > stats.whisker_high) {
-            let _ = write!(svg, r##"<circle class="outlier" cx="{center:.1}" cy="{cy:.1}" r="3" fill="none" stroke="#333"/>"##, cy = y(*outlier));
+            let _ = write!(
+                svg,
+                r##"<circle class="outlier" cx="{center:.1}" cy="{cy:.1}" r="3" fill="none" stroke="#333"/>"##,
+                cy = y(*outlier)
+            );
         }
     }
     svg.push_str("</svg>");
@@ -428,7 +437,13 @@ mod tests {
     fn markdown_has_one_row_per_system_and_the_comparison() {
         let markdown = render_markdown(&sample());
         let lines: Vec<&str> = markdown.lines().collect();
-        assert!(lines[2].starts_with("| flow <v2> | workflow | 1 | 2 | 0 | 0.5000 | 0.5000 | – | 0.0000 | 1.50 | 4.00 | 350.0 | 3.00 |"), "{}", lines[2]);
+        assert!(
+            lines[2].starts_with(
+                "| flow <v2> | workflow | 1 | 2 | 0 | 0.5000 | 0.5000 | – | 0.0000 | 1.50 | 4.00 | 350.0 | 3.00 |"
+            ),
+            "{}",
+            lines[2]
+        );
         assert!(lines[3].starts_with("| react | baseline |"));
         // ES 0.5 vs 0.4: +25 %; CV 0 vs 0.5: reduced by 100 %.
         assert!(markdown.contains("| flow <v2> | react | +0.00% | +25.00% | – | +100.00% | +0.00% |"), "{markdown}");
@@ -439,7 +454,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let report = sample();
         let files = write_report(&report, "t", &dir.path().join("out")).unwrap();
-        let json: crate::report::EvalReport = serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+        let json: crate::report::EvalReport =
+            serde_json::from_str(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
         assert_eq!(json, report);
         assert_eq!(std::fs::read_to_string(&files.runs).unwrap().lines().count(), 4);
         assert!(std::fs::read_to_string(&files.markdown).unwrap().contains("| react |"));
@@ -454,7 +470,9 @@ mod tests {
         assert!(html.contains("flow &lt;v2&gt;"));
         assert!(!html.contains("flow <v2>"));
         assert!(!html.contains("<script"));
-        assert!(!html.contains("http://") || html.matches("http://").all(|_| html.contains("http://www.w3.org/2000/svg")));
+        assert!(
+            !html.contains("http://") || html.matches("http://").all(|_| html.contains("http://www.w3.org/2000/svg"))
+        );
         // 2 systems × (TC + ES) bars; no task-success bars without checks.
         assert_eq!(html.matches(r#"class="bar""#).count(), 4);
         assert_eq!(html.matches(r#"class="box""#).count(), 2);

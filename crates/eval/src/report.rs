@@ -169,7 +169,8 @@ pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
     for run in &runs {
         by_system.entry(run.system.as_str()).or_default().push(run);
     }
-    let mut systems: Vec<SystemSummary> = by_system.into_iter().map(|(name, runs)| summarize_system(name, &runs)).collect();
+    let mut systems: Vec<SystemSummary> =
+        by_system.into_iter().map(|(name, runs)| summarize_system(name, &runs)).collect();
     systems.sort_by(|a, b| a.role.cmp(&b.role).then_with(|| a.system.cmp(&b.system)));
     let mut comparisons = Vec::new();
     for workflow in systems.iter().filter(|s| s.role == SystemRole::Workflow) {
@@ -273,7 +274,9 @@ fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
     }
     let cv_es: Vec<RecordCv> = es_by_record
         .into_iter()
-        .filter_map(|(record_id, values)| coefficient_of_variation(&values).map(|cv| RecordCv { record_id: record_id.to_string(), cv }))
+        .filter_map(|(record_id, values)| {
+            coefficient_of_variation(&values).map(|cv| RecordCv { record_id: record_id.to_string(), cv })
+        })
         .collect();
     let mean_cv_es = (!cv_es.is_empty()).then(|| cv_es.iter().map(|c| c.cv).sum::<f64>() / cv_es.len() as f64);
     SystemSummary {

@@ -63,7 +63,12 @@ impl CountingModel {
     /// Wraps `inner` with fresh counters.
     #[must_use]
     pub fn new(inner: Arc<dyn ChatModel>) -> CountingModel {
-        CountingModel { inner, calls: AtomicU64::new(0), prompt_tokens: AtomicU64::new(0), completion_tokens: AtomicU64::new(0) }
+        CountingModel {
+            inner,
+            calls: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            completion_tokens: AtomicU64::new(0),
+        }
     }
 
     /// The totals so far.

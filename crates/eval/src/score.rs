@@ -132,7 +132,11 @@ pub fn score_runs(records: &[Record], runs: &[Trajectory], cfg: &TcConfig) -> Sc
 pub fn score_run(record: &Record, run: &Trajectory, cfg: &TcConfig) -> RunScore {
     let calls: Vec<ToolCall> = run.tool_calls().cloned().collect();
     let score = tool_correctness(&record.orchestration, &calls, cfg);
-    let logged = |log: &[ToolCall], index: usize| LoggedCall { index, tool: log[index].tool.clone(), args: log[index].args.clone() };
+    let logged = |log: &[ToolCall], index: usize| LoggedCall {
+        index,
+        tool: log[index].tool.clone(),
+        args: log[index].args.clone(),
+    };
     RunScore {
         id: run.id.clone(),
         attempt: run.attempt,
@@ -182,7 +186,11 @@ mod tests {
         let mut run: Trajectory = serde_json::from_str(&text).expect("minimal trajectory");
         run.steps = tools
             .iter()
-            .map(|t| Step { observation: None, reasoning: None, action: Action::ToolCall(ToolCall::new(*t, json!({})).expect("object")) })
+            .map(|t| Step {
+                observation: None,
+                reasoning: None,
+                action: Action::ToolCall(ToolCall::new(*t, json!({})).expect("object")),
+            })
             .collect();
         run.final_answer = Some(answer.to_string());
         run
@@ -191,7 +199,8 @@ mod tests {
     #[test]
     fn runs_are_matched_by_id_and_unmatched_ones_listed() {
         let records = vec![record("1", &["a", "b"], &[]), record("2", &["a"], &["42"])];
-        let runs = vec![run("1", &["a"], ""), run("9", &["a"], ""), run("2", &["a"], "it is 42"), run("2", &["b"], "no")];
+        let runs =
+            vec![run("1", &["a"], ""), run("9", &["a"], ""), run("2", &["a"], "it is 42"), run("2", &["b"], "no")];
         let report = score_runs(&records, &runs, &TcConfig::exact());
         assert_eq!(report.runs, 3);
         assert_eq!(report.unmatched, vec!["9"]);
@@ -208,7 +217,8 @@ mod tests {
 
     #[test]
     fn no_matching_run_gives_no_mean() {
-        let report = score_runs(&[record("1", &[], &[]), record("1", &["x"], &[])], &[run("2", &[], "")], &TcConfig::exact());
+        let report =
+            score_runs(&[record("1", &[], &[]), record("1", &["x"], &[])], &[run("2", &[], "")], &TcConfig::exact());
         assert_eq!(report.mean_tc, None);
         assert_eq!(report.duplicate_records, vec!["1"]);
     }

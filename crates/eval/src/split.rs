@@ -53,18 +53,10 @@ pub struct Split<T> {
 /// assert_eq!(parts, split(ids, |id| id.as_str(), 7, SplitRatios::FLOWSCOUT)?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn split<T>(
-    items: Vec<T>,
-    id: impl Fn(&T) -> &str,
-    seed: u64,
-    ratios: SplitRatios,
-) -> Result<Split<T>, EvalError> {
+pub fn split<T>(items: Vec<T>, id: impl Fn(&T) -> &str, seed: u64, ratios: SplitRatios) -> Result<Split<T>, EvalError> {
     let sizes = part_sizes(items.len(), ratios)?;
-    let mut ranked: Vec<(u64, usize)> = items
-        .iter()
-        .enumerate()
-        .map(|(idx, item)| (splitmix64(seed ^ fnv1a(id(item).as_bytes())), idx))
-        .collect();
+    let mut ranked: Vec<(u64, usize)> =
+        items.iter().enumerate().map(|(idx, item)| (splitmix64(seed ^ fnv1a(id(item).as_bytes())), idx)).collect();
     ranked.sort_unstable();
     // part_of[input index] = 0 (opt), 1 (val) or 2 (test).
     let mut part_of = vec![0u8; items.len()];
@@ -77,7 +69,11 @@ pub fn split<T>(
             2
         };
     }
-    let mut res = Split { opt: Vec::with_capacity(sizes[0]), val: Vec::with_capacity(sizes[1]), test: Vec::with_capacity(sizes[2]) };
+    let mut res = Split {
+        opt: Vec::with_capacity(sizes[0]),
+        val: Vec::with_capacity(sizes[1]),
+        test: Vec::with_capacity(sizes[2]),
+    };
     for (item, part) in items.into_iter().zip(part_of) {
         match part {
             0 => res.opt.push(item),

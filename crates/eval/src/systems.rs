@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use flowmem_exec::{AgentConfig, ExecObserver, NoObserver, RunInput, Runtime, ToolBox, ValidatedGraph, compile, run, run_agent};
+use flowmem_exec::{
+    AgentConfig, ExecObserver, NoObserver, RunInput, Runtime, ToolBox, ValidatedGraph, compile, run, run_agent,
+};
 use flowmem_llm::{ChatModel, ToolDefinition};
 use flowmem_model::{JsonObject, Record, ToolCall, Trace};
 
@@ -54,7 +56,8 @@ pub struct IsolatedTools {
 #[async_trait::async_trait]
 impl ToolBox for IsolatedTools {
     fn definitions(&self) -> Vec<ToolDefinition> {
-        let hidden = |name: &str| name == self.isolation.reset_tool || self.isolation.hidden_tools.iter().any(|h| h == name);
+        let hidden =
+            |name: &str| name == self.isolation.reset_tool || self.isolation.hidden_tools.iter().any(|h| h == name);
         self.inner
             .definitions()
             .into_iter()
@@ -100,7 +103,9 @@ impl IsolatedTools {
         let call = self.inner.call(&self.isolation.reset_tool, args).await;
         match call.error {
             None => Ok(()),
-            Some(err) => Err(format!("cannot reset state `{}` with `{}`: {err}", self.isolation.key, self.isolation.reset_tool)),
+            Some(err) => {
+                Err(format!("cannot reset state `{}` with `{}`: {err}", self.isolation.key, self.isolation.reset_tool))
+            }
         }
     }
 }
@@ -190,7 +195,12 @@ impl Harness {
 
 fn failed(record: &Record, error: String) -> SystemRun {
     SystemRun {
-        trace: Trace { query_id: record.id.clone(), query: record.query.clone(), error: Some(error), ..Trace::default() },
+        trace: Trace {
+            query_id: record.id.clone(),
+            query: record.query.clone(),
+            error: Some(error),
+            ..Trace::default()
+        },
         usage: Default::default(),
     }
 }
@@ -241,8 +251,17 @@ pub struct WorkflowSystem {
 impl WorkflowSystem {
     /// The workflow `graph` on `runtime`, named `name` in reports.
     #[must_use]
-    pub fn new(name: &str, runtime: Runtime, graph: ValidatedGraph, isolation: Option<StateIsolation>) -> WorkflowSystem {
-        WorkflowSystem { harness: Harness::new(name.to_string(), runtime, isolation), graph, observer: Arc::new(NoObserver) }
+    pub fn new(
+        name: &str,
+        runtime: Runtime,
+        graph: ValidatedGraph,
+        isolation: Option<StateIsolation>,
+    ) -> WorkflowSystem {
+        WorkflowSystem {
+            harness: Harness::new(name.to_string(), runtime, isolation),
+            graph,
+            observer: Arc::new(NoObserver),
+        }
     }
 }
 

@@ -103,12 +103,7 @@ impl TaskChecker {
     /// - [`EvalError::ReplayTransport`] when a call times out or the server breaks, so
     ///   the database cannot be trusted;
     /// - [`EvalError::StateFile`] when the state file is missing or has no `db`.
-    pub async fn check(
-        &self,
-        record: &Record,
-        run_calls: &[ToolCall],
-        answer: &str,
-    ) -> Result<TaskCheck, EvalError> {
+    pub async fn check(&self, record: &Record, run_calls: &[ToolCall], answer: &str) -> Result<TaskCheck, EvalError> {
         let mut known = self.state.lock().await;
         let reference_db_hash = match known.get(&record.id) {
             Some(hash) => hash.clone(),
@@ -123,7 +118,13 @@ impl TaskChecker {
         let run_db_hash = self.replay(&key, run_calls).await?;
         let db_match = run_db_hash == reference_db_hash;
         let outputs_found = required_outputs_found(&record.required_outputs, answer);
-        Ok(TaskCheck { task_success: db_match && outputs_found, db_match, outputs_found, reference_db_hash, run_db_hash })
+        Ok(TaskCheck {
+            task_success: db_match && outputs_found,
+            db_match,
+            outputs_found,
+            reference_db_hash,
+            run_db_hash,
+        })
     }
 
     /// Resets `key`, replays `calls` into it in order, and hashes the resulting database.

@@ -101,10 +101,7 @@ pub fn tool_correctness(reference: &[ToolCall], run: &[ToolCall], cfg: &TcConfig
     let (n, m) = (reference.len(), run.len());
     // The match matrix is computed once: `same_call` canonicalises arguments, and the
     // table and the backtrack would otherwise ask for the same pair twice.
-    let matches: Vec<bool> = reference_view
-        .iter()
-        .flat_map(|r| run_view.iter().map(move |c| r.same_call(c)))
-        .collect();
+    let matches: Vec<bool> = reference_view.iter().flat_map(|r| run_view.iter().map(move |c| r.same_call(c))).collect();
     let is_match = |i: usize, j: usize| matches[i * m + j];
 
     // lengths[i][j] = LCS of reference[i..] and run[j..], stored row-major.
@@ -273,9 +270,7 @@ mod tests {
         let reference = vec![call("transfer", json!({"summary": "a"})), call("note", json!({"summary": "a"}))];
         let run = vec![call("transfer", json!({"summary": "b"})), call("note", json!({"summary": "b"}))];
         assert_eq!(tool_correctness(&reference, &run, &TcConfig::exact()).tc, 0.0);
-        let cfg = TcConfig {
-            ignore_args: BTreeMap::from([("transfer".to_string(), vec!["summary".to_string()])]),
-        };
+        let cfg = TcConfig { ignore_args: BTreeMap::from([("transfer".to_string(), vec!["summary".to_string()])]) };
         assert_eq!(tool_correctness(&reference, &run, &cfg).tc, 0.5);
     }
 

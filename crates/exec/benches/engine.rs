@@ -25,12 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
-use flowmem_exec::{
-    NoObserver, Plan, RunInput, Runtime, ToolCatalog, check, compile, exec_prompts, run,
-};
-use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, FinishReason, HttpModel, HttpModelConfig, LlmError, Usage,
-};
+use flowmem_exec::{NoObserver, Plan, RunInput, Runtime, ToolCatalog, check, compile, exec_prompts, run};
+use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, FinishReason, HttpModel, HttpModelConfig, LlmError, Usage};
 use flowmem_model::WorkflowGraph;
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -97,8 +93,7 @@ impl ChatModel for Timed {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let res = self.inner.chat(request).await;
-        self.inside_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.inside_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         res
     }
 }
@@ -120,22 +115,16 @@ fn staged_graph(stages: usize, members: usize) -> WorkflowGraph {
         }
         previous = join;
     }
-    serde_json::from_value(
-        json!({"nodes": nodes, "edges": edges, "entry": "start", "exit": previous}),
-    )
-    .unwrap()
+    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "start", "exit": previous})).unwrap()
 }
 
 fn chain_graph(n_nodes: usize) -> WorkflowGraph {
-    let nodes: Vec<_> = (0..n_nodes)
-        .map(|idx| json!({"id": format!("n{idx}"), "kind": "llm", "role": "reason"}))
-        .collect();
-    let edges: Vec<_> = (1..n_nodes)
-        .map(|idx| json!({"from": format!("n{}", idx - 1), "to": format!("n{idx}")}))
-        .collect();
+    let nodes: Vec<_> =
+        (0..n_nodes).map(|idx| json!({"id": format!("n{idx}"), "kind": "llm", "role": "reason"})).collect();
+    let edges: Vec<_> =
+        (1..n_nodes).map(|idx| json!({"from": format!("n{}", idx - 1), "to": format!("n{idx}")})).collect();
     let exit = format!("n{}", n_nodes - 1);
-    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "n0", "exit": exit}))
-        .unwrap()
+    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "n0", "exit": exit})).unwrap()
 }
 
 struct Setup {
@@ -148,9 +137,7 @@ async fn setup(latency: Duration, backend: Backend) -> Setup {
     let (server, inner): (_, Arc<dyn ChatModel>) = match backend {
         Backend::InProcess => (None, Arc::new(FixedLatency { latency })),
         Backend::Http => {
-            let server =
-                ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency)))
-                    .await;
+            let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::text("ok").delay(latency))).await;
             // The client's per-model cap defaults to 8 requests in flight, which would
             // make a 128-member fan-out 16 rounds of `L`. The bench measures the engine,
             // so the cap is set above the widest fan-out, as a deployment serving that
@@ -161,17 +148,10 @@ async fn setup(latency: Duration, backend: Backend) -> Setup {
             (Some(server), Arc::new(model))
         }
     };
-    let model = Arc::new(Timed {
-        inner,
-        inside_ns: AtomicU64::new(0),
-    });
+    let model = Arc::new(Timed { inner, inside_ns: AtomicU64::new(0) });
     // A real registry with no servers: these graphs have no tool nodes.
     let registry = Arc::new(Registry::connect(&ToolsConfig::empty()).await.unwrap());
-    Setup {
-        server,
-        model,
-        registry,
-    }
+    Setup { server, model, registry }
 }
 
 fn plan(setup: &Setup, graph: WorkflowGraph) -> Plan {
@@ -185,10 +165,7 @@ fn plan(setup: &Setup, graph: WorkflowGraph) -> Plan {
 }
 
 fn input() -> RunInput {
-    RunInput {
-        id: "bench".to_owned(),
-        query: "benchmark the engine".to_owned(),
-    }
+    RunInput { id: "bench".to_owned(), query: "benchmark the engine".to_owned() }
 }
 
 /// Median and worst wall time of one configuration, in seconds.
@@ -199,11 +176,7 @@ struct Walls {
 }
 
 fn critical_path(c: &mut Criterion) {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for backend in [Backend::InProcess, Backend::Http] {
         critical_path_on(c, &tokio, backend);
     }
@@ -246,11 +219,7 @@ fn critical_path_on(c: &mut Criterion, tokio: &tokio::runtime::Runtime, backend:
             // The median is the figure checked; the worst run is shown too, since on a
             // shared machine it mostly measures other processes.
             walls.sort_by(f64::total_cmp);
-            let walls = Walls {
-                runs: walls.len(),
-                median: walls[walls.len() / 2],
-                worst: walls[walls.len() - 1],
-            };
+            let walls = Walls { runs: walls.len(), median: walls[walls.len() / 2], worst: walls[walls.len() - 1] };
             let bound = latency.as_secs_f64() * STAGES as f64;
             if latency_ms == 0 {
                 eprintln!(
@@ -296,29 +265,19 @@ fn print_table(label: &str, table: &[(u64, usize, Walls)]) {
     }
     eprintln!("{header}   [target <= 1.1]");
     for members in MEMBERS {
-        let find = |ms: u64| {
-            table
-                .iter()
-                .find(|(latency, m, _)| *latency == ms && *m == members)
-                .map(|(_, _, walls)| walls)
-        };
+        let find =
+            |ms: u64| table.iter().find(|(latency, m, _)| *latency == ms && *m == members).map(|(_, _, walls)| walls);
         let mut row = format!("critical_path {label} (k={STAGES}): {members:>7} |");
         match find(0) {
-            Some(walls) => row.push_str(&format!(
-                " {:>6.1} ms ({:>6.1} ms)",
-                walls.median * 1000.0,
-                walls.worst * 1000.0
-            )),
+            Some(walls) => {
+                row.push_str(&format!(" {:>6.1} ms ({:>6.1} ms)", walls.median * 1000.0, walls.worst * 1000.0))
+            }
             None => row.push_str("                  -"),
         }
         for &ms in &latencies {
             let bound = ms as f64 / 1000.0 * STAGES as f64;
             match find(ms) {
-                Some(walls) => row.push_str(&format!(
-                    " | {:>13.3} ({:.3})",
-                    walls.median / bound,
-                    walls.worst / bound
-                )),
+                Some(walls) => row.push_str(&format!(" | {:>13.3} ({:.3})", walls.median / bound, walls.worst / bound)),
                 None => row.push_str(" |             -"),
             }
         }
@@ -327,18 +286,11 @@ fn print_table(label: &str, table: &[(u64, usize, Walls)]) {
 }
 
 fn overhead(c: &mut Criterion) {
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let setup = tokio.block_on(setup(Duration::ZERO, Backend::Http));
     let mut group = c.benchmark_group("overhead");
     group.sample_size(20);
-    for (name, graph, n_llm) in [
-        ("chain50", chain_graph(50), 50usize),
-        ("fan64", staged_graph(1, 64), 64),
-    ] {
+    for (name, graph, n_llm) in [("chain50", chain_graph(50), 50usize), ("fan64", staged_graph(1, 64), 64)] {
         let n_nodes = graph.nodes.len();
         let plan = plan(&setup, graph);
         let (mut engine_ns, mut runs) = (0u128, 0u128);
@@ -357,13 +309,7 @@ fn overhead(c: &mut Criterion) {
                     let inside_path = if name.starts_with("chain") {
                         inside
                     } else {
-                        trace
-                            .observations
-                            .iter()
-                            .map(|o| (o.latency_ms * 1e6) as u128)
-                            .max()
-                            .unwrap_or(0)
-                            .min(inside)
+                        trace.observations.iter().map(|o| (o.latency_ms * 1e6) as u128).max().unwrap_or(0).min(inside)
                     };
                     engine_ns += wall.as_nanos().saturating_sub(inside_path);
                     runs += 1;

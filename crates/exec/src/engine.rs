@@ -137,19 +137,13 @@ impl<'a> RunState<'a> {
             ready: VecDeque::new(),
             work: Vec::new(),
             next_seq: 0,
-            trace: Trace {
-                query_id: input.id.clone(),
-                query: input.query.clone(),
-                ..Trace::default()
-            },
+            trace: Trace { query_id: input.id.clone(), query: input.query.clone(), ..Trace::default() },
             exit_output: None,
         }
     }
 
     fn iteration(&self, node_idx: usize) -> u32 {
-        self.plan.nodes[node_idx]
-            .enclosing_loop
-            .map_or(0, |loop_idx| self.loop_runs[loop_idx])
+        self.plan.nodes[node_idx].enclosing_loop.map_or(0, |loop_idx| self.loop_runs[loop_idx])
     }
 
     /// Marks a node whose inputs may have changed: queue it, skip it, or keep waiting.
@@ -158,15 +152,10 @@ impl<'a> RunState<'a> {
             return;
         }
         let incoming = &self.plan.nodes[node_idx].incoming;
-        if incoming
-            .iter()
-            .any(|&edge_idx| self.edges[edge_idx] == EdgeState::Unresolved)
-        {
+        if incoming.iter().any(|&edge_idx| self.edges[edge_idx] == EdgeState::Unresolved) {
             return;
         }
-        let any_active = incoming
-            .iter()
-            .any(|&edge_idx| self.edges[edge_idx] == EdgeState::Active);
+        let any_active = incoming.iter().any(|&edge_idx| self.edges[edge_idx] == EdgeState::Active);
         if any_active || node_idx == self.plan.entry {
             self.nodes[node_idx] = NodeState::Queued;
             self.ready.push_back(node_idx);
@@ -188,18 +177,10 @@ impl<'a> RunState<'a> {
 
     /// Resolves an edge: active with a context, or skipped.
     fn resolve(&mut self, edge_idx: usize, ctx: Option<Ctx>) {
-        self.edges[edge_idx] = if ctx.is_some() {
-            EdgeState::Active
-        } else {
-            EdgeState::Skipped
-        };
+        self.edges[edge_idx] = if ctx.is_some() { EdgeState::Active } else { EdgeState::Skipped };
         let edge = &self.plan.edges[edge_idx];
         // Control edges order only; they carry no context.
-        self.edge_ctx[edge_idx] = if edge.kind == EdgeKind::Control {
-            ctx.map(|_| Arc::default())
-        } else {
-            ctx
-        };
+        self.edge_ctx[edge_idx] = if edge.kind == EdgeKind::Control { ctx.map(|_| Arc::default()) } else { ctx };
         let target = edge.to;
         if edge.kind == EdgeKind::Back {
             self.back_arrived(target);
@@ -210,17 +191,12 @@ impl<'a> RunState<'a> {
 
     /// The merged context of a node's active incoming edges (`back` ones when `back`).
     fn input_ctx(&self, edge_ids: &[usize]) -> Ctx {
-        let mut contexts = edge_ids
-            .iter()
-            .filter_map(|&edge_idx| self.edge_ctx[edge_idx].as_ref());
+        let mut contexts = edge_ids.iter().filter_map(|&edge_idx| self.edge_ctx[edge_idx].as_ref());
         let Some(first) = contexts.next() else {
             return Arc::default();
         };
         let rest: Vec<&Ctx> = contexts.collect();
-        if rest
-            .iter()
-            .all(|ctx| ctx.is_empty() || Arc::ptr_eq(ctx, first))
-        {
+        if rest.iter().all(|ctx| ctx.is_empty() || Arc::ptr_eq(ctx, first)) {
             return first.clone();
         }
         let mut all = rest;
@@ -246,23 +222,13 @@ impl<'a> RunState<'a> {
                 self.nodes[node_idx] = NodeState::Done;
                 self.finish_plain(node_idx, &ctx, None);
             }
-            Op::Branch {
-                condition: Condition::Always,
-                ..
-            } => {
+            Op::Branch { condition: Condition::Always, .. } => {
                 self.record_control(node_idx, &ctx, Some(ROUTE_DEFAULT.to_owned()));
                 self.nodes[node_idx] = NodeState::Done;
                 self.take_route(node_idx, &ctx, ROUTE_DEFAULT);
             }
-            Op::Branch {
-                condition: Condition::ToolSucceeded,
-                ..
-            } => {
-                let route = if last_tool_succeeded(&ctx, 0) {
-                    ROUTE_OK
-                } else {
-                    ROUTE_ERROR
-                };
+            Op::Branch { condition: Condition::ToolSucceeded, .. } => {
+                let route = if last_tool_succeeded(&ctx, 0) { ROUTE_OK } else { ROUTE_ERROR };
                 self.record_control(node_idx, &ctx, Some(route.to_owned()));
                 self.nodes[node_idx] = NodeState::Done;
                 self.take_route(node_idx, &ctx, route);
@@ -277,12 +243,7 @@ impl<'a> RunState<'a> {
             }
             Op::Branch { .. } | Op::Llm { .. } | Op::Tool { .. } => {
                 self.nodes[node_idx] = NodeState::Running;
-                self.work.push(NodeWork {
-                    node_idx,
-                    iteration,
-                    ctx,
-                    loop_check: false,
-                });
+                self.work.push(NodeWork { node_idx, iteration, ctx, loop_check: false });
             }
         }
     }
@@ -292,9 +253,7 @@ impl<'a> RunState<'a> {
             .outgoing
             .iter()
             .copied()
-            .filter(|&edge_idx| {
-                self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_BODY)
-            })
+            .filter(|&edge_idx| self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_BODY))
             .collect();
         for edge_idx in body_edges {
             self.resolve(edge_idx, Some(ctx.clone()));
@@ -304,10 +263,7 @@ impl<'a> RunState<'a> {
     /// A `back` edge into `loop_idx` resolved: when all have, one body run is over.
     fn back_arrived(&mut self, loop_idx: usize) {
         let back = &self.plan.nodes[loop_idx].back_incoming;
-        if back
-            .iter()
-            .any(|&edge_idx| self.edges[edge_idx] == EdgeState::Unresolved)
-        {
+        if back.iter().any(|&edge_idx| self.edges[edge_idx] == EdgeState::Unresolved) {
             return;
         }
         if self.trace.error.is_some() {
@@ -318,11 +274,7 @@ impl<'a> RunState<'a> {
             return;
         };
         let body_ctx = self.input_ctx(back);
-        let ctx = if body_ctx.is_empty() {
-            self.loop_input[loop_idx].clone().unwrap_or_default()
-        } else {
-            body_ctx
-        };
+        let ctx = if body_ctx.is_empty() { self.loop_input[loop_idx].clone().unwrap_or_default() } else { body_ctx };
         match until {
             Condition::Always => self.loop_decided(loop_idx, ctx, true, None),
             Condition::ToolSucceeded => {
@@ -330,39 +282,22 @@ impl<'a> RunState<'a> {
                 self.loop_decided(loop_idx, ctx, holds, None);
             }
             Condition::Judge { .. } => {
-                let work = NodeWork {
-                    node_idx: loop_idx,
-                    iteration: self.loop_runs[loop_idx] - 1,
-                    ctx,
-                    loop_check: true,
-                };
+                let work =
+                    NodeWork { node_idx: loop_idx, iteration: self.loop_runs[loop_idx] - 1, ctx, loop_check: true };
                 self.work.push(work);
             }
         }
     }
 
     /// The loop's condition was evaluated after a body run.
-    fn loop_decided(
-        &mut self,
-        loop_idx: usize,
-        ctx: Ctx,
-        holds: bool,
-        observation: Option<NodeObservation>,
-    ) {
-        let Op::Loop {
-            max_iterations,
-            body_nodes,
-            body_edges,
-            ..
-        } = &self.plan.nodes[loop_idx].op
-        else {
+    fn loop_decided(&mut self, loop_idx: usize, ctx: Ctx, holds: bool, observation: Option<NodeObservation>) {
+        let Op::Loop { max_iterations, body_nodes, body_edges, .. } = &self.plan.nodes[loop_idx].op else {
             return;
         };
         let runs = self.loop_runs[loop_idx];
         let stop = holds || runs >= *max_iterations;
         let decision = if stop { "exit" } else { "repeat" };
-        let observation =
-            observation.unwrap_or_else(|| self.control_observation(loop_idx, &ctx, None));
+        let observation = observation.unwrap_or_else(|| self.control_observation(loop_idx, &ctx, None));
         let observation = NodeObservation {
             iteration: runs - 1,
             output: Some(format!(
@@ -381,9 +316,7 @@ impl<'a> RunState<'a> {
                 .outgoing
                 .iter()
                 .copied()
-                .filter(|&edge_idx| {
-                    self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_EXIT)
-                })
+                .filter(|&edge_idx| self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_EXIT))
                 .collect();
             for edge_idx in exits {
                 self.resolve(edge_idx, Some(ctx.clone()));
@@ -427,14 +360,7 @@ impl<'a> RunState<'a> {
 
     /// Handles a finished task.
     fn complete(&mut self, result: NodeResult) {
-        let NodeResult {
-            node_idx,
-            ctx,
-            observation,
-            model,
-            tool_call,
-            outcome,
-        } = result;
+        let NodeResult { node_idx, ctx, observation, model, tool_call, outcome } = result;
         if let Some((started_at_ms, call)) = tool_call {
             self.trace.tool_calls.push(call.clone());
             self.observer.on_event(&ExecEvent::ToolCalled {
@@ -480,23 +406,14 @@ impl<'a> RunState<'a> {
     fn emit_observation(&mut self, observation: NodeObservation, model: Option<String>) {
         // Show the event to the observer, then move the observation back out of it:
         // a clone would copy the node's whole input context and prompt.
-        let event = ExecEvent::NodeFinished {
-            query_id: self.query_id.clone(),
-            model,
-            observation,
-        };
+        let event = ExecEvent::NodeFinished { query_id: self.query_id.clone(), model, observation };
         self.observer.on_event(&event);
         if let ExecEvent::NodeFinished { observation, .. } = event {
             self.trace.observations.push(observation);
         }
     }
 
-    fn control_observation(
-        &self,
-        node_idx: usize,
-        ctx: &Ctx,
-        output: Option<String>,
-    ) -> NodeObservation {
+    fn control_observation(&self, node_idx: usize, ctx: &Ctx, output: Option<String>) -> NodeObservation {
         let node = &self.plan.nodes[node_idx];
         NodeObservation {
             node_id: node.id.clone(),
@@ -520,9 +437,7 @@ impl<'a> RunState<'a> {
                 NodeState::Done => self.trace.result = self.exit_output.take(),
                 NodeState::Skipped => {
                     let exit = &self.plan.nodes[self.plan.exit].id;
-                    self.trace.error = Some(format!(
-                        "exit node `{exit}` was skipped: no route reached it"
-                    ));
+                    self.trace.error = Some(format!("exit node `{exit}` was skipped: no route reached it"));
                 }
                 _ => {
                     let exit = &self.plan.nodes[self.plan.exit].id;

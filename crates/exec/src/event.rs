@@ -129,25 +129,17 @@ impl EventLog {
     #[must_use]
     pub fn events(&self) -> Vec<ExecEvent> {
         // A poisoned lock still holds every event pushed before the panic.
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
 impl ExecObserver for EventLog {
     fn on_event(&self, event: &ExecEvent) {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(event.clone());
+        self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event.clone());
     }
 }
 
 /// Milliseconds since the Unix epoch, now.
 pub(crate) fn now_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |elapsed| elapsed.as_secs_f64() * 1000.0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |elapsed| elapsed.as_secs_f64() * 1000.0)
 }

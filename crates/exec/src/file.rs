@@ -18,9 +18,7 @@ impl GraphFormat {
     #[must_use]
     pub fn from_path(path: &Path) -> GraphFormat {
         match path.extension().and_then(|ext| ext.to_str()) {
-            Some(ext) if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") => {
-                GraphFormat::Yaml
-            }
+            Some(ext) if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") => GraphFormat::Yaml,
             _ => GraphFormat::Json,
         }
     }
@@ -68,10 +66,7 @@ pub enum GraphFileError {
 /// [`GraphFileError::Io`] when the file cannot be read; [`GraphFileError::Parse`] with the
 /// line, column and field when it is not a workflow graph.
 pub fn load_graph(path: &Path) -> Result<WorkflowGraph, GraphFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| GraphFileError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| GraphFileError::Io { path: path.to_owned(), source })?;
     parse_graph(&text, GraphFormat::from_path(path), path)
 }
 
@@ -81,11 +76,7 @@ pub fn load_graph(path: &Path) -> Result<WorkflowGraph, GraphFileError> {
 ///
 /// [`GraphFileError::Parse`] with the line, column and field when the text is not a
 /// workflow graph.
-pub fn parse_graph(
-    text: &str,
-    format: GraphFormat,
-    path: &Path,
-) -> Result<WorkflowGraph, GraphFileError> {
+pub fn parse_graph(text: &str, format: GraphFormat, path: &Path) -> Result<WorkflowGraph, GraphFileError> {
     match format {
         GraphFormat::Json => serde_json::from_str(text).map_err(|err| GraphFileError::Parse {
             path: path.to_owned(),
@@ -95,12 +86,7 @@ pub fn parse_graph(
         }),
         GraphFormat::Yaml => serde_yaml::from_str(text).map_err(|err| {
             let (line, column) = err.location().map_or((0, 0), |at| (at.line(), at.column()));
-            GraphFileError::Parse {
-                path: path.to_owned(),
-                line,
-                column,
-                message: err.to_string(),
-            }
+            GraphFileError::Parse { path: path.to_owned(), line, column, message: err.to_string() }
         }),
     }
 }
@@ -110,10 +96,7 @@ pub fn parse_graph(
 /// # Errors
 ///
 /// [`GraphFileError::Serialize`] if the serialiser fails (it does not for valid UTF-8 ids).
-pub fn graph_to_string(
-    graph: &WorkflowGraph,
-    format: GraphFormat,
-) -> Result<String, GraphFileError> {
+pub fn graph_to_string(graph: &WorkflowGraph, format: GraphFormat) -> Result<String, GraphFileError> {
     let res = match format {
         GraphFormat::Json => serde_json::to_string_pretty(graph)
             .map(|mut text| {
@@ -123,10 +106,7 @@ pub fn graph_to_string(
             .map_err(|err| err.to_string()),
         GraphFormat::Yaml => serde_yaml::to_string(graph).map_err(|err| err.to_string()),
     };
-    res.map_err(|message| GraphFileError::Serialize {
-        path: PathBuf::new(),
-        message,
-    })
+    res.map_err(|message| GraphFileError::Serialize { path: PathBuf::new(), message })
 }
 
 /// Writes a graph to `path`, as YAML for `.yaml`/`.yml` and JSON otherwise.
@@ -136,14 +116,8 @@ pub fn graph_to_string(
 /// [`GraphFileError::Io`] when the file cannot be written.
 pub fn save_graph(graph: &WorkflowGraph, path: &Path) -> Result<(), GraphFileError> {
     let text = graph_to_string(graph, GraphFormat::from_path(path)).map_err(|err| match err {
-        GraphFileError::Serialize { message, .. } => GraphFileError::Serialize {
-            path: path.to_owned(),
-            message,
-        },
+        GraphFileError::Serialize { message, .. } => GraphFileError::Serialize { path: path.to_owned(), message },
         other => other,
     })?;
-    std::fs::write(path, text).map_err(|source| GraphFileError::Io {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::write(path, text).map_err(|source| GraphFileError::Io { path: path.to_owned(), source })
 }

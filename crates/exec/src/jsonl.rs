@@ -29,13 +29,7 @@ struct WriterState<W> {
 impl<W: Write + Send> JsonlTraceWriter<W> {
     /// A writer that appends to `out`.
     pub fn new(out: W) -> JsonlTraceWriter<W> {
-        JsonlTraceWriter {
-            state: Mutex::new(WriterState {
-                out,
-                pending: HashMap::new(),
-                error: None,
-            }),
-        }
+        JsonlTraceWriter { state: Mutex::new(WriterState { out, pending: HashMap::new(), error: None }) }
     }
 
     /// Flushes and gives the writer back.
@@ -44,10 +38,7 @@ impl<W: Write + Send> JsonlTraceWriter<W> {
     ///
     /// The first I/O error met while writing or flushing.
     pub fn finish(self) -> std::io::Result<W> {
-        let mut state = self
-            .state
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.state.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(err) = state.error.take() {
             return Err(err);
         }
@@ -58,41 +49,19 @@ impl<W: Write + Send> JsonlTraceWriter<W> {
 
 impl<W: Write + Send> ExecObserver for JsonlTraceWriter<W> {
     fn on_event(&self, event: &ExecEvent) {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match event {
-            ExecEvent::NodeFinished {
-                query_id,
-                observation,
-                ..
-            } => {
-                state
-                    .pending
-                    .entry(query_id.clone())
-                    .or_default()
-                    .push(TraceEvent::Node(observation.clone()));
+            ExecEvent::NodeFinished { query_id, observation, .. } => {
+                state.pending.entry(query_id.clone()).or_default().push(TraceEvent::Node(observation.clone()));
             }
-            ExecEvent::ToolCalled {
-                query_id,
-                node_id,
-                call,
-                ..
-            } => {
-                state
-                    .pending
-                    .entry(query_id.clone())
-                    .or_default()
-                    .push(TraceEvent::ToolCall {
-                        query_id: query_id.clone(),
-                        node_id: Some(node_id.clone()),
-                        call: call.clone(),
-                    });
+            ExecEvent::ToolCalled { query_id, node_id, call, .. } => {
+                state.pending.entry(query_id.clone()).or_default().push(TraceEvent::ToolCall {
+                    query_id: query_id.clone(),
+                    node_id: Some(node_id.clone()),
+                    call: call.clone(),
+                });
             }
-            ExecEvent::RunFinished {
-                query_id, trace, ..
-            } => {
+            ExecEvent::RunFinished { query_id, trace, .. } => {
                 let mut lines = state.pending.remove(query_id).unwrap_or_default();
                 lines.push(TraceEvent::Final {
                     query_id: query_id.clone(),
@@ -107,10 +76,7 @@ impl<W: Write + Send> ExecObserver for JsonlTraceWriter<W> {
                         block.push('\n');
                     }
                 }
-                let res = state
-                    .out
-                    .write_all(block.as_bytes())
-                    .and_then(|()| state.out.flush());
+                let res = state.out.write_all(block.as_bytes()).and_then(|()| state.out.flush());
                 if let Err(err) = res {
                     state.error.get_or_insert(err);
                 }

@@ -54,9 +54,7 @@ mod validate;
 
 pub use crate::engine::{RunInput, run};
 pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers};
-pub use crate::file::{
-    GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph,
-};
+pub use crate::file::{GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph};
 pub use crate::jsonl::JsonlTraceWriter;
 pub use crate::otel::{OtelError, OtelExporter};
 pub use crate::plan::{CompileError, Plan, Runtime, compile};
@@ -67,6 +65,6 @@ pub use crate::react::{AgentConfig, run_agent};
 pub use crate::render::{to_dot, to_mermaid};
 pub use crate::toolbox::ToolBox;
 pub use crate::validate::{
-    InvalidGraph, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK, ToolCatalog,
-    VAR_QUERY, ValidatedGraph, Violation, check, violations,
+    InvalidGraph, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK, ToolCatalog, VAR_QUERY, ValidatedGraph,
+    Violation, check, violations,
 };

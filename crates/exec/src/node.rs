@@ -6,17 +6,13 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice,
-};
+use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice};
 use flowmem_model::{Condition, NodeObservation, ToolCall, error_chain};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
-use crate::prompts::{
-    ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items,
-};
+use crate::prompts::{ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items};
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,13 +27,7 @@ pub(crate) struct CtxEntry {
 }
 
 impl CtxEntry {
-    pub(crate) fn new(
-        seq: u64,
-        node: &PlanNode,
-        iteration: u32,
-        output: String,
-        failed: bool,
-    ) -> CtxEntry {
+    pub(crate) fn new(seq: u64, node: &PlanNode, iteration: u32, output: String, failed: bool) -> CtxEntry {
         CtxEntry {
             seq,
             is_tool: matches!(node.op, Op::Tool { .. }),
@@ -112,11 +102,7 @@ impl Context {
                 entries.extend(own);
                 Context::on(None, entries)
             }
-            None => Context {
-                len: own.len(),
-                own,
-                ..Context::default()
-            },
+            None => Context { len: own.len(), own, ..Context::default() },
         }
     }
 
@@ -129,10 +115,7 @@ impl Context {
             let same_base = contexts.iter().all(|ctx| {
                 ctx.is_empty()
                     || Arc::ptr_eq(ctx, base)
-                    || ctx
-                        .base
-                        .as_ref()
-                        .is_some_and(|other| Arc::ptr_eq(other, base))
+                    || ctx.base.as_ref().is_some_and(|other| Arc::ptr_eq(other, base))
             });
             if same_base {
                 let mut own: Vec<CtxEntry> = contexts
@@ -145,10 +128,7 @@ impl Context {
                 return Context::on(Some(base.clone()), own);
             }
         }
-        let mut entries: Vec<CtxEntry> = contexts
-            .iter()
-            .flat_map(|ctx| ctx.iter().cloned())
-            .collect();
+        let mut entries: Vec<CtxEntry> = contexts.iter().flat_map(|ctx| ctx.iter().cloned()).collect();
         entries.sort_by_key(|entry| entry.seq);
         entries.dedup_by_key(|entry| entry.seq);
         Context::new(entries)
@@ -160,16 +140,14 @@ impl Context {
 
     /// The results, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &CtxEntry> {
-        let mut chain: Vec<&Context> =
-            std::iter::successors(Some(self), |ctx| ctx.base.as_deref()).collect();
+        let mut chain: Vec<&Context> = std::iter::successors(Some(self), |ctx| ctx.base.as_deref()).collect();
         chain.reverse();
         chain.into_iter().flat_map(|ctx| ctx.own.iter())
     }
 
     /// The results, newest first.
     pub(crate) fn iter_rev(&self) -> impl Iterator<Item = &CtxEntry> {
-        std::iter::successors(Some(self), |ctx| ctx.base.as_deref())
-            .flat_map(|ctx| ctx.own.iter().rev())
+        std::iter::successors(Some(self), |ctx| ctx.base.as_deref()).flat_map(|ctx| ctx.own.iter().rev())
     }
 
     /// The newest result.
@@ -179,9 +157,7 @@ impl Context {
 
     /// The context as the `input` of an observation.
     pub(crate) fn input(&self) -> Arc<Value> {
-        self.input
-            .get_or_init(|| Arc::new(context_json(self.iter())))
-            .clone()
+        self.input.get_or_init(|| Arc::new(context_json(self.iter()))).clone()
     }
 
     fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
@@ -200,9 +176,7 @@ impl Context {
 
     /// The latest output of node `id`, if it is in the context.
     fn latest_output(&self, id: &str) -> Option<&str> {
-        self.iter_rev()
-            .find(|entry| entry.item.node == id)
-            .map(|entry| entry.item.output.as_str())
+        self.iter_rev().find(|entry| entry.item.node == id).map(|entry| entry.item.output.as_str())
     }
 }
 
@@ -252,60 +226,19 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         started_at_ms,
         ..NodeObservation::default()
     };
-    let mut step = Step {
-        observation: &mut observation,
-        model: None,
-        tool_call: None,
-    };
+    let mut step = Step { observation: &mut observation, model: None, tool_call: None };
     let outcome = match &node.op {
-        Op::Llm {
-            template,
-            instruction,
-            model,
-        } => {
-            llm_node(
-                plan,
-                query,
-                node,
-                items,
-                template,
-                instruction.as_deref(),
-                model.as_ref(),
-                &mut step,
-            )
-            .await
+        Op::Llm { template, instruction, model } => {
+            llm_node(plan, query, node, items, template, instruction.as_deref(), model.as_ref(), &mut step).await
         }
-        Op::Tool {
-            tools,
-            hints,
-            instruction,
-        } => {
-            tool_node(
-                plan,
-                query,
-                node,
-                items,
-                tools,
-                hints,
-                instruction.as_deref(),
-                &mut step,
-            )
-            .await
+        Op::Tool { tools, hints, instruction } => {
+            tool_node(plan, query, node, items, tools, hints, instruction.as_deref(), &mut step).await
         }
-        Op::Branch {
-            condition: Condition::Judge { question },
-            routes,
-        } => judge(plan, query, node, items, question, routes, &mut step)
-            .await
-            .map(Outcome::Route),
-        Op::Loop {
-            until: Condition::Judge { question },
-            ..
-        } if work.loop_check => {
-            let options: Vec<String> = LOOP_OPTIONS
-                .iter()
-                .map(|&option| option.to_owned())
-                .collect();
+        Op::Branch { condition: Condition::Judge { question }, routes } => {
+            judge(plan, query, node, items, question, routes, &mut step).await.map(Outcome::Route)
+        }
+        Op::Loop { until: Condition::Judge { question }, .. } if work.loop_check => {
+            let options: Vec<String> = LOOP_OPTIONS.iter().map(|&option| option.to_owned()).collect();
             judge(plan, query, node, items, question, &options, &mut step)
                 .await
                 .map(|choice| Outcome::LoopStop(choice == LOOP_OPTIONS[0]))
@@ -325,14 +258,7 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         Ok(Outcome::LoopStop(_)) => {}
         Err(message) => observation.error = Some(message.clone()),
     }
-    NodeResult {
-        node_idx: work.node_idx,
-        ctx: work.ctx,
-        observation,
-        model,
-        tool_call,
-        outcome,
-    }
+    NodeResult { node_idx: work.node_idx, ctx: work.ctx, observation, model, tool_call, outcome }
 }
 
 /// The context as the `input` of an observation.
@@ -360,11 +286,7 @@ struct Step<'o> {
 }
 
 impl Step<'_> {
-    async fn chat(
-        &mut self,
-        model: &dyn ChatModel,
-        request: &ChatRequest,
-    ) -> Result<ChatResponse, String> {
+    async fn chat(&mut self, model: &dyn ChatModel, request: &ChatRequest) -> Result<ChatResponse, String> {
         self.model = Some(model.name().to_owned());
         let response = model.chat(request).await.map_err(|err| error_chain(&err))?;
         self.observation.prompt_tokens += response.usage.prompt_tokens;
@@ -374,46 +296,24 @@ impl Step<'_> {
 }
 
 /// Renders a node's instruction (or question) against the query and upstream outputs.
-fn render_node_template(
-    query: &str,
-    node: &PlanNode,
-    items: &Context,
-    source: &str,
-) -> Result<String, String> {
+fn render_node_template(query: &str, node: &PlanNode, items: &Context, source: &str) -> Result<String, String> {
     let mut values = serde_json::Map::new();
     values.insert("query".to_owned(), Value::String(query.to_owned()));
-    for name in node
-        .template_vars
-        .iter()
-        .filter(|name| name.as_str() != crate::validate::VAR_QUERY)
-    {
+    for name in node.template_vars.iter().filter(|name| name.as_str() != crate::validate::VAR_QUERY) {
         // The latest output of that node; an ancestor skipped by a branch renders empty.
         let output = items.latest_output(name).unwrap_or("");
         values.insert(name.clone(), Value::String(output.to_owned()));
     }
-    crate::prompts::render_node_source(source, &Value::Object(values))
-        .map_err(|err| error_chain(&err))
+    crate::prompts::render_node_source(source, &Value::Object(values)).map_err(|err| error_chain(&err))
 }
 
 /// Renders role template `template` for a node: its own variables, and the context's
 /// view shared with every node reading the same context.
-fn render_prompt(
-    plan: &PlanInner,
-    template: &str,
-    items: &Context,
-    own: &OwnVars<'_>,
-) -> Result<String, String> {
+fn render_prompt(plan: &PlanInner, template: &str, items: &Context, own: &OwnVars<'_>) -> Result<String, String> {
     let prompts = plan.runtime.prompts.as_ref();
     let view = items.prompt_view(prompts)?;
-    let vars = NodePromptVars {
-        own,
-        context: &view.items,
-        results: &view.results,
-    };
-    prompts
-        .render(template, &vars)
-        .map(|rendered| rendered.text)
-        .map_err(|err| error_chain(&err))
+    let vars = NodePromptVars { own, context: &view.items, results: &view.results };
+    prompts.render(template, &vars).map(|rendered| rendered.text).map_err(|err| error_chain(&err))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -427,25 +327,14 @@ async fn llm_node(
     model: &dyn ChatModel,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction
-        .map(|source| render_node_template(query, node, items, source))
-        .transpose()?;
-    let own = OwnVars {
-        query,
-        instruction: instruction.as_deref(),
-        question: None,
-        options: &[],
-        hints: &[],
-    };
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints: &[] };
     let prompt = render_prompt(plan, template, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
     match response.content {
-        Some(text) => Ok(Outcome::Output {
-            output: text,
-            failed: false,
-        }),
+        Some(text) => Ok(Outcome::Output { output: text, failed: false }),
         None => Err("the model returned no text".to_owned()),
     }
 }
@@ -461,16 +350,8 @@ async fn tool_node(
     instruction: Option<&str>,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction
-        .map(|source| render_node_template(query, node, items, source))
-        .transpose()?;
-    let own = OwnVars {
-        query,
-        instruction: instruction.as_deref(),
-        question: None,
-        options: &[],
-        hints,
-    };
+    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints };
     let prompt = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
@@ -501,28 +382,15 @@ async fn tool_node(
         return Err(message);
     }
     let started_at_ms = now_ms();
-    let mut call = plan
-        .runtime
-        .tools
-        .call(&chosen.name, chosen.arguments)
-        .await;
+    let mut call = plan.runtime.tools.call(&chosen.name, chosen.arguments).await;
     if call.call_id.is_none() {
         call.call_id = Some(chosen.id);
     }
     step.observation.tool_call = Some(call.clone());
     let outcome = match (&call.error, &call.result) {
-        (Some(error), _) => Outcome::Output {
-            output: format!("error: {error}"),
-            failed: true,
-        },
-        (None, Some(result)) => Outcome::Output {
-            output: value_text(result),
-            failed: false,
-        },
-        (None, None) => Outcome::Output {
-            output: String::new(),
-            failed: false,
-        },
+        (Some(error), _) => Outcome::Output { output: format!("error: {error}"), failed: true },
+        (None, Some(result)) => Outcome::Output { output: value_text(result), failed: false },
+        (None, None) => Outcome::Output { output: String::new(), failed: false },
     };
     step.tool_call = Some((started_at_ms, call));
     Ok(outcome)
@@ -538,13 +406,7 @@ async fn judge(
     step: &mut Step<'_>,
 ) -> Result<String, String> {
     let question = render_node_template(query, node, items, question)?;
-    let own = OwnVars {
-        query,
-        instruction: None,
-        question: Some(&question),
-        options,
-        hints: &[],
-    };
+    let own = OwnVars { query, instruction: None, question: Some(&question), options, hints: &[] };
     let prompt = render_prompt(plan, JUDGE_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
@@ -561,43 +423,26 @@ async fn judge(
     let text = response.content.unwrap_or_default();
     match parse_choice(&text, options) {
         Some(choice) => Ok(choice),
-        None => Err(format!(
-            "the judge answered `{}`, which is none of [{}]",
-            text.trim(),
-            options.join(", ")
-        )),
+        None => Err(format!("the judge answered `{}`, which is none of [{}]", text.trim(), options.join(", "))),
     }
 }
 
 /// Reads a judge's choice: `{"choice": ...}`, a bare option, or the only option named.
 pub(crate) fn parse_choice(text: &str, options: &[String]) -> Option<String> {
-    let normalise = |text: &str| {
-        text.trim()
-            .trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'')
-            .to_lowercase()
-    };
+    let normalise =
+        |text: &str| text.trim().trim_matches(|c: char| c == '"' || c == '`' || c == '.' || c == '\'').to_lowercase();
     if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text.trim())
         && let Some(Value::String(choice)) = map.get("choice")
     {
         let choice = normalise(choice);
-        return options
-            .iter()
-            .find(|option| option.to_lowercase() == choice)
-            .cloned();
+        return options.iter().find(|option| option.to_lowercase() == choice).cloned();
     }
     let answer = normalise(text);
-    if let Some(option) = options
-        .iter()
-        .find(|option| option.to_lowercase() == answer)
-    {
+    if let Some(option) = options.iter().find(|option| option.to_lowercase() == answer) {
         return Some(option.clone());
     }
-    let words: Vec<&str> = answer
-        .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
-        .collect();
-    let mut named = options
-        .iter()
-        .filter(|option| words.contains(&option.to_lowercase().as_str()));
+    let words: Vec<&str> = answer.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-').collect();
+    let mut named = options.iter().filter(|option| words.contains(&option.to_lowercase().as_str()));
     match (named.next(), named.next()) {
         (Some(option), None) => Some(option.clone()),
         _ => None,
@@ -640,10 +485,8 @@ mod tests {
     #[test]
     fn contexts_merge_in_order_without_duplicates_whether_they_share_a_base_or_not() {
         let base = Arc::new(Context::new(vec![entry(0), entry(1), entry(2)]));
-        let members: Vec<Arc<Context>> = [12, 10, 11]
-            .into_iter()
-            .map(|seq| Arc::new(Context::on(Some(base.clone()), vec![entry(seq)])))
-            .collect();
+        let members: Vec<Arc<Context>> =
+            [12, 10, 11].into_iter().map(|seq| Arc::new(Context::on(Some(base.clone()), vec![entry(seq)]))).collect();
         let empty = Arc::new(Context::default());
         let mut shared: Vec<&Arc<Context>> = members.iter().collect();
         shared.extend([&base, &empty, &members[0]]);
@@ -652,17 +495,11 @@ mod tests {
         assert_eq!(merged.last().map(|entry| entry.seq), Some(12));
         assert_eq!(merged.input().as_array().map(Vec::len), Some(6));
         // A deeper branch does not share the members' base: the general merge.
-        let deeper = Arc::new(Context::on(
-            Some(Arc::new(Context::on(Some(base.clone()), vec![entry(20)]))),
-            vec![entry(21)],
-        ));
+        let deeper =
+            Arc::new(Context::on(Some(Arc::new(Context::on(Some(base.clone()), vec![entry(20)]))), vec![entry(21)]));
         let merged = Context::merge(&[&members[1], &deeper]);
         assert_eq!(seqs(&merged), [0, 1, 2, 10, 20, 21]);
-        assert_eq!(
-            merged.latest_output("n20"),
-            Some("out20"),
-            "the latest output is found through the base"
-        );
+        assert_eq!(merged.latest_output("n20"), Some("out20"), "the latest output is found through the base");
     }
 
     #[test]
@@ -684,15 +521,9 @@ mod tests {
 
     #[test]
     fn a_judge_reply_is_read_as_json_a_bare_option_or_the_only_option_named() {
-        assert_eq!(
-            parse_choice("{\"choice\": \"no\"}", &options()).as_deref(),
-            Some("no")
-        );
+        assert_eq!(parse_choice("{\"choice\": \"no\"}", &options()).as_deref(), Some("no"));
         assert_eq!(parse_choice(" `Yes`. ", &options()).as_deref(), Some("yes"));
-        assert_eq!(
-            parse_choice("I think needs_more is right", &options()).as_deref(),
-            Some("needs_more")
-        );
+        assert_eq!(parse_choice("I think needs_more is right", &options()).as_deref(), Some("needs_more"));
     }
 
     #[test]

@@ -80,23 +80,11 @@ impl OtelExporter {
             .with_endpoint(url)
             .with_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|err| OtelError::Build {
-                endpoint: endpoint.to_owned(),
-                message: err.to_string(),
-            })?;
-        let resource = Resource::builder()
-            .with_service_name(service_name.to_owned())
-            .build();
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(resource)
-            .build();
+            .map_err(|err| OtelError::Build { endpoint: endpoint.to_owned(), message: err.to_string() })?;
+        let resource = Resource::builder().with_service_name(service_name.to_owned()).build();
+        let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
         let tracer = provider.tracer("flowmem-exec");
-        Ok(OtelExporter {
-            provider,
-            tracer,
-            runs: Mutex::new(HashMap::new()),
-        })
+        Ok(OtelExporter { provider, tracer, runs: Mutex::new(HashMap::new()) })
     }
 
     /// Exports every span still buffered and stops the exporter. Blocks until done, so
@@ -106,23 +94,11 @@ impl OtelExporter {
     ///
     /// [`OtelError::Flush`] when the endpoint does not accept the last batch.
     pub fn shutdown(&self) -> Result<(), OtelError> {
-        self.provider
-            .force_flush()
-            .map_err(|err| OtelError::Flush {
-                message: err.to_string(),
-            })?;
-        self.provider.shutdown().map_err(|err| OtelError::Flush {
-            message: err.to_string(),
-        })
+        self.provider.force_flush().map_err(|err| OtelError::Flush { message: err.to_string() })?;
+        self.provider.shutdown().map_err(|err| OtelError::Flush { message: err.to_string() })
     }
 
-    fn export_run(
-        &self,
-        query_id: &str,
-        run: RunSpans,
-        trace: &flowmem_model::Trace,
-        ended_at_ms: f64,
-    ) {
+    fn export_run(&self, query_id: &str, run: RunSpans, trace: &flowmem_model::Trace, ended_at_ms: f64) {
         let mut root = self
             .tracer
             .span_builder(format!("invoke_agent {}", run.runner))
@@ -141,11 +117,7 @@ impl OtelExporter {
             root.set_attribute(KeyValue::new("error.type", "run_failed"));
         }
         let parent = Context::current_with_span(root);
-        for (observation, model) in trace
-            .observations
-            .iter()
-            .zip(run.models.iter().chain(std::iter::repeat(&None)))
-        {
+        for (observation, model) in trace.observations.iter().zip(run.models.iter().chain(std::iter::repeat(&None))) {
             self.node_span(&parent, observation, model.as_deref());
         }
         for (node_id, started_at_ms, call) in &run.calls {
@@ -160,39 +132,23 @@ impl OtelExporter {
             KeyValue::new("flowmem.node.kind", observation.node_kind.clone()),
             KeyValue::new("flowmem.iteration", i64::from(observation.iteration)),
         ];
-        let is_llm = observation.node_kind.starts_with("llm:")
-            || observation.node_kind.starts_with("agent:");
-        let (name, kind) = if let Some(call) = observation
-            .tool_call
-            .as_ref()
-            .filter(|_| observation.node_kind == "tool")
-        {
-            attributes.extend(tool_attributes(call));
-            (format!("execute_tool {}", call.tool), SpanKind::Internal)
-        } else if is_llm {
-            attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
-            (
-                format!("chat {}", model.unwrap_or("unknown")),
-                SpanKind::Client,
-            )
-        } else {
-            (
-                format!("{} {}", observation.node_kind, observation.node_id),
-                SpanKind::Internal,
-            )
-        };
+        let is_llm = observation.node_kind.starts_with("llm:") || observation.node_kind.starts_with("agent:");
+        let (name, kind) =
+            if let Some(call) = observation.tool_call.as_ref().filter(|_| observation.node_kind == "tool") {
+                attributes.extend(tool_attributes(call));
+                (format!("execute_tool {}", call.tool), SpanKind::Internal)
+            } else if is_llm {
+                attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
+                (format!("chat {}", model.unwrap_or("unknown")), SpanKind::Client)
+            } else {
+                (format!("{} {}", observation.node_kind, observation.node_id), SpanKind::Internal)
+            };
         if let Some(model) = model {
             attributes.push(KeyValue::new("gen_ai.request.model", model.to_owned()));
         }
         if observation.prompt_tokens > 0 || observation.completion_tokens > 0 || is_llm {
-            attributes.push(KeyValue::new(
-                "gen_ai.usage.input_tokens",
-                observation.prompt_tokens as i64,
-            ));
-            attributes.push(KeyValue::new(
-                "gen_ai.usage.output_tokens",
-                observation.completion_tokens as i64,
-            ));
+            attributes.push(KeyValue::new("gen_ai.usage.input_tokens", observation.prompt_tokens as i64));
+            attributes.push(KeyValue::new("gen_ai.usage.output_tokens", observation.completion_tokens as i64));
         }
         let mut span = self
             .tracer
@@ -228,52 +184,22 @@ impl OtelExporter {
 
 impl ExecObserver for OtelExporter {
     fn on_event(&self, event: &ExecEvent) {
-        let mut runs = self
-            .runs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut runs = self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match event {
-            ExecEvent::RunStarted {
-                query_id,
-                runner,
-                at_ms,
-                ..
-            } => {
+            ExecEvent::RunStarted { query_id, runner, at_ms, .. } => {
                 runs.insert(
                     query_id.clone(),
-                    RunSpans {
-                        runner: runner.clone(),
-                        started_at_ms: *at_ms,
-                        ..RunSpans::default()
-                    },
+                    RunSpans { runner: runner.clone(), started_at_ms: *at_ms, ..RunSpans::default() },
                 );
             }
-            ExecEvent::NodeFinished {
-                query_id, model, ..
-            } => {
-                runs.entry(query_id.clone())
-                    .or_default()
-                    .models
-                    .push(model.clone());
+            ExecEvent::NodeFinished { query_id, model, .. } => {
+                runs.entry(query_id.clone()).or_default().models.push(model.clone());
             }
             // Workflow tool nodes get their span from the observation; agent steps do not.
-            ExecEvent::ToolCalled {
-                query_id,
-                node_id,
-                started_at_ms,
-                call,
-            } if node_id.starts_with("step-") => {
-                runs.entry(query_id.clone()).or_default().calls.push((
-                    node_id.clone(),
-                    *started_at_ms,
-                    call.clone(),
-                ));
+            ExecEvent::ToolCalled { query_id, node_id, started_at_ms, call } if node_id.starts_with("step-") => {
+                runs.entry(query_id.clone()).or_default().calls.push((node_id.clone(), *started_at_ms, call.clone()));
             }
-            ExecEvent::RunFinished {
-                query_id,
-                at_ms,
-                trace,
-            } => {
+            ExecEvent::RunFinished { query_id, at_ms, trace } => {
                 let run = runs.remove(query_id).unwrap_or_default();
                 drop(runs);
                 self.export_run(query_id, run, trace, *at_ms);
@@ -288,10 +214,7 @@ fn tool_attributes(call: &ToolCall) -> Vec<KeyValue> {
         KeyValue::new("gen_ai.operation.name", "execute_tool"),
         KeyValue::new("gen_ai.tool.name", call.tool.clone()),
         KeyValue::new("gen_ai.tool.type", "function"),
-        KeyValue::new(
-            "gen_ai.tool.call.arguments",
-            serde_json::Value::Object(call.args.clone()).to_string(),
-        ),
+        KeyValue::new("gen_ai.tool.call.arguments", serde_json::Value::Object(call.args.clone()).to_string()),
     ];
     if let Some(id) = &call.call_id {
         res.push(KeyValue::new("gen_ai.tool.call.id", id.clone()));

@@ -108,28 +108,12 @@ pub(crate) struct PlanNode {
 }
 
 pub(crate) enum Op {
-    Llm {
-        template: &'static str,
-        instruction: Option<String>,
-        model: Arc<dyn ChatModel>,
-    },
-    Tool {
-        tools: Arc<[ToolDefinition]>,
-        hints: Arc<[String]>,
-        instruction: Option<String>,
-    },
-    Branch {
-        condition: Condition,
-        routes: Vec<String>,
-    },
+    Llm { template: &'static str, instruction: Option<String>, model: Arc<dyn ChatModel> },
+    Tool { tools: Arc<[ToolDefinition]>, hints: Arc<[String]>, instruction: Option<String> },
+    Branch { condition: Condition, routes: Vec<String> },
     Parallel,
     Join,
-    Loop {
-        max_iterations: u32,
-        until: Condition,
-        body_nodes: Vec<usize>,
-        body_edges: Vec<usize>,
-    },
+    Loop { max_iterations: u32, until: Condition, body_nodes: Vec<usize>, body_edges: Vec<usize> },
 }
 
 pub(crate) struct PlanEdge {
@@ -149,11 +133,7 @@ impl Plan {
     /// The node ids in dependency order (ignoring `back` edges).
     #[must_use]
     pub fn order(&self) -> Vec<&str> {
-        self.inner
-            .order
-            .iter()
-            .map(|&node_idx| self.inner.nodes[node_idx].id.as_str())
-            .collect()
+        self.inner.order.iter().map(|&node_idx| self.inner.nodes[node_idx].id.as_str()).collect()
     }
 
     /// The tools bound to tool node `node_id`, if it is one.
@@ -193,12 +173,8 @@ pub(crate) const JUDGE_TEMPLATE: &str = "judge";
 /// template, an instruction that does not parse. The first one found is returned.
 pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, CompileError> {
     let graph = graph.graph();
-    let index: HashMap<&str, usize> = graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(node_idx, node)| (node.id.as_str(), node_idx))
-        .collect();
+    let index: HashMap<&str, usize> =
+        graph.nodes.iter().enumerate().map(|(node_idx, node)| (node.id.as_str(), node_idx)).collect();
     // Validation guarantees every edge end exists.
     let edges: Vec<PlanEdge> = graph
         .edges
@@ -219,25 +195,14 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
         let id = node.id.clone();
         for (field, source) in node_templates(&node.kind) {
             if let Err(message) = template_variables(source) {
-                return Err(CompileError::Template {
-                    node: id,
-                    field,
-                    message,
-                });
+                return Err(CompileError::Template { node: id, field, message });
             }
         }
         let (kind_label, op) = match &node.kind {
-            NodeKind::Llm {
-                role,
-                instruction,
-                model,
-            } => {
+            NodeKind::Llm { role, instruction, model } => {
                 let template = role_template(*role);
                 if runtime.prompts.id(template).is_none() {
-                    return Err(CompileError::MissingTemplate {
-                        node: id,
-                        template: template.to_owned(),
-                    });
+                    return Err(CompileError::MissingTemplate { node: id, template: template.to_owned() });
                 }
                 let model = match model {
                     None => runtime.executor.clone(),
@@ -245,80 +210,44 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
                     Some(name) => match runtime.models.get(name) {
                         Some(model) => model.clone(),
                         None => {
-                            return Err(CompileError::UnknownModel {
-                                node: id,
-                                model: name.clone(),
-                            });
+                            return Err(CompileError::UnknownModel { node: id, model: name.clone() });
                         }
                     },
                 };
-                (
-                    format!("llm:{}", role_name(*role)),
-                    Op::Llm {
-                        template,
-                        instruction: instruction.clone(),
-                        model,
-                    },
-                )
+                (format!("llm:{}", role_name(*role)), Op::Llm { template, instruction: instruction.clone(), model })
             }
             NodeKind::Tool { hints, instruction } => {
                 if runtime.prompts.id(TOOL_TEMPLATE).is_none() {
-                    return Err(CompileError::MissingTemplate {
-                        node: id,
-                        template: TOOL_TEMPLATE.to_owned(),
-                    });
+                    return Err(CompileError::MissingTemplate { node: id, template: TOOL_TEMPLATE.to_owned() });
                 }
                 for hint in hints {
                     if !available.iter().any(|tool| &tool.name == hint) {
-                        return Err(CompileError::UnboundTool {
-                            node: id,
-                            tool: hint.clone(),
-                        });
+                        return Err(CompileError::UnboundTool { node: id, tool: hint.clone() });
                     }
                 }
-                let tools: Vec<ToolDefinition> = available
-                    .iter()
-                    .filter(|tool| hints.is_empty() || hints.contains(&tool.name))
-                    .cloned()
-                    .collect();
+                let tools: Vec<ToolDefinition> =
+                    available.iter().filter(|tool| hints.is_empty() || hints.contains(&tool.name)).cloned().collect();
                 if tools.is_empty() {
                     return Err(CompileError::NoTools { node: id });
                 }
-                let op = Op::Tool {
-                    tools: tools.into(),
-                    hints: hints.clone().into(),
-                    instruction: instruction.clone(),
-                };
+                let op =
+                    Op::Tool { tools: tools.into(), hints: hints.clone().into(), instruction: instruction.clone() };
                 ("tool".to_owned(), op)
             }
             NodeKind::Branch { condition } => {
-                if matches!(condition, Condition::Judge { .. })
-                    && runtime.prompts.id(JUDGE_TEMPLATE).is_none()
-                {
-                    return Err(CompileError::MissingTemplate {
-                        node: id,
-                        template: JUDGE_TEMPLATE.to_owned(),
-                    });
+                if matches!(condition, Condition::Judge { .. }) && runtime.prompts.id(JUDGE_TEMPLATE).is_none() {
+                    return Err(CompileError::MissingTemplate { node: id, template: JUDGE_TEMPLATE.to_owned() });
                 }
                 let routes = graph
                     .outgoing(&node.id)
                     .filter(|edge| edge.kind != EdgeKind::Back)
                     .filter_map(|edge| edge.label.clone())
                     .collect();
-                (
-                    "branch".to_owned(),
-                    Op::Branch {
-                        condition: condition.clone(),
-                        routes,
-                    },
-                )
+                ("branch".to_owned(), Op::Branch { condition: condition.clone(), routes })
             }
             NodeKind::Parallel => ("parallel".to_owned(), Op::Parallel),
             NodeKind::Join => ("join".to_owned(), Op::Join),
-            NodeKind::Loop {
-                max_iterations,
-                until,
-            } => {
+            NodeKind::Loop { max_iterations, until } => {
                 let body_nodes = bodies.get(&node_idx).cloned().unwrap_or_default();
                 let body_edges = edges
                     .iter()
@@ -331,12 +260,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
                     })
                     .map(|(edge_idx, _)| edge_idx)
                     .collect();
-                let op = Op::Loop {
-                    max_iterations: *max_iterations,
-                    until: until.clone(),
-                    body_nodes,
-                    body_edges,
-                };
+                let op = Op::Loop { max_iterations: *max_iterations, until: until.clone(), body_nodes, body_edges };
                 ("loop".to_owned(), op)
             }
         };
@@ -393,8 +317,7 @@ fn dependency_order(n_nodes: usize, edges: &[PlanEdge]) -> Vec<usize> {
         in_degree[edge.to] += 1;
         successors[edge.from].push(edge.to);
     }
-    let mut ready: std::collections::BTreeSet<usize> =
-        (0..n_nodes).filter(|&idx| in_degree[idx] == 0).collect();
+    let mut ready: std::collections::BTreeSet<usize> = (0..n_nodes).filter(|&idx| in_degree[idx] == 0).collect();
     let mut res = Vec::with_capacity(n_nodes);
     while let Some(node_idx) = ready.pop_first() {
         res.push(node_idx);

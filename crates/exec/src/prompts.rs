@@ -129,9 +129,7 @@ impl minijinja::value::Object for TemplateItems {
 
     fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
         let item = self.0.get(key.as_usize()?)?;
-        Some(minijinja::Value::from(minijinja::value::Serde(
-            item.as_ref(),
-        )))
+        Some(minijinja::Value::from(minijinja::value::Serde(item.as_ref())))
     }
 
     fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
@@ -170,10 +168,7 @@ pub(crate) struct NodePromptVars<'a> {
 }
 
 /// Renders a node's instruction or question source against named values.
-pub(crate) fn render_node_source(
-    source: &str,
-    values: &serde_json::Value,
-) -> Result<String, minijinja::Error> {
+pub(crate) fn render_node_source(source: &str, values: &serde_json::Value) -> Result<String, minijinja::Error> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     let env = ENV.get_or_init(|| {
         let mut env = Environment::new();
@@ -191,8 +186,8 @@ mod tests {
     use flowmem_llm::Prompts;
 
     use crate::prompts::{
-        ContextItem, EXEC_PROMPTS, NodePromptVars, OwnVars, PromptContext, RESULTS_TEMPLATE,
-        ResultsVars, exec_prompts, limit_context_items, template_items,
+        ContextItem, EXEC_PROMPTS, NodePromptVars, OwnVars, PromptContext, RESULTS_TEMPLATE, ResultsVars, exec_prompts,
+        limit_context_items, template_items,
     };
 
     fn items() -> Vec<ContextItem> {
@@ -216,11 +211,7 @@ mod tests {
 
     /// Renders every role template both ways: from [`PromptContext`] (the `context`
     /// template includes `results`) and as the engine does (shared `results` text).
-    fn both_ways(
-        prompts: &Prompts,
-        items: &[ContextItem],
-        instruction: Option<&str>,
-    ) -> Vec<(String, String)> {
+    fn both_ways(prompts: &Prompts, items: &[ContextItem], instruction: Option<&str>) -> Vec<(String, String)> {
         let options = vec!["yes".to_owned(), "no".to_owned()];
         let hints = vec!["get_order".to_owned()];
         let public = PromptContext {
@@ -232,30 +223,15 @@ mod tests {
             hints: &hints,
         };
         let value = template_items(items.iter().cloned().map(Arc::new).collect());
-        let results = prompts
-            .render(RESULTS_TEMPLATE, &ResultsVars { context: &value })
-            .unwrap()
-            .text;
-        let own = OwnVars {
-            query: public.query,
-            instruction,
-            question: public.question,
-            options: &options,
-            hints: &hints,
-        };
-        let engine = NodePromptVars {
-            own: &own,
-            context: &value,
-            results: &results,
-        };
+        let results = prompts.render(RESULTS_TEMPLATE, &ResultsVars { context: &value }).unwrap().text;
+        let own =
+            OwnVars { query: public.query, instruction, question: public.question, options: &options, hints: &hints };
+        let engine = NodePromptVars { own: &own, context: &value, results: &results };
         EXEC_PROMPTS
             .iter()
             .filter(|prompt| !matches!(prompt.name, "results" | "react"))
             .map(|prompt| {
-                (
-                    prompts.render(prompt.name, &public).unwrap().text,
-                    prompts.render(prompt.name, &engine).unwrap().text,
-                )
+                (prompts.render(prompt.name, &public).unwrap().text, prompts.render(prompt.name, &engine).unwrap().text)
             })
             .collect()
     }
@@ -284,17 +260,11 @@ mod tests {
             },
         );
         let listed = listed.unwrap().text;
-        assert!(
-            listed.contains("2. lookup (tool, 2, True): error: not found\n2 results"),
-            "{listed}"
-        );
+        assert!(listed.contains("2. lookup (tool, 2, True): error: not found\n2 results"), "{listed}");
         for prompts in [exec_prompts(None).unwrap(), clipped, overridden] {
-            for (items, instruction) in [
-                (items(), Some("Be brief.")),
-                (items(), None),
-                (Vec::new(), Some("Be brief.")),
-                (Vec::new(), None),
-            ] {
+            for (items, instruction) in
+                [(items(), Some("Be brief.")), (items(), None), (Vec::new(), Some("Be brief.")), (Vec::new(), None)]
+            {
                 for (public, engine) in both_ways(&prompts, &items, instruction) {
                     assert_eq!(public, engine);
                 }

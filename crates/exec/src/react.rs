@@ -35,23 +35,14 @@ pub struct AgentConfig {
 /// tool invocation is a [`ExecEvent::ToolCalled`] and an entry of `π̂`. A model failure
 /// ends the run with [`Trace::error`] set and everything before it kept; reaching
 /// `max_steps` without a final answer sets the error too.
-pub async fn run_agent(
-    runtime: &Runtime,
-    cfg: &AgentConfig,
-    input: &RunInput,
-    observer: &dyn ExecObserver,
-) -> Trace {
+pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, observer: &dyn ExecObserver) -> Trace {
     observer.on_event(&ExecEvent::RunStarted {
         query_id: input.id.clone(),
         query: input.query.clone(),
         runner: "react".to_owned(),
         at_ms: now_ms(),
     });
-    let mut trace = Trace {
-        query_id: input.id.clone(),
-        query: input.query.clone(),
-        ..Trace::default()
-    };
+    let mut trace = Trace { query_id: input.id.clone(), query: input.query.clone(), ..Trace::default() };
     let ctx = PromptContext {
         query: &input.query,
         instruction: cfg.instruction.as_deref(),
@@ -62,20 +53,13 @@ pub async fn run_agent(
     };
     match runtime.prompts.render(REACT_TEMPLATE, &ctx) {
         Ok(system) => {
-            let messages = vec![
-                Message::system(system.text),
-                Message::user(input.query.clone()),
-            ];
+            let messages = vec![Message::system(system.text), Message::user(input.query.clone())];
             steps(runtime, cfg, input, observer, messages, &mut trace).await;
         }
         Err(err) => trace.error = Some(error_chain(&err)),
     }
     let trace = Arc::new(trace);
-    observer.on_event(&ExecEvent::RunFinished {
-        query_id: input.id.clone(),
-        at_ms: now_ms(),
-        trace: trace.clone(),
-    });
+    observer.on_event(&ExecEvent::RunFinished { query_id: input.id.clone(), at_ms: now_ms(), trace: trace.clone() });
     Arc::try_unwrap(trace).unwrap_or_else(|shared| shared.as_ref().clone())
 }
 
@@ -110,11 +94,7 @@ async fn steps(
         };
         let mut request = ChatRequest::new(messages.clone(), Purpose::Agent);
         request.tools = tools.clone();
-        request.tool_choice = if tools.is_empty() {
-            ToolChoice::None
-        } else {
-            ToolChoice::Auto
-        };
+        request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
         let response = match runtime.executor.chat(&request).await {
             Ok(response) => response,
             Err(err) => {

@@ -27,8 +27,7 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
         let _ = writeln!(res, "    {shape}");
     }
     for edge in &graph.edges {
-        let (Some(from), Some(to)) = (position(graph, &edge.from), position(graph, &edge.to))
-        else {
+        let (Some(from), Some(to)) = (position(graph, &edge.from), position(graph, &edge.to)) else {
             continue;
         };
         let arrow = match edge.kind {
@@ -38,11 +37,7 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
         };
         match &edge.label {
             Some(label) => {
-                let _ = writeln!(
-                    res,
-                    "    n{from} {arrow}|\"{}\"| n{to}",
-                    mermaid_escape(label)
-                );
+                let _ = writeln!(res, "    n{from} {arrow}|\"{}\"| n{to}", mermaid_escape(label));
             }
             None => {
                 let _ = writeln!(res, "    n{from} {arrow} n{to}");
@@ -61,8 +56,7 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
 /// Renders the graph as a Graphviz DOT `digraph`.
 #[must_use]
 pub fn to_dot(graph: &WorkflowGraph) -> String {
-    let mut res =
-        String::from("digraph workflow {\n    rankdir=TB;\n    node [fontname=\"Helvetica\"];\n");
+    let mut res = String::from("digraph workflow {\n    rankdir=TB;\n    node [fontname=\"Helvetica\"];\n");
     if let Some(name) = &graph.name {
         let _ = writeln!(res, "    label=\"{}\";", dot_escape(name));
     }
@@ -74,11 +68,7 @@ pub fn to_dot(graph: &WorkflowGraph) -> String {
             NodeKind::Loop { .. } => "hexagon",
             NodeKind::Parallel | NodeKind::Join => "circle",
         };
-        let peripheries = if node.id == graph.entry || node.id == graph.exit {
-            2
-        } else {
-            1
-        };
+        let peripheries = if node.id == graph.entry || node.id == graph.exit { 2 } else { 1 };
         let _ = writeln!(
             res,
             "    \"{}\" [shape={shape}, peripheries={peripheries}, label=\"{}\"];",
@@ -99,17 +89,8 @@ pub fn to_dot(graph: &WorkflowGraph) -> String {
         if let Some(label) = &edge.label {
             attrs.push(format!("label=\"{}\"", dot_escape(label)));
         }
-        let attrs = if attrs.is_empty() {
-            String::new()
-        } else {
-            format!(" [{}]", attrs.join(", "))
-        };
-        let _ = writeln!(
-            res,
-            "    \"{}\" -> \"{}\"{attrs};",
-            dot_escape(&edge.from),
-            dot_escape(&edge.to)
-        );
+        let attrs = if attrs.is_empty() { String::new() } else { format!(" [{}]", attrs.join(", ")) };
+        let _ = writeln!(res, "    \"{}\" -> \"{}\"{attrs};", dot_escape(&edge.from), dot_escape(&edge.to));
     }
     res.push_str("}\n");
     res
@@ -128,10 +109,7 @@ fn node_label(node: &GraphNode) -> String {
         NodeKind::Branch { condition } => format!("branch: {}", condition_summary(condition)),
         NodeKind::Parallel => "parallel".to_owned(),
         NodeKind::Join => "join".to_owned(),
-        NodeKind::Loop {
-            max_iterations,
-            until,
-        } => {
+        NodeKind::Loop { max_iterations, until } => {
             format!("loop ≤{max_iterations} until {}", condition_summary(until))
         }
     };
@@ -164,7 +142,5 @@ fn mermaid_escape(text: &str) -> String {
 }
 
 fn dot_escape(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -184,9 +184,7 @@ pub enum Violation {
         condition: &'static str,
     },
     /// A `loop` lacks its `body` or `exit` edge, or has one twice.
-    #[error(
-        "node `{node}`: a loop needs exactly one outgoing edge labelled `{label}`, found {found}"
-    )]
+    #[error("node `{node}`: a loop needs exactly one outgoing edge labelled `{label}`, found {found}")]
     LoopEdge {
         /// The loop.
         node: String,
@@ -216,9 +214,7 @@ pub enum Violation {
         node: String,
     },
     /// An edge leaves a loop body other than through the `back` edge.
-    #[error(
-        "node `{node}`: the edge to `{to}` leaves the body of loop `{loop_node}`; only `back` edges may"
-    )]
+    #[error("node `{node}`: the edge to `{to}` leaves the body of loop `{loop_node}`; only `back` edges may")]
     LoopBodyEscape {
         /// The body node the edge leaves from.
         node: String,
@@ -228,9 +224,7 @@ pub enum Violation {
         loop_node: String,
     },
     /// An edge enters a loop body from outside other than through the loop.
-    #[error(
-        "node `{node}`: the edge from `{from}` enters the body of loop `{loop_node}` from outside"
-    )]
+    #[error("node `{node}`: the edge from `{from}` enters the body of loop `{loop_node}` from outside")]
     LoopBodyEntry {
         /// The body node the edge enters.
         node: String,
@@ -240,9 +234,7 @@ pub enum Violation {
         loop_node: String,
     },
     /// A label on an edge whose source is neither a branch nor a loop.
-    #[error(
-        "node `{node}`: the edge to `{to}` has label `{label}`, but only branch and loop edges take labels"
-    )]
+    #[error("node `{node}`: the edge to `{to}` has label `{label}`, but only branch and loop edges take labels")]
     StrayLabel {
         /// The edge's source.
         node: String,
@@ -262,9 +254,7 @@ pub enum Violation {
         message: String,
     },
     /// A template refers to a variable that no upstream node provides.
-    #[error(
-        "node `{node}`: the {field} template uses `{variable}`, which is neither `query` nor an upstream node"
-    )]
+    #[error("node `{node}`: the {field} template uses `{variable}`, which is neither `query` nor an upstream node")]
     UndefinedVariable {
         /// The node.
         node: String,
@@ -320,11 +310,7 @@ pub struct InvalidGraph {
 
 impl fmt::Display for InvalidGraph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the workflow graph is invalid ({} violations)",
-            self.violations.len()
-        )?;
+        write!(f, "the workflow graph is invalid ({} violations)", self.violations.len())?;
         for violation in &self.violations {
             write!(f, "\n  - {violation}")?;
         }
@@ -445,18 +431,12 @@ fn check_ids<'g>(graph: &'g WorkflowGraph, res: &mut Vec<Violation>) -> Index<'g
     for node in &graph.nodes {
         let count = counts[node.id.as_str()];
         if count > 1 && reported.insert(node.id.as_str()) {
-            res.push(Violation::DuplicateId {
-                node: node.id.clone(),
-                count,
-            });
+            res.push(Violation::DuplicateId { node: node.id.clone(), count });
         }
     }
     for (id, role) in [(&graph.entry, "entry"), (&graph.exit, "exit")] {
         if !index.contains_key(id.as_str()) {
-            res.push(Violation::MissingEndpoint {
-                node: id.clone(),
-                role,
-            });
+            res.push(Violation::MissingEndpoint { node: id.clone(), role });
         }
     }
     index
@@ -474,25 +454,17 @@ fn check_edges(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation
             }
         }
         if edge.from == edge.to {
-            res.push(Violation::SelfEdge {
-                node: edge.from.clone(),
-            });
+            res.push(Violation::SelfEdge { node: edge.from.clone() });
         }
         if edge.to == graph.entry && edge.kind != EdgeKind::Back {
-            res.push(Violation::EntryHasInput {
-                node: edge.to.clone(),
-                from: edge.from.clone(),
-            });
+            res.push(Violation::EntryHasInput { node: edge.to.clone(), from: edge.from.clone() });
         }
         if edge.kind == EdgeKind::Back {
-            let target_is_loop = index.get(edge.to.as_str()).is_some_and(|&node_idx| {
-                matches!(graph.nodes[node_idx].kind, NodeKind::Loop { .. })
-            });
+            let target_is_loop = index
+                .get(edge.to.as_str())
+                .is_some_and(|&node_idx| matches!(graph.nodes[node_idx].kind, NodeKind::Loop { .. }));
             if index.contains_key(edge.to.as_str()) && !target_is_loop {
-                res.push(Violation::BackEdgeNotToLoop {
-                    node: edge.from.clone(),
-                    to: edge.to.clone(),
-                });
+                res.push(Violation::BackEdgeNotToLoop { node: edge.from.clone(), to: edge.to.clone() });
             }
         }
     }
@@ -507,16 +479,11 @@ fn check_tools(graph: &WorkflowGraph, tools: ToolCatalog<'_>, res: &mut Vec<Viol
             continue;
         };
         if hints.is_empty() && available.is_empty() {
-            res.push(Violation::NoToolAvailable {
-                node: node.id.clone(),
-            });
+            res.push(Violation::NoToolAvailable { node: node.id.clone() });
         }
         for hint in hints {
             if !available.iter().any(|name| name == hint) {
-                res.push(Violation::UnknownToolHint {
-                    node: node.id.clone(),
-                    tool: hint.clone(),
-                });
+                res.push(Violation::UnknownToolHint { node: node.id.clone(), tool: hint.clone() });
             }
         }
     }
@@ -524,30 +491,19 @@ fn check_tools(graph: &WorkflowGraph, tools: ToolCatalog<'_>, res: &mut Vec<Viol
 
 fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
     for node in &graph.nodes {
-        let outgoing: Vec<_> = graph
-            .outgoing(&node.id)
-            .filter(|edge| edge.kind != EdgeKind::Back)
-            .collect();
+        let outgoing: Vec<_> = graph.outgoing(&node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
             NodeKind::Branch { condition } => {
                 if outgoing.is_empty() {
-                    res.push(Violation::NoRoutes {
-                        node: node.id.clone(),
-                    });
+                    res.push(Violation::NoRoutes { node: node.id.clone() });
                     continue;
                 }
                 let mut seen = HashSet::new();
                 for edge in &outgoing {
                     match &edge.label {
-                        None => res.push(Violation::UnlabelledRoute {
-                            node: node.id.clone(),
-                            to: edge.to.clone(),
-                        }),
+                        None => res.push(Violation::UnlabelledRoute { node: node.id.clone(), to: edge.to.clone() }),
                         Some(label) if !seen.insert(label.as_str()) => {
-                            res.push(Violation::DuplicateRoute {
-                                node: node.id.clone(),
-                                label: label.clone(),
-                            });
+                            res.push(Violation::DuplicateRoute { node: node.id.clone(), label: label.clone() });
                         }
                         Some(_) => {}
                     }
@@ -560,10 +516,7 @@ fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
                 if let Some((labels, condition)) = fixed {
                     for label in labels {
                         if !seen.contains(label) {
-                            res.push(Violation::MissingRoute {
-                                node: node.id.clone(),
-                                label: (*label).to_owned(),
-                            });
+                            res.push(Violation::MissingRoute { node: node.id.clone(), label: (*label).to_owned() });
                         }
                     }
                     for label in seen.iter().filter(|label| !labels.contains(label)) {
@@ -577,38 +530,22 @@ fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
             }
             NodeKind::Loop { max_iterations, .. } => {
                 if *max_iterations == 0 {
-                    res.push(Violation::LoopZeroBound {
-                        node: node.id.clone(),
-                    });
+                    res.push(Violation::LoopZeroBound { node: node.id.clone() });
                 }
                 for label in [LOOP_BODY, LOOP_EXIT] {
-                    let found = outgoing
-                        .iter()
-                        .filter(|edge| edge.label.as_deref() == Some(label))
-                        .count();
+                    let found = outgoing.iter().filter(|edge| edge.label.as_deref() == Some(label)).count();
                     if found != 1 {
-                        res.push(Violation::LoopEdge {
-                            node: node.id.clone(),
-                            label,
-                            found,
-                        });
+                        res.push(Violation::LoopEdge { node: node.id.clone(), label, found });
                     }
                 }
                 for edge in &outgoing {
                     if !matches!(edge.label.as_deref(), Some(LOOP_BODY | LOOP_EXIT)) {
-                        res.push(Violation::LoopEdgeLabel {
-                            node: node.id.clone(),
-                            to: edge.to.clone(),
-                        });
+                        res.push(Violation::LoopEdgeLabel { node: node.id.clone(), to: edge.to.clone() });
                     }
                 }
-                let closed = graph
-                    .incoming(&node.id)
-                    .any(|edge| edge.kind == EdgeKind::Back);
+                let closed = graph.incoming(&node.id).any(|edge| edge.kind == EdgeKind::Back);
                 if !closed {
-                    res.push(Violation::LoopNotClosed {
-                        node: node.id.clone(),
-                    });
+                    res.push(Violation::LoopNotClosed { node: node.id.clone() });
                 }
             }
             _ => {
@@ -629,13 +566,8 @@ fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
 /// Forward adjacency (non-`back` edges) over node positions, skipping dangling edges.
 fn forward_adjacency(graph: &WorkflowGraph, index: &Index<'_>) -> Vec<Vec<usize>> {
     let mut adjacency = vec![Vec::new(); graph.nodes.len()];
-    for edge in graph
-        .edges
-        .iter()
-        .filter(|edge| edge.kind != EdgeKind::Back)
-    {
-        if let (Some(&from), Some(&to)) =
-            (index.get(edge.from.as_str()), index.get(edge.to.as_str()))
+    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
+        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str()))
             && from != to
         {
             adjacency[from].push(to);
@@ -670,18 +602,14 @@ fn check_cycles(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violatio
                     1 => {
                         acyclic = false;
                         let from = stack.iter().position(|&(idx, _)| idx == succ).unwrap_or(0);
-                        let mut cycle: Vec<usize> =
-                            stack[from..].iter().map(|&(idx, _)| idx).collect();
+                        let mut cycle: Vec<usize> = stack[from..].iter().map(|&(idx, _)| idx).collect();
                         let mut key = cycle.clone();
                         key.sort_unstable();
                         if reported.insert(key) {
                             cycle.push(succ);
                             res.push(Violation::Cycle {
                                 node: graph.nodes[succ].id.clone(),
-                                cycle: cycle
-                                    .iter()
-                                    .map(|&idx| graph.nodes[idx].id.clone())
-                                    .collect(),
+                                cycle: cycle.iter().map(|&idx| graph.nodes[idx].id.clone()).collect(),
                             });
                         }
                     }
@@ -717,32 +645,20 @@ fn check_reachability(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Vi
     };
     let adjacency = forward_adjacency(graph, index);
     let seen = reachable_from(&adjacency, entry);
-    if index
-        .get(graph.exit.as_str())
-        .is_some_and(|&exit| !seen[exit])
-    {
-        res.push(Violation::NoCompletePath {
-            entry: graph.entry.clone(),
-            exit: graph.exit.clone(),
-        });
+    if index.get(graph.exit.as_str()).is_some_and(|&exit| !seen[exit]) {
+        res.push(Violation::NoCompletePath { entry: graph.entry.clone(), exit: graph.exit.clone() });
     }
     let mut reported = HashSet::new();
     for (node_idx, node) in graph.nodes.iter().enumerate() {
         if !seen[node_idx] && index[node.id.as_str()] == node_idx && reported.insert(node_idx) {
-            res.push(Violation::Unreachable {
-                node: node.id.clone(),
-                entry: graph.entry.clone(),
-            });
+            res.push(Violation::Unreachable { node: node.id.clone(), entry: graph.entry.clone() });
         }
     }
 }
 
 /// The body of each loop: nodes reachable from its `body` edge over non-`back` edges,
 /// not passing through the loop itself. Keyed by the loop's position.
-pub(crate) fn loop_bodies(
-    graph: &WorkflowGraph,
-    index: &HashMap<&str, usize>,
-) -> HashMap<usize, Vec<usize>> {
+pub(crate) fn loop_bodies(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -> HashMap<usize, Vec<usize>> {
     let adjacency = forward_adjacency(graph, index);
     let mut reverse = vec![Vec::new(); adjacency.len()];
     for (from, successors) in adjacency.iter().enumerate() {
@@ -769,12 +685,7 @@ pub(crate) fn loop_bodies(
             }
             seen[node_idx] = true;
             forward.push(node_idx);
-            queue.extend(
-                adjacency[node_idx]
-                    .iter()
-                    .copied()
-                    .filter(|&succ| !seen[succ]),
-            );
+            queue.extend(adjacency[node_idx].iter().copied().filter(|&succ| !seen[succ]));
         }
         // Keep the nodes on a path back to the loop: those reaching a `back` edge source.
         let back_sources: Vec<usize> = graph
@@ -794,10 +705,7 @@ pub(crate) fn loop_bodies(
         let mut body: Vec<usize> = if back_sources.is_empty() {
             forward
         } else {
-            forward
-                .into_iter()
-                .filter(|&node_idx| returns[node_idx])
-                .collect()
+            forward.into_iter().filter(|&node_idx| returns[node_idx]).collect()
         };
         body.sort_unstable();
         bodies.insert(loop_idx, body);
@@ -811,11 +719,7 @@ fn check_loops(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation
     loops.sort_unstable_by_key(|(loop_idx, _)| **loop_idx);
     for (&loop_idx, body) in loops {
         let loop_id = &graph.nodes[loop_idx].id;
-        let in_body = |id: &str| {
-            index
-                .get(id)
-                .is_some_and(|node_idx| body.contains(node_idx))
-        };
+        let in_body = |id: &str| index.get(id).is_some_and(|node_idx| body.contains(node_idx));
         for edge in &graph.edges {
             let (from_in, to_in) = (in_body(&edge.from), in_body(&edge.to));
             match edge.kind {
@@ -857,10 +761,7 @@ pub(crate) fn node_templates(kind: &NodeKind) -> Vec<(&'static str, &str)> {
                 res.push(("instruction", text.as_str()));
             }
         }
-        NodeKind::Branch { condition }
-        | NodeKind::Loop {
-            until: condition, ..
-        } => {
+        NodeKind::Branch { condition } | NodeKind::Loop { until: condition, .. } => {
             if let Condition::Judge { question } = condition {
                 res.push(("question", question.as_str()));
             }
@@ -877,9 +778,7 @@ pub(crate) fn node_templates(kind: &NodeKind) -> Vec<(&'static str, &str)> {
 /// The parser's message when the template does not parse.
 pub(crate) fn template_variables(source: &str) -> Result<BTreeSet<String>, String> {
     let env = minijinja::Environment::new();
-    let template = env
-        .template_from_str(source)
-        .map_err(|err| err.to_string())?;
+    let template = env.template_from_str(source).map_err(|err| err.to_string())?;
     Ok(template
         .undeclared_variables(false)
         .into_iter()
@@ -890,14 +789,8 @@ pub(crate) fn template_variables(source: &str) -> Result<BTreeSet<String>, Strin
 fn check_templates(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
     // Ancestors over non-back edges (the graph is acyclic here).
     let mut predecessors = vec![Vec::new(); graph.nodes.len()];
-    for edge in graph
-        .edges
-        .iter()
-        .filter(|edge| edge.kind != EdgeKind::Back)
-    {
-        if let (Some(&from), Some(&to)) =
-            (index.get(edge.from.as_str()), index.get(edge.to.as_str()))
-        {
+    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
+        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
             predecessors[to].push(from);
         }
     }
@@ -914,19 +807,11 @@ fn check_templates(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Viola
             .collect();
         for (field, source) in templates {
             match template_variables(source) {
-                Err(message) => res.push(Violation::TemplateSyntax {
-                    node: node.id.clone(),
-                    field,
-                    message,
-                }),
+                Err(message) => res.push(Violation::TemplateSyntax { node: node.id.clone(), field, message }),
                 Ok(variables) => {
                     for variable in variables {
                         if variable != VAR_QUERY && !ancestors.contains(variable.as_str()) {
-                            res.push(Violation::UndefinedVariable {
-                                node: node.id.clone(),
-                                field,
-                                variable,
-                            });
+                            res.push(Violation::UndefinedVariable { node: node.id.clone(), field, variable });
                         }
                     }
                 }

@@ -78,7 +78,8 @@ fn main() {
         },
         "required": ["summary", "keywords", "score"]
     });
-    let prompt = "Summarise: the agent booked a flight, checked the weather, then sent an email to the team about the trip.";
+    let prompt =
+        "Summarise: the agent booked a flight, checked the weather, then sent an email to the team about the trip.";
     let c = time_constraint(&model, prompt, &schema, 96).expect("constrained decode");
     let constrained_rate = per_sec(c.constrained_tokens, c.constrained);
     let free_rate = per_sec(c.free_tokens, c.free);

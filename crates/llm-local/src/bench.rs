@@ -62,7 +62,12 @@ fn context_tokens(model: &LocalModel, n: usize) -> Result<Vec<u32>, LocalError> 
 /// # Errors
 ///
 /// Load and inference errors.
-pub fn time_decode(model: &LocalModel, context: usize, generate: usize, path: DecodePath) -> Result<DecodeTiming, LocalError> {
+pub fn time_decode(
+    model: &LocalModel,
+    context: usize,
+    generate: usize,
+    path: DecodePath,
+) -> Result<DecodeTiming, LocalError> {
     let tokens = context_tokens(model, context)?;
     let loaded = model.loaded_for_bench()?;
     loaded.engine.with_lock(|runner| {

@@ -124,8 +124,16 @@ fn tighten(schema: &mut Value, closable: bool) {
     };
     // A default bound never falls below the schema's own lower bound, which would make
     // the schema unsatisfiable rather than tighter.
-    let at_least = |map: &Map<String, Value>, min: &str, default: u64| map.get(min).and_then(Value::as_u64).unwrap_or(0).max(default);
-    if is_type(map, "string") && !has(map, "maxLength") && !has(map, "enum") && !has(map, "const") && !has(map, "pattern") && !has(map, "format") {
+    let at_least = |map: &Map<String, Value>, min: &str, default: u64| {
+        map.get(min).and_then(Value::as_u64).unwrap_or(0).max(default)
+    };
+    if is_type(map, "string")
+        && !has(map, "maxLength")
+        && !has(map, "enum")
+        && !has(map, "const")
+        && !has(map, "pattern")
+        && !has(map, "format")
+    {
         let bound = at_least(map, "minLength", DEFAULT_MAX_LENGTH);
         map.insert("maxLength".to_owned(), json!(bound));
     }
@@ -135,7 +143,12 @@ fn tighten(schema: &mut Value, closable: bool) {
     }
     let branches_closable = distribute_into_branches(map);
     let composed = ["anyOf", "oneOf", "allOf"].iter().any(|k| has(map, k));
-    if closable && !composed && is_type(map, "object") && !has(map, "additionalProperties") && !has(map, "patternProperties") {
+    if closable
+        && !composed
+        && is_type(map, "object")
+        && !has(map, "additionalProperties")
+        && !has(map, "patternProperties")
+    {
         map.insert("additionalProperties".to_owned(), Value::Bool(false));
         map.entry("properties").or_insert_with(|| Value::Object(Map::new()));
     }

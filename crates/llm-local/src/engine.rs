@@ -13,7 +13,7 @@ use llguidance::Matcher;
 
 use crate::constrain::Constrainer;
 use crate::error::LocalError;
-use crate::llama::{KvCache, Llama, MAX_SEQ_LEN, DecodePath};
+use crate::llama::{DecodePath, KvCache, Llama, MAX_SEQ_LEN};
 use crate::tokenizer::GgufTokenizer;
 
 /// `<|endoftext|>`, the GGUF's unknown/document-end token.
@@ -183,7 +183,12 @@ impl Runner<'_> {
 
     /// [`Runner::feed`], on `path` when given (the benchmark compares them), else on the
     /// path that suits the number of tokens.
-    pub(crate) fn feed_on(&self, path: Option<DecodePath>, session: &mut Session, tokens: &[u32]) -> Result<(), LocalError> {
+    pub(crate) fn feed_on(
+        &self,
+        path: Option<DecodePath>,
+        session: &mut Session,
+        tokens: &[u32],
+    ) -> Result<(), LocalError> {
         if tokens.is_empty() {
             return Ok(());
         }

@@ -295,10 +295,10 @@ fn has_avx2_fma() -> bool {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256, _mm256_castps256_ps128, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
-        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm_add_ps, _mm_add_ss, _mm_and_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps,
-        _mm_set1_epi8, _mm_shuffle_ps, _mm_srli_epi16, _mm_srli_si128,
+        __m256, _mm_add_ps, _mm_add_ss, _mm_and_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_set1_epi8,
+        _mm_shuffle_ps, _mm_srli_epi16, _mm_srli_si128, _mm256_castps256_ps128, _mm256_cvtepi8_epi32,
+        _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+        _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
     };
 
     use super::{BLOCK, BlockQ4_1, BlockQ8_0, Heads};
@@ -422,7 +422,10 @@ mod tests {
     }
 
     fn reference(dense: &[f32], cols: usize, x: &[f32]) -> Vec<f32> {
-        dense.chunks_exact(cols).map(|row| row.iter().zip(x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum::<f64>() as f32).collect()
+        dense
+            .chunks_exact(cols)
+            .map(|row| row.iter().zip(x).map(|(w, x)| f64::from(*w) * f64::from(*x)).sum::<f64>() as f32)
+            .collect()
     }
 
     fn check(dtype: GgmlDType) {

@@ -61,8 +61,6 @@ mod tokenizer;
 pub use crate::constrain::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, prepare as prepare_schema};
 pub use crate::engine::{Precision, PrefixCacheStats};
 pub use crate::error::{LocalError, SETUP_COMMAND};
-pub use crate::model::{
-    LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path, to_llm_error,
-};
+pub use crate::model::{LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path, to_llm_error};
 pub use crate::respond::{DEFAULT_MAX_JSON_TOKENS, DEFAULT_MAX_TOKENS, MAX_SCORED_TOOLS};
 pub use crate::serve::{router, serve};

@@ -288,7 +288,10 @@ impl Llama {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
             let qkv = layer.qkv.forward(&h)?;
             let heads = |start: usize, n: usize| -> Result<Tensor> {
-                qkv.narrow(1, start * head_dim, n * head_dim)?.reshape((seq, n, head_dim))?.transpose(0, 1)?.contiguous()
+                qkv.narrow(1, start * head_dim, n * head_dim)?
+                    .reshape((seq, n, head_dim))?
+                    .transpose(0, 1)?
+                    .contiguous()
             };
             let q = heads(0, n_head)?;
             let k = heads(n_head, n_kv_head)?;
@@ -359,9 +362,8 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 /// `[seq, pos + seq]`: 0 where query `i` (at position `pos + i`) may attend, −∞ after.
 fn causal_mask(seq: usize, pos: usize, device: &Device) -> Result<Tensor> {
     let kv = pos + seq;
-    let values: Vec<f32> = (0..seq)
-        .flat_map(|i| (0..kv).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
+    let values: Vec<f32> =
+        (0..seq).flat_map(|i| (0..kv).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
     Tensor::from_vec(values, (seq, kv), device)
 }
 

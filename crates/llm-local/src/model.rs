@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-use flowmem_llm::{
-    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Usage,
-};
+use flowmem_llm::{AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Usage};
 
 use crate::engine::{Engine, Finish, Precision, PrefixCacheStats};
 use crate::error::LocalError;
@@ -154,10 +152,8 @@ impl LocalModel {
         let started = Instant::now();
         let loaded = self.loaded()?;
         let reply = respond(&loaded.engine, &loaded.templates, request)?;
-        let usage = Usage {
-            prompt_tokens: reply.prompt_tokens as u64,
-            completion_tokens: reply.completion_tokens as u64,
-        };
+        let usage =
+            Usage { prompt_tokens: reply.prompt_tokens as u64, completion_tokens: reply.completion_tokens as u64 };
         let finish_reason = match (reply.finish, &reply.tool_call) {
             (Finish::Length, _) => FinishReason::Length,
             (Finish::Stop, Some(_)) => FinishReason::ToolCalls,
@@ -232,7 +228,9 @@ pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
         source = cause.source();
     }
     match error {
-        LocalError::Truncated { text, .. } => LlmError::InvalidReply { model: model.to_owned(), problem: reason, raw: text },
+        LocalError::Truncated { text, .. } => {
+            LlmError::InvalidReply { model: model.to_owned(), problem: reason, raw: text }
+        }
         LocalError::Grammar { .. } | LocalError::Request(_) => {
             LlmError::InvalidReply { model: model.to_owned(), problem: reason.clone(), raw: String::new() }
         }

@@ -212,7 +212,10 @@ mod tests {
         let (shown, keys) = schema_for_prompt(&schema);
         // Key order depends on serde_json's `preserve_order`, which other crates may enable.
         let shown: serde_json::Value = serde_json::from_str(&shown.expect("shown")).unwrap();
-        assert_eq!(shown, json!({"type": "object", "properties": {"title": {"type": "string"}, "n": {"type": "integer"}}}));
+        assert_eq!(
+            shown,
+            json!({"type": "object", "properties": {"title": {"type": "string"}, "n": {"type": "integer"}}})
+        );
         assert!(keys.is_empty());
     }
 

@@ -169,11 +169,8 @@ fn choose_tool<'t>(
 
 /// Lower-case words of three letters or more, without duplicates.
 fn words(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 3)
-        .map(str::to_lowercase)
-        .collect();
+    let mut out: Vec<String> =
+        text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3).map(str::to_lowercase).collect();
     out.sort();
     out.dedup();
     out

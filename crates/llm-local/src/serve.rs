@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, Purpose, ResponseFormat, Role,
-    ToolChoice, ToolDefinition,
+    ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, Purpose, ResponseFormat, Role, ToolChoice,
+    ToolDefinition,
 };
 
 /// The router serving `model`.
@@ -172,9 +172,9 @@ fn to_request(wire: WireRequest) -> Result<ChatRequest, ApiError> {
         let content = match m.content {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s),
-            Some(Value::Array(parts)) => Some(
-                parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""),
-            ),
+            Some(Value::Array(parts)) => {
+                Some(parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""))
+            }
             Some(_) => {
                 return Err(ApiError::bad_request(format!(
                     "`$.messages[{i}].content`: expected a string or an array of parts"
@@ -239,7 +239,11 @@ fn to_request(wire: WireRequest) -> Result<ChatRequest, ApiError> {
                 let name = spec.and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("response");
                 Some(ResponseFormat { name: name.to_owned(), schema: schema.clone() })
             }
-            _ => return Err(ApiError::bad_request("`$.response_format.type`: expected text, json_object or json_schema")),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "`$.response_format.type`: expected text, json_object or json_schema",
+                ));
+            }
         },
     };
     Ok(ChatRequest {

@@ -44,16 +44,15 @@ impl GgufTokenizer {
     /// malformed, or the tokenizer model is not GPT-2 byte-level BPE.
     pub fn from_gguf(content: &gguf_file::Content) -> Result<GgufTokenizer, LocalError> {
         let meta = |key: &str| {
-            content.metadata.get(key).ok_or_else(|| LocalError::Gguf {
-                key: key.to_owned(),
-                problem: "missing".to_owned(),
-            })
+            content
+                .metadata
+                .get(key)
+                .ok_or_else(|| LocalError::Gguf { key: key.to_owned(), problem: "missing".to_owned() })
         };
         let bad = |key: &str, problem: String| LocalError::Gguf { key: key.to_owned(), problem };
 
-        let model = meta("tokenizer.ggml.model")?
-            .to_string()
-            .map_err(|e| bad("tokenizer.ggml.model", e.to_string()))?;
+        let model =
+            meta("tokenizer.ggml.model")?.to_string().map_err(|e| bad("tokenizer.ggml.model", e.to_string()))?;
         if model != "gpt2" {
             return Err(bad("tokenizer.ggml.model", format!("`{model}` is not byte-level BPE (`gpt2`)")));
         }
@@ -101,12 +100,8 @@ impl GgufTokenizer {
         inner.with_decoder(Some(ByteLevel::new(false, true, true)));
 
         let control: Vec<bool> = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
-        let specials: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&control)
-            .filter(|(_, c)| **c)
-            .map(|(t, _)| AddedToken::from(t.clone(), true))
-            .collect();
+        let specials: Vec<AddedToken> =
+            tokens.iter().zip(&control).filter(|(_, c)| **c).map(|(t, _)| AddedToken::from(t.clone(), true)).collect();
         inner.add_special_tokens(specials).map_err(|e| bad("tokenizer.ggml.token_type", e.to_string()))?;
 
         let table = unicode_to_byte();
@@ -141,10 +136,7 @@ impl GgufTokenizer {
     /// [`LocalError::Tokenizer`] if the tokenizer fails, which it does not for any
     /// UTF-8 input with this vocabulary.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalError> {
-        let encoding = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(|e| LocalError::Tokenizer(e.to_string()))?;
+        let encoding = self.inner.encode_fast(text, false).map_err(|e| LocalError::Tokenizer(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
     }
 

@@ -66,16 +66,18 @@ fn bench_client(c: &mut Criterion) {
         group.sample_size(20);
         group.bench_function(BenchmarkId::from_parameter("raw"), |b| {
             b.to_async(&runtime).iter(|| {
-                let calls: Vec<_> = (0..concurrency).map(|_| {
-                    let client = raw_client.clone();
-                    let url = url.clone();
-                    let body = Arc::clone(&raw_body);
-                    tokio::spawn(async move {
-                        let reply: Value =
-                            client.post(&url).json(&*body).send().await.unwrap().json().await.unwrap();
-                        std::hint::black_box(reply);
+                let calls: Vec<_> = (0..concurrency)
+                    .map(|_| {
+                        let client = raw_client.clone();
+                        let url = url.clone();
+                        let body = Arc::clone(&raw_body);
+                        tokio::spawn(async move {
+                            let reply: Value =
+                                client.post(&url).json(&*body).send().await.unwrap().json().await.unwrap();
+                            std::hint::black_box(reply);
+                        })
                     })
-                }).collect();
+                    .collect();
                 async move {
                     for call in futures::future::join_all(calls).await {
                         call.unwrap();
@@ -85,14 +87,16 @@ fn bench_client(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::from_parameter("http_model"), |b| {
             b.to_async(&runtime).iter(|| {
-                let calls: Vec<_> = (0..concurrency).map(|_| {
-                    let model = Arc::clone(&model);
-                    let request = Arc::clone(&request);
-                    tokio::spawn(async move {
-                        let reply = model.chat(std::hint::black_box(&request)).await.unwrap();
-                        std::hint::black_box(reply);
+                let calls: Vec<_> = (0..concurrency)
+                    .map(|_| {
+                        let model = Arc::clone(&model);
+                        let request = Arc::clone(&request);
+                        tokio::spawn(async move {
+                            let reply = model.chat(std::hint::black_box(&request)).await.unwrap();
+                            std::hint::black_box(reply);
+                        })
                     })
-                }).collect();
+                    .collect();
                 async move {
                     for call in futures::future::join_all(calls).await {
                         call.unwrap();

@@ -97,13 +97,13 @@ impl ResponseCache {
     pub fn open(path: &Path) -> Result<ResponseCache, LlmError> {
         let cache_error = |problem: String| LlmError::Cache { path: path.to_path_buf(), problem };
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|err| cache_error(format!("cannot create its directory: {err}")))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|err| cache_error(format!("cannot create its directory: {err}")))?;
         }
         let conn = Connection::open(path).map_err(|err| cache_error(err.to_string()))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(|err| cache_error(err.to_string()))?;
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(|err| cache_error(err.to_string()))?;
+        let version: i64 =
+            conn.query_row("PRAGMA user_version", [], |row| row.get(0)).map_err(|err| cache_error(err.to_string()))?;
         if version != 0 && version != FORMAT_VERSION {
             return Err(cache_error(format!(
                 "format version {version}, expected {FORMAT_VERSION}; delete the file to start afresh"
@@ -358,10 +358,7 @@ mod tests {
             ChatRequest { seed: Some(1), ..base.clone() },
             ChatRequest { max_tokens: Some(9), ..base.clone() },
             ChatRequest { messages: vec![Message::user("hi!")], ..base.clone() },
-            ChatRequest {
-                prompts: vec![PromptId { name: "p".into(), version: 2, hash: "ab".into() }],
-                ..base.clone()
-            },
+            ChatRequest { prompts: vec![PromptId { name: "p".into(), version: 2, hash: "ab".into() }], ..base.clone() },
         ];
         for variant in &variants {
             assert_ne!(key, cache_key("gpt", variant), "{variant:?}");

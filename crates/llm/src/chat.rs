@@ -232,9 +232,7 @@ pub struct Usage {
 }
 
 /// What a call is for, for accounting per purpose.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Purpose {
     /// The MCTS optimizer proposing edits.
@@ -254,14 +252,8 @@ pub enum Purpose {
 
 impl Purpose {
     /// Every purpose, in declaration order.
-    pub const ALL: [Purpose; 6] = [
-        Purpose::Optimizer,
-        Purpose::Executor,
-        Purpose::Judge,
-        Purpose::Inducer,
-        Purpose::Agent,
-        Purpose::Other,
-    ];
+    pub const ALL: [Purpose; 6] =
+        [Purpose::Optimizer, Purpose::Executor, Purpose::Judge, Purpose::Inducer, Purpose::Agent, Purpose::Other];
 
     /// The lower-case name used in configuration and summaries (`optimizer`, ...).
     #[must_use]

@@ -230,8 +230,8 @@ impl LlmSettings {
     /// [`ConfigError::Read`] when the file cannot be read, otherwise as
     /// [`LlmSettings::from_toml`].
     pub fn load(path: &Path) -> Result<LlmSettings, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         LlmSettings::from_toml(&text, path)
     }
 
@@ -363,9 +363,9 @@ impl LlmSettings {
             .ok_or_else(|| invalid("base_url", "is missing and OPENAI_BASE_URL is not set".to_owned()))?;
         let model = entry.model.clone().ok_or_else(|| invalid("model", "is missing".to_owned()))?;
         let api_key = match &entry.api_key_env {
-            Some(var) => Some(ApiKey::new(env(var).ok_or_else(|| {
-                invalid("api_key_env", format!("environment variable `{var}` is not set"))
-            })?)),
+            Some(var) => Some(ApiKey::new(
+                env(var).ok_or_else(|| invalid("api_key_env", format!("environment variable `{var}` is not set")))?,
+            )),
             None => env("OPENAI_API_KEY").map(ApiKey::new),
         };
         let mut cfg = HttpModelConfig::new(name, base_url, model);

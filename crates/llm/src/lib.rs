@@ -49,28 +49,28 @@
 
 mod accounting;
 mod cache;
-mod limit;
 mod chat;
 mod config;
 mod error;
+mod limit;
 mod openai;
 mod prompt;
 mod retry;
 
 pub use crate::accounting::{AccountedModel, Accounting, AccountingSnapshot, Totals};
 pub use crate::cache::{CacheMode, CacheStats, CachedModel, ResponseCache, cache_key};
-pub use crate::limit::TextLimitModel;
 pub use crate::chat::{
-    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, Purpose,
-    ResponseFormat, Role, ToolChoice, ToolDefinition, Usage,
+    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, Purpose, ResponseFormat, Role,
+    ToolChoice, ToolDefinition, Usage,
 };
 pub use crate::config::{
-    CacheSettings, ConfigError, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelEntry,
-    ModelKind, RoleTable, std_env,
+    CacheSettings, ConfigError, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelEntry, ModelKind,
+    RoleTable, std_env,
 };
 pub use crate::error::LlmError;
+pub use crate::limit::TextLimitModel;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};
-pub use crate::prompt::{clip, 
-    EmbeddedPrompt, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, parse_header,
+pub use crate::prompt::{
+    EmbeddedPrompt, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, clip, parse_header,
 };
 pub use crate::retry::RetryPolicy;

@@ -10,8 +10,8 @@ use tokio::sync::Semaphore;
 
 use crate::retry::{RetryPolicy, retry_after};
 use crate::{
-    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, EmbeddedPrompt, FinishReason, LlmError,
-    Message, Prompts, ResponseFormat, Role, ToolChoice, Usage,
+    AssistantToolCall, ChatModel, ChatRequest, ChatResponse, EmbeddedPrompt, FinishReason, LlmError, Message, Prompts,
+    ResponseFormat, Role, ToolChoice, Usage,
 };
 
 /// An API key. Its `Debug` output is redacted and it has no `Display` or `Serialize`,
@@ -129,12 +129,13 @@ impl HttpModel {
             .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
             .build()
             .map_err(|err| unavailable(format!("cannot build an HTTP client: {err}")))?;
-        let auth = match &cfg.api_key {
-            Some(key) => Some(key.bearer().ok_or_else(|| {
-                unavailable("the API key holds characters not allowed in an HTTP header".to_owned())
-            })?),
-            None => None,
-        };
+        let auth =
+            match &cfg.api_key {
+                Some(key) => Some(key.bearer().ok_or_else(|| {
+                    unavailable("the API key holds characters not allowed in an HTTP header".to_owned())
+                })?),
+                None => None,
+            };
         let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
         let permits = Semaphore::new(cfg.max_concurrency.max(1));
         Ok(HttpModel { cfg, client, auth, permits, url })
@@ -224,13 +225,11 @@ impl HttpModel {
         };
         let mut tool_calls = Vec::new();
         for (i, call) in choice.message.tool_calls.unwrap_or_default().into_iter().enumerate() {
-            let arguments = parse_arguments(&call.function.arguments).map_err(|problem| {
-                LlmError::ToolArguments {
-                    model: self.cfg.name.clone(),
-                    tool: call.function.name.clone(),
-                    problem,
-                    raw: call.function.arguments.clone(),
-                }
+            let arguments = parse_arguments(&call.function.arguments).map_err(|problem| LlmError::ToolArguments {
+                model: self.cfg.name.clone(),
+                tool: call.function.name.clone(),
+                problem,
+                raw: call.function.arguments.clone(),
             })?;
             let id = call.id.unwrap_or_else(|| format!("call_{i}"));
             tool_calls.push(AssistantToolCall { id, name: call.function.name, arguments });
@@ -273,7 +272,9 @@ impl ChatModel for HttpModel {
         })?;
         let first = self.complete(&request_body(&self.cfg.model, request, &request.messages)).await?;
         let problem = match check_reply(&validator, first.content.as_deref()) {
-            Ok(json_text) => return Ok(first.with_content(json_text).into_response(started.elapsed(), Usage::default())),
+            Ok(json_text) => {
+                return Ok(first.with_content(json_text).into_response(started.elapsed(), Usage::default()));
+            }
             Err(problem) => problem,
         };
         tracing::debug!(model = %self.cfg.name, schema = %format.name, %problem, "re-asking for a reply matching the schema");

@@ -277,22 +277,16 @@ impl Prompts {
         let override_path = self.find_override(prompt.name)?;
         let (source, origin) = match &override_path {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| PromptError::Io { path: path.clone(), source })?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| PromptError::Io { path: path.clone(), source })?;
                 (text, path.display().to_string())
             }
             None => (prompt.source.to_owned(), format!("embedded prompt `{}`", prompt.name)),
         };
-        let header = parse_header(&source).map_err(|problem| PromptError::Header {
-            origin: origin.clone(),
-            problem,
-        })?;
+        let header =
+            parse_header(&source).map_err(|problem| PromptError::Header { origin: origin.clone(), problem })?;
         if header.name != prompt.name {
-            return Err(PromptError::NameMismatch {
-                origin,
-                expected: prompt.name.to_owned(),
-                found: header.name,
-            });
+            return Err(PromptError::NameMismatch { origin, expected: prompt.name.to_owned(), found: header.name });
         }
         let id = PromptId { name: header.name, version: header.version, hash: source_hash(&source) };
         if let Some(existing) = self.templates.get(prompt.name) {
@@ -328,10 +322,7 @@ impl Prompts {
     /// - [`PromptError::Render`] when rendering fails, for example because the template
     ///   uses a variable `ctx` does not have.
     pub fn render<C: Serialize>(&self, name: &str, ctx: &C) -> Result<RenderedPrompt, PromptError> {
-        let registered = self
-            .templates
-            .get(name)
-            .ok_or_else(|| PromptError::Unknown { name: name.to_owned() })?;
+        let registered = self.templates.get(name).ok_or_else(|| PromptError::Unknown { name: name.to_owned() })?;
         let render_error = |source| PromptError::Render {
             name: name.to_owned(),
             origin: match &registered.override_path {
@@ -426,9 +417,7 @@ pub fn parse_header(source: &str) -> Result<PromptHeader, String> {
         .and_then(|rest| rest.strip_suffix("#}"))
         .map(str::trim)
         .ok_or_else(|| format!("{expected}, found `{first}`"))?;
-    let rest = inner
-        .strip_prefix("prompt:")
-        .ok_or_else(|| format!("{expected}, found `{first}`"))?;
+    let rest = inner.strip_prefix("prompt:").ok_or_else(|| format!("{expected}, found `{first}`"))?;
     let mut words = rest.split_whitespace();
     let (Some(name), Some(version), None) = (words.next(), words.next(), words.next()) else {
         return Err(format!("{expected}, found `{first}`"));
@@ -510,9 +499,7 @@ mod tests {
         assert!(err.to_string().contains("greet"), "{err}");
         // Attribute access on a missing field is an error too, not an empty string.
         let mut prompts = Prompts::new();
-        prompts
-            .register(EmbeddedPrompt { name: "attr", source: "{# prompt: attr v1 #}\n{{ user.nme }}" })
-            .unwrap();
+        prompts.register(EmbeddedPrompt { name: "attr", source: "{# prompt: attr v1 #}\n{{ user.nme }}" }).unwrap();
         #[derive(Serialize)]
         struct User {
             name: String,
@@ -547,18 +534,13 @@ mod tests {
     #[test]
     fn registration_checks_header() {
         let mut prompts = Prompts::new();
-        let err = prompts
-            .register(EmbeddedPrompt { name: "plan", source: "Plan {{ query }}" })
-            .unwrap_err();
+        let err = prompts.register(EmbeddedPrompt { name: "plan", source: "Plan {{ query }}" }).unwrap_err();
         assert!(matches!(err, PromptError::Header { .. }), "{err:?}");
         assert!(err.to_string().contains("embedded prompt `plan`: line 1"), "{err}");
-        let err = prompts
-            .register(EmbeddedPrompt { name: "plan", source: "{# prompt: other v1 #}\nx" })
-            .unwrap_err();
+        let err = prompts.register(EmbeddedPrompt { name: "plan", source: "{# prompt: other v1 #}\nx" }).unwrap_err();
         assert!(matches!(err, PromptError::NameMismatch { .. }), "{err:?}");
-        let err = prompts
-            .register(EmbeddedPrompt { name: "plan", source: "{# prompt: plan v1 #}\n{% if %}" })
-            .unwrap_err();
+        let err =
+            prompts.register(EmbeddedPrompt { name: "plan", source: "{# prompt: plan v1 #}\n{% if %}" }).unwrap_err();
         assert!(matches!(err, PromptError::Syntax { .. }), "{err:?}");
         assert!(prompts.id("plan").is_none());
     }

@@ -110,7 +110,10 @@ fn retrieval(c: &mut Criterion) {
     // The first search loads the in-memory index from the file; time it on its own.
     let loaded = Instant::now();
     store.search("warm up", &retail, 5).expect("search works");
-    println!("first search (loads the index of {N_WORKFLOWS} workflows): {:.0} ms", loaded.elapsed().as_secs_f64() * 1000.0);
+    println!(
+        "first search (loads the index of {N_WORKFLOWS} workflows): {:.0} ms",
+        loaded.elapsed().as_secs_f64() * 1000.0
+    );
 
     let mut latencies_ms: Vec<f64> = Vec::with_capacity(N_TIMED_QUERIES);
     let mut n_hits = 0;

@@ -49,7 +49,11 @@ pub struct PromptMemory {
 /// # Errors
 ///
 /// [`PromptError`] when the `workflow` template is missing from `prompts`.
-pub fn prompt_memory(prompts: &Prompts, workflows: &[Workflow], budget_tokens: usize) -> Result<PromptMemory, PromptError> {
+pub fn prompt_memory(
+    prompts: &Prompts,
+    workflows: &[Workflow],
+    budget_tokens: usize,
+) -> Result<PromptMemory, PromptError> {
     let mut kept: Vec<Workflow> = Vec::new();
     let mut memory = PromptMemory { text: String::new(), tokens: 0, included: Vec::new(), dropped: Vec::new() };
     for workflow in workflows {
@@ -139,7 +143,9 @@ fn substitute(template: &Value, values: &JsonObject) -> Result<Value, String> {
             out.push_str(rest);
             Ok(Value::String(out))
         }
-        Value::Array(items) => items.iter().map(|item| substitute(item, values)).collect::<Result<_, _>>().map(Value::Array),
+        Value::Array(items) => {
+            items.iter().map(|item| substitute(item, values)).collect::<Result<_, _>>().map(Value::Array)
+        }
         Value::Object(map) => map
             .iter()
             .map(|(key, item)| substitute(item, values).map(|value| (key.clone(), value)))
@@ -153,7 +159,8 @@ fn substitute(template: &Value, values: &JsonObject) -> Result<Value, String> {
 /// characters of its id that are letters, digits, `_` or `-`.
 #[must_use]
 pub fn workflow_tool_name(workflow: &Workflow) -> String {
-    let id: String = workflow.id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(16).collect();
+    let id: String =
+        workflow.id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(16).collect();
     format!("workflow_{id}")
 }
 
@@ -206,14 +213,23 @@ impl WorkflowTools {
     }
 
     async fn run_workflow(&self, workflow: &Workflow, args: JsonObject) -> WorkflowUse {
-        let mut done = WorkflowUse { workflow_id: workflow.id.clone(), args: args.clone(), steps: Vec::new(), failed_step: None, error: None };
+        let mut done = WorkflowUse {
+            workflow_id: workflow.id.clone(),
+            args: args.clone(),
+            steps: Vec::new(),
+            failed_step: None,
+            error: None,
+        };
         for (index, step) in workflow.steps.iter().enumerate() {
             let call_args = match substitute(&Value::Object(step.action.args.clone()), &args) {
                 Ok(Value::Object(map)) => map,
                 Ok(_) => JsonObject::new(),
                 Err(name) => {
                     done.failed_step = Some(index);
-                    done.error = Some(format!("step {index} (`{}`) needs the argument `{name}`, which was not given", step.action.tool));
+                    done.error = Some(format!(
+                        "step {index} (`{}`) needs the argument `{name}`, which was not given",
+                        step.action.tool
+                    ));
                     return done;
                 }
             };
@@ -451,7 +467,10 @@ mod tests {
         let values = json!({"n": 7, "name": "Ann"}).as_object().unwrap().clone();
         assert_eq!(substitute(&json!("{n}"), &values), Ok(json!(7)));
         assert_eq!(substitute(&json!("hi {name}, {n}!"), &values), Ok(json!("hi Ann, 7!")));
-        assert_eq!(substitute(&json!({"a": ["{name}"], "b": "{x y}"}), &values), Ok(json!({"a": ["Ann"], "b": "{x y}"})));
+        assert_eq!(
+            substitute(&json!({"a": ["{name}"], "b": "{x y}"}), &values),
+            Ok(json!({"a": ["Ann"], "b": "{x y}"}))
+        );
         assert_eq!(substitute(&json!("{missing}"), &values), Err("missing".to_owned()));
     }
 }

@@ -69,7 +69,13 @@ pub fn composition_tree<'a>(workflows: &'a [Workflow], root: Option<&str>) -> Ve
     lines
 }
 
-fn walk<'a>(workflow: &'a Workflow, all: &'a [Workflow], depth: usize, path: &mut Vec<&'a str>, lines: &mut Vec<TreeLine<'a>>) {
+fn walk<'a>(
+    workflow: &'a Workflow,
+    all: &'a [Workflow],
+    depth: usize,
+    path: &mut Vec<&'a str>,
+    lines: &mut Vec<TreeLine<'a>>,
+) {
     let repeated = path.contains(&workflow.id.as_str());
     lines.push(TreeLine { depth, workflow, repeated });
     if repeated {
@@ -130,10 +136,16 @@ mod tests {
 
     #[test]
     fn the_tree_nests_parts_under_their_wholes() {
-        let all = [workflow("small", &["a", "b"], &[]), workflow("big", &["a", "b", "c"], &["small"]), workflow("lone", &["x", "y"], &[])];
-        let lines: Vec<(usize, &str)> = composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
+        let all = [
+            workflow("small", &["a", "b"], &[]),
+            workflow("big", &["a", "b", "c"], &["small"]),
+            workflow("lone", &["x", "y"], &[]),
+        ];
+        let lines: Vec<(usize, &str)> =
+            composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
         assert_eq!(lines, [(0, "big"), (1, "small"), (0, "lone")]);
-        let small: Vec<(usize, &str)> = composition_tree(&all, Some("small")).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
+        let small: Vec<(usize, &str)> =
+            composition_tree(&all, Some("small")).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
         assert_eq!(small, [(0, "small")]);
     }
 }

@@ -120,7 +120,9 @@ pub enum OnlineError {
         source: std::io::Error,
     },
     /// A line of the progress file does not parse.
-    #[error("`{path}` line {line}: {message}\nhint: the progress file was written by another flowmem version or edited; remove it to start over")]
+    #[error(
+        "`{path}` line {line}: {message}\nhint: the progress file was written by another flowmem version or edited; remove it to start over"
+    )]
     Progress {
         /// The progress file.
         path: std::path::PathBuf,
@@ -130,7 +132,9 @@ pub enum OnlineError {
         message: String,
     },
     /// The saved task stream does not parse or differs from the records given.
-    #[error("`{path}` line {line}: {message}\nhint: resume with the records the run started with, or use another --out directory")]
+    #[error(
+        "`{path}` line {line}: {message}\nhint: resume with the records the run started with, or use another --out directory"
+    )]
     Stream {
         /// The stream file.
         path: std::path::PathBuf,

@@ -15,7 +15,6 @@
 use rusqlite::Connection;
 use rustc_hash::FxHashMap as HashMap;
 
-
 /// BM25 term-frequency saturation.
 const K1: f32 = 1.2;
 /// BM25 length normalisation.
@@ -155,7 +154,8 @@ impl SearchIndex {
                 }
             }
         }
-        let mut ranked: Vec<(f32, u32)> = touched.into_iter().map(|doc_idx| (scores[doc_idx as usize], doc_idx)).collect();
+        let mut ranked: Vec<(f32, u32)> =
+            touched.into_iter().map(|doc_idx| (scores[doc_idx as usize], doc_idx)).collect();
         // Best first; ties go to the older workflow (smaller doc index), so the order is
         // deterministic.
         let by_rank = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
@@ -261,12 +261,12 @@ impl SearchIndex {
 /// every workflow and carry no meaning for retrieval.
 fn is_stopword(token: &str) -> bool {
     const STOPWORDS: &[&str] = &[
-        "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "because",
-        "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had",
-        "has", "have", "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just",
-        "me", "my", "no", "not", "of", "on", "only", "or", "our", "she", "so", "some", "than", "that", "the",
-        "their", "them", "then", "there", "these", "they", "this", "those", "to", "too", "very", "was", "we",
-        "were", "what", "when", "which", "while", "who", "will", "with", "would", "you", "your",
+        "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been",
+        "before", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has", "have", "he",
+        "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "my", "no", "not", "of",
+        "on", "only", "or", "our", "she", "so", "some", "than", "that", "the", "their", "them", "then", "there",
+        "these", "they", "this", "those", "to", "too", "very", "was", "we", "were", "what", "when", "which", "while",
+        "who", "will", "with", "would", "you", "your",
     ];
     STOPWORDS.binary_search(&token).is_ok()
 }
@@ -293,9 +293,16 @@ fn stem_in_place(token: &mut String) {
     if n > 4 && token.ends_with("ies") {
         token.truncate(n - 3);
         token.push('y');
-    } else if n > 4 && (token.ends_with("xes") || token.ends_with("ches") || token.ends_with("shes") || token.ends_with("sses")) {
+    } else if n > 4
+        && (token.ends_with("xes") || token.ends_with("ches") || token.ends_with("shes") || token.ends_with("sses"))
+    {
         token.truncate(n - 2);
-    } else if n > 3 && token.ends_with('s') && !token.ends_with("ss") && !token.ends_with("us") && !token.ends_with("is") {
+    } else if n > 3
+        && token.ends_with('s')
+        && !token.ends_with("ss")
+        && !token.ends_with("us")
+        && !token.ends_with("is")
+    {
         token.truncate(n - 1);
     }
 }

@@ -77,7 +77,11 @@ const MAX_RESULT_CHARS: usize = 600;
 /// [`OnlineError::Prompt`] when the `evaluate` template is missing from `prompts`,
 /// [`OnlineError::Llm`] when the model fails and [`OnlineError::Judge`] when its reply
 /// is not a [`Judgement`].
-pub async fn judge_run(model: &dyn ChatModel, prompts: &Prompts, run: &RunToJudge<'_>) -> Result<Judgement, OnlineError> {
+pub async fn judge_run(
+    model: &dyn ChatModel,
+    prompts: &Prompts,
+    run: &RunToJudge<'_>,
+) -> Result<Judgement, OnlineError> {
     let schema = Judgement::schema();
     let ctx = EvaluateContext {
         query: run.query,
@@ -103,7 +107,11 @@ pub async fn judge_run(model: &dyn ChatModel, prompts: &Prompts, run: &RunToJudg
     request.max_tokens = Some(200);
     let response = model.chat(&request).await.map_err(OnlineError::Llm)?;
     let raw = response.content.unwrap_or_default();
-    serde_json::from_str(raw.trim()).map_err(|err| OnlineError::Judge { model: model.name().to_owned(), problem: err.to_string(), raw })
+    serde_json::from_str(raw.trim()).map_err(|err| OnlineError::Judge {
+        model: model.name().to_owned(),
+        problem: err.to_string(),
+        raw,
+    })
 }
 
 fn truncate(text: &str) -> String {
@@ -179,7 +187,12 @@ mod tests {
         prompts.register(EVALUATE_PROMPT).unwrap();
         let ctx = EvaluateContext {
             query: "QUERY",
-            calls: vec![super::CallView { tool: "TOOL".into(), args: "ARGS".into(), result: String::new(), error: "BROKE".into() }],
+            calls: vec![super::CallView {
+                tool: "TOOL".into(),
+                args: "ARGS".into(),
+                result: String::new(),
+                error: "BROKE".into(),
+            }],
             answer: "ANSWER",
             error: "",
             schema: "SCHEMA".into(),

@@ -69,12 +69,12 @@ pub use crate::agent::{
 pub use crate::compose::{TreeLine, composition, composition_tree};
 pub use crate::error::{InduceError, MemoryError, OnlineError};
 pub use crate::judge::{Agreement, EVALUATE_PROMPT, Judgement, RunToJudge, agreement, judge_run};
+pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::online::{
     Arm, ArmCurve, CURVE_HTML_FILE, CURVE_JSON_FILE, LearningCurve, OnlineConfig, OnlineProgress, OnlineReport,
     PROGRESS_FILE, ProgressLine, STREAM_FILE, SuccessSource, TaskRun, learn_online, learning_curve, read_progress,
     read_stream, render_curve_html,
 };
-pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
 };

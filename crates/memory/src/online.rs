@@ -221,7 +221,12 @@ pub struct OnlineReport {
 /// [`OnlineError::Io`] when files cannot be written, and the agent's,
 /// evaluator's, inducer's and store's errors. Runs finished before an error stay in the
 /// progress file.
-pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Path, cfg: &OnlineConfig<'_>) -> Result<OnlineReport, OnlineError> {
+pub async fn learn_online(
+    store: &mut MemoryStore,
+    records: &[Record],
+    dir: &Path,
+    cfg: &OnlineConfig<'_>,
+) -> Result<OnlineReport, OnlineError> {
     std::fs::create_dir_all(dir).map_err(io(dir, "creating the output directory"))?;
     let progress_path = dir.join(PROGRESS_FILE);
     let mut lines = read_progress(&progress_path)?;
@@ -237,8 +242,10 @@ pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Pat
     let n_resumed_runs = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
     let n_runs_total = n_tasks * if cfg.baseline { 2 } else { 1 };
     let mut pending = pending_trajectories(&lines);
-    let mut file = OpenOptions::new().create(true).append(true).open(&progress_path).map_err(io(&progress_path, "opening"))?;
-    let isolated = cfg.isolation.clone().map(|isolation| Arc::new(IsolatedTools::new(cfg.runtime.tools.clone(), isolation)));
+    let mut file =
+        OpenOptions::new().create(true).append(true).open(&progress_path).map_err(io(&progress_path, "opening"))?;
+    let isolated =
+        cfg.isolation.clone().map(|isolation| Arc::new(IsolatedTools::new(cfg.runtime.tools.clone(), isolation)));
     let runtime = match &isolated {
         Some(tools) => Runtime { tools: tools.clone() as Arc<dyn ToolBox>, ..cfg.runtime.clone() },
         None => cfg.runtime.clone(),
@@ -253,7 +260,9 @@ pub async fn learn_online(store: &mut MemoryStore, records: &[Record], dir: &Pat
         Ok(())
     };
     for (index, record) in records.iter().enumerate().take(n_tasks) {
-        let done = |arm: Arm| lines.iter().any(|line| matches!(line, ProgressLine::Run(run) if run.index == index && run.arm == arm));
+        let done = |arm: Arm| {
+            lines.iter().any(|line| matches!(line, ProgressLine::Run(run) if run.index == index && run.arm == arm))
+        };
         let (memory_done, baseline_done) = (done(Arm::Memory), done(Arm::Baseline));
         if !memory_done {
             fresh_state(isolated.as_deref()).await?;
@@ -310,8 +319,11 @@ pub fn read_stream(dir: &Path) -> Result<Option<Vec<Record>>, OnlineError> {
         if line.trim().is_empty() {
             continue;
         }
-        let record = serde_json::from_str(line)
-            .map_err(|err| OnlineError::Stream { path: path.clone(), line: number + 1, message: err.to_string() })?;
+        let record = serde_json::from_str(line).map_err(|err| OnlineError::Stream {
+            path: path.clone(),
+            line: number + 1,
+            message: err.to_string(),
+        })?;
         records.push(record);
     }
     Ok(Some(records))
@@ -346,8 +358,11 @@ fn save_stream(dir: &Path, records: &[Record]) -> Result<(), OnlineError> {
     let path = dir.join(STREAM_FILE);
     let mut text = String::new();
     for record in records {
-        let line = serde_json::to_string(record)
-            .map_err(|err| OnlineError::Io { path: path.clone(), what: "serializing the stream", source: std::io::Error::other(err) })?;
+        let line = serde_json::to_string(record).map_err(|err| OnlineError::Io {
+            path: path.clone(),
+            what: "serializing the stream",
+            source: std::io::Error::other(err),
+        })?;
         text.push_str(&line);
         text.push('\n');
     }
@@ -380,8 +395,11 @@ pub fn read_progress(path: &Path) -> Result<Vec<ProgressLine>, OnlineError> {
         if line.trim().is_empty() {
             continue;
         }
-        let parsed = serde_json::from_str(&line)
-            .map_err(|err| OnlineError::Progress { path: path.to_path_buf(), line: number + 1, message: err.to_string() })?;
+        let parsed = serde_json::from_str(&line).map_err(|err| OnlineError::Progress {
+            path: path.to_path_buf(),
+            line: number + 1,
+            message: err.to_string(),
+        })?;
         lines.push(parsed);
     }
     Ok(lines)
@@ -472,12 +490,24 @@ async fn run_memory_arm(
     Ok(task)
 }
 
-async fn run_baseline_arm(runtime: &Runtime, index: usize, record: &Record, cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+async fn run_baseline_arm(
+    runtime: &Runtime,
+    index: usize,
+    record: &Record,
+    cfg: &OnlineConfig<'_>,
+) -> Result<TaskRun, OnlineError> {
     let trace = run_agent(runtime, &cfg.agent.agent, &input_of(record), cfg.observer).await;
     measure(index, record, Arm::Baseline, &trace, &trace.tool_calls, cfg).await
 }
 
-async fn measure(index: usize, record: &Record, arm: Arm, trace: &Trace, calls: &[ToolCall], cfg: &OnlineConfig<'_>) -> Result<TaskRun, OnlineError> {
+async fn measure(
+    index: usize,
+    record: &Record,
+    arm: Arm,
+    trace: &Trace,
+    calls: &[ToolCall],
+    cfg: &OnlineConfig<'_>,
+) -> Result<TaskRun, OnlineError> {
     let judgement = judge_run(
         cfg.evaluator,
         cfg.prompts,
@@ -515,7 +545,10 @@ fn trajectory_of(record: &Record, trace: &Trace, calls: &[ToolCall]) -> Trajecto
         id: record.id.clone(),
         attempt: None,
         query: record.query.clone(),
-        steps: calls.iter().map(|call| Step { observation: None, reasoning: None, action: Action::ToolCall(call.clone()) }).collect(),
+        steps: calls
+            .iter()
+            .map(|call| Step { observation: None, reasoning: None, action: Action::ToolCall(call.clone()) })
+            .collect(),
         final_answer: trace.result.clone(),
         reference: None,
         success: Some(Outcome::Bool(true)),
@@ -523,7 +556,12 @@ fn trajectory_of(record: &Record, trace: &Trace, calls: &[ToolCall]) -> Trajecto
     }
 }
 
-async fn induce_pending(store: &mut MemoryStore, pending: &mut Vec<Trajectory>, after_task: usize, cfg: &OnlineConfig<'_>) -> Result<ProgressLine, OnlineError> {
+async fn induce_pending(
+    store: &mut MemoryStore,
+    pending: &mut Vec<Trajectory>,
+    after_task: usize,
+    cfg: &OnlineConfig<'_>,
+) -> Result<ProgressLine, OnlineError> {
     let trajectories = std::mem::take(pending);
     let induction = induce(&trajectories, cfg.inducer).await?;
     let mut added = Vec::with_capacity(induction.workflows.len());
@@ -557,7 +595,8 @@ pub fn learning_curve(lines: &[ProgressLine]) -> LearningCurve {
     };
     let has_baseline = runs.iter().any(|run| run.arm == Arm::Baseline);
     let all_truth = !runs.is_empty() && runs.iter().all(|run| run.truth.is_some());
-    let with_truth: Vec<(bool, bool)> = runs.iter().filter_map(|run| run.truth.map(|truth| (run.judgement.success, truth))).collect();
+    let with_truth: Vec<(bool, bool)> =
+        runs.iter().filter_map(|run| run.truth.map(|truth| (run.judgement.success, truth))).collect();
     let (n_inductions, n_workflows_added) = lines.iter().fold((0, 0), |(n, w), line| match line {
         ProgressLine::Induced { added, .. } => (n + 1, w + added.len()),
         ProgressLine::Run(_) => (n, w),
@@ -595,8 +634,11 @@ fn arm_curve(runs: &[&TaskRun]) -> ArmCurve {
 
 fn write_curve(curve: &LearningCurve, dir: &Path) -> Result<Vec<PathBuf>, OnlineError> {
     let json_path = dir.join(CURVE_JSON_FILE);
-    let json = serde_json::to_string_pretty(curve)
-        .map_err(|err| OnlineError::Io { path: json_path.clone(), what: "serializing", source: std::io::Error::other(err) })?;
+    let json = serde_json::to_string_pretty(curve).map_err(|err| OnlineError::Io {
+        path: json_path.clone(),
+        what: "serializing",
+        source: std::io::Error::other(err),
+    })?;
     std::fs::write(&json_path, json + "\n").map_err(io(&json_path, "writing"))?;
     let html_path = dir.join(CURVE_HTML_FILE);
     std::fs::write(&html_path, render_curve_html(curve)).map_err(io(&html_path, "writing"))?;
@@ -615,7 +657,9 @@ pub fn render_curve_html(curve: &LearningCurve) -> String {
         SuccessSource::GroundTruth => "ground truth",
         SuccessSource::Evaluator => "the LM evaluator (ground truth where available)",
     };
-    let mut html = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>flowmem online learning curve</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>\n<h1>Online AWM learning curve</h1>\n");
+    let mut html = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>flowmem online learning curve</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>\n<h1>Online AWM learning curve</h1>\n",
+    );
     html.push_str(&format!("<p>Cumulative success rate against tasks seen. Success from {source}.</p>\n"));
     html.push_str(&curve_svg(&arms));
     html.push_str("\n<table><tr><th>agent</th><th>tasks</th><th>solved</th><th>success rate</th><th>steps per solved task</th><th>workflow utilisation</th></tr>\n");
@@ -643,7 +687,10 @@ pub fn render_curve_html(curve: &LearningCurve) -> String {
             agreement.false_negatives
         ));
     }
-    html.push_str(&format!("<p>{} inductions added {} workflows.</p>\n</body></html>\n", curve.n_inductions, curve.n_workflows_added));
+    html.push_str(&format!(
+        "<p>{} inductions added {} workflows.</p>\n</body></html>\n",
+        curve.n_inductions, curve.n_workflows_added
+    ));
     html
 }
 
@@ -658,7 +705,9 @@ fn curve_svg(arms: &[(&str, &str, &ArmCurve)]) -> String {
     let n = arms.iter().map(|(_, _, arm)| arm.cumulative_success_rate.len()).max().unwrap_or(0).max(1);
     let x = |i: usize| left + if n == 1 { plot_w / 2.0 } else { plot_w * i as f64 / (n - 1) as f64 };
     let y = |rate: f64| top + plot_h * (1.0 - rate);
-    let mut svg = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"learning curve\">\n");
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"learning curve\">\n"
+    );
     svg.push_str(&format!(
         "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n",
         top + plot_h,
@@ -667,12 +716,28 @@ fn curve_svg(arms: &[(&str, &str, &ArmCurve)]) -> String {
         top + plot_h
     ));
     for tick in [0.0, 0.5, 1.0] {
-        svg.push_str(&format!("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">{tick:.1}</text>\n", left - 6.0, y(tick) + 4.0));
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">{tick:.1}</text>\n",
+            left - 6.0,
+            y(tick) + 4.0
+        ));
     }
-    svg.push_str(&format!("<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">tasks seen (1 to {n})</text>\n", left + plot_w / 2.0, height - 8.0));
+    svg.push_str(&format!(
+        "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">tasks seen (1 to {n})</text>\n",
+        left + plot_w / 2.0,
+        height - 8.0
+    ));
     for (slot, (label, colour, arm)) in arms.iter().enumerate() {
-        let points: Vec<String> = arm.cumulative_success_rate.iter().enumerate().map(|(i, rate)| format!("{:.1},{:.1}", x(i), y(*rate))).collect();
-        svg.push_str(&format!("<polyline class=\"curve\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n", points.join(" ")));
+        let points: Vec<String> = arm
+            .cumulative_success_rate
+            .iter()
+            .enumerate()
+            .map(|(i, rate)| format!("{:.1},{:.1}", x(i), y(*rate)))
+            .collect();
+        svg.push_str(&format!(
+            "<polyline class=\"curve\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n",
+            points.join(" ")
+        ));
         let legend_y = top + 16.0 * slot as f64 + 10.0;
         svg.push_str(&format!(
             "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{colour}\"/><text x=\"{}\" y=\"{}\" font-size=\"12\">{label}</text>\n",

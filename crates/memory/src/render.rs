@@ -188,8 +188,8 @@ fn parse_action(text: &str) -> Result<WorkflowAction, String> {
             (text[..open].trim(), inner.trim())
         }
     };
-    let valid_name = !tool.is_empty()
-        && tool.chars().all(|ch| ch.is_alphanumeric() || matches!(ch, '_' | '-' | '.' | '/' | ':'));
+    let valid_name =
+        !tool.is_empty() && tool.chars().all(|ch| ch.is_alphanumeric() || matches!(ch, '_' | '-' | '.' | '/' | ':'));
     if !valid_name {
         return Err(format!("action `{text}` does not start with a tool name"));
     }
@@ -234,7 +234,8 @@ fn keyword_args(text: &str) -> Option<JsonObject> {
             return None;
         }
         let value = value.trim();
-        let value = serde_json::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.trim_matches('\'').to_owned()));
+        let value =
+            serde_json::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.trim_matches('\'').to_owned()));
         args.insert(key.to_owned(), value);
     }
     Some(args)

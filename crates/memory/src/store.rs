@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, canonical_json};
 
 use crate::error::MemoryError;
-use crate::schema::MIGRATIONS;
 use crate::index::SearchIndex;
+use crate::schema::MIGRATIONS;
 use crate::text::{action_key, description_similarity, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
@@ -135,7 +135,8 @@ pub fn success_rate(stats: &WorkflowStats) -> f64 {
     (stats.used_success as f64 + 1.0) / ((stats.used_success + stats.used_failure) as f64 + 2.0)
 }
 
-const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure";
+const COLUMNS: &str =
+    "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure";
 
 impl MemoryStore {
     /// Opens the memory at `path`, creating the file if needed and applying any missing
@@ -238,11 +239,8 @@ impl MemoryStore {
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn get(&self, id: &str) -> Result<Workflow, MemoryError> {
         let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = ?1");
-        let row = self
-            .conn
-            .query_row(&sql, [id], RawRow::read)
-            .optional()
-            .map_err(self.sqlite("reading a workflow"))?;
+        let row =
+            self.conn.query_row(&sql, [id], RawRow::read).optional().map_err(self.sqlite("reading a workflow"))?;
         match row {
             Some(row) => self.decode(row),
             None => Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }),
@@ -410,7 +408,11 @@ impl MemoryStore {
                 .map_err(self.sqlite("pruning"))?;
             let rows: Vec<(i64, String, WorkflowStats)> = stmt
                 .query_map([], |row| {
-                    let stats = WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
+                    let stats = WorkflowStats {
+                        retrieved: 0,
+                        used_success: read_count(row, 2)?,
+                        used_failure: read_count(row, 3)?,
+                    };
                     Ok((row.get(0)?, row.get(1)?, stats))
                 })
                 .map_err(self.sqlite("pruning"))?
@@ -460,8 +462,7 @@ impl MemoryStore {
             }
             // Invariant: 0 <= version < supported, so the index is in range.
             tx.execute_batch(MIGRATIONS[version as usize]).map_err(self.sqlite("migrating the schema"))?;
-            tx.pragma_update(None, "user_version", version + 1)
-                .map_err(self.sqlite("recording the schema version"))?;
+            tx.pragma_update(None, "user_version", version + 1).map_err(self.sqlite("recording the schema version"))?;
             tx.commit().map_err(self.sqlite("committing a migration"))?;
         }
     }
@@ -516,7 +517,11 @@ impl RawRow {
             domain: row.get(5)?,
             composed_of: row.get(6)?,
             created_at: row.get(7)?,
-            stats: WorkflowStats { retrieved: read_count(row, 8)?, used_success: read_count(row, 9)?, used_failure: read_count(row, 10)? },
+            stats: WorkflowStats {
+                retrieved: read_count(row, 8)?,
+                used_success: read_count(row, 9)?,
+                used_failure: read_count(row, 10)?,
+            },
         })
     }
 
@@ -592,7 +597,12 @@ fn read_provenances(conn: &Connection, path: &Path, pk: i64, id: &str) -> Result
         .collect()
 }
 
-fn add_in(tx: &Transaction<'_>, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Result<AddOutcome, MemoryError> {
+fn add_in(
+    tx: &Transaction<'_>,
+    path: &Path,
+    cfg: &StoreConfig,
+    workflow: &Workflow,
+) -> Result<AddOutcome, MemoryError> {
     let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
     if workflow.steps.is_empty() {
         return Err(MemoryError::InvalidWorkflow {
@@ -608,7 +618,9 @@ fn add_in(tx: &Transaction<'_>, path: &Path, cfg: &StoreConfig, workflow: &Workf
     // Dedup: the most similar stored workflow with the same scope and tool sequence.
     let candidates: Vec<(i64, String, String)> = {
         let mut stmt = tx
-            .prepare_cached("SELECT pk, id, description FROM workflows WHERE scope_key = ?1 AND action_key = ?2 ORDER BY pk")
+            .prepare_cached(
+                "SELECT pk, id, description FROM workflows WHERE scope_key = ?1 AND action_key = ?2 ORDER BY pk",
+            )
             .map_err(sqlite("looking for duplicates"))?;
         stmt.query_map(params![scope_key, action_key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
             .map_err(sqlite("looking for duplicates"))?
@@ -717,7 +729,8 @@ fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> R
         .map_err(sqlite)?;
     let mut rows: Vec<(f64, i64, String)> = stmt
         .query_map([scope_key], |row| {
-            let stats = WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
+            let stats =
+                WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
             Ok((retention_score(&stats), row.get(0)?, row.get(1)?))
         })
         .map_err(sqlite)?

@@ -88,4 +88,3 @@ pub fn prompt_text(prompts: &Prompts, workflows: &[Workflow]) -> Result<Rendered
     };
     prompts.render(WORKFLOW_PROMPT.name, &ctx)
 }
-

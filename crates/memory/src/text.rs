@@ -8,9 +8,7 @@ use flowmem_model::{Workflow, canonical_json};
 /// tokenizer does: every character that is not a letter or a digit separates tokens,
 /// so `get_order_details` yields `get`, `order`, `details`.
 pub(crate) fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|ch: char| !ch.is_alphanumeric())
-        .filter(|token| !token.is_empty())
-        .map(str::to_lowercase)
+    text.split(|ch: char| !ch.is_alphanumeric()).filter(|token| !token.is_empty()).map(str::to_lowercase)
 }
 
 /// The token Jaccard similarity of two descriptions: |A ∩ B| / |A ∪ B| over their token

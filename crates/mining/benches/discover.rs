@@ -21,9 +21,7 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("read_xes/{file}"), |b| b.iter(|| read_xes(black_box(&path))));
         c.bench_function(&format!("variants/{file}"), |b| b.iter(|| black_box(&xes).to_event_log()));
         c.bench_function(&format!("im/{file}"), |b| b.iter(|| discover(black_box(&log), Variant::Im)));
-        c.bench_function(&format!("imf/{file}"), |b| {
-            b.iter(|| discover(black_box(&log), Variant::ImF { noise: 0.2 }))
-        });
+        c.bench_function(&format!("imf/{file}"), |b| b.iter(|| discover(black_box(&log), Variant::ImF { noise: 0.2 })));
     }
 }
 

@@ -141,7 +141,8 @@ impl Builder {
                 let kind = NodeKind::Branch { condition: Condition::Judge { question } };
                 let branch = self.add(after_first, node(&branch, kind, "Decide whether to retry"));
                 let join = self.id("join");
-                let retried = self.build_repeat(redo, Some(body), Open { node: branch.clone(), label: Some("retry".into()) });
+                let retried =
+                    self.build_repeat(redo, Some(body), Open { node: branch.clone(), label: Some("retry".into()) });
                 self.nodes.push(node(&join, NodeKind::Join, "Done or retried"));
                 self.connect(Open { node: branch, label: Some("done".into()) }, &join);
                 self.connect(retried, &join);

@@ -179,10 +179,8 @@ impl ProcessTree {
             ProcessTree::Tau => HashSum::default(),
             ProcessTree::Activity { label } => HashSum::of(label),
             ProcessTree::Operator { operator, children } => {
-                let mut keyed: Vec<(HashSum, ProcessTree)> = std::mem::take(children)
-                    .into_iter()
-                    .map(|mut child| (child.pm4py_sort_inner(), child))
-                    .collect();
+                let mut keyed: Vec<(HashSum, ProcessTree)> =
+                    std::mem::take(children).into_iter().map(|mut child| (child.pm4py_sort_inner(), child)).collect();
                 let total = keyed.iter().fold(HashSum::default(), |acc, (sum, _)| acc.add(*sum));
                 if matches!(operator, Operator::Xor | Operator::Parallel) {
                     keyed.sort_by_key(|(sum, _)| *sum);
@@ -207,12 +205,12 @@ impl ProcessTree {
                     children.iter().map(|child| child.language(max_len)).collect();
                 match operator {
                     Operator::Xor => languages.into_iter().flatten().collect(),
-                    Operator::Sequence => languages
-                        .iter()
-                        .fold(BTreeSet::from([Vec::new()]), |acc, next| concat(&acc, next, max_len)),
-                    Operator::Parallel => languages
-                        .iter()
-                        .fold(BTreeSet::from([Vec::new()]), |acc, next| shuffle(&acc, next, max_len)),
+                    Operator::Sequence => {
+                        languages.iter().fold(BTreeSet::from([Vec::new()]), |acc, next| concat(&acc, next, max_len))
+                    }
+                    Operator::Parallel => {
+                        languages.iter().fold(BTreeSet::from([Vec::new()]), |acc, next| shuffle(&acc, next, max_len))
+                    }
                     Operator::Loop => {
                         let empty = BTreeSet::new();
                         let body = languages.first().unwrap_or(&empty);
@@ -356,12 +354,9 @@ impl TreeParser<'_> {
     }
 
     fn tree(&mut self, root: bool) -> Result<ProcessTree, TreeParseError> {
-        for (symbol, operator) in [
-            ("->( ", Operator::Sequence),
-            ("X( ", Operator::Xor),
-            ("+( ", Operator::Parallel),
-            ("*( ", Operator::Loop),
-        ] {
+        for (symbol, operator) in
+            [("->( ", Operator::Sequence), ("X( ", Operator::Xor), ("+( ", Operator::Parallel), ("*( ", Operator::Loop)]
+        {
             if self.eat(symbol) {
                 let mut children = vec![self.tree(false)?];
                 loop {
@@ -375,8 +370,7 @@ impl TreeParser<'_> {
                 }
             }
         }
-        if self.text[self.pos..].starts_with(b"tau")
-            && matches!(self.text.get(self.pos + 3), None | Some(b',' | b' '))
+        if self.text[self.pos..].starts_with(b"tau") && matches!(self.text.get(self.pos + 3), None | Some(b',' | b' '))
         {
             self.pos += 3;
             return Ok(ProcessTree::Tau);

@@ -551,8 +551,8 @@ pub fn parse_xes_str(text: &str) -> Result<XesLog, Error> {
 
 #[cfg(test)]
 mod tests {
-    use crate::xes::{format_rfc3339, parse_timestamp};
     use crate::parse_xes_str;
+    use crate::xes::{format_rfc3339, parse_timestamp};
 
     #[test]
     fn timestamps_parse_with_offsets() {
@@ -621,7 +621,8 @@ mod tests {
         }
         xml.push_str("</log>");
         let good = dir.join("good.xes.gz");
-        let mut encoder = flate2::write::GzEncoder::new(std::fs::File::create(&good).unwrap(), flate2::Compression::fast());
+        let mut encoder =
+            flate2::write::GzEncoder::new(std::fs::File::create(&good).unwrap(), flate2::Compression::fast());
         encoder.write_all(xml.as_bytes()).unwrap();
         encoder.finish().unwrap();
         assert!(std::fs::metadata(&good).unwrap().len() > super::PIPELINE_MIN_BYTES);

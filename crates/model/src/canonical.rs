@@ -33,8 +33,7 @@ pub fn canonical_eq(a: &Value, b: &Value) -> bool {
             xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| canonical_eq(x, y))
         }
         (Value::Object(xs), Value::Object(ys)) => {
-            xs.len() == ys.len()
-                && xs.iter().all(|(key, x)| ys.get(key).is_some_and(|y| canonical_eq(x, y)))
+            xs.len() == ys.len() && xs.iter().all(|(key, x)| ys.get(key).is_some_and(|y| canonical_eq(x, y)))
         }
         _ => a == b,
     }
@@ -153,9 +152,7 @@ mod tests {
         match value {
             Value::Number(n) if n.is_i64() => json!(n.as_i64().unwrap_or(0) as f64),
             Value::Array(items) => Value::Array(items.iter().map(reshuffle).collect()),
-            Value::Object(map) => {
-                Value::Object(map.iter().rev().map(|(k, v)| (k.clone(), reshuffle(v))).collect())
-            }
+            Value::Object(map) => Value::Object(map.iter().rev().map(|(k, v)| (k.clone(), reshuffle(v))).collect()),
             other => other.clone(),
         }
     }

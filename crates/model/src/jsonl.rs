@@ -149,25 +149,15 @@ pub fn read_items(path: &Path) -> Result<Vec<Item>, JsonlError> {
     for_each_line(path, |line_no, line| {
         let value: Value = serde_json::from_str(line).map_err(|err| syntax(path, line_no, &err))?;
         let Some(kind) = kind_of(&value) else {
-            return Err(JsonlError::UnknownKind {
-                path: path.to_owned(),
-                line: line_no,
-            });
+            return Err(JsonlError::UnknownKind { path: path.to_owned(), line: line_no });
         };
         let expected = *file_kind.get_or_insert(kind);
         if kind != expected {
-            return Err(JsonlError::MixedKinds {
-                path: path.to_owned(),
-                line: line_no,
-                expected,
-                found: kind,
-            });
+            return Err(JsonlError::MixedKinds { path: path.to_owned(), line: line_no, expected, found: kind });
         }
         let item = match kind {
             ItemKind::Record => Item::Record(from_value(path, line_no, value, "record")?),
-            ItemKind::Trajectory => {
-                Item::Trajectory(from_value(path, line_no, value, "trajectory")?)
-            }
+            ItemKind::Trajectory => Item::Trajectory(from_value(path, line_no, value, "trajectory")?),
         };
         items.push(item);
         Ok(())
@@ -181,15 +171,12 @@ pub fn read_items(path: &Path) -> Result<Vec<Item>, JsonlError> {
 /// # Errors
 ///
 /// As [`read_records`].
-pub fn read_jsonl<T: DeserializeOwned>(
-    path: &Path,
-    expected: &'static str,
-) -> Result<Vec<T>, JsonlError> {
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path, expected: &'static str) -> Result<Vec<T>, JsonlError> {
     let mut items = Vec::new();
     for_each_line(path, |line_no, line| {
         let mut deserializer = serde_json::Deserializer::from_str(line);
-        let item = serde_path_to_error::deserialize(&mut deserializer)
-            .map_err(|err| located(path, line_no, err, expected))?;
+        let item =
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|err| located(path, line_no, err, expected))?;
         items.push(item);
         Ok(())
     })?;
@@ -220,54 +207,32 @@ pub fn write_jsonl_atomic<'a, T: Serialize + 'a>(
     path: &Path,
     items: impl IntoIterator<Item = &'a T>,
 ) -> Result<(), JsonlError> {
-    let write_error = |source| JsonlError::Write {
-        path: path.to_owned(),
-        source,
-    };
+    let write_error = |source| JsonlError::Write { path: path.to_owned(), source };
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
     // Dropping `temp` on an early return deletes the temporary file.
-    let temp = tempfile::Builder::new()
-        .prefix(".flowmem-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(write_error)?;
+    let temp = tempfile::Builder::new().prefix(".flowmem-").suffix(".tmp").tempfile_in(dir).map_err(write_error)?;
     let mut writer = BufWriter::new(temp);
     for (index, item) in items.into_iter().enumerate() {
         serde_json::to_writer(&mut writer, item).map_err(|source| {
             if source.is_io() {
-                JsonlError::Write {
-                    path: path.to_owned(),
-                    source: source.into(),
-                }
+                JsonlError::Write { path: path.to_owned(), source: source.into() }
             } else {
-                JsonlError::Serialize {
-                    path: path.to_owned(),
-                    index,
-                    source,
-                }
+                JsonlError::Serialize { path: path.to_owned(), index, source }
             }
         })?;
         writer.write_all(b"\n").map_err(write_error)?;
     }
-    let temp = writer
-        .into_inner()
-        .map_err(|err| write_error(err.into_error()))?;
+    let temp = writer.into_inner().map_err(|err| write_error(err.into_error()))?;
     temp.as_file().sync_all().map_err(write_error)?;
     temp.persist(path).map_err(|err| write_error(err.error))?;
     Ok(())
 }
 
-fn for_each_line(
-    path: &Path,
-    mut each: impl FnMut(usize, &str) -> Result<(), JsonlError>,
-) -> Result<(), JsonlError> {
-    let read_error = |source| JsonlError::Read {
-        path: path.to_owned(),
-        source,
-    };
+fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str) -> Result<(), JsonlError>) -> Result<(), JsonlError> {
+    let read_error = |source| JsonlError::Read { path: path.to_owned(), source };
     let file = File::open(path).map_err(read_error)?;
     let mut reader = BufReader::new(file);
     let mut line = String::new();
@@ -316,22 +281,11 @@ fn located(
     if source.is_syntax() || source.is_eof() {
         return syntax(path, line, &source);
     }
-    JsonlError::Invalid {
-        path: path.to_owned(),
-        line,
-        json_path,
-        expected,
-        reason: message_only(&source),
-    }
+    JsonlError::Invalid { path: path.to_owned(), line, json_path, expected, reason: message_only(&source) }
 }
 
 fn syntax(path: &Path, line: usize, err: &serde_json::Error) -> JsonlError {
-    JsonlError::Syntax {
-        path: path.to_owned(),
-        line,
-        column: err.column(),
-        reason: message_only(err),
-    }
+    JsonlError::Syntax { path: path.to_owned(), line, column: err.column(), reason: message_only(err) }
 }
 
 /// serde_json's message without its " at line L column C" suffix, which counts within
@@ -350,9 +304,5 @@ fn json_path(path: &serde_path_to_error::Path) -> String {
     if text == "." {
         return "$".to_owned();
     }
-    if text.starts_with('[') {
-        format!("${text}")
-    } else {
-        format!("$.{text}")
-    }
+    if text.starts_with('[') { format!("${text}") } else { format!("$.{text}") }
 }

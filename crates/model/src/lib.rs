@@ -47,21 +47,15 @@ mod workflow;
 pub use crate::call::{ArgsError, ToolCall};
 pub use crate::canonical::{canonical_eq, canonical_json};
 pub use crate::error_text::error_chain;
-pub use crate::graph::{
-    Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph,
-};
+pub use crate::graph::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import};
 pub use crate::item::{Item, ItemKind};
-pub use crate::jsonl::{
-    JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic,
-};
+pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
 pub use crate::stats::{Stats, ToolCount, Transition, stats};
 pub use crate::trace::{NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
-pub use crate::workflow::{
-    Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep,
-};
+pub use crate::workflow::{Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
 
 /// The JSON object type used for tool arguments.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

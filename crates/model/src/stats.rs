@@ -134,24 +134,14 @@ pub fn stats(items: &[Item], top: usize) -> Stats {
     res.n_distinct_transitions = transitions.len();
     let mut tools: Vec<(&str, usize)> = tools.into_iter().collect();
     tools.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    res.top_tools = tools
-        .into_iter()
-        .take(top)
-        .map(|(tool, count)| ToolCount {
-            tool: tool.to_owned(),
-            count,
-        })
-        .collect();
+    res.top_tools =
+        tools.into_iter().take(top).map(|(tool, count)| ToolCount { tool: tool.to_owned(), count }).collect();
     let mut transitions: Vec<((&str, &str), usize)> = transitions.into_iter().collect();
     transitions.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     res.top_transitions = transitions
         .into_iter()
         .take(top)
-        .map(|((from, to), count)| Transition {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            count,
-        })
+        .map(|((from, to), count)| Transition { from: from.to_owned(), to: to.to_owned(), count })
         .collect();
     res
 }
@@ -179,25 +169,13 @@ mod tests {
 
     #[test]
     fn transitions_stay_within_an_item() {
-        let summary = stats(
-            &[record(&["a", "b"]), record(&["b", "a", "b"]), record(&[])],
-            10,
-        );
-        assert_eq!(
-            (summary.n_items, summary.n_records, summary.n_tool_calls),
-            (3, 3, 5)
-        );
-        assert_eq!(
-            (summary.n_items_without_tool_calls, summary.max_tool_calls),
-            (1, 3)
-        );
+        let summary = stats(&[record(&["a", "b"]), record(&["b", "a", "b"]), record(&[])], 10);
+        assert_eq!((summary.n_items, summary.n_records, summary.n_tool_calls), (3, 3, 5));
+        assert_eq!((summary.n_items_without_tool_calls, summary.max_tool_calls), (1, 3));
         assert_eq!(summary.n_distinct_tools, 2);
         // a->b twice, b->a once; never b (end of item 1) -> b (start of item 2).
-        let pairs: Vec<(&str, &str, usize)> = summary
-            .top_transitions
-            .iter()
-            .map(|t| (t.from.as_str(), t.to.as_str(), t.count))
-            .collect();
+        let pairs: Vec<(&str, &str, usize)> =
+            summary.top_transitions.iter().map(|t| (t.from.as_str(), t.to.as_str(), t.count)).collect();
         assert_eq!(pairs, [("a", "b", 2), ("b", "a", 1)]);
         assert_eq!(summary.top_tools[0].tool, "b");
     }
@@ -208,33 +186,21 @@ mod tests {
         assert_eq!(summary.top_tools.len(), 1);
         assert_eq!(summary.top_tools[0].tool, "x");
         assert_eq!(summary.n_distinct_transitions, 2);
-        assert_eq!(
-            (
-                summary.top_transitions[0].from.as_str(),
-                summary.top_transitions[0].to.as_str()
-            ),
-            ("y", "x")
-        );
+        assert_eq!((summary.top_transitions[0].from.as_str(), summary.top_transitions[0].to.as_str()), ("y", "x"));
     }
 
     #[test]
     fn messages_do_not_break_transitions_and_outcomes_count() {
         let mut failed = call("b");
         failed.error = Some("boom".into());
-        let step = |action| Step {
-            observation: None,
-            reasoning: None,
-            action,
-        };
+        let step = |action| Step { observation: None, reasoning: None, action };
         let run = Trajectory {
             id: "t".into(),
             attempt: None,
             query: "q".into(),
             steps: vec![
                 step(Action::ToolCall(call("a"))),
-                step(Action::Message {
-                    content: "hm".into(),
-                }),
+                step(Action::Message { content: "hm".into() }),
                 step(Action::ToolCall(failed)),
             ],
             final_answer: None,
@@ -243,14 +209,7 @@ mod tests {
             meta: Meta::default(),
         };
         let summary = stats(&[Item::Trajectory(run)], 5);
-        assert_eq!(
-            (
-                summary.n_trajectories,
-                summary.n_labelled,
-                summary.n_succeeded
-            ),
-            (1, 1, 0)
-        );
+        assert_eq!((summary.n_trajectories, summary.n_labelled, summary.n_succeeded), (1, 1, 0));
         assert_eq!(summary.n_failed_tool_calls, 1);
         assert_eq!(summary.top_transitions[0].count, 1);
     }

@@ -154,8 +154,7 @@ pub struct EditError {
 pub fn apply_plan(graph: &WorkflowGraph, plan: &EditPlan) -> Result<WorkflowGraph, EditError> {
     let mut res = graph.clone();
     for (index, edit) in plan.edits.iter().enumerate() {
-        apply_edit(&mut res, edit)
-            .map_err(|reason| EditError { index, op: edit.op_name(), reason })?;
+        apply_edit(&mut res, edit).map_err(|reason| EditError { index, op: edit.op_name(), reason })?;
     }
     Ok(res)
 }
@@ -259,14 +258,20 @@ fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), String> {
         return Err(format!("node `{id}` is the entry or exit and cannot be removed"));
     }
     let incoming: Vec<Edge> = graph.edges.iter().filter(|e| e.to == id && e.kind != EdgeKind::Back).cloned().collect();
-    let outgoing: Vec<Edge> = graph.edges.iter().filter(|e| e.from == id && e.kind != EdgeKind::Back).cloned().collect();
+    let outgoing: Vec<Edge> =
+        graph.edges.iter().filter(|e| e.from == id && e.kind != EdgeKind::Back).cloned().collect();
     graph.edges.retain(|e| e.from != id && e.to != id);
     graph.nodes.retain(|n| n.id != id);
     for pred in &incoming {
         for succ in &outgoing {
             if pred.from != succ.to && edge_index(graph, &pred.from, &succ.to).is_none() {
                 // The predecessor's label keeps a branch route or loop body pointing at the bypass.
-                graph.edges.push(Edge { from: pred.from.clone(), to: succ.to.clone(), kind: pred.kind, label: pred.label.clone() });
+                graph.edges.push(Edge {
+                    from: pred.from.clone(),
+                    to: succ.to.clone(),
+                    kind: pred.kind,
+                    label: pred.label.clone(),
+                });
             }
         }
     }
@@ -486,13 +491,20 @@ mod tests {
 
     #[test]
     fn add_node_on_an_edge() {
-        let graph = apply(vec![GraphEdit::AddNode { node: llm("v", LlmRole::Verify), after: "t1".into(), before: Some("t2".into()) }]).unwrap();
+        let graph = apply(vec![GraphEdit::AddNode {
+            node: llm("v", LlmRole::Verify),
+            after: "t1".into(),
+            before: Some("t2".into()),
+        }])
+        .unwrap();
         assert_eq!(edges(&graph), ["plan->t1", "t1->v", "t2->synth", "v->t2"]);
     }
 
     #[test]
     fn add_node_after_the_exit_moves_the_exit() {
-        let graph = apply(vec![GraphEdit::AddNode { node: llm("v", LlmRole::Verify), after: "synth".into(), before: None }]).unwrap();
+        let graph =
+            apply(vec![GraphEdit::AddNode { node: llm("v", LlmRole::Verify), after: "synth".into(), before: None }])
+                .unwrap();
         assert_eq!(graph.exit, "v");
         assert!(edges(&graph).contains(&"synth->v".to_owned()));
     }
@@ -513,7 +525,8 @@ mod tests {
 
     #[test]
     fn retry_loop_wraps_a_node() {
-        let control = ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded };
+        let control =
+            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded };
         let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
         assert_eq!(
             edges(&graph),
@@ -523,11 +536,22 @@ mod tests {
 
     #[test]
     fn branch_adds_an_alternative_route() {
-        let control = ControlInsert::Branch { before: "t2".into(), question: "Is the order id known?".into(), alternative: tool("lookup") };
+        let control = ControlInsert::Branch {
+            before: "t2".into(),
+            question: "Is the order id known?".into(),
+            alternative: tool("lookup"),
+        };
         let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
         assert_eq!(
             edges(&graph),
-            ["branch_t2-[alternative]->lookup", "branch_t2-[primary]->t2", "lookup->synth", "plan->t1", "t1->branch_t2", "t2->synth"]
+            [
+                "branch_t2-[alternative]->lookup",
+                "branch_t2-[primary]->t2",
+                "lookup->synth",
+                "plan->t1",
+                "t1->branch_t2",
+                "t2->synth"
+            ]
         );
     }
 
@@ -559,8 +583,11 @@ mod tests {
 
     #[test]
     fn rewrite_prompt_sets_the_instruction() {
-        let graph = apply(vec![GraphEdit::RewritePrompt { id: "t1".into(), instruction: "Use the user id.".into() }]).unwrap();
-        assert!(matches!(&graph.node("t1").unwrap().kind, NodeKind::Tool { instruction: Some(i), .. } if i == "Use the user id."));
+        let graph =
+            apply(vec![GraphEdit::RewritePrompt { id: "t1".into(), instruction: "Use the user id.".into() }]).unwrap();
+        assert!(
+            matches!(&graph.node("t1").unwrap().kind, NodeKind::Tool { instruction: Some(i), .. } if i == "Use the user id.")
+        );
     }
 
     #[test]
@@ -578,16 +605,19 @@ mod tests {
     fn arb_edit() -> impl Strategy<Value = GraphEdit> {
         let id = prop::sample::select(vec!["plan", "t1", "t2", "synth", "zz"]).prop_map(str::to_owned);
         prop_oneof![
-            (id.clone(), id.clone()).prop_map(|(a, b)| GraphEdit::AddNode { node: tool("n"), after: a, before: Some(b) }),
+            (id.clone(), id.clone()).prop_map(|(a, b)| GraphEdit::AddNode {
+                node: tool("n"),
+                after: a,
+                before: Some(b)
+            }),
             id.clone().prop_map(|id| GraphEdit::RemoveNode { id }),
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::AddEdge { from, to, label: None }),
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::RemoveEdge { from, to }),
             id.clone().prop_map(|around| GraphEdit::InsertControl {
                 control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded }
             }),
-            (id.clone(), id).prop_map(|(a, b)| GraphEdit::InsertControl {
-                control: ControlInsert::Parallel { nodes: vec![a, b] }
-            }),
+            (id.clone(), id)
+                .prop_map(|(a, b)| GraphEdit::InsertControl { control: ControlInsert::Parallel { nodes: vec![a, b] } }),
         ]
     }
 

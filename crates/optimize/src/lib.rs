@@ -41,14 +41,19 @@ mod tree;
 pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
 pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, new_id_prefix};
 pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS};
+pub use crate::scout::{
+    ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, alpha_of, chain_workflow, initial_workflow, prepare_run,
+    render_report, scout,
+};
 pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, ProposalInput, Proposer, SearchError,
     SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
 };
-pub use crate::scout::{
-    ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, alpha_of, chain_workflow, initial_workflow, prepare_run, render_report,
-    scout,
+pub use crate::simulate::{
+    ExecSimulator, ExecValidator, RunScore, Scoring, isolated_runtime, run_workflow, score_trace,
 };
-pub use crate::simulate::{ExecSimulator, ExecValidator, RunScore, Scoring, isolated_runtime, run_workflow, score_trace};
-pub use crate::svg::{escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg};
+pub use crate::svg::{
+    escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg,
+    workflow_graph as workflow_graph_svg,
+};
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

@@ -197,7 +197,8 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
                 let mut alone = operation.clone();
                 set_property(&mut alone, "before", json!({"type": "null"}));
                 operations.extend(with_choices(alone, "after", &all));
-                operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("after", from), ("before", to)])));
+                operations
+                    .extend(edges.iter().map(|(from, to)| pinned(&operation, &[("after", from), ("before", to)])));
             }
             "remove_edge" | "reconnect_edge" => {
                 operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("from", from), ("to", to)])));

@@ -56,8 +56,13 @@ impl TriedView {
     fn of(tried: &CandidatePlan) -> TriedView {
         match &tried.plan {
             // Invariant: our own types always serialise.
-            Some(plan) => TriedView { edits: Some(serde_json::to_string(&plan.edits).unwrap_or_default()), failure: None },
-            None => TriedView { edits: None, failure: Some(tried.rejected.last().map(|p| p.join("; ")).unwrap_or_default()) },
+            Some(plan) => {
+                TriedView { edits: Some(serde_json::to_string(&plan.edits).unwrap_or_default()), failure: None }
+            }
+            None => TriedView {
+                edits: None,
+                failure: Some(tried.rejected.last().map(|p| p.join("; ")).unwrap_or_default()),
+            },
         }
     }
 }
@@ -80,10 +85,8 @@ impl Proposer for LlmProposer {
             new_id_prefix: prefix.clone(),
             max_edits: self.max_edits.clamp(1, MAX_PLAN_EDITS),
         };
-        let prompt = self
-            .prompts
-            .render(PROPOSE_EDITS.name, &ctx)
-            .map_err(|err| SearchError::Proposer(err.to_string()))?;
+        let prompt =
+            self.prompts.render(PROPOSE_EDITS.name, &ctx).map_err(|err| SearchError::Proposer(err.to_string()))?;
         let mut request = ChatRequest::new(vec![Message::user(prompt.text)], Purpose::Optimizer);
         let schema = narrowed_schema(graph, &self.tools, self.max_edits, &prefix);
         request.response_format = Some(ResponseFormat { name: "edit_plan".to_owned(), schema });

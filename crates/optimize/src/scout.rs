@@ -16,7 +16,9 @@ use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check};
 use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
 use flowmem_model::{Record, WorkflowGraph};
 
-use crate::search::{Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search};
+use crate::search::{
+    Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search,
+};
 use crate::simulate::{ExecSimulator, ExecValidator, Scoring};
 use crate::svg::{escape, search_tree, validation_curve, workflow_graph};
 use crate::tree::SearchConfig;
@@ -103,7 +105,9 @@ pub fn prepare_run(dir: &Path, settings: Option<ScoutSettings>) -> Result<ScoutS
         }
         Some(settings) => {
             if path.exists() {
-                return Err(file_err("a run already lives here; resume it with --resume, or pick another --out".to_owned()));
+                return Err(file_err(
+                    "a run already lives here; resume it with --resume, or pick another --out".to_owned(),
+                ));
             }
             std::fs::create_dir_all(dir).map_err(|err| file_err(err.to_string()))?;
             // Invariant: settings always serialise.
@@ -185,7 +189,12 @@ pub struct ScoutOutcome {
 ///
 /// Records too few to split, a search failure or interruption, or a report file that
 /// cannot be written.
-pub async fn scout(dir: &Path, settings: &ScoutSettings, records: Vec<Record>, parts: &ScoutParts<'_>) -> Result<ScoutOutcome, ScoutError> {
+pub async fn scout(
+    dir: &Path,
+    settings: &ScoutSettings,
+    records: Vec<Record>,
+    parts: &ScoutParts<'_>,
+) -> Result<ScoutOutcome, ScoutError> {
     let parts_split = split(records, |record| record.id.as_str(), settings.seed, SplitRatios::FLOWSCOUT)
         .map_err(|err| ScoutError::Setup(err.to_string()))?;
     let split_sizes = (parts_split.opt.len(), parts_split.val.len(), parts_split.test.len());
@@ -206,7 +215,8 @@ pub async fn scout(dir: &Path, settings: &ScoutSettings, records: Vec<Record>, p
         }
         (parts.checkpoint)(point)
     };
-    let search_parts = SearchParts { proposer: parts.proposer, simulator: &simulator, validator: &validator, checkpoint: &checkpoint };
+    let search_parts =
+        SearchParts { proposer: parts.proposer, simulator: &simulator, validator: &validator, checkpoint: &checkpoint };
     let state = run_search(dir, &g0, &settings.search, settings.strategy, &search_parts).await?;
     let best_file = candidate_path(dir, state.best, "workflow");
     let best: WorkflowGraph = read_json(&best_file)?;
@@ -244,7 +254,8 @@ async fn final_test(
 ) -> Result<EvalReport, ScoutError> {
     let names = visible_tools(Arc::clone(&parts.runtime.tools), parts.isolation.as_ref());
     let validate = |graph: &WorkflowGraph| {
-        check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| ScoutError::Setup(format!("the best workflow is not valid: {err}")))
+        check(graph.clone(), ToolCatalog::Known(&names))
+            .map_err(|err| ScoutError::Setup(format!("the best workflow is not valid: {err}")))
     };
     // Each system runs under state keys of its own, so systems never share a state.
     let isolation = |system: &str| {
@@ -259,7 +270,11 @@ async fn final_test(
     if include_g0 {
         systems.push(&mined);
     }
-    let judge = parts.scoring.judge.as_ref().map(|(model, prompts)| (model.as_ref() as &dyn flowmem_llm::ChatModel, prompts.as_ref()));
+    let judge = parts
+        .scoring
+        .judge
+        .as_ref()
+        .map(|(model, prompts)| (model.as_ref() as &dyn flowmem_llm::ChatModel, prompts.as_ref()));
     let cfg = EvalConfig { repeat: settings.repeat, tc: TcConfig::exact(), judge, checker: parts.checker };
     let report = evaluate_concurrently(&systems, test, &cfg, settings.concurrency, parts.on_test).await;
     let test_dir = dir.join("test");
@@ -321,7 +336,8 @@ pub fn render_report(state: &SearchState, root_val: f64, best: &WorkflowGraph, t
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {
-    let text = std::fs::read_to_string(path).map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })?;
     serde_json::from_str(&text).map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })
 }
 

@@ -16,8 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use flowmem_model::WorkflowGraph;
@@ -429,7 +429,8 @@ async fn expand(
     let mut rejected: Vec<Vec<String>> = Vec::new();
     for _attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
-        let input = ProposalInput { graph: parent_graph, feedback: &parent_eval.feedback, problems: &problems, tried: &tried };
+        let input =
+            ProposalInput { graph: parent_graph, feedback: &parent_eval.feedback, problems: &problems, tried: &tried };
         let plan = match parts.proposer.propose(&input).await {
             Ok(plan) => plan,
             Err(SearchError::InvalidProposal(problem)) => {
@@ -463,7 +464,11 @@ async fn expand(
 /// The plan files of the candidates before `candidate` that expanded `parent`, failed
 /// expansions included, with their ids. Read from disk, so a resumed run sees what the
 /// original saw.
-fn siblings(dir: &Path, parent: TreeNodeId, candidate: TreeNodeId) -> Result<Vec<(TreeNodeId, CandidatePlan)>, SearchError> {
+fn siblings(
+    dir: &Path,
+    parent: TreeNodeId,
+    candidate: TreeNodeId,
+) -> Result<Vec<(TreeNodeId, CandidatePlan)>, SearchError> {
     let mut plans = Vec::new();
     for earlier in 1..candidate {
         if let Some(plan) = read_json::<CandidatePlan>(&candidate_path(dir, earlier, "plan"))?
@@ -483,7 +488,11 @@ struct KnownWorkflows {
 }
 
 impl KnownWorkflows {
-    fn load(dir: &Path, parent_graph: &WorkflowGraph, siblings: &[(TreeNodeId, CandidatePlan)]) -> Result<KnownWorkflows, SearchError> {
+    fn load(
+        dir: &Path,
+        parent_graph: &WorkflowGraph,
+        siblings: &[(TreeNodeId, CandidatePlan)],
+    ) -> Result<KnownWorkflows, SearchError> {
         let mut graphs = Vec::new();
         for (sibling, _) in siblings.iter().filter(|(_, plan)| plan.plan.is_some()) {
             let graph: WorkflowGraph = read_required(&candidate_path(dir, *sibling, "workflow"))?;
@@ -531,7 +540,8 @@ where
 }
 
 fn read_required<T: DeserializeOwned>(path: &Path) -> Result<T, SearchError> {
-    read_json(path)?.ok_or_else(|| SearchError::RunDirectory(format!("`{}` is missing from the run directory", path.display())))
+    read_json(path)?
+        .ok_or_else(|| SearchError::RunDirectory(format!("`{}` is missing from the run directory", path.display())))
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, SearchError> {

@@ -9,13 +9,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use flowmem_eval::{Alpha, JudgeInput, TcConfig, judge_es, reward, tool_correctness};
-use flowmem_exec::{ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile, run};
+use flowmem_exec::{
+    ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile, run,
+};
 use flowmem_llm::{ChatModel, Prompts};
 use flowmem_model::{Record, ToolCall, Trace, WorkflowGraph};
 
-use flowmem_eval::{IsolatedTools, StateIsolation, visible_tools};
 use crate::search::{Evaluation, SearchError, Simulator, Validator};
 use crate::tree::TreeNodeId;
+use flowmem_eval::{IsolatedTools, StateIsolation, visible_tools};
 
 /// How runs are scored.
 #[derive(Clone)]
@@ -68,7 +70,11 @@ pub async fn run_workflow(
 /// # Errors
 ///
 /// When the state reset fails.
-pub async fn isolated_runtime(runtime: &Runtime, isolation: Option<&StateIsolation>, key: String) -> Result<Runtime, String> {
+pub async fn isolated_runtime(
+    runtime: &Runtime,
+    isolation: Option<&StateIsolation>,
+    key: String,
+) -> Result<Runtime, String> {
     let Some(isolation) = isolation else {
         return Ok(runtime.clone());
     };
@@ -113,7 +119,8 @@ pub async fn score_trace(record: &Record, trace: &Trace, scoring: &Scoring) -> R
         None => tc.tc,
     };
     let alignment = &tc.alignment;
-    let matched: Vec<&str> = alignment.matched.iter().map(|pair| record.orchestration[pair.reference].tool.as_str()).collect();
+    let matched: Vec<&str> =
+        alignment.matched.iter().map(|pair| record.orchestration[pair.reference].tool.as_str()).collect();
     let missing: Vec<Value> = alignment.missing.iter().map(|&idx| call_summary(&record.orchestration[idx])).collect();
     let extra: Vec<Value> = alignment.extra.iter().map(|&idx| call_summary(&trace.tool_calls[idx])).collect();
     let failing: Vec<Value> = trace
@@ -206,7 +213,13 @@ impl ExecSimulator {
         best.is_finite().then_some(best)
     }
 
-    async fn run_split(&self, candidate: TreeNodeId, split: &str, records: &[Record], graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
+    async fn run_split(
+        &self,
+        candidate: TreeNodeId,
+        split: &str,
+        records: &[Record],
+        graph: &WorkflowGraph,
+    ) -> Result<Evaluation, SearchError> {
         let names = visible_tools(Arc::clone(&self.runtime.tools), self.isolation.as_ref());
         let validated = check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| SearchError::Simulation {
             candidate,

@@ -35,11 +35,25 @@ pub fn validation_curve(state: &SearchState, root_val: f64) -> String {
     let mut svg = svg_open(width, height, "validation-curve");
     axes(&mut svg, width, height, pad);
     let path: Vec<String> = best.iter().map(|(i, v)| format!("{:.1},{:.1}", x(*i), y(*v))).collect();
-    let _ = write!(svg, r##"<polyline class="best" fill="none" stroke="#1f77b4" stroke-width="2" points="{}"/>"##, path.join(" "));
+    let _ = write!(
+        svg,
+        r##"<polyline class="best" fill="none" stroke="#1f77b4" stroke-width="2" points="{}"/>"##,
+        path.join(" ")
+    );
     for (i, v) in &points {
-        let _ = write!(svg, r##"<circle class="candidate" cx="{:.1}" cy="{:.1}" r="3" fill="#ff7f0e"><title>iteration {i}: {v:.4}</title></circle>"##, x(*i), y(*v));
+        let _ = write!(
+            svg,
+            r##"<circle class="candidate" cx="{:.1}" cy="{:.1}" r="3" fill="#ff7f0e"><title>iteration {i}: {v:.4}</title></circle>"##,
+            x(*i),
+            y(*v)
+        );
     }
-    let _ = write!(svg, r#"<text x="{:.0}" y="{:.0}" font-size="11">iteration</text><text x="4" y="14" font-size="11">validation score</text>"#, width / 2.0, height - 8.0);
+    let _ = write!(
+        svg,
+        r#"<text x="{:.0}" y="{:.0}" font-size="11">iteration</text><text x="4" y="14" font-size="11">validation score</text>"#,
+        width / 2.0,
+        height - 8.0
+    );
     svg.push_str("</svg>");
     svg
 }
@@ -64,17 +78,30 @@ pub fn search_tree(state: &SearchState) -> String {
         let Some(parent) = tree.node(id).parent else { continue };
         let on_best = best_path.contains(&id);
         let ((x1, y1), (x2, y2)) = (pos(parent), pos(id));
-        let stroke = if on_best { r##"stroke="#d62728" stroke-width="3""## } else { r##"stroke="#999" stroke-width="1""## };
+        let stroke =
+            if on_best { r##"stroke="#d62728" stroke-width="3""## } else { r##"stroke="#999" stroke-width="1""## };
         let _ = write!(svg, r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" {stroke}/>"#);
     }
     for id in 0..tree.len() {
         let node = tree.node(id);
         let (cx, cy) = pos(id);
-        let class = if id == state.best { "best" } else if node.failed { "failed" } else { "candidate" };
+        let class = if id == state.best {
+            "best"
+        } else if node.failed {
+            "failed"
+        } else {
+            "candidate"
+        };
         let fill = match class {
             "best" => "#d62728",
             "failed" => "white",
-            _ => if best_path.contains(&id) { "#ff9896" } else { "#aec7e8" },
+            _ => {
+                if best_path.contains(&id) {
+                    "#ff9896"
+                } else {
+                    "#aec7e8"
+                }
+            }
         };
         let _ = write!(
             svg,
@@ -143,18 +170,41 @@ pub fn workflow_graph(graph: &WorkflowGraph) -> String {
     let mut svg = svg_open(width, height, "workflow-graph");
     svg.push_str(r##"<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>"##);
     for edge in &graph.edges {
-        let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(edge.from.as_str()), pos.get(edge.to.as_str())) else { continue };
+        let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(edge.from.as_str()), pos.get(edge.to.as_str())) else {
+            continue;
+        };
         let dash = if edge.kind == EdgeKind::Back { r#" stroke-dasharray="5,4""# } else { "" };
-        let _ = write!(svg, r##"<line class="edge" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#555"{dash} marker-end="url(#arrow)"/>"##, x1 + box_w / 2.0, y1 + box_h, x2 + box_w / 2.0, y2);
+        let _ = write!(
+            svg,
+            r##"<line class="edge" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#555"{dash} marker-end="url(#arrow)"/>"##,
+            x1 + box_w / 2.0,
+            y1 + box_h,
+            x2 + box_w / 2.0,
+            y2
+        );
         if let Some(label) = &edge.label {
-            let _ = write!(svg, r#"<text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#, (x1 + x2) / 2.0 + box_w / 2.0 + 3.0, (y1 + box_h + y2) / 2.0, escape(label));
+            let _ = write!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
+                (x1 + x2) / 2.0 + box_w / 2.0 + 3.0,
+                (y1 + box_h + y2) / 2.0,
+                escape(label)
+            );
         }
     }
     for node in &graph.nodes {
         let Some(&(x, y)) = pos.get(node.id.as_str()) else { continue };
         let (kind, fill) = match &node.kind {
-            NodeKind::Llm { role, .. } => (format!("llm: {}", serde_json::to_value(role).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()), "#c5e1a5"),
-            NodeKind::Tool { hints, .. } => (if hints.is_empty() { "tool".to_owned() } else { format!("tool: {}", hints.join(" | ")) }, "#90caf9"),
+            NodeKind::Llm { role, .. } => (
+                format!(
+                    "llm: {}",
+                    serde_json::to_value(role).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+                ),
+                "#c5e1a5",
+            ),
+            NodeKind::Tool { hints, .. } => {
+                (if hints.is_empty() { "tool".to_owned() } else { format!("tool: {}", hints.join(" | ")) }, "#90caf9")
+            }
             NodeKind::Branch { .. } => ("branch".to_owned(), "#ffe082"),
             NodeKind::Parallel => ("parallel".to_owned(), "#ffe082"),
             NodeKind::Join => ("join".to_owned(), "#ffe082"),
@@ -207,11 +257,20 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 fn svg_open(width: f64, height: f64, class: &str) -> String {
-    format!(r#"<svg xmlns="http://www.w3.org/2000/svg" class="{class}" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif">"#)
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="{class}" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif">"#
+    )
 }
 
 fn axes(svg: &mut String, width: f64, height: f64, pad: f64) {
-    let _ = write!(svg, r##"<line x1="{pad}" y1="{:.0}" x2="{:.0}" y2="{:.0}" stroke="#333"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{:.0}" stroke="#333"/>"##, height - pad, width - pad, height - pad, height - pad);
+    let _ = write!(
+        svg,
+        r##"<line x1="{pad}" y1="{:.0}" x2="{:.0}" y2="{:.0}" stroke="#333"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{:.0}" stroke="#333"/>"##,
+        height - pad,
+        width - pad,
+        height - pad,
+        height - pad
+    );
     for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let y = height - pad - (height - 2.0 * pad) * tick;
         let _ = write!(svg, r#"<text x="4" y="{:.1}" font-size="9">{tick:.2}</text>"#, y + 3.0);

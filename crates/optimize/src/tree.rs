@@ -41,8 +41,7 @@ pub fn cosine_lambda(iteration: u32, cfg: &SearchConfig) -> f64 {
         return cfg.lambda_min;
     }
     let progress = f64::from(iteration.min(cfg.iterations)) / f64::from(cfg.iterations);
-    cfg.lambda_min
-        + 0.5 * (cfg.lambda_max - cfg.lambda_min) * (1.0 + (std::f64::consts::PI * progress).cos())
+    cfg.lambda_min + 0.5 * (cfg.lambda_max - cfg.lambda_min) * (1.0 + (std::f64::consts::PI * progress).cos())
 }
 
 /// One candidate in the search tree.
@@ -182,7 +181,13 @@ impl SearchTree {
     /// the child up to the root.
     pub fn add_child(&mut self, parent: TreeNodeId, reward: f64) -> TreeNodeId {
         let id = self.nodes.len();
-        self.nodes.push(TreeNode { parent: Some(parent), children: Vec::new(), visits: 0, total_reward: 0.0, failed: false });
+        self.nodes.push(TreeNode {
+            parent: Some(parent),
+            children: Vec::new(),
+            visits: 0,
+            total_reward: 0.0,
+            failed: false,
+        });
         self.nodes[parent].children.push(id);
         self.backpropagate(id, reward);
         id
@@ -194,7 +199,13 @@ impl SearchTree {
     /// never selected.
     pub fn add_failed_child(&mut self, parent: TreeNodeId) -> TreeNodeId {
         let id = self.nodes.len();
-        self.nodes.push(TreeNode { parent: Some(parent), children: Vec::new(), visits: 0, total_reward: 0.0, failed: true });
+        self.nodes.push(TreeNode {
+            parent: Some(parent),
+            children: Vec::new(),
+            visits: 0,
+            total_reward: 0.0,
+            failed: true,
+        });
         self.nodes[parent].children.push(id);
         id
     }

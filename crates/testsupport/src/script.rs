@@ -59,12 +59,7 @@ impl Default for Script {
 impl Script {
     /// An empty script: no replies, one model `scripted-model`.
     pub fn new() -> Script {
-        Script {
-            rules: Vec::new(),
-            queue: VecDeque::new(),
-            fallback: None,
-            models: vec!["scripted-model".to_owned()],
-        }
+        Script { rules: Vec::new(), queue: VecDeque::new(), fallback: None, models: vec!["scripted-model".to_owned()] }
     }
 
     /// A script answering requests with `replies`, one each, in order.
@@ -238,14 +233,7 @@ pub(crate) enum ReplyKind {
 
 impl Reply {
     fn of(kind: ReplyKind) -> Reply {
-        Reply {
-            kind,
-            delay: Duration::ZERO,
-            usage: None,
-            finish_reason: None,
-            remove: Vec::new(),
-            headers: Vec::new(),
-        }
+        Reply { kind, delay: Duration::ZERO, usage: None, finish_reason: None, remove: Vec::new(), headers: Vec::new() }
     }
 
     /// A completion whose message content is `text`.
@@ -304,11 +292,7 @@ impl Reply {
 
     /// Any HTTP status with an OpenAI-shaped error body carrying `message`.
     pub fn status(status: u16, message: impl Into<String>) -> Reply {
-        Reply::of(ReplyKind::Status {
-            status,
-            retry_after: None,
-            body: error_body("scripted_error", &message.into()),
-        })
+        Reply::of(ReplyKind::Status { status, retry_after: None, body: error_body("scripted_error", &message.into()) })
     }
 
     /// HTTP 200 whose body is not JSON.

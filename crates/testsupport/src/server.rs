@@ -108,9 +108,8 @@ impl ScriptedLlmServer {
     /// If no loopback port can be bound, which a test cannot recover from. Must be
     /// called within a Tokio runtime.
     pub async fn start(script: Script) -> ScriptedLlmServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("scripted LLM server: binding a loopback port");
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("scripted LLM server: binding a loopback port");
         let addr = listener.local_addr().expect("scripted LLM server: local address");
         let shared = Arc::new(Shared {
             script: Mutex::new(script),
@@ -186,14 +185,11 @@ fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body
     let parsed = if body.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+        serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
     };
     let headers = headers
         .iter()
-        .map(|(name, value)| {
-            (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
-        })
+        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
         .collect();
     shared.requests.lock().expect("request log lock").push(RecordedRequest {
         method: method.to_string(),
@@ -288,9 +284,7 @@ async fn not_found(
 fn render(reply: &Reply, request: &Value, n: usize) -> Response {
     let (message, default_finish, completion_words) = match &reply.kind {
         ReplyKind::Status { status, retry_after, body } => {
-            let mut builder = Response::builder()
-                .status(*status)
-                .header(header::CONTENT_TYPE, "application/json");
+            let mut builder = Response::builder().status(*status).header(header::CONTENT_TYPE, "application/json");
             if let Some(seconds) = retry_after {
                 builder = builder.header(header::RETRY_AFTER, seconds.as_str());
             }
@@ -300,11 +294,9 @@ fn render(reply: &Reply, request: &Value, n: usize) -> Response {
             let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::OK);
             return json_response(status, body.clone());
         }
-        ReplyKind::Text(text) => (
-            json!({"role": "assistant", "content": text}),
-            "stop",
-            text.split_whitespace().count(),
-        ),
+        ReplyKind::Text(text) => {
+            (json!({"role": "assistant", "content": text}), "stop", text.split_whitespace().count())
+        }
         ReplyKind::ToolCalls(calls) => {
             let tool_calls: Vec<Value> = calls
                 .iter()

@@ -38,7 +38,8 @@ async fn bare_client() -> RunningService<RoleClient, ()> {
 }
 
 async fn registry() -> Registry {
-    let text = format!("[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\n", everything().display());
+    let text =
+        format!("[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\n", everything().display());
     let doc: toml::Value = toml::from_str(&text).unwrap();
     Registry::connect(&ToolsConfig::from_toml(&doc, None).unwrap()).await.unwrap()
 }
@@ -87,7 +88,10 @@ fn bench(c: &mut Criterion) {
     let n = f64::from(rounds * per_round);
     let bare_us = bare.as_secs_f64() * 1e6 / n;
     let reg_us = reg.as_secs_f64() * 1e6 / n;
-    println!("side by side, {} calls each: bare rmcp {bare_us:.1} µs/call, registry {reg_us:.1} µs/call", rounds * per_round);
+    println!(
+        "side by side, {} calls each: bare rmcp {bare_us:.1} µs/call, registry {reg_us:.1} µs/call",
+        rounds * per_round
+    );
     println!("registry overhead: {:.1} µs/call, ratio registry/bare = {:.3}", reg_us - bare_us, reg_us / bare_us);
 
     runtime.block_on(async {

@@ -167,13 +167,15 @@ impl ToolsConfig {
         let Some(section) = doc.get("tools") else {
             return Ok(ToolsConfig::empty());
         };
-        let raw: RawTools = section.clone().try_into().map_err(|err: toml::de::Error| {
-            invalid("tools".to_owned(), err.message().trim().to_owned())
+        let raw: RawTools = section
+            .clone()
+            .try_into()
+            .map_err(|err: toml::de::Error| invalid("tools".to_owned(), err.message().trim().to_owned()))?;
+        let call_timeout = seconds(raw.timeout_secs.unwrap_or(DEFAULT_CALL_TIMEOUT_SECS)).ok_or_else(|| {
+            invalid("tools.timeout_secs".to_owned(), "must be a positive number of seconds".to_owned())
         })?;
-        let call_timeout = seconds(raw.timeout_secs.unwrap_or(DEFAULT_CALL_TIMEOUT_SECS))
-            .ok_or_else(|| invalid("tools.timeout_secs".to_owned(), "must be a positive number of seconds".to_owned()))?;
-        let connect_timeout = seconds(raw.connect_timeout_secs.unwrap_or(DEFAULT_CONNECT_TIMEOUT_SECS))
-            .ok_or_else(|| {
+        let connect_timeout =
+            seconds(raw.connect_timeout_secs.unwrap_or(DEFAULT_CONNECT_TIMEOUT_SECS)).ok_or_else(|| {
                 invalid("tools.connect_timeout_secs".to_owned(), "must be a positive number of seconds".to_owned())
             })?;
         let mut servers: Vec<ServerConfig> = Vec::with_capacity(raw.mcp.len());
@@ -186,10 +188,16 @@ impl ToolsConfig {
                 return Err(invalid(at("name"), "must not be empty".to_owned()));
             }
             if entry.name.contains('.') {
-                return Err(invalid(at("name"), format!("`{}` contains `.`, which separates server and tool in qualified names", entry.name)));
+                return Err(invalid(
+                    at("name"),
+                    format!("`{}` contains `.`, which separates server and tool in qualified names", entry.name),
+                ));
             }
             if servers.iter().any(|server| server.name == entry.name) {
-                return Err(invalid(at("name"), format!("`{}` names two servers; server names must be unique", entry.name)));
+                return Err(invalid(
+                    at("name"),
+                    format!("`{}` names two servers; server names must be unique", entry.name),
+                ));
             }
             let transport = match (entry.command, entry.url) {
                 (Some(command), None) => TransportConfig::Stdio {
@@ -204,15 +212,24 @@ impl ToolsConfig {
                         return Err(invalid(at("url"), format!("`{url}` is not an http:// or https:// URL")));
                     }
                     if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() {
-                        return Err(invalid(at("url"), "`args`, `env` and `cwd` apply only to stdio servers (with `command`)".to_owned()));
+                        return Err(invalid(
+                            at("url"),
+                            "`args`, `env` and `cwd` apply only to stdio servers (with `command`)".to_owned(),
+                        ));
                     }
                     TransportConfig::Http { url }
                 }
                 (Some(_), Some(_)) => {
-                    return Err(invalid(at("command"), "give either `command` (stdio) or `url` (streamable HTTP), not both".to_owned()));
+                    return Err(invalid(
+                        at("command"),
+                        "give either `command` (stdio) or `url` (streamable HTTP), not both".to_owned(),
+                    ));
                 }
                 (None, None) => {
-                    return Err(invalid(format!("tools.mcp[{idx}]"), "missing `command` (stdio) or `url` (streamable HTTP)".to_owned()));
+                    return Err(invalid(
+                        format!("tools.mcp[{idx}]"),
+                        "missing `command` (stdio) or `url` (streamable HTTP)".to_owned(),
+                    ));
                 }
             };
             let filter = match (entry.allow, entry.deny) {
@@ -223,10 +240,13 @@ impl ToolsConfig {
                     return Err(invalid(at("allow"), "give either `allow` or `deny`, not both".to_owned()));
                 }
             };
-            let call_timeout = match entry.timeout_secs {
-                None => None,
-                Some(secs) => Some(seconds(secs).ok_or_else(|| invalid(at("timeout_secs"), "must be a positive number of seconds".to_owned()))?),
-            };
+            let call_timeout =
+                match entry.timeout_secs {
+                    None => None,
+                    Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                        invalid(at("timeout_secs"), "must be a positive number of seconds".to_owned())
+                    })?),
+                };
             servers.push(ServerConfig { name: entry.name, transport, filter, call_timeout });
         }
         Ok(ToolsConfig { servers, call_timeout, connect_timeout })
@@ -239,8 +259,8 @@ impl ToolsConfig {
     /// [`ConfigError::Toml`] when the text is not TOML, and every error of
     /// [`ToolsConfig::from_toml`].
     pub fn from_toml_str(text: &str, config_path: &Path) -> Result<ToolsConfig, ConfigError> {
-        let doc: toml::Value = toml::from_str(text)
-            .map_err(|source| ConfigError::Toml { path: config_path.to_path_buf(), source })?;
+        let doc: toml::Value =
+            toml::from_str(text).map_err(|source| ConfigError::Toml { path: config_path.to_path_buf(), source })?;
         ToolsConfig::from_toml(&doc, Some(config_path))
     }
 
@@ -297,11 +317,7 @@ fn seconds(secs: f64) -> Option<Duration> {
 
 fn resolve_command(command: &str, base_dir: Option<&Path>) -> PathBuf {
     // A bare name such as `node` is looked up on PATH by the OS; only paths are resolved.
-    if command.contains('/') {
-        resolve_dir(command, base_dir)
-    } else {
-        PathBuf::from(command)
-    }
+    if command.contains('/') { resolve_dir(command, base_dir) } else { PathBuf::from(command) }
 }
 
 fn resolve_dir(path: &str, base_dir: Option<&Path>) -> PathBuf {
@@ -383,7 +399,10 @@ timeout_secs = 1
     fn bad_entries_name_the_file_and_field() {
         check_err("[[tools.mcp]]\nname = \"a\"\n", "`/etc/flowmem/flowmem.toml` at `tools.mcp[0]`: missing `command`");
         check_err("[[tools.mcp]]\nname = \"a\"\ncommand = \"x\"\nurl = \"http://h\"\n", "at `tools.mcp[0].command`");
-        check_err("[[tools.mcp]]\nname = \"a\"\ncommand = \"x\"\n[[tools.mcp]]\nname = \"a\"\nurl = \"http://h\"\n", "at `tools.mcp[1].name`");
+        check_err(
+            "[[tools.mcp]]\nname = \"a\"\ncommand = \"x\"\n[[tools.mcp]]\nname = \"a\"\nurl = \"http://h\"\n",
+            "at `tools.mcp[1].name`",
+        );
         check_err("[[tools.mcp]]\nname = \"a.b\"\ncommand = \"x\"\n", "contains `.`");
         check_err("[[tools.mcp]]\nname = \"a\"\ncommand = \"x\"\nallow = []\ndeny = []\n", "at `tools.mcp[0].allow`");
         check_err("[[tools.mcp]]\nname = \"a\"\nurl = \"ftp://h\"\n", "not an http");

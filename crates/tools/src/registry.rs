@@ -276,7 +276,11 @@ impl Registry {
         let (connection, restart) = match server.live(inner.connect_timeout).await {
             Ok(live) => live,
             Err(err) => {
-                call.error = Some(format!("server `{}` is down and could not be restarted: {}", server.config.name, error_chain(&err)));
+                call.error = Some(format!(
+                    "server `{}` is down and could not be restarted: {}",
+                    server.config.name,
+                    error_chain(&err)
+                ));
                 return Invocation { call, status: CallStatus::TransportError, server: server_name, restart: None };
             }
         };
@@ -294,11 +298,15 @@ impl Registry {
                 CallStatus::Timeout
             }
             Ok(Err(rmcp::ServiceError::McpError(err))) => {
-                call.error = Some(format!("server `{}` refused `{name}` (JSON-RPC error {}): {}", server.config.name, err.code.0, err.message));
+                call.error = Some(format!(
+                    "server `{}` refused `{name}` (JSON-RPC error {}): {}",
+                    server.config.name, err.code.0, err.message
+                ));
                 CallStatus::ProtocolError
             }
             Ok(Err(err)) => {
-                call.error = Some(format!("calling `{name}` on server `{}` failed: {}", server.config.name, error_chain(&err)));
+                call.error =
+                    Some(format!("calling `{name}` on server `{}` failed: {}", server.config.name, error_chain(&err)));
                 CallStatus::TransportError
             }
             Ok(Ok(result)) => {
@@ -336,10 +344,13 @@ impl Inner {
             let config = &self.servers[server_idx].config;
             if let crate::ToolFilter::Allow(names) = &config.filter {
                 for name in names.iter().filter(|name| !tools.iter().any(|tool| tool.name == name.as_str())) {
-                    self.warnings.push(format!("server `{}` lists no tool `{name}` (named in its `allow` list)", config.name));
+                    self.warnings
+                        .push(format!("server `{}` lists no tool `{name}` (named in its `allow` list)", config.name));
                 }
             }
-            exposed.extend(tools.into_iter().filter(|tool| config.filter.admits(&tool.name)).map(|tool| (server_idx, tool)));
+            exposed.extend(
+                tools.into_iter().filter(|tool| config.filter.admits(&tool.name)).map(|tool| (server_idx, tool)),
+            );
         }
         let mut servers_per_name: HashMap<String, usize> = HashMap::new();
         for (_, tool) in &exposed {

@@ -62,11 +62,8 @@ impl Server {
             Ok(Err(source)) => return Err(Error::ListTools { server: config.name.clone(), source }),
             Err(_) => return Err(Error::ConnectTimeout { server: config.name.clone(), timeout }),
         };
-        let server = Server {
-            config,
-            current: Mutex::new(Arc::new(connection)),
-            restart_lock: tokio::sync::Mutex::new(()),
-        };
+        let server =
+            Server { config, current: Mutex::new(Arc::new(connection)), restart_lock: tokio::sync::Mutex::new(()) };
         Ok((server, tools))
     }
 

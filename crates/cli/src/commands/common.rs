@@ -16,7 +16,8 @@ use crate::settings;
 ///
 /// When the runtime cannot start, or whatever the command returns.
 pub fn block_on<F: std::future::Future<Output = anyhow::Result<ExitStatus>>>(future: F) -> anyhow::Result<ExitStatus> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(future)
 }
 
@@ -27,7 +28,9 @@ pub fn progress_bar(printer: &Printer, len: u64, template: &str) -> Option<indic
         return None;
     }
     let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     Some(bar)
 }
 

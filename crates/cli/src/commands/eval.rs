@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem,
-    System, TaskOracle, TcConfig, WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
+    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, System, TaskOracle, TcConfig,
+    WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
 };
 use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, load_graph};
 use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
@@ -68,12 +68,14 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         let validated = check(graph, ToolCatalog::Known(&visible))
             .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;
         // Executor calls are not cached: a repeat must be a real run, or its CV is 0.
-        let executor = settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), None, &accounting).await?;
+        let executor =
+            settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), None, &accounting).await?;
         workflow_system = Some(WorkflowSystem::new(&name, runtime_for(executor), validated, isolation.clone()));
     }
     let mut baseline_system = None;
     if args.baseline {
-        let agent = settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
+        let agent =
+            settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
         let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
         baseline_system = Some(ReactSystem::new("react", runtime_for(agent), cfg, isolation.clone()));
     }
@@ -81,7 +83,8 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         None
     } else {
         // Judge calls are greedy, so the cache replays them: re-scoring is free.
-        let cache = settings::open_cache(&llm_settings, CacheMode::ReadWrite)?.map(|cache| (cache, CacheMode::ReadWrite));
+        let cache =
+            settings::open_cache(&llm_settings, CacheMode::ReadWrite)?.map(|cache| (cache, CacheMode::ReadWrite));
         let name = args.judge_model.as_deref().or(args.model.as_deref());
         Some(settings::open_model(&llm_settings, Purpose::Judge, name, cache, &accounting).await?)
     };
@@ -156,12 +159,12 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |name| name.to_string_lossy().into_owned())
 }
 
-
 /// Errors and LLM totals on stderr, so a run's failures are not hidden in the files.
 fn summarize_on_stderr(report: &EvalReport, accounting: &Accounting, printer: &Printer) {
     let n_errors = report.runs.iter().filter(|run| run.error.is_some()).count();
     if n_errors > 0 {
-        printer.warn(&format!("{n_errors} of {} runs ended with an error (see `error` in runs.jsonl)", report.runs.len()));
+        printer
+            .warn(&format!("{n_errors} of {} runs ended with an error (see `error` in runs.jsonl)", report.runs.len()));
         if let Some(first) = report.runs.iter().find_map(|run| run.error.as_ref().map(|err| (run, err))) {
             printer.warn(&format!("first: {} on `{}`: {}", first.0.system, first.0.record_id, first.1));
         }

@@ -1,7 +1,7 @@
 //! `flowmem graph check` and `flowmem graph render`.
 
 use anyhow::Context;
-use flowmem_exec::{load_graph, to_dot, to_mermaid, violations, ToolCatalog};
+use flowmem_exec::{ToolCatalog, load_graph, to_dot, to_mermaid, violations};
 
 use crate::args::{GraphCheckArgs, GraphCommand, GraphRenderArgs, RenderFormat};
 use crate::commands::ExitStatus;

@@ -132,10 +132,7 @@ fn report(printer: &Printer, format_name: &str, imported: &Imported, kind: Optio
             printer.info(&format!("  {skipped}"));
         }
         if imported.skipped.len() > MAX_SKIPS_SHOWN {
-            printer.info(&format!(
-                "  … and {} more (--json lists them all)",
-                imported.skipped.len() - MAX_SKIPS_SHOWN
-            ));
+            printer.info(&format!("  … and {} more (--json lists them all)", imported.skipped.len() - MAX_SKIPS_SHOWN));
         }
     }
     for note in &imported.notes {

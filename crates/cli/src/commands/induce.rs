@@ -78,11 +78,13 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         .then(|| Scope { site: args.scope_site.clone(), domain: args.scope_domain.clone() });
     let store_cfg = StoreConfig { max_per_scope: args.max_per_scope, ..StoreConfig::standard() };
     let mut store = MemoryStore::open(&args.memory, store_cfg)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     let (report, model, accounting) = match args.mode {
         InduceMode::Rule => {
             let rule_cfg = RuleConfig { min_steps: args.min_steps, scope: None };
-            let cfg = OfflineConfig { variant: Variant::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            let cfg =
+                OfflineConfig { variant: Variant::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
             (runtime.block_on(induce_offline(&mut store, &trajectories, &cfg))?, None, None)
         }
         InduceMode::Lm => {
@@ -90,8 +92,13 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             let mode = llm.cache_mode();
             let cache = settings::open_cache(&llm, mode)?.map(|cache| (cache, mode));
             let accounting = Accounting::new();
-            let model =
-                runtime.block_on(settings::open_model(&llm, Purpose::Inducer, args.model.as_deref(), cache, &accounting))?;
+            let model = runtime.block_on(settings::open_model(
+                &llm,
+                Purpose::Inducer,
+                args.model.as_deref(),
+                cache,
+                &accounting,
+            ))?;
             let prompts = flowmem_memory::render::prompts().context("loading the induction prompt")?;
             let lm_cfg = LmConfig {
                 model: model.as_ref(),
@@ -102,7 +109,8 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
                 max_tokens: args.max_tokens,
                 max_result_chars: MAX_RESULT_CHARS,
             };
-            let cfg = OfflineConfig { variant: Variant::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            let cfg =
+                OfflineConfig { variant: Variant::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
             let report = runtime
                 .block_on(induce_offline(&mut store, &trajectories, &cfg))
                 .with_context(|| format!("inducing with model `{}`", model.name()))?;
@@ -132,7 +140,9 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         }
         for line in &workflows {
             match &line.status {
-                Status::Rejected { message, .. } => printer.info(&format!("rejected `{}`: {message}", line.description)),
+                Status::Rejected { message, .. } => {
+                    printer.info(&format!("rejected `{}`: {message}", line.description))
+                }
                 Status::Stored { id, evicted: [] } => {
                     printer.result(&format!("stored {id}: {}", line.description))?;
                 }

@@ -33,7 +33,8 @@ pub fn run(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
 
 async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
-    let records = flowmem_model::read_records(&args.online).with_context(|| format!("reading the task stream `{}`", args.online.display()))?;
+    let records = flowmem_model::read_records(&args.online)
+        .with_context(|| format!("reading the task stream `{}`", args.online.display()))?;
     if records.is_empty() {
         printer.warn(&format!("`{}` holds no records; nothing to learn from", args.online.display()));
         return Ok(ExitStatus::Failure);
@@ -43,13 +44,19 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
 
     let llm_settings = settings::llm_settings(args.config.as_deref())?;
     let accounting = Accounting::new();
-    let agent_model = settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
+    let agent_model =
+        settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
     let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
     let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, None, &accounting).await?;
     let tools_config = settings::tools_config(args.config.as_deref(), true)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
     let exec = settings::executor_prompts(None, &llm_settings, args.model.as_deref()).await?;
-    let runtime = Runtime { executor: agent_model.clone(), models: Default::default(), tools: registry.clone(), prompts: Arc::new(exec) };
+    let runtime = Runtime {
+        executor: agent_model.clone(),
+        models: Default::default(),
+        tools: registry.clone(),
+        prompts: Arc::new(exec),
+    };
     let prompts = render::prompts().context("loading the memory prompt templates")?;
 
     let rule = RuleConfig::standard();
@@ -187,7 +194,12 @@ impl ProgressBar {
             );
             bar
         });
-        ProgressBar { bar, solved_memory: AtomicUsize::new(0), solved_baseline: AtomicUsize::new(0), n_workflows: AtomicUsize::new(0) }
+        ProgressBar {
+            bar,
+            solved_memory: AtomicUsize::new(0),
+            solved_baseline: AtomicUsize::new(0),
+            n_workflows: AtomicUsize::new(0),
+        }
     }
 
     fn update(&self, progress: &OnlineProgress<'_>) {

@@ -52,7 +52,8 @@ async fn run_chat(args: &LlmChatArgs, printer: &Printer) -> anyhow::Result<ExitS
     request.max_tokens = args.max_tokens;
     let reply = model.chat(&request).await.with_context(|| format!("asking model `{}`", model.name()))?;
     if printer.json {
-        let output = ChatOutput { version: 1, backend, model: model.name(), reply: &reply, accounting: accounting.snapshot() };
+        let output =
+            ChatOutput { version: 1, backend, model: model.name(), reply: &reply, accounting: accounting.snapshot() };
         printer.json_result(&output)?;
         return Ok(ExitStatus::Success);
     }

@@ -19,21 +19,27 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         anyhow::bail!("no memory database given\nhint: pass `--memory FILE` or set FLOWMEM_MEMORY");
     };
     if !matches!(args.command, MemoryCommand::Import { .. }) && !path.exists() {
-        anyhow::bail!("memory database `{}` does not exist\nhint: create it with `flowmem induce` or `flowmem memory import`", path.display());
+        anyhow::bail!(
+            "memory database `{}` does not exist\nhint: create it with `flowmem induce` or `flowmem memory import`",
+            path.display()
+        );
     }
     let mut store = MemoryStore::open(path, StoreConfig::standard())?;
     match &args.command {
         MemoryCommand::List(scope) => list(&store, &filter(scope), printer),
         MemoryCommand::Show { id, graph, tree } => show(&store, id, *graph, *tree, printer),
         MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &filter(scope), printer),
-        MemoryCommand::Export { format, output, scope } => export(&store, *format, output.as_deref(), &filter(scope), printer),
+        MemoryCommand::Export { format, output, scope } => {
+            export(&store, *format, output.as_deref(), &filter(scope), printer)
+        }
         MemoryCommand::Import { input, format, scope_domain, scope_site } => {
             let scope = (scope_domain.is_some() || scope_site.is_some())
                 .then(|| Scope { site: scope_site.clone(), domain: scope_domain.clone() });
             import(&mut store, input, *format, scope, printer)
         }
         MemoryCommand::Prune { max_per_scope, min_success_rate, min_uses } => {
-            let policy = PrunePolicy { max_per_scope: *max_per_scope, min_success_rate: *min_success_rate, min_uses: *min_uses };
+            let policy =
+                PrunePolicy { max_per_scope: *max_per_scope, min_success_rate: *min_success_rate, min_uses: *min_uses };
             prune(&mut store, &policy, printer)
         }
     }
@@ -125,7 +131,12 @@ fn show_tree(store: &MemoryStore, id: &str, printer: &Printer) -> anyhow::Result
     printer.result("composition:")?;
     for line in &lines {
         let mark = if line.repeated { " (cycle)" } else { "" };
-        printer.result(&format!("{}{}  {}{mark}", "  ".repeat(line.depth + 1), line.workflow.id, line.workflow.description))?;
+        printer.result(&format!(
+            "{}{}  {}{mark}",
+            "  ".repeat(line.depth + 1),
+            line.workflow.id,
+            line.workflow.description
+        ))?;
     }
     Ok(())
 }
@@ -145,7 +156,13 @@ fn provenance_line(provenance: &Provenance) -> String {
     line
 }
 
-fn search(store: &MemoryStore, query: &str, limit: usize, scope: &Scope, printer: &Printer) -> anyhow::Result<ExitStatus> {
+fn search(
+    store: &MemoryStore,
+    query: &str,
+    limit: usize,
+    scope: &Scope,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
     let hits = store.search(query, scope, limit)?;
     if printer.json {
         printer.json_result(&hits)?;
@@ -193,7 +210,9 @@ fn import(
         ExchangeFormat::Jsonl => {
             let file = std::fs::File::open(input).with_context(|| format!("cannot open `{}`", input.display()))?;
             let (workflows, bad) = read_jsonl(&mut std::io::BufReader::new(file))?;
-            errors.extend(bad.iter().map(|err| format!("`{}:{}`: not a workflow: {}", input.display(), err.line, err.source)));
+            errors.extend(
+                bad.iter().map(|err| format!("`{}:{}`: not a workflow: {}", input.display(), err.line, err.source)),
+            );
             workflows
         }
         ExchangeFormat::Text => {

@@ -1,23 +1,23 @@
 //! One module per command. Each `run` takes its arguments and the printer and returns an
 //! [`ExitStatus`].
 
-pub mod mine;
-pub mod induce;
-pub mod memory;
-pub mod import;
+pub mod common;
+pub mod eval;
 pub mod graph;
+pub mod import;
+pub mod induce;
+pub mod learn;
 pub mod llm;
+pub mod memory;
+pub mod mine;
+pub mod run;
 pub mod schema;
-pub mod scout;
 pub mod score;
+pub mod scout;
+pub mod serve_llm;
 pub mod split;
 pub mod stats;
 pub mod tools;
-pub mod serve_llm;
-pub mod run;
-pub mod common;
-pub mod eval;
-pub mod learn;
 
 use std::process::ExitCode;
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_exec::{
-    check, compile, load_graph, run, run_agent, AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter,
-    Observers, OtelExporter, Plan, RunInput, Runtime, ToolCatalog,
+    AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter, Observers, OtelExporter, Plan, RunInput, Runtime,
+    ToolCatalog, check, compile, load_graph, run, run_agent,
 };
 use flowmem_llm::{Accounting, Purpose};
 use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
@@ -50,16 +50,12 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
     let tools_config = settings::tools_config(args.config.as_deref(), false)?;
     let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
     let prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
-    let runtime = Runtime {
-        executor,
-        models: Default::default(),
-        tools: registry.clone(),
-        prompts: Arc::new(prompts),
-    };
+    let runtime = Runtime { executor, models: Default::default(), tools: registry.clone(), prompts: Arc::new(prompts) };
     let mut observers = Observers::default();
     let trace_writer = match &args.trace {
         Some(path) => {
-            let file = std::fs::File::create(path).with_context(|| format!("cannot create the trace file `{}`", path.display()))?;
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create the trace file `{}`", path.display()))?;
             let writer = Arc::new(JsonlTraceWriter::new(std::io::BufWriter::new(file)));
             observers.0.push(writer.clone());
             Some(writer)
@@ -130,9 +126,19 @@ enum Runner {
 }
 
 /// Runs every input, at most `concurrency` at a time, with a progress bar.
-async fn run_all(runner: Runner, inputs: Vec<RunInput>, concurrency: usize, session: &Session, printer: &Printer) -> Vec<Trace> {
+async fn run_all(
+    runner: Runner,
+    inputs: Vec<RunInput>,
+    concurrency: usize,
+    session: &Session,
+    printer: &Printer,
+) -> Vec<Trace> {
     let n_inputs = inputs.len();
-    let bar = if n_inputs > 1 { progress_bar(printer, n_inputs as u64, "{bar:30} {pos}/{len} queries, {elapsed} ({msg})") } else { None };
+    let bar = if n_inputs > 1 {
+        progress_bar(printer, n_inputs as u64, "{bar:30} {pos}/{len} queries, {elapsed} ({msg})")
+    } else {
+        None
+    };
     let mut observers = session.observers.clone();
     if let Some(bar) = &bar {
         observers.0.push(Arc::new(Progress { bar: bar.clone(), failed: Default::default() }));

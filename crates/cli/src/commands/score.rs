@@ -23,7 +23,10 @@ pub fn run(args: &ScoreArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         printer.result(&human(&report))?;
     }
     for id in &report.duplicate_records {
-        printer.warn(&format!("record id `{id}` occurs more than once in `{}`; the first is used", args.records.display()));
+        printer.warn(&format!(
+            "record id `{id}` occurs more than once in `{}`; the first is used",
+            args.records.display()
+        ));
     }
     if !report.unmatched.is_empty() {
         printer.warn(&format!(
@@ -47,9 +50,12 @@ pub(crate) fn parse_ignore_args(items: &[String]) -> anyhow::Result<BTreeMap<Str
     let mut res: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for item in items {
         let Some((tool, names)) = item.split_once('=') else {
-            bail!("invalid `--ignore-args {item}`: expected TOOL=ARG[,ARG...], such as transfer_to_human_agents=summary");
+            bail!(
+                "invalid `--ignore-args {item}`: expected TOOL=ARG[,ARG...], such as transfer_to_human_agents=summary"
+            );
         };
-        let names: Vec<String> = names.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
+        let names: Vec<String> =
+            names.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
         if tool.trim().is_empty() || names.is_empty() {
             bail!("invalid `--ignore-args {item}`: both the tool and at least one argument name are needed");
         }
@@ -60,7 +66,11 @@ pub(crate) fn parse_ignore_args(items: &[String]) -> anyhow::Result<BTreeMap<Str
 
 fn human(report: &ScoreReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<24} {:>7} {:>7} {:>7} {:>7} {:>7}  outcome", "id", "attempt", "TC", "matched", "missing", "extra");
+    let _ = writeln!(
+        out,
+        "{:<24} {:>7} {:>7} {:>7} {:>7} {:>7}  outcome",
+        "id", "attempt", "TC", "matched", "missing", "extra"
+    );
     for run in &report.per_run {
         let outcome = match (run.success, run.outputs_found) {
             (Some(ok), Some(found)) => format!("success={ok} outputs={found}"),
@@ -80,10 +90,22 @@ fn human(report: &ScoreReport) -> String {
             run.extra.len()
         );
         for missing in &run.missing {
-            let _ = writeln!(out, "    missing #{} {} {}", missing.index, missing.tool, serde_json::Value::Object(missing.args.clone()));
+            let _ = writeln!(
+                out,
+                "    missing #{} {} {}",
+                missing.index,
+                missing.tool,
+                serde_json::Value::Object(missing.args.clone())
+            );
         }
         for extra in &run.extra {
-            let _ = writeln!(out, "    extra   #{} {} {}", extra.index, extra.tool, serde_json::Value::Object(extra.args.clone()));
+            let _ = writeln!(
+                out,
+                "    extra   #{} {} {}",
+                extra.index,
+                extra.tool,
+                serde_json::Value::Object(extra.args.clone())
+            );
         }
     }
     let mean = report.mean_tc.map_or_else(|| "-".to_string(), |tc| format!("{tc:.4}"));

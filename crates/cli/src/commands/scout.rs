@@ -9,7 +9,7 @@ use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, TcConfig, visible_tools};
 use flowmem_exec::Runtime;
 use flowmem_llm::{Accounting, CacheMode, Purpose, ResponseCache};
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Scoring, Strategy, alpha_of, prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, Scoring, ScoutParts, ScoutSettings, Strategy, alpha_of, prepare_run, scout,
 };
 use flowmem_tools::Registry;
 
@@ -66,9 +66,11 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     // the unchanged calls.
     let cache = Arc::new(ResponseCache::open(&dir.join("llm-cache.sqlite")).context("opening the run's LLM cache")?);
     let cached = || Some((cache.clone(), CacheMode::ReadWrite));
-    let executor = settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), cached(), &accounting).await?;
+    let executor =
+        settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), cached(), &accounting).await?;
     let optimizer_name = args.optimizer_model.as_deref().or(args.model.as_deref());
-    let optimizer = settings::open_model(&llm_settings, Purpose::Optimizer, optimizer_name, cached(), &accounting).await?;
+    let optimizer =
+        settings::open_model(&llm_settings, Purpose::Optimizer, optimizer_name, cached(), &accounting).await?;
     let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
     let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, cached(), &accounting).await?;
 

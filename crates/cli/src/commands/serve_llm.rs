@@ -25,11 +25,12 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let bound = listener.local_addr()?;
         if printer.json {
-            printer.json_result(&serde_json::json!({"base_url": format!("http://{bound}/v1"), "model": flowmem_llm_local::MODEL_NAME}))?;
+            printer.json_result(
+                &serde_json::json!({"base_url": format!("http://{bound}/v1"), "model": flowmem_llm_local::MODEL_NAME}),
+            )?;
         } else {
             printer.result(&format!("http://{bound}/v1"))?;
         }

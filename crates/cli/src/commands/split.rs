@@ -62,9 +62,7 @@ fn parse_ratios(text: &str) -> anyhow::Result<SplitRatios> {
         bail!("invalid `--ratios {text}`: expected three whole numbers as OPT:VAL:TEST, such as 5:2:3");
     };
     let number = |part: &str| {
-        part.trim()
-            .parse::<u32>()
-            .with_context(|| format!("invalid `--ratios {text}`: `{part}` is not a whole number"))
+        part.trim().parse::<u32>().with_context(|| format!("invalid `--ratios {text}`: `{part}` is not a whole number"))
     };
     Ok(SplitRatios { opt: number(opt)?, val: number(val)?, test: number(test)? })
 }

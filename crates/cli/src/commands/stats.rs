@@ -23,8 +23,8 @@ struct Document<'a> {
 
 /// Reads the file and prints its counts.
 pub fn run(args: &StatsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let items = model::read_items(&args.path)
-        .with_context(|| format!("cannot compute stats of `{}`", args.path.display()))?;
+    let items =
+        model::read_items(&args.path).with_context(|| format!("cannot compute stats of `{}`", args.path.display()))?;
     let stats = model::stats(&items, args.top);
     if printer.json {
         printer.json_result(&Document { version: 1, file: &args.path, stats: &stats })?;

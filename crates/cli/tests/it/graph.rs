@@ -34,24 +34,39 @@ fn check_prints_every_violation_with_its_node_and_exits_1() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
-    assert!(lines.contains(&"g.yaml: node `lookup`: tool hint `get_order_details` names no available tool"), "{stdout}");
-    assert!(lines.iter().any(|line| line.contains("node `lookup`: the instruction template uses `nowhere`")), "{stdout}");
-    assert!(lines.iter().any(|line| line.contains("node `pick`: the branch edge to `answer` has no route label")), "{stdout}");
-    assert!(lines.iter().any(|line| line.contains("node `pick`: the condition can choose route `default`")), "{stdout}");
+    assert!(
+        lines.contains(&"g.yaml: node `lookup`: tool hint `get_order_details` names no available tool"),
+        "{stdout}"
+    );
+    assert!(
+        lines.iter().any(|line| line.contains("node `lookup`: the instruction template uses `nowhere`")),
+        "{stdout}"
+    );
+    assert!(
+        lines.iter().any(|line| line.contains("node `pick`: the branch edge to `answer` has no route label")),
+        "{stdout}"
+    );
+    assert!(
+        lines.iter().any(|line| line.contains("node `pick`: the condition can choose route `default`")),
+        "{stdout}"
+    );
 
     let out = flowmem(dir.path(), &["--json", "graph", "check", "g.yaml"]);
     assert_eq!(out.status.code(), Some(1));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["valid"], false);
     assert_eq!(report["tools_checked"], false);
-    let nodes: Vec<&str> = report["violations"].as_array().unwrap().iter().map(|v| v["node"].as_str().unwrap()).collect();
+    let nodes: Vec<&str> =
+        report["violations"].as_array().unwrap().iter().map(|v| v["node"].as_str().unwrap()).collect();
     assert_eq!(nodes, ["pick", "pick", "lookup"]);
 }
 
 #[test]
 fn check_passes_a_valid_graph_and_render_draws_it() {
     let dir = tempfile::tempdir().unwrap();
-    let fixed = BROKEN.replace(" instruction: 'use {{ nowhere }}'", "").replace("{from: pick, to: answer}", "{from: pick, to: answer, label: default}");
+    let fixed = BROKEN
+        .replace(" instruction: 'use {{ nowhere }}'", "")
+        .replace("{from: pick, to: answer}", "{from: pick, to: answer, label: default}");
     std::fs::write(dir.path().join("g.yaml"), fixed).unwrap();
     let out = flowmem(dir.path(), &["graph", "check", "g.yaml", "--tool", "get_order_details"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
@@ -59,7 +74,10 @@ fn check_passes_a_valid_graph_and_render_draws_it() {
     let out = flowmem(dir.path(), &["graph", "render", "g.yaml", "--format", "dot"]);
     assert_eq!(out.status.code(), Some(0));
     let dot = String::from_utf8(out.stdout).unwrap();
-    assert!(dot.starts_with("digraph workflow {") && dot.contains("\"pick\" -> \"answer\" [label=\"default\"];"), "{dot}");
+    assert!(
+        dot.starts_with("digraph workflow {") && dot.contains("\"pick\" -> \"answer\" [label=\"default\"];"),
+        "{dot}"
+    );
     let out = flowmem(dir.path(), &["graph", "render", "g.yaml"]);
     assert!(String::from_utf8(out.stdout).unwrap().starts_with("flowchart TD"));
     let out = flowmem(dir.path(), &["graph", "render", "missing.yaml"]);

@@ -94,7 +94,11 @@ fn nothing_imported_exits_1_and_keeps_the_old_output() {
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("`tasks.jsonl:1` at `$.instruction`: missing field `instruction`"), "{}", run.stderr);
     assert!(run.stderr.contains("`tasks.jsonl:2`: not valid JSON: expected ident at column 2"), "{}", run.stderr);
-    assert!(run.stderr.ends_with("error: nothing imported from 2 tau-bench item(s); `out.jsonl` was not written\n"), "{}", run.stderr);
+    assert!(
+        run.stderr.ends_with("error: nothing imported from 2 tau-bench item(s); `out.jsonl` was not written\n"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(dir.read("out.jsonl"), "previous\n");
 }
 
@@ -139,7 +143,11 @@ fn stabletoolbench_summary_says_messages_are_truncated() {
     let evalset = data("stabletoolbench/default_evalset_gpt-3.5-turbo_CoT/G1_tool.json");
     let run = dir.run(&["import", "--format", "stabletoolbench", &evalset, "-o", "out.jsonl"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stderr.contains("note: StableToolBench truncates every logged message to 100 characters"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("note: StableToolBench truncates every logged message to 100 characters"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -127,7 +127,8 @@ async fn lm_induction_with_nothing_parseable_exits_1_and_stores_nothing() {
     assert_eq!(json["workflows"], json!([]));
     assert_eq!(json["report"]["skipped"][0]["reason"]["kind"], "unparseable");
     assert_eq!(server.chat_requests().len(), 2, "the structured request was re-asked once");
-    let list = flowmem(dir.path(), &["--json", "memory", "list", "--memory", "memory.db"], &[], Duration::from_secs(30)).await;
+    let list =
+        flowmem(dir.path(), &["--json", "memory", "list", "--memory", "memory.db"], &[], Duration::from_secs(30)).await;
     assert_eq!(text(&list.stdout).trim(), "[]");
 }
 
@@ -209,7 +210,8 @@ async fn lm_induction_with_the_embedded_model_stores_only_what_validates() {
     assert_eq!(output.status.code(), Some(if report["added"].as_array().unwrap().is_empty() { 1 } else { 0 }));
 
     // Everything stored passes the same validation the inducer applies.
-    let list = flowmem(dir.path(), &["--json", "memory", "list", "--memory", "memory.db"], &[], Duration::from_secs(30)).await;
+    let list =
+        flowmem(dir.path(), &["--json", "memory", "list", "--memory", "memory.db"], &[], Duration::from_secs(30)).await;
     assert!(list.status.success(), "{list:?}");
     let stored: Vec<flowmem_model::Workflow> = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(stored.len(), n_stored);

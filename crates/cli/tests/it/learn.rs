@@ -56,10 +56,13 @@ async fn agent_with_memory_uses_workflows_in_prompt_and_as_actions_and_records_t
         "provenance": {"inducer": "import"}
     });
     std::fs::write(dir.path().join("workflows.jsonl"), format!("{line}\n")).unwrap();
-    let imported = flowmem(dir.path(), &["memory", "import", "workflows.jsonl", "--memory", "memory.db"], "http://127.0.0.1:9").await;
+    let imported =
+        flowmem(dir.path(), &["memory", "import", "workflows.jsonl", "--memory", "memory.db"], "http://127.0.0.1:9")
+            .await;
     assert_eq!(imported.status.code(), Some(0), "{imported:?}");
     let id = workflows(dir.path()).await[0]["id"].as_str().unwrap().to_owned();
-    let query = ["agent", "--query", "echo a greeting and add numbers", "--memory", "memory.db", "--scope-domain", "demo"];
+    let query =
+        ["agent", "--query", "echo a greeting and add numbers", "--memory", "memory.db", "--scope-domain", "demo"];
 
     // Prompt mode: the workflow is in the system prompt; the answered run counts a success.
     let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::text("Greeting echoed."))).await;
@@ -80,7 +83,12 @@ async fn agent_with_memory_uses_workflows_in_prompt_and_as_actions_and_records_t
     let output = flowmem(dir.path(), &args, &server.base_url()).await;
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let offered = &server.chat_requests()[0].body["tools"];
-    let definition = offered.as_array().unwrap().iter().find(|def| def["function"]["name"] == tool.as_str()).expect("the workflow is offered");
+    let definition = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|def| def["function"]["name"] == tool.as_str())
+        .expect("the workflow is offered");
     assert_eq!(definition["function"]["parameters"]["required"], json!(["text", "a", "b"]));
     let trace = std::fs::read_to_string(dir.path().join("trace.jsonl")).unwrap();
     assert!(trace.contains("Echo: hi"), "the expanded steps ran: {trace}");
@@ -110,7 +118,9 @@ fn stream_script(calls: &[(&str, Value)]) -> Script {
 fn write_records(dir: &Path, name: &str, records: &[(&str, &str)]) {
     let lines: Vec<String> = records
         .iter()
-        .map(|(id, query)| json!({"id": id, "query": query, "orchestration": [], "meta": {"domain": "demo"}}).to_string())
+        .map(|(id, query)| {
+            json!({"id": id, "query": query, "orchestration": [], "meta": {"domain": "demo"}}).to_string()
+        })
         .collect();
     std::fs::write(dir.join(name), lines.join("\n") + "\n").unwrap();
 }
@@ -119,17 +129,24 @@ fn user_queries(server: &ScriptedLlmServer) -> Vec<String> {
     server
         .chat_requests()
         .iter()
-        .filter_map(|request| request.messages().iter().find(|message| message["role"] == "user")?["content"].as_str().map(str::to_owned))
+        .filter_map(|request| {
+            request.messages().iter().find(|message| message["role"] == "user")?["content"].as_str().map(str::to_owned)
+        })
         .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     let dir = workdir();
-    let tasks = [("r1", "first: say hello and add one and two"), ("r2", "second: say hello and add"), ("r3", "third: say hello and add")];
+    let tasks = [
+        ("r1", "first: say hello and add one and two"),
+        ("r2", "second: say hello and add"),
+        ("r3", "third: say hello and add"),
+    ];
     write_records(dir.path(), "tasks.jsonl", &tasks);
     let two_calls = [("echo", json!({"message": "hello"})), ("get-sum", json!({"a": 1, "b": 2}))];
-    let learn = ["--json", "learn", "--online", "tasks.jsonl", "--memory", "memory.db", "--out", "out", "--max-steps", "4"];
+    let learn =
+        ["--json", "learn", "--online", "tasks.jsonl", "--memory", "memory.db", "--out", "out", "--max-steps", "4"];
 
     // An interrupted run: only the first task.
     let server = ScriptedLlmServer::start(stream_script(&two_calls)).await;
@@ -146,7 +163,8 @@ async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     assert_eq!(curve["baseline"]["n_tasks"], 3);
     assert_eq!(curve["memory"]["steps_per_solved"], 2.0);
     assert_eq!(curve["success_source"], "evaluator");
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/learning_curve.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/learning_curve.json")).unwrap()).unwrap();
     assert_eq!(&on_disk, curve);
     let html = std::fs::read_to_string(dir.path().join("out/learning_curve.html")).unwrap();
     assert_eq!(html.matches("class=\"curve\"").count(), 2, "memory and baseline lines");
@@ -155,7 +173,8 @@ async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     let learned = workflows(dir.path()).await;
     assert_eq!(learned.len(), 1, "{learned:?}");
     let part = learned[0]["id"].as_str().unwrap().to_owned();
-    let tools: Vec<&str> = learned[0]["steps"].as_array().unwrap().iter().map(|step| step["action"]["tool"].as_str().unwrap()).collect();
+    let tools: Vec<&str> =
+        learned[0]["steps"].as_array().unwrap().iter().map(|step| step["action"]["tool"].as_str().unwrap()).collect();
     assert_eq!(tools, ["echo", "get-sum"]);
     assert_eq!(stats(&learned[0]).1, 2, "used in the successful runs of tasks 2 and 3");
 
@@ -179,7 +198,9 @@ async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     let whole = learned.iter().find(|workflow| workflow["id"] != part.as_str()).expect("a second workflow");
     assert_eq!(whole["composed_of"], json!([part]), "a reference, not a copy");
     let whole_id = whole["id"].as_str().unwrap();
-    let shown = flowmem(dir.path(), &["memory", "show", whole_id, "--tree", "--memory", "memory.db"], "http://127.0.0.1:9").await;
+    let shown =
+        flowmem(dir.path(), &["memory", "show", whole_id, "--tree", "--memory", "memory.db"], "http://127.0.0.1:9")
+            .await;
     assert_eq!(shown.status.code(), Some(0), "{shown:?}");
     let text = String::from_utf8_lossy(&shown.stdout);
     let tree: Vec<&str> = text.lines().skip_while(|line| *line != "composition:").skip(1).collect();
@@ -204,11 +225,29 @@ async fn learn_online_with_lm_induction_stores_the_models_workflow() {
         .when(Match::after_tool_result(), Reply::text("finished"))
         .otherwise(Reply::tool_calls([("echo", json!({"message": "hello"})), ("get-sum", json!({"a": 1, "b": 2}))]));
     let server = ScriptedLlmServer::start(script).await;
-    let args = ["--json", "learn", "--online", "tasks.jsonl", "--memory", "memory.db", "--out", "out", "--induce", "lm", "--no-baseline"];
+    let args = [
+        "--json",
+        "learn",
+        "--online",
+        "tasks.jsonl",
+        "--memory",
+        "memory.db",
+        "--out",
+        "out",
+        "--induce",
+        "lm",
+        "--no-baseline",
+    ];
     let summary = stdout_json(&flowmem(dir.path(), &args, &server.base_url()).await);
     assert_eq!(summary["curve"]["n_workflows_added"], 1, "{summary}");
-    let induce_prompt = user_queries(&server).into_iter().find(|text| text.contains("extract the common workflows")).expect("the inducer was asked");
-    assert!(induce_prompt.contains("say hello and add one and two"), "the judged-successful run is shown: {induce_prompt}");
+    let induce_prompt = user_queries(&server)
+        .into_iter()
+        .find(|text| text.contains("extract the common workflows"))
+        .expect("the inducer was asked");
+    assert!(
+        induce_prompt.contains("say hello and add one and two"),
+        "the judged-successful run is shown: {induce_prompt}"
+    );
     let learned = workflows(dir.path()).await;
     assert_eq!(learned.len(), 1);
     assert_eq!(learned[0]["description"], "Greet someone and add two numbers");

@@ -26,10 +26,9 @@ fn stdout(output: &Output) -> String {
 
 #[tokio::test]
 async fn chats_with_the_environment_endpoint() {
-    let server = ScriptedLlmServer::start(
-        Script::new().when(Match::last_user_contains("Say hi"), Reply::text("Hi there!")),
-    )
-    .await;
+    let server =
+        ScriptedLlmServer::start(Script::new().when(Match::last_user_contains("Say hi"), Reply::text("Hi there!")))
+            .await;
     let dir = tempfile::tempdir().unwrap();
     let base_url = server.base_url();
     let env = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-cli-test")];

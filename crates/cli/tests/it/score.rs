@@ -62,7 +62,10 @@ fn score_reports_tc_alignment_and_unmatched_runs_on_tau2_airline() {
         expected.push((record.id.clone(), dropped.len() as f64 / calls.len() as f64));
     }
     // One reordered run: its last two calls swapped.
-    let reorder = records.iter().find(|r| r.orchestration.len() == 2 && !r.orchestration[0].same_call(&r.orchestration[1])).unwrap();
+    let reorder = records
+        .iter()
+        .find(|r| r.orchestration.len() == 2 && !r.orchestration[0].same_call(&r.orchestration[1]))
+        .unwrap();
     let swapped = vec![reorder.orchestration[1].clone(), reorder.orchestration[0].clone()];
     runs.push(trajectory(&reorder.id, 2, &swapped, ""));
     expected.push((reorder.id.clone(), 0.5));
@@ -90,7 +93,14 @@ fn score_reports_tc_alignment_and_unmatched_runs_on_tau2_airline() {
     assert_eq!(missing[0]["index"], first.orchestration.len() - 1);
     // The swapped run matches one call and has one missing and one extra.
     let last = per_run.last().unwrap();
-    assert_eq!((last["matched"].as_array().unwrap().len(), last["missing"].as_array().unwrap().len(), last["extra"].as_array().unwrap().len()), (1, 1, 1));
+    assert_eq!(
+        (
+            last["matched"].as_array().unwrap().len(),
+            last["missing"].as_array().unwrap().len(),
+            last["extra"].as_array().unwrap().len()
+        ),
+        (1, 1, 1)
+    );
     let mean = expected.iter().map(|(_, tc)| tc).sum::<f64>() / expected.len() as f64;
     assert!((report["mean_tc"].as_f64().unwrap() - mean).abs() < 1e-12);
     // Golden runs carry the required outputs in their answers.
@@ -101,7 +111,8 @@ fn score_reports_tc_alignment_and_unmatched_runs_on_tau2_airline() {
     assert!(text.contains("mean TC") && text.contains("unmatched runs: no-such-task"), "{text}");
     assert!(String::from_utf8_lossy(&human.stderr).contains("1 runs have no record"));
 
-    let strict = flowmem(&["score", "--records", "records.jsonl", "--runs", "runs.jsonl", "--fail-under", "0.99"], dir.path());
+    let strict =
+        flowmem(&["score", "--records", "records.jsonl", "--runs", "runs.jsonl", "--fail-under", "0.99"], dir.path());
     assert_eq!(strict.status.code(), Some(1));
 }
 
@@ -113,13 +124,18 @@ fn no_matching_run_exits_one_and_a_bad_line_exits_two_naming_it() {
     let out = flowmem(&["score", "--records", "records.jsonl", "--runs", "runs.jsonl"], dir.path());
     assert_eq!(out.status.code(), Some(1));
 
-    std::fs::write(dir.path().join("bad.jsonl"), "{\"id\": \"1\", \"query\": \"q\"}\n{\"id\": \"1\", \"query\": \"q\", \"steps\": 3}\n").unwrap();
+    std::fs::write(
+        dir.path().join("bad.jsonl"),
+        "{\"id\": \"1\", \"query\": \"q\"}\n{\"id\": \"1\", \"query\": \"q\", \"steps\": 3}\n",
+    )
+    .unwrap();
     let out = flowmem(&["score", "--records", "records.jsonl", "--runs", "bad.jsonl"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.jsonl:2") && stderr.contains("$.steps"), "{stderr}");
 
-    let out = flowmem(&["score", "--records", "records.jsonl", "--runs", "runs.jsonl", "--ignore-args", "oops"], dir.path());
+    let out =
+        flowmem(&["score", "--records", "records.jsonl", "--runs", "runs.jsonl", "--ignore-args", "oops"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TOOL=ARG"));
 }

@@ -40,7 +40,8 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
             state.display()
         ),
     );
-    let import = dir.run(&["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"]);
+    let import =
+        dir.run(&["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"]);
     assert_eq!(import.code, 0, "{}", import.stderr);
     let all = dir.read("retail.jsonl");
     // Five records, split 3:1:1, and one iteration: the embedded model runs every node of
@@ -50,8 +51,23 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     dir.write("records.jsonl", &(first.join("\n") + "\n"));
 
     let args = [
-        "--json", "scout", "--records", "records.jsonl", "--out", "run", "--iterations", "1", "--concurrency", "2",
-        "--max-steps", "4", "--state-key-arg", "state_key", "--reset-tool", "reset_state", "--task-check",
+        "--json",
+        "scout",
+        "--records",
+        "records.jsonl",
+        "--out",
+        "run",
+        "--iterations",
+        "1",
+        "--concurrency",
+        "2",
+        "--max-steps",
+        "4",
+        "--state-key-arg",
+        "state_key",
+        "--reset-tool",
+        "reset_state",
+        "--task-check",
     ];
     let scout = dir.run(&args);
     assert_eq!(scout.code, 0, "scout failed:\n{}\n{}", scout.stdout, scout.stderr);
@@ -79,7 +95,11 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
             plans += 1;
             let plan = std::fs::read_to_string(&path).unwrap();
             assert!(!plan.contains("the model's limit"), "{} was refused for length:\n{plan}", path.display());
-            assert!(!plan.contains("cannot constrain"), "{}: the schema did not compile or dead-ended:\n{plan}", path.display());
+            assert!(
+                !plan.contains("cannot constrain"),
+                "{}: the schema did not compile or dead-ended:\n{plan}",
+                path.display()
+            );
         }
     }
     assert_eq!(plans, 1, "one plan file per expansion");
@@ -104,7 +124,8 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     }
 
     // Resuming a finished run evaluates no candidate again and keeps its choice.
-    let resumed = dir.run(&["--json", "scout", "--resume", "run", "--state-key-arg", "state_key", "--reset-tool", "reset_state"]);
+    let resumed =
+        dir.run(&["--json", "scout", "--resume", "run", "--state-key-arg", "state_key", "--reset-tool", "reset_state"]);
     assert_eq!(resumed.code, 0, "resume failed:\n{}", resumed.stderr);
     let again: Value = serde_json::from_str(&resumed.stdout).unwrap_or_else(|err| panic!("{err}: {}", resumed.stdout));
     assert_eq!(again["best_candidate"], summary["best_candidate"]);
@@ -112,7 +133,8 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     assert_eq!(read_json(&run.join("state.json")), state_json, "the resume changed the search state");
 
     // The chosen workflow is ready for `flowmem run`.
-    let records: Vec<Value> = dir.read("records.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let records: Vec<Value> =
+        dir.read("records.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let query = records[0]["query"].as_str().unwrap();
     let run_best = dir.run(&["run", "run/best.workflow.json", "--query", query, "--trace", "best.trace.jsonl"]);
     assert_eq!(run_best.code, 0, "flowmem run failed:\n{}", run_best.stderr);

@@ -40,7 +40,10 @@ fn split_is_five_two_three_and_ignores_input_order() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // 114 × (0.5, 0.2, 0.3) = 57, 22.8, 34.2 → largest remainder gives val the extra one.
-    assert_eq!((summary["opt"].as_u64(), summary["val"].as_u64(), summary["test"].as_u64()), (Some(57), Some(23), Some(34)));
+    assert_eq!(
+        (summary["opt"].as_u64(), summary["val"].as_u64(), summary["test"].as_u64()),
+        (Some(57), Some(23), Some(34))
+    );
 
     let out = flowmem(&["split", "reversed.jsonl", "--seed", "7", "--out", "b"], dir.path());
     assert_eq!(out.status.code(), Some(0));

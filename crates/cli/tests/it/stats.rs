@@ -60,7 +60,8 @@ fn stats_of_an_imported_data_set() {
     assert_eq!(stats["n_items_without_tool_calls"], 7);
     let n_tools = stats["n_distinct_tools"].as_u64().unwrap();
     assert!((1..=14).contains(&n_tools), "{n_tools}");
-    let counts: Vec<u64> = stats["top_transitions"].as_array().unwrap().iter().map(|t| t["count"].as_u64().unwrap()).collect();
+    let counts: Vec<u64> =
+        stats["top_transitions"].as_array().unwrap().iter().map(|t| t["count"].as_u64().unwrap()).collect();
     assert!(counts.windows(2).all(|pair| pair[0] >= pair[1]), "{counts:?}");
 }
 

@@ -41,7 +41,11 @@ impl Dir {
 
 fn stdout_json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!("stdout is not JSON ({err}): {}\nstderr: {}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+        panic!(
+            "stdout is not JSON ({err}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
     })
 }
 
@@ -96,8 +100,16 @@ fn replay_reports_per_record_and_skips_bad_lines() {
     text.push_str("{\"not\": \"a record\"}\n");
     std::fs::write(dir.dir.path().join("records.jsonl"), text).unwrap();
     let output = dir.flowmem(&[
-        "tools", "replay", "records.jsonl", "--json", "--concurrency", "2",
-        "--state-key-arg", "state_key", "--reset-tool", "reset_state",
+        "tools",
+        "replay",
+        "records.jsonl",
+        "--json",
+        "--concurrency",
+        "2",
+        "--state-key-arg",
+        "state_key",
+        "--reset-tool",
+        "reset_state",
     ]);
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     let report = stdout_json(&output);

@@ -2,7 +2,9 @@
 
 use std::sync::Mutex;
 
-use flowmem_eval::{EvalConfig, Progress, System, SystemRole, SystemRun, TcConfig, UsageTotals, evaluate, evaluate_concurrently};
+use flowmem_eval::{
+    EvalConfig, Progress, System, SystemRole, SystemRun, TcConfig, UsageTotals, evaluate, evaluate_concurrently,
+};
 use flowmem_model::{ImportFormat, Item, Record, Trace, import};
 
 use crate::util::shared_data;
@@ -51,7 +53,8 @@ impl System for Replayer {
 
 #[tokio::test]
 async fn every_system_runs_every_record_repeat_times() {
-    let records: Vec<Record> = tau2_records("retail").into_iter().filter(|r| !r.orchestration.is_empty()).take(10).collect();
+    let records: Vec<Record> =
+        tau2_records("retail").into_iter().filter(|r| !r.orchestration.is_empty()).take(10).collect();
     let perfect = Replayer { name: "golden", role: SystemRole::Workflow, drop_last: 0 };
     let lossy = Replayer { name: "lossy", role: SystemRole::Baseline, drop_last: 1 };
     let cfg = EvalConfig { repeat: 2, tc: TcConfig::exact(), judge: None, checker: None };
@@ -66,7 +69,8 @@ async fn every_system_runs_every_record_repeat_times() {
     assert_eq!(golden.llm_calls_per_query, 2.0);
     assert_eq!(golden.tokens_per_query, 110.0);
     assert_eq!(golden.mean_es, None);
-    let expected: f64 = records.iter().map(|r| (r.orchestration.len() - 1) as f64 / r.orchestration.len() as f64).sum::<f64>() / 10.0;
+    let expected: f64 =
+        records.iter().map(|r| (r.orchestration.len() - 1) as f64 / r.orchestration.len() as f64).sum::<f64>() / 10.0;
     let lossy = report.systems.iter().find(|s| s.system == "lossy").unwrap();
     assert!((lossy.mean_tc - expected).abs() < 1e-12);
     let cmp = &report.comparisons[0];
@@ -92,7 +96,12 @@ impl System for Gate {
 
     async fn run(&self, record: &Record) -> SystemRun {
         self.barrier.wait().await;
-        let trace = Trace { query_id: record.id.clone(), query: record.query.clone(), result: Some("ok".into()), ..Trace::default() };
+        let trace = Trace {
+            query_id: record.id.clone(),
+            query: record.query.clone(),
+            result: Some("ok".into()),
+            ..Trace::default()
+        };
         SystemRun { trace, usage: UsageTotals::default() }
     }
 }
@@ -108,6 +117,7 @@ async fn concurrent_runs_overlap_and_the_report_keeps_the_starting_order() {
     let run = evaluate_concurrently(&systems, &records, &cfg, 2, &no_progress);
     let report = tokio::time::timeout(std::time::Duration::from_secs(20), run).await.expect("runs did not overlap");
     let order: Vec<(u32, &str)> = report.runs.iter().map(|r| (r.repeat, r.record_id.as_str())).collect();
-    let expected: Vec<(u32, &str)> = (0..2).flat_map(|repeat| records.iter().map(move |r| (repeat, r.id.as_str()))).collect();
+    let expected: Vec<(u32, &str)> =
+        (0..2).flat_map(|repeat| records.iter().map(move |r| (repeat, r.id.as_str()))).collect();
     assert_eq!(order, expected);
 }

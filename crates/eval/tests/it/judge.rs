@@ -119,7 +119,8 @@ async fn judging_again_is_answered_by_the_cache_without_http() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let cache = Arc::new(ResponseCache::open(&dir.path().join("llm-cache.sqlite")).unwrap());
-    let model: Arc<dyn ChatModel> = Arc::new(CachedModel::new(Arc::new(http(&server)), cache.clone(), CacheMode::ReadWrite));
+    let model: Arc<dyn ChatModel> =
+        Arc::new(CachedModel::new(Arc::new(http(&server)), cache.clone(), CacheMode::ReadWrite));
     let prompts = prompts();
 
     let first = judge_es(model.as_ref(), &prompts, &input("Cancelled.", &[])).await.unwrap();

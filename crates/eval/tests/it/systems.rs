@@ -45,7 +45,8 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
         tools: Arc::new(registry.clone()),
         prompts: Arc::new(exec_prompts(None).unwrap()),
     };
-    let react = ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None }, Some(isolation.clone()));
+    let react =
+        ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None }, Some(isolation.clone()));
 
     let server = StateServer::tau2(state_dir.path());
     for repeat in 0..2 {
@@ -67,7 +68,9 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
     // The agent was offered neither the state tools nor the state argument.
     for request in llm.chat_requests() {
         let tools = request.body["tools"].as_array().unwrap();
-        assert!(!tools.iter().any(|t| t["function"]["name"] == "reset_state" || t["function"]["name"] == "get_call_log"));
+        assert!(
+            !tools.iter().any(|t| t["function"]["name"] == "reset_state" || t["function"]["name"] == "get_call_log")
+        );
         assert!(tools.iter().all(|t| t["function"]["parameters"]["properties"].get("state_key").is_none()));
     }
     registry.shutdown().await;

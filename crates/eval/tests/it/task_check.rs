@@ -12,7 +12,11 @@ use crate::util::{repo_root, shared_data};
 /// The τ² server binary, or a failure naming the setup script that installs it.
 pub fn tau2_server(domain: &str) -> PathBuf {
     let path = repo_root().join(format!(".deps/venv/bin/tau2-{domain}-mcp"));
-    assert!(path.exists(), "`{}` is missing; run `scripts/setup/20-mcp-servers.sh` (or `scripts/test.sh`)", path.display());
+    assert!(
+        path.exists(),
+        "`{}` is missing; run `scripts/setup/20-mcp-servers.sh` (or `scripts/test.sh`)",
+        path.display()
+    );
     path
 }
 
@@ -30,10 +34,14 @@ pub async fn tau2_registry(domain: &str, state_dir: &Path) -> Registry {
 
 /// The run side of a golden log: the same calls without reference-side hints.
 fn as_run(calls: &[ToolCall]) -> Vec<ToolCall> {
-    calls.iter().cloned().map(|mut call| {
-        call.compare_args = None;
-        call
-    }).collect()
+    calls
+        .iter()
+        .cloned()
+        .map(|mut call| {
+            call.compare_args = None;
+            call
+        })
+        .collect()
 }
 
 /// Tools that write, from τ²'s own schema file (`mutates_state`).

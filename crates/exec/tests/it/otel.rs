@@ -24,10 +24,7 @@ struct ReceivedSpan {
 
 impl ReceivedSpan {
     fn attribute(&self, key: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .find(|(name, _)| name == key)
-            .map(|(_, value)| value.as_str())
+        self.attributes.iter().find(|(name, _)| name == key).map(|(_, value)| value.as_str())
     }
 }
 
@@ -72,10 +69,7 @@ fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>) {
         }
         let mut body = vec![0; content_length];
         reader.read_exact(&mut body).unwrap();
-        assert!(
-            request_line.starts_with("POST /v1/traces"),
-            "{request_line}"
-        );
+        assert!(request_line.starts_with("POST /v1/traces"), "{request_line}");
         let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
         let mut received = spans.lock().unwrap();
         for resource in request.resource_spans {
@@ -106,7 +100,9 @@ fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>) {
             }
         }
         drop(received);
-        writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n").unwrap();
+        writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
     }
 }
 
@@ -122,10 +118,7 @@ fn observation(node_id: &str, kind: &str, start: f64, latency: f64) -> NodeObser
 
 /// Millisecond floats at epoch scale round to about 100 ns.
 fn assert_close(ns: u64, expected: u64) {
-    assert!(
-        ns.abs_diff(expected) < 1_000,
-        "{ns} ns, expected {expected} ns"
-    );
+    assert!(ns.abs_diff(expected) < 1_000, "{ns} ns, expected {expected} ns");
 }
 
 #[test]
@@ -136,8 +129,7 @@ fn a_run_becomes_one_trace_of_genai_spans() {
     let mut plan = observation("plan", "llm:plan", t0 + 1.0, 20.0);
     plan.prompt_tokens = 30;
     plan.completion_tokens = 7;
-    let mut call =
-        ToolCall::new("get_order_details", serde_json::json!({"order_id": "#W1"})).unwrap();
+    let mut call = ToolCall::new("get_order_details", serde_json::json!({"order_id": "#W1"})).unwrap();
     call.result = Some(serde_json::json!({"status": "pending"}));
     call.latency_ms = Some(5.0);
     let mut lookup = observation("lookup", "tool", t0 + 22.0, 10.0);
@@ -153,38 +145,12 @@ fn a_run_becomes_one_trace_of_genai_spans() {
         ..Trace::default()
     };
     let events = [
-        ExecEvent::RunStarted {
-            query_id: "q1".into(),
-            query: trace.query.clone(),
-            runner: "demo".into(),
-            at_ms: t0,
-        },
-        ExecEvent::NodeFinished {
-            query_id: "q1".into(),
-            model: Some("m".into()),
-            observation: plan,
-        },
-        ExecEvent::ToolCalled {
-            query_id: "q1".into(),
-            node_id: "lookup".into(),
-            started_at_ms: t0 + 25.0,
-            call,
-        },
-        ExecEvent::NodeFinished {
-            query_id: "q1".into(),
-            model: Some("m".into()),
-            observation: lookup,
-        },
-        ExecEvent::NodeFinished {
-            query_id: "q1".into(),
-            model: Some("m".into()),
-            observation: answer,
-        },
-        ExecEvent::RunFinished {
-            query_id: "q1".into(),
-            at_ms: t0 + 50.0,
-            trace: Arc::new(trace),
-        },
+        ExecEvent::RunStarted { query_id: "q1".into(), query: trace.query.clone(), runner: "demo".into(), at_ms: t0 },
+        ExecEvent::NodeFinished { query_id: "q1".into(), model: Some("m".into()), observation: plan },
+        ExecEvent::ToolCalled { query_id: "q1".into(), node_id: "lookup".into(), started_at_ms: t0 + 25.0, call },
+        ExecEvent::NodeFinished { query_id: "q1".into(), model: Some("m".into()), observation: lookup },
+        ExecEvent::NodeFinished { query_id: "q1".into(), model: Some("m".into()), observation: answer },
+        ExecEvent::RunFinished { query_id: "q1".into(), at_ms: t0 + 50.0, trace: Arc::new(trace) },
     ];
     for event in &events {
         exporter.on_event(event);
@@ -192,47 +158,23 @@ fn a_run_becomes_one_trace_of_genai_spans() {
     exporter.shutdown().unwrap();
     let spans = spans.lock().unwrap().clone();
     assert_eq!(spans.len(), 4, "{spans:#?}");
-    assert!(
-        spans.iter().all(|span| span.trace_id == spans[0].trace_id),
-        "one trace per run"
-    );
-    let root = spans
-        .iter()
-        .find(|span| span.name == "invoke_agent demo")
-        .expect("root span");
+    assert!(spans.iter().all(|span| span.trace_id == spans[0].trace_id), "one trace per run");
+    let root = spans.iter().find(|span| span.name == "invoke_agent demo").expect("root span");
     assert!(!root.has_parent);
-    assert_eq!(
-        root.attribute("gen_ai.operation.name"),
-        Some("invoke_agent")
-    );
+    assert_eq!(root.attribute("gen_ai.operation.name"), Some("invoke_agent"));
     assert_eq!(root.status_code, 2, "the failed run has an error status");
     assert_close(root.end_ns - root.start_ns, 50_000_000);
-    let chat = spans
-        .iter()
-        .find(|span| span.attribute("flowmem.node.id") == Some("plan"))
-        .unwrap();
+    let chat = spans.iter().find(|span| span.attribute("flowmem.node.id") == Some("plan")).unwrap();
     assert_eq!(chat.name, "chat m");
     assert!(chat.has_parent);
     assert_eq!(chat.attribute("gen_ai.request.model"), Some("m"));
     assert_eq!(chat.attribute("gen_ai.usage.input_tokens"), Some("30"));
     assert_eq!(chat.attribute("gen_ai.usage.output_tokens"), Some("7"));
-    let tool = spans
-        .iter()
-        .find(|span| span.name == "execute_tool get_order_details")
-        .unwrap();
-    assert_eq!(
-        tool.attribute("gen_ai.tool.name"),
-        Some("get_order_details")
-    );
-    assert_eq!(
-        tool.attribute("gen_ai.tool.call.arguments"),
-        Some("{\"order_id\":\"#W1\"}")
-    );
+    let tool = spans.iter().find(|span| span.name == "execute_tool get_order_details").unwrap();
+    assert_eq!(tool.attribute("gen_ai.tool.name"), Some("get_order_details"));
+    assert_eq!(tool.attribute("gen_ai.tool.call.arguments"), Some("{\"order_id\":\"#W1\"}"));
     assert_close(tool.end_ns - tool.start_ns, 10_000_000);
-    let failed = spans
-        .iter()
-        .find(|span| span.attribute("flowmem.node.id") == Some("answer"))
-        .unwrap();
+    let failed = spans.iter().find(|span| span.attribute("flowmem.node.id") == Some("answer")).unwrap();
     assert_eq!(failed.status_code, 2);
     assert_eq!(failed.attribute("error.type"), Some("node_error"));
 }

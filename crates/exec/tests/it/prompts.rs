@@ -37,46 +37,20 @@ fn every_role_template_renders_the_query_context_and_instruction() {
         options: &options,
         hints: &hints,
     };
-    for prompt in EXEC_PROMPTS
-        .iter()
-        .filter(|prompt| !matches!(prompt.name, "results" | "context" | "react"))
-    {
+    for prompt in EXEC_PROMPTS.iter().filter(|prompt| !matches!(prompt.name, "results" | "context" | "react")) {
         let rendered = prompts.render(prompt.name, &ctx).unwrap();
         assert_eq!(rendered.id.name, prompt.name);
         assert_eq!(rendered.id.version, 1);
         let text = rendered.text;
-        assert!(
-            text.contains("Task: Where is order #W1?"),
-            "{}: {text}",
-            prompt.name
-        );
-        assert!(
-            text.contains("- [plan, llm:plan] 1. find order"),
-            "{}: {text}",
-            prompt.name
-        );
-        assert!(
-            text.contains("- [lookup #1, tool] FAILED: error: not found"),
-            "{}: {text}",
-            prompt.name
-        );
-        assert!(
-            text.contains("Instructions: Be brief."),
-            "{}: {text}",
-            prompt.name
-        );
-        assert!(
-            !text.contains("{{") && !text.contains("{#"),
-            "{}: {text}",
-            prompt.name
-        );
+        assert!(text.contains("Task: Where is order #W1?"), "{}: {text}", prompt.name);
+        assert!(text.contains("- [plan, llm:plan] 1. find order"), "{}: {text}", prompt.name);
+        assert!(text.contains("- [lookup #1, tool] FAILED: error: not found"), "{}: {text}", prompt.name);
+        assert!(text.contains("Instructions: Be brief."), "{}: {text}", prompt.name);
+        assert!(!text.contains("{{") && !text.contains("{#"), "{}: {text}", prompt.name);
     }
     let judge = prompts.render("judge", &ctx).unwrap().text;
     assert!(judge.contains("Question: Was the order found?"), "{judge}");
-    assert!(
-        judge.contains("Answer with exactly one of: `yes`, `no`."),
-        "{judge}"
-    );
+    assert!(judge.contains("Answer with exactly one of: `yes`, `no`."), "{judge}");
     let tool = prompts.render("tool", &ctx).unwrap().text;
     assert!(tool.contains("Allowed tools: get_order_details."), "{tool}");
     let react = prompts.render("react", &ctx).unwrap().text;
@@ -86,21 +60,11 @@ fn every_role_template_renders_the_query_context_and_instruction() {
 #[test]
 fn an_override_directory_replaces_a_template() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("plan.j2"),
-        "{# prompt: plan v7 #}\nPLAN {{ query }}",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("plan.j2"), "{# prompt: plan v7 #}\nPLAN {{ query }}").unwrap();
     let prompts = exec_prompts(Some(dir.path())).unwrap();
     let items = context();
-    let ctx = PromptContext {
-        query: "q",
-        instruction: None,
-        context: &items,
-        question: None,
-        options: &[],
-        hints: &[],
-    };
+    let ctx =
+        PromptContext { query: "q", instruction: None, context: &items, question: None, options: &[], hints: &[] };
     let rendered = prompts.render("plan", &ctx).unwrap();
     assert_eq!(rendered.text, "PLAN q");
     assert_eq!(rendered.id.version, 7);

@@ -30,8 +30,7 @@ pub async fn registry(name: &str, command: &std::path::Path, args: &[&str]) -> A
         command.display().to_string(),
         args.join(", "),
     );
-    let cfg =
-        ToolsConfig::from_toml_str(&text, &repo_root().join("flowmem.toml")).expect("tools config");
+    let cfg = ToolsConfig::from_toml_str(&text, &repo_root().join("flowmem.toml")).expect("tools config");
     Arc::new(Registry::connect(&cfg).await.expect("MCP server starts"))
 }
 
@@ -61,12 +60,7 @@ pub fn runtime(server: &ScriptedLlmServer, tools: Arc<dyn ToolBox>) -> Runtime {
 /// Parses, validates and compiles a graph against the runtime's tools.
 pub fn plan(graph: serde_json::Value, runtime: Runtime) -> Plan {
     let graph: WorkflowGraph = serde_json::from_value(graph).expect("graph parses");
-    let names: Vec<String> = runtime
-        .tools
-        .definitions()
-        .into_iter()
-        .map(|tool| tool.name)
-        .collect();
+    let names: Vec<String> = runtime.tools.definitions().into_iter().map(|tool| tool.name).collect();
     let validated = check(graph, ToolCatalog::Known(&names)).expect("graph is valid");
     compile(&validated, runtime).expect("graph compiles")
 }

@@ -62,20 +62,10 @@ fn a_graph_with_every_construct_is_valid() {
 fn hints_must_name_available_tools() {
     let only_echo = vec!["echo".to_owned()];
     let err = check(full_graph(), ToolCatalog::Known(&only_echo)).unwrap_err();
-    assert_eq!(
-        err.violations,
-        vec![Violation::UnknownToolHint {
-            node: "b".into(),
-            tool: "add".into()
-        }]
-    );
+    assert_eq!(err.violations, vec![Violation::UnknownToolHint { node: "b".into(), tool: "add".into() }]);
     // With no tools at all, the unhinted `attempt` cannot bind either.
     let err = check(full_graph(), ToolCatalog::Known(&[])).unwrap_err();
-    let nodes: Vec<_> = err
-        .violations
-        .iter()
-        .map(|violation| violation.node().unwrap())
-        .collect();
+    let nodes: Vec<_> = err.violations.iter().map(|violation| violation.node().unwrap()).collect();
     assert_eq!(nodes, ["a", "b", "attempt"]);
     // Structure-only checking skips the binding.
     assert!(check(full_graph(), ToolCatalog::Unchecked).is_ok());
@@ -114,101 +104,33 @@ fn every_violation_of_a_broken_graph_is_reported_with_its_node() {
     }));
     let err = check(broken, ToolCatalog::Known(&tools())).unwrap_err();
     let expected = [
-        Violation::DuplicateId {
-            node: "plan".into(),
-            count: 2,
-        },
-        Violation::MissingEndpoint {
-            node: "finish".into(),
-            role: "exit",
-        },
-        Violation::DanglingEdge {
-            from: "x".into(),
-            to: "ghost-node".into(),
-            missing: "ghost-node".into(),
-        },
-        Violation::SelfEdge {
-            node: "later".into(),
-        },
-        Violation::BackEdgeNotToLoop {
-            node: "y".into(),
-            to: "t".into(),
-        },
-        Violation::UnknownToolHint {
-            node: "t".into(),
-            tool: "nope".into(),
-        },
-        Violation::UnlabelledRoute {
-            node: "pick".into(),
-            to: "x".into(),
-        },
-        Violation::MissingRoute {
-            node: "pick".into(),
-            label: "ok".into(),
-        },
-        Violation::MissingRoute {
-            node: "pick".into(),
-            label: "error".into(),
-        },
-        Violation::UnreachableRoute {
-            node: "pick".into(),
-            label: "maybe".into(),
-            condition: "tool_succeeded",
-        },
+        Violation::DuplicateId { node: "plan".into(), count: 2 },
+        Violation::MissingEndpoint { node: "finish".into(), role: "exit" },
+        Violation::DanglingEdge { from: "x".into(), to: "ghost-node".into(), missing: "ghost-node".into() },
+        Violation::SelfEdge { node: "later".into() },
+        Violation::BackEdgeNotToLoop { node: "y".into(), to: "t".into() },
+        Violation::UnknownToolHint { node: "t".into(), tool: "nope".into() },
+        Violation::UnlabelledRoute { node: "pick".into(), to: "x".into() },
+        Violation::MissingRoute { node: "pick".into(), label: "ok".into() },
+        Violation::MissingRoute { node: "pick".into(), label: "error".into() },
+        Violation::UnreachableRoute { node: "pick".into(), label: "maybe".into(), condition: "tool_succeeded" },
         Violation::LoopZeroBound { node: "lp".into() },
-        Violation::LoopEdge {
-            node: "lp".into(),
-            label: "body",
-            found: 0,
-        },
-        Violation::LoopEdge {
-            node: "lp".into(),
-            label: "exit",
-            found: 0,
-        },
+        Violation::LoopEdge { node: "lp".into(), label: "body", found: 0 },
+        Violation::LoopEdge { node: "lp".into(), label: "exit", found: 0 },
         Violation::LoopNotClosed { node: "lp".into() },
-        Violation::StrayLabel {
-            node: "x".into(),
-            to: "y".into(),
-            label: "oops".into(),
-        },
-        Violation::Cycle {
-            node: "x".into(),
-            cycle: vec!["x".into(), "y".into(), "x".into()],
-        },
-        Violation::Unreachable {
-            node: "lp".into(),
-            entry: "plan".into(),
-        },
-        Violation::Unreachable {
-            node: "island".into(),
-            entry: "plan".into(),
-        },
+        Violation::StrayLabel { node: "x".into(), to: "y".into(), label: "oops".into() },
+        Violation::Cycle { node: "x".into(), cycle: vec!["x".into(), "y".into(), "x".into()] },
+        Violation::Unreachable { node: "lp".into(), entry: "plan".into() },
+        Violation::Unreachable { node: "island".into(), entry: "plan".into() },
     ];
     for violation in &expected {
-        assert!(
-            err.violations.contains(violation),
-            "missing {violation:?} in {:#?}",
-            err.violations
-        );
+        assert!(err.violations.contains(violation), "missing {violation:?} in {:#?}", err.violations);
     }
-    assert_eq!(
-        err.violations.len(),
-        expected.len(),
-        "{:#?}",
-        err.violations
-    );
-    assert!(
-        err.violations
-            .iter()
-            .all(|violation| violation.node().is_some())
-    );
+    assert_eq!(err.violations.len(), expected.len(), "{:#?}", err.violations);
+    assert!(err.violations.iter().all(|violation| violation.node().is_some()));
     let text = err.to_string();
     assert!(text.contains("(18 violations)"), "{text}");
-    assert!(
-        text.contains("node `t`: tool hint `nope` names no available tool"),
-        "{text}"
-    );
+    assert!(text.contains("node `t`: tool hint `nope` names no available tool"), "{text}");
 }
 
 #[test]
@@ -227,19 +149,11 @@ fn templates_may_use_only_the_query_and_upstream_nodes() {
     assert_eq!(found.len(), 3, "{found:#?}");
     assert_eq!(
         found[0],
-        Violation::UndefinedVariable {
-            node: "plan".into(),
-            field: "instruction",
-            variable: "answer".into()
-        }
+        Violation::UndefinedVariable { node: "plan".into(), field: "instruction", variable: "answer".into() }
     );
     assert_eq!(
         found[1],
-        Violation::UndefinedVariable {
-            node: "answer".into(),
-            field: "instruction",
-            variable: "nowhere".into()
-        }
+        Violation::UndefinedVariable { node: "answer".into(), field: "instruction", variable: "nowhere".into() }
     );
     assert!(matches!(&found[2], Violation::TemplateSyntax { node, .. } if node == "bad"));
 }
@@ -269,32 +183,12 @@ fn loop_bodies_are_closed_and_exits_reachable() {
     }));
     let found = violations(&g, ToolCatalog::Known(&tools()));
     let expected = [
-        Violation::BackEdgeNotToLoop {
-            node: "side".into(),
-            to: "end".into(),
-        },
-        Violation::NoCompletePath {
-            entry: "start".into(),
-            exit: "end".into(),
-        },
-        Violation::Unreachable {
-            node: "side".into(),
-            entry: "start".into(),
-        },
-        Violation::Unreachable {
-            node: "end".into(),
-            entry: "start".into(),
-        },
-        Violation::LoopBodyEscape {
-            node: "inner".into(),
-            to: "after".into(),
-            loop_node: "lp".into(),
-        },
-        Violation::LoopBodyEntry {
-            node: "inner".into(),
-            from: "start".into(),
-            loop_node: "lp".into(),
-        },
+        Violation::BackEdgeNotToLoop { node: "side".into(), to: "end".into() },
+        Violation::NoCompletePath { entry: "start".into(), exit: "end".into() },
+        Violation::Unreachable { node: "side".into(), entry: "start".into() },
+        Violation::Unreachable { node: "end".into(), entry: "start".into() },
+        Violation::LoopBodyEscape { node: "inner".into(), to: "after".into(), loop_node: "lp".into() },
+        Violation::LoopBodyEntry { node: "inner".into(), from: "start".into(), loop_node: "lp".into() },
     ];
     assert_eq!(found, expected);
 }
@@ -302,10 +196,7 @@ fn loop_bodies_are_closed_and_exits_reachable() {
 #[test]
 fn an_entry_with_inputs_and_an_empty_graph_are_rejected() {
     assert_eq!(
-        violations(
-            &graph(json!({"nodes": [], "entry": "a", "exit": "a"})),
-            ToolCatalog::Unchecked
-        ),
+        violations(&graph(json!({"nodes": [], "entry": "a", "exit": "a"})), ToolCatalog::Unchecked),
         [Violation::Empty]
     );
     let g = graph(json!({
@@ -315,17 +206,6 @@ fn an_entry_with_inputs_and_an_empty_graph_are_rejected() {
         "exit": "b"
     }));
     let found = violations(&g, ToolCatalog::Unchecked);
-    assert!(
-        found.contains(&Violation::EntryHasInput {
-            node: "a".into(),
-            from: "b".into()
-        }),
-        "{found:#?}"
-    );
-    assert!(
-        found
-            .iter()
-            .any(|violation| matches!(violation, Violation::Cycle { .. })),
-        "{found:#?}"
-    );
+    assert!(found.contains(&Violation::EntryHasInput { node: "a".into(), from: "b".into() }), "{found:#?}");
+    assert!(found.iter().any(|violation| matches!(violation, Violation::Cycle { .. })), "{found:#?}");
 }

@@ -95,7 +95,8 @@ async fn openai_endpoint_serves_text_tools_and_schemas() {
     )
     .await;
     assert_eq!(status, 200, "{structured}");
-    let content: Value = serde_json::from_str(structured["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    let content: Value =
+        serde_json::from_str(structured["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
     assert_eq!(crate::schema_errors(&schema, &content), Vec::<String>::new());
 
     let (status, error) = post(&client, &url, &json!({"messages": [{"role": "wizard", "content": "x"}]})).await;

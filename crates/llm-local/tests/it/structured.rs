@@ -154,8 +154,10 @@ fn flattened_enum_schemas_compile_and_every_reply_validates() {
         "required": ["rationale", "nodes"]
     });
     for prompt in ["Add a tool node that looks up the order.", "Add a plan node before the tools."] {
-        let mut request =
-            ChatRequest::new(vec![Message::system("Answer with workflow nodes as JSON."), Message::user(prompt)], Purpose::Optimizer);
+        let mut request = ChatRequest::new(
+            vec![Message::system("Answer with workflow nodes as JSON."), Message::user(prompt)],
+            Purpose::Optimizer,
+        );
         request.response_format = Some(ResponseFormat { name: "nodes".to_owned(), schema: schema.clone() });
         let reply = model.chat_blocking(&request).unwrap_or_else(|e| panic!("{prompt}: {e}"));
         let text = reply.response.content.unwrap_or_default();
@@ -171,11 +173,14 @@ fn flattened_enum_schemas_compile_and_every_reply_validates() {
 fn a_reply_cut_at_max_tokens_is_reported_as_cut() {
     let Some(model) = crate::model() else { return };
     let mut request = ChatRequest::new(vec![Message::user("Tell me a long story.")], Purpose::Other);
-    let schema = json!({"type": "object", "properties": {"story": {"type": "string", "minLength": 200}}, "required": ["story"]});
+    let schema =
+        json!({"type": "object", "properties": {"story": {"type": "string", "minLength": 200}}, "required": ["story"]});
     request.response_format = Some(ResponseFormat { name: "story".to_owned(), schema });
     request.max_tokens = Some(6);
     let err = model.chat_blocking(&request).unwrap_err();
-    let flowmem_llm_local::LocalError::Truncated { max_tokens, text } = &err else { panic!("not reported as cut: {err}") };
+    let flowmem_llm_local::LocalError::Truncated { max_tokens, text } = &err else {
+        panic!("not reported as cut: {err}")
+    };
     assert_eq!(*max_tokens, 6);
     assert!(text.starts_with('{') && text.contains("story"), "the partial output is kept: {text:?}");
     let text = text.clone();

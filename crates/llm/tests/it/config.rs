@@ -102,7 +102,8 @@ async fn errors_name_the_field() {
     let err = no_url.resolve(Purpose::Agent, None, &env_of(&[])).await.unwrap_err();
     assert!(err.to_string().contains("`models.a.base_url`: is missing"), "{err}");
     // OPENAI_BASE_URL fills a missing base_url.
-    let filled = http(no_url.resolve(Purpose::Agent, None, &env_of(&[("OPENAI_BASE_URL", "http://e/v1")])).await.unwrap());
+    let filled =
+        http(no_url.resolve(Purpose::Agent, None, &env_of(&[("OPENAI_BASE_URL", "http://e/v1")])).await.unwrap());
     assert_eq!(filled.base_url, "http://e/v1");
 
     let typo = LlmSettings::from_toml("[models.a]\nbse_url = \"x\"\n", Path::new("f.toml")).unwrap_err();

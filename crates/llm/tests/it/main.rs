@@ -3,10 +3,10 @@
 
 mod accounting;
 mod cache;
-mod limit;
 mod concurrency;
 mod config;
 mod faults;
+mod limit;
 mod schema;
 mod secrets;
 mod support;

@@ -7,10 +7,8 @@ use serde_json::{Value, json};
 use crate::support::{client, deadline};
 
 fn verdict_request() -> ChatRequest {
-    let mut request = ChatRequest::new(
-        vec![Message::system("You are a judge."), Message::user("Is 2 + 2 = 4?")],
-        Purpose::Judge,
-    );
+    let mut request =
+        ChatRequest::new(vec![Message::system("You are a judge."), Message::user("Is 2 + 2 = 4?")], Purpose::Judge);
     request.response_format = Some(ResponseFormat {
         name: "verdict".into(),
         schema: json!({

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use flowmem_llm::{
-    ApiKey, CacheMode, CachedModel, ChatModel, ChatRequest, HttpModel, LlmError, Message, Purpose,
-    ResponseCache, ResponseFormat,
+    ApiKey, CacheMode, CachedModel, ChatModel, ChatRequest, HttpModel, LlmError, Message, Purpose, ResponseCache,
+    ResponseFormat,
 };
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use serde_json::json;
@@ -57,7 +57,8 @@ async fn the_key_never_leaks() {
     cfg.api_key = Some(ApiKey::new(KEY));
     let dir = tempfile::tempdir().unwrap();
     let cache = Arc::new(ResponseCache::open(&dir.path().join("cache.sqlite")).unwrap());
-    let model = CachedModel::new(Arc::new(HttpModel::new(cfg.clone()).unwrap()), Arc::clone(&cache), CacheMode::ReadWrite);
+    let model =
+        CachedModel::new(Arc::new(HttpModel::new(cfg.clone()).unwrap()), Arc::clone(&cache), CacheMode::ReadWrite);
 
     let mut texts = vec![format!("{cfg:?}"), format!("{model:?}")];
     deadline(model.chat(&ChatRequest::new(vec![Message::user("one")], Purpose::Agent))).await.unwrap();
@@ -80,9 +81,8 @@ async fn the_key_never_leaks() {
     let mut gone = flowmem_llm::HttpModelConfig::new("gone", "http://127.0.0.1:9/v1", "m");
     gone.api_key = Some(ApiKey::new(KEY));
     gone.retry = crate::support::fast_retries(0);
-    let err = deadline(HttpModel::new(gone).unwrap().chat(&ChatRequest::new(vec![], Purpose::Other)))
-        .await
-        .unwrap_err();
+    let err =
+        deadline(HttpModel::new(gone).unwrap().chat(&ChatRequest::new(vec![], Purpose::Other))).await.unwrap_err();
     texts.push(format!("{err} {err:?} {:?}", std::error::Error::source(&err)));
 
     // The key was really used: every request carried it.

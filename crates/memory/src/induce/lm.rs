@@ -213,8 +213,10 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Inducer);
     request.max_tokens = cfg.max_tokens;
     if cfg.structured {
-        request.response_format =
-            Some(ResponseFormat { name: "workflows".to_owned(), schema: reply_schema(trajectories, cfg.min_steps, cfg.max_tokens) });
+        request.response_format = Some(ResponseFormat {
+            name: "workflows".to_owned(),
+            schema: reply_schema(trajectories, cfg.min_steps, cfg.max_tokens),
+        });
     }
     let (content, client_problem) = match cfg.model.chat(&request).await {
         Ok(response) => (response.content.unwrap_or_default(), None),
@@ -232,7 +234,11 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
                 Some(problem) => format!("{problem}; {message}"),
                 None => message,
             };
-            res.skipped.push(Skipped { trajectory_ids, description: None, reason: SkipReason::Unparseable { message } });
+            res.skipped.push(Skipped {
+                trajectory_ids,
+                description: None,
+                reason: SkipReason::Unparseable { message },
+            });
             return Ok(res);
         }
     };
@@ -256,11 +262,7 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
         });
     }
     for workflow in parsed.workflows {
-        let workflow = Workflow {
-            scope: scope.clone(),
-            provenance: provenance.clone(),
-            ..workflow
-        };
+        let workflow = Workflow { scope: scope.clone(), provenance: provenance.clone(), ..workflow };
         match validate(&workflow, trajectories, cfg.min_steps) {
             Ok(()) => res.workflows.push(workflow),
             Err(reason) => res.skipped.push(Skipped {
@@ -539,14 +541,18 @@ mod tests {
         let sizes = |max_tokens| {
             let schema = super::reply_schema(&inputs, 2, max_tokens);
             let workflows = &schema["properties"]["workflows"];
-            (workflows["maxItems"].as_u64().unwrap(), workflows["items"]["properties"]["steps"]["maxItems"].as_u64().unwrap())
+            (
+                workflows["maxItems"].as_u64().unwrap(),
+                workflows["items"]["properties"]["steps"]["maxItems"].as_u64().unwrap(),
+            )
         };
         assert_eq!(sizes(None), (6, 10));
         assert_eq!(sizes(Some(400)), (2, 3));
         assert_eq!(sizes(Some(100)), (1, 2), "at least one workflow of min_steps");
         assert_eq!(sizes(Some(100_000)), (6, 10));
         let schema = super::reply_schema(&inputs, 2, None);
-        let action = &schema["properties"]["workflows"]["items"]["properties"]["steps"]["items"]["properties"]["action"];
+        let action =
+            &schema["properties"]["workflows"]["items"]["properties"]["steps"]["items"]["properties"]["action"];
         let args = &action["anyOf"][0]["properties"]["args"]["properties"];
         assert_eq!(action["anyOf"][0]["properties"]["tool"]["const"], "find_user");
         assert!(args["email"].is_object() && args["status"].is_object() && args.get("order_id").is_none());
@@ -554,7 +560,8 @@ mod tests {
 
     #[test]
     fn replies_parse_as_fenced_json_bare_arrays_and_text() {
-        let fenced = "```json\n{\"workflows\": [{\"description\": \"d\", \"steps\": [{\"action\": {\"tool\": \"f\"}}]}]}\n```";
+        let fenced =
+            "```json\n{\"workflows\": [{\"description\": \"d\", \"steps\": [{\"action\": {\"tool\": \"f\"}}]}]}\n```";
         assert_eq!(parse_reply(fenced).unwrap().workflows.len(), 1);
         let array = "[{\"description\": \"d\", \"steps\": []}]";
         assert_eq!(parse_reply(array).unwrap().workflows.len(), 1);

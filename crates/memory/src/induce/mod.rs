@@ -19,7 +19,9 @@ use serde::Serialize;
 
 use flowmem_model::{Scope, Workflow};
 
-pub use crate::induce::lm::{LmConfig, PROMPT_NAME, PROMPT_VERSION, ParsedReply, lm, parse_reply, reply_schema, validate};
+pub use crate::induce::lm::{
+    LmConfig, PROMPT_NAME, PROMPT_VERSION, ParsedReply, lm, parse_reply, reply_schema, validate,
+};
 pub use crate::induce::rule::{RuleConfig, rule};
 
 /// Workflows induced from a batch, and what was left out and why.

@@ -113,7 +113,9 @@ fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, traje
         for (name, value) in &call.args {
             let column: Vec<String> = members
                 .iter()
-                .map(|(_, calls)| calls[step_idx].args.get(name).map_or_else(|| "\u{0}missing".to_owned(), canonical_json))
+                .map(|(_, calls)| {
+                    calls[step_idx].args.get(name).map_or_else(|| "\u{0}missing".to_owned(), canonical_json)
+                })
                 .collect();
             let all_equal = column.iter().all(|v| *v == column[0]);
             if all_equal {
@@ -140,11 +142,7 @@ fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, traje
             .map(|text| one_line(text, 300))
             .filter(|text| !text.is_empty())
             .unwrap_or_else(|| format!("Call {} next.", call.tool));
-        steps.push(WorkflowStep {
-            state,
-            reasoning,
-            action: WorkflowAction { tool: call.tool.clone(), args },
-        });
+        steps.push(WorkflowStep { state, reasoning, action: WorkflowAction { tool: call.tool.clone(), args } });
     }
     Workflow {
         id: String::new(),
@@ -195,7 +193,9 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|call| json!({"action": {"kind": "tool_call", "tool": call[0], "args": call[1], "error": call.get(2)}}))
+            .map(
+                |call| json!({"action": {"kind": "tool_call", "tool": call[0], "args": call[1], "error": call.get(2)}}),
+            )
             .collect();
         serde_json::from_value(json!({"id": id, "query": format!("query {id}"), "steps": steps})).unwrap()
     }

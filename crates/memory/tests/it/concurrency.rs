@@ -39,7 +39,12 @@ fn four_processes_writing_a_thousand_workflows_each_lose_none() {
     let children: Vec<_> = (0..N_PROCESSES)
         .map(|writer| {
             Command::new(&exe)
-                .args(["--exact", "concurrency::four_processes_writing_a_thousand_workflows_each_lose_none", "--test-threads", "1"])
+                .args([
+                    "--exact",
+                    "concurrency::four_processes_writing_a_thousand_workflows_each_lose_none",
+                    "--test-threads",
+                    "1",
+                ])
                 .env(WRITER_ENV, format!("{writer}:{}", path.display()))
                 .stdout(std::process::Stdio::null())
                 .spawn()

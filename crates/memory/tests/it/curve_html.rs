@@ -27,7 +27,8 @@ fn run(index: usize, arm: Arm, success: bool) -> ProgressLine {
 fn the_learning_curve_renders_in_headless_chromium() {
     let found = Command::new("chromium").arg("--version").output().is_ok_and(|out| out.status.success());
     assert!(found, "`chromium` is not installed; run `scripts/setup/40-chromium.sh` (or `scripts/test.sh`)");
-    let lines: Vec<ProgressLine> = (0..5).flat_map(|i| [run(i, Arm::Memory, i > 0), run(i, Arm::Baseline, i % 2 == 0)]).collect();
+    let lines: Vec<ProgressLine> =
+        (0..5).flat_map(|i| [run(i, Arm::Memory, i > 0), run(i, Arm::Baseline, i % 2 == 0)]).collect();
     let curve = learning_curve(&lines);
     assert_eq!(curve.memory.cumulative_success_rate, [0.0, 0.5, 2.0 / 3.0, 0.75, 0.8]);
     assert_eq!(curve.baseline.as_ref().unwrap().n_solved, 3);
@@ -43,7 +44,14 @@ document.body.setAttribute('data-probe', JSON.stringify({width: box.width, heigh
     let page = dir.path().join("curve.html");
     std::fs::write(&page, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
     let output = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--dump-dom"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--dump-dom",
+        ])
         .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
         .arg(format!("file://{}", page.display()))
         .current_dir(repo_root())

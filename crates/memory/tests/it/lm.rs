@@ -66,7 +66,11 @@ async fn induce_with(script: Script, structured: bool) -> (Induction, Vec<Record
 
 /// Runs offline LM induction into a fresh memory; returns the report, what the memory
 /// holds and the requests the server got.
-async fn store_with(script: Script, structured: bool, batch_size: usize) -> (OfflineReport, MemoryStore, Vec<RecordedRequest>, tempfile::TempDir) {
+async fn store_with(
+    script: Script,
+    structured: bool,
+    batch_size: usize,
+) -> (OfflineReport, MemoryStore, Vec<RecordedRequest>, tempfile::TempDir) {
     let server = ScriptedLlmServer::start(script).await;
     let model = scripted_model(&server);
     let prompts = render::prompts().unwrap();
@@ -134,10 +138,8 @@ async fn a_structured_reply_gives_several_workflows_each_stored_separately() {
 async fn a_reply_breaking_the_schema_is_re_asked_and_the_repaired_reply_used() {
     let mut unknown = lookup();
     unknown["steps"][1]["action"]["tool"] = json!("issue_refund");
-    let script = Script::in_order([
-        Reply::json(json!({"workflows": [unknown]})),
-        Reply::json(json!({"workflows": [lookup()]})),
-    ]);
+    let script =
+        Script::in_order([Reply::json(json!({"workflows": [unknown]})), Reply::json(json!({"workflows": [lookup()]}))]);
     let (induction, requests) = induce_with(script, true).await;
     assert_eq!(requests.len(), 2, "one re-ask");
     let repair = requests[1].last_text("user").unwrap();
@@ -218,11 +220,18 @@ async fn an_awm_text_reply_is_split_on_blank_lines_and_each_block_checked() {
         induction.skipped.iter().map(|s| (s.description.as_deref().unwrap(), &s.reason)).collect();
     rejected.rotate_left(1);
     assert_eq!(rejected.len(), 4, "{rejected:?}");
-    assert!(matches!(rejected[0], ("Just look", SkipReason::TooFewSteps { min_steps: 2, tools }) if tools == &["get_order_details"]));
+    assert!(
+        matches!(rejected[0], ("Just look", SkipReason::TooFewSteps { min_steps: 2, tools }) if tools == &["get_order_details"])
+    );
     assert!(matches!(rejected[1], ("Refund", SkipReason::UnknownTool { step: 1, tool }) if tool == "issue_refund"));
-    assert!(matches!(rejected[2], ("Cancel Bob's order", SkipReason::CopiedLiteral { step: 1, arg, trajectory_id, .. })
-        if arg == "order_id" && trajectory_id == "t2"));
-    assert!(matches!(rejected[3], ("Half written", SkipReason::Unparseable { message }) if message.starts_with("line 28")), "{rejected:?}");
+    assert!(
+        matches!(rejected[2], ("Cancel Bob's order", SkipReason::CopiedLiteral { step: 1, arg, trajectory_id, .. })
+        if arg == "order_id" && trajectory_id == "t2")
+    );
+    assert!(
+        matches!(rejected[3], ("Half written", SkipReason::Unparseable { message }) if message.starts_with("line 28")),
+        "{rejected:?}"
+    );
 }
 
 #[tokio::test]
@@ -276,7 +285,10 @@ async fn a_failing_model_is_an_error_and_stores_nothing() {
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
     let offline = OfflineConfig { variant: Variant::Lm(&cfg), scope: None, batch_size: 5 };
     let err = induce_offline(&mut store, &trajectories(), &offline).await.unwrap_err();
-    assert!(matches!(err, flowmem_memory::InduceError::Llm(flowmem_llm::LlmError::Status { status: 400, .. })), "{err:?}");
+    assert!(
+        matches!(err, flowmem_memory::InduceError::Llm(flowmem_llm::LlmError::Status { status: 400, .. })),
+        "{err:?}"
+    );
     assert_eq!(store.count(&Scope::default()).unwrap(), 0);
 }
 

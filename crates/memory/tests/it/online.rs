@@ -9,8 +9,9 @@ use serde_json::json;
 use flowmem_exec::{AgentConfig, NoObserver, RunInput, Runtime, exec_prompts};
 use flowmem_memory::induce::RuleConfig;
 use flowmem_memory::{
-    Arm, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig, OnlineError, ProgressLine, StoreConfig, approx_tokens,
-    composition_tree, induce, learn_online, prompt_memory, read_progress, read_stream, render, run_with_memory, workflow_tool_name,
+    Arm, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig, OnlineError, ProgressLine, StoreConfig,
+    approx_tokens, composition_tree, induce, learn_online, prompt_memory, read_progress, read_stream, render,
+    run_with_memory, workflow_tool_name,
 };
 use flowmem_model::{Record, Scope, Workflow};
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
@@ -19,7 +20,10 @@ use flowmem_tools::{Registry, ToolsConfig};
 use crate::{repo_root, scripted_model, workflow};
 
 async fn everything() -> Arc<Registry> {
-    let command = require_path(&repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"), "scripts/setup/20-mcp-servers.sh");
+    let command = require_path(
+        &repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"),
+        "scripts/setup/20-mcp-servers.sh",
+    );
     let text = format!(
         "[tools]\ntimeout_secs = 30\n[[tools.mcp]]\nname = \"everything\"\ncommand = {:?}\nargs = [\"stdio\"]\n",
         command.display().to_string()
@@ -33,7 +37,12 @@ fn model(server: &ScriptedLlmServer) -> Arc<flowmem_llm::HttpModel> {
 }
 
 fn runtime(server: &ScriptedLlmServer, tools: Arc<Registry>) -> Runtime {
-    Runtime { executor: model(server), models: Default::default(), tools, prompts: Arc::new(exec_prompts(None).expect("templates")) }
+    Runtime {
+        executor: model(server),
+        models: Default::default(),
+        tools,
+        prompts: Arc::new(exec_prompts(None).expect("templates")),
+    }
 }
 
 fn agent_cfg(mode: MemoryMode, budget_tokens: usize) -> MemoryAgentConfig {
@@ -78,7 +87,8 @@ async fn prompt_memory_stays_within_the_token_budget() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(dir.path());
     let first = echo_then_sum("Echo a greeting and add two numbers");
-    let second = workflow("Echo a long farewell message then add numbers again", &["echo", "get-sum", "echo"], Some("demo"));
+    let second =
+        workflow("Echo a long farewell message then add numbers again", &["echo", "get-sum", "echo"], Some("demo"));
     store.add_all(&[first.clone(), second.clone()]).unwrap();
     let hits = store.search("echo greeting add numbers", &Scope::default(), 5).unwrap();
     let ranked: Vec<Workflow> = hits.into_iter().map(|hit| hit.workflow).collect();
@@ -101,7 +111,9 @@ async fn prompt_memory_stays_within_the_token_budget() {
     let tools = everything().await;
     let runtime = runtime(&llm, tools.clone());
     let input = RunInput { id: "q".to_owned(), query: "echo greeting add numbers".to_owned() };
-    let run = run_with_memory(&runtime, &agent_cfg(MemoryMode::Prompt, budget), &mut store, &input, &NoObserver).await.unwrap();
+    let run = run_with_memory(&runtime, &agent_cfg(MemoryMode::Prompt, budget), &mut store, &input, &NoObserver)
+        .await
+        .unwrap();
     tools.shutdown().await;
     assert_eq!(run.offered, [ranked[0].id.clone()]);
     assert_eq!(run.retrieved.len(), 2);
@@ -127,12 +139,19 @@ async fn a_workflow_action_expands_to_its_steps_and_reports_the_failed_step() {
     let tools = everything().await;
     let runtime = runtime(&llm, tools.clone());
     let input = RunInput { id: "q".to_owned(), query: "echo a greeting and add numbers".to_owned() };
-    let run = run_with_memory(&runtime, &agent_cfg(MemoryMode::Actions, 1000), &mut store, &input, &NoObserver).await.unwrap();
+    let run = run_with_memory(&runtime, &agent_cfg(MemoryMode::Actions, 1000), &mut store, &input, &NoObserver)
+        .await
+        .unwrap();
     tools.shutdown().await;
 
     // The workflow is offered as a tool whose parameters are its variables.
     let offered = llm.chat_requests()[0].body["tools"].clone();
-    let definition = offered.as_array().unwrap().iter().find(|definition| definition["function"]["name"] == tool.as_str()).expect("offered");
+    let definition = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|definition| definition["function"]["name"] == tool.as_str())
+        .expect("offered");
     assert_eq!(definition["function"]["parameters"]["required"], json!(["text", "a", "b"]));
 
     assert_eq!(run.trace.result.as_deref(), Some("done"));
@@ -165,7 +184,13 @@ fn stream_script(judged: bool) -> Script {
         .otherwise(Reply::tool_calls([("echo", json!({"message": "hello"})), ("get-sum", json!({"a": 1, "b": 2}))]))
 }
 
-async fn learn(llm: &ScriptedLlmServer, store: &mut MemoryStore, records: &[Record], out: &Path, limit: Option<usize>) -> Result<flowmem_memory::OnlineReport, OnlineError> {
+async fn learn(
+    llm: &ScriptedLlmServer,
+    store: &mut MemoryStore,
+    records: &[Record],
+    out: &Path,
+    limit: Option<usize>,
+) -> Result<flowmem_memory::OnlineReport, OnlineError> {
     let tools = everything().await;
     let runtime = runtime(llm, tools.clone());
     let evaluator = model(llm);
@@ -220,7 +245,11 @@ async fn a_run_judged_a_failure_teaches_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
-    let records = [record("r1", "first task: say hello"), record("r2", "second task: say hello"), record("r3", "third task: say hello")];
+    let records = [
+        record("r1", "first task: say hello"),
+        record("r2", "second task: say hello"),
+        record("r3", "third task: say hello"),
+    ];
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let mut store = open(dir.path());
@@ -231,7 +260,12 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     let progress = out.join("progress.jsonl");
     let lines = read_progress(&progress).unwrap();
     assert!(matches!(lines.last(), Some(ProgressLine::Induced { .. })));
-    let kept: Vec<String> = std::fs::read_to_string(&progress).unwrap().lines().filter(|line| !line.contains("\"induced\"")).map(str::to_owned).collect();
+    let kept: Vec<String> = std::fs::read_to_string(&progress)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.contains("\"induced\""))
+        .map(str::to_owned)
+        .collect();
     std::fs::write(&progress, kept.join("\n") + "\n").unwrap();
     drop(store);
     let mut store = open(dir.path());
@@ -250,13 +284,24 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     let asked: Vec<String> = second
         .chat_requests()
         .iter()
-        .filter_map(|request| request.messages().iter().find(|message| message["role"] == "user").and_then(|message| message["content"].as_str()).map(str::to_owned))
+        .filter_map(|request| {
+            request
+                .messages()
+                .iter()
+                .find(|message| message["role"] == "user")
+                .and_then(|message| message["content"].as_str())
+                .map(str::to_owned)
+        })
         .collect();
     assert!(asked.iter().all(|text| !text.starts_with("first task")), "task 1 was not run again");
     assert_eq!(report.curve.memory.cumulative_success_rate.len(), 3);
     // The restored pending run was induced again; the store merged it, not duplicated it.
     assert_eq!(store.count(&Scope::default()).unwrap(), 1);
-    let runs = read_progress(&progress).unwrap().into_iter().filter(|line| matches!(line, ProgressLine::Run(run) if run.arm == Arm::Memory)).count();
+    let runs = read_progress(&progress)
+        .unwrap()
+        .into_iter()
+        .filter(|line| matches!(line, ProgressLine::Run(run) if run.arm == Arm::Memory))
+        .count();
     assert_eq!(runs, 3);
 
     // Another stream is refused, naming the line: by the saved stream, and without it
@@ -273,7 +318,8 @@ async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
 async fn a_new_workflow_containing_a_stored_one_is_composed_of_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(dir.path());
-    let part = store.add(&workflow("Echo something and add", &["echo", "get-sum"], Some("demo"))).unwrap().id().to_owned();
+    let part =
+        store.add(&workflow("Echo something and add", &["echo", "get-sum"], Some("demo"))).unwrap().id().to_owned();
     let script = Script::new()
         .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "ok"})))
         .when(Match::after_tool_result(), Reply::text("finished"))
@@ -292,6 +338,7 @@ async fn a_new_workflow_containing_a_stored_one_is_composed_of_it() {
     let whole = all.iter().find(|workflow| workflow.id != part).unwrap();
     assert_eq!(whole.steps.len(), 3);
     assert_eq!(whole.composed_of, std::slice::from_ref(&part), "a reference, not a copy");
-    let tree: Vec<(usize, &str)> = composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
+    let tree: Vec<(usize, &str)> =
+        composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
     assert_eq!(tree, [(0, whole.id.as_str()), (1, part.as_str())]);
 }

@@ -74,7 +74,15 @@ fn the_induction_prompt_says_what_awm_says() {
             {"reasoning": null, "tool": "cancel_pending_order", "args": "{\"order_id\":\"#W1\"}", "result": null, "error": "denied"}]}]});
     let rendered = prompts.render("induce", &ctx).unwrap();
     insta::assert_snapshot!(rendered.text);
-    for phrase in ["finer granularity", "at least 2 steps", "{order_id}", "Do not generate similar or overlapping workflows", "State:", "Reasoning:", "Action:"] {
+    for phrase in [
+        "finer granularity",
+        "at least 2 steps",
+        "{order_id}",
+        "Do not generate similar or overlapping workflows",
+        "State:",
+        "Reasoning:",
+        "Action:",
+    ] {
         assert!(rendered.text.contains(phrase), "the prompt lacks {phrase:?}");
     }
 }

@@ -54,11 +54,8 @@ fn check(trajectories: &[Trajectory]) {
 
     assert_eq!(induction.workflows.len(), long.len(), "one workflow per distinct sequence of >= 2 steps");
     assert_eq!(induction.proposed, long.len() + short.len(), "one candidate per distinct sequence");
-    let induced: BTreeSet<Vec<String>> = induction
-        .workflows
-        .iter()
-        .map(|workflow| workflow.tool_sequence().map(str::to_owned).collect())
-        .collect();
+    let induced: BTreeSet<Vec<String>> =
+        induction.workflows.iter().map(|workflow| workflow.tool_sequence().map(str::to_owned).collect()).collect();
     assert_eq!(induced, long);
     assert_eq!(induction.skipped.len(), short.len(), "one report per distinct short sequence");
     assert!(induction.skipped.iter().all(|s| matches!(s.reason, SkipReason::TooFewSteps { min_steps: 2, .. })));

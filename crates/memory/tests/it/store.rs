@@ -27,11 +27,31 @@ fn retrieval_ranks_a_hand_made_set() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(&dir, StoreConfig::standard());
     let set = [
-        workflow("Cancel a pending order and refund it to the original payment method", &["find_user_id_by_email", "get_order_details", "cancel_pending_order"], Some("retail")),
-        workflow("Exchange a delivered item for another variant of the same product", &["get_order_details", "get_product_details", "exchange_delivered_order_items"], Some("retail")),
-        workflow("Update the shipping address of a pending order", &["get_order_details", "modify_pending_order_address"], Some("retail")),
-        workflow("Look up a user's profile by name and zip code", &["find_user_id_by_name_zip", "get_user_details"], Some("retail")),
-        workflow("Cancel a flight reservation and refund it", &["get_reservation_details", "cancel_reservation"], Some("airline")),
+        workflow(
+            "Cancel a pending order and refund it to the original payment method",
+            &["find_user_id_by_email", "get_order_details", "cancel_pending_order"],
+            Some("retail"),
+        ),
+        workflow(
+            "Exchange a delivered item for another variant of the same product",
+            &["get_order_details", "get_product_details", "exchange_delivered_order_items"],
+            Some("retail"),
+        ),
+        workflow(
+            "Update the shipping address of a pending order",
+            &["get_order_details", "modify_pending_order_address"],
+            Some("retail"),
+        ),
+        workflow(
+            "Look up a user's profile by name and zip code",
+            &["find_user_id_by_name_zip", "get_user_details"],
+            Some("retail"),
+        ),
+        workflow(
+            "Cancel a flight reservation and refund it",
+            &["get_reservation_details", "cancel_reservation"],
+            Some("airline"),
+        ),
     ];
     store.add_all(&set).unwrap();
 
@@ -84,7 +104,11 @@ fn dedup_merges_near_duplicates_and_keeps_both_provenances() {
     assert_eq!(provenances[1].model.as_deref(), Some("scripted"));
 
     // Not merged: another tool sequence, a dissimilar description, or another scope.
-    let other_tools = workflow("Look up the details of a user's order", &["get_order_details", "find_user_id_by_email"], Some("retail"));
+    let other_tools = workflow(
+        "Look up the details of a user's order",
+        &["get_order_details", "find_user_id_by_email"],
+        Some("retail"),
+    );
     let dissimilar = workflow("Cancel a pending order", &tools, Some("retail"));
     let other_scope = workflow("Look up the details of a user's order", &tools, Some("airline"));
     for workflow in [other_tools, dissimilar, other_scope] {

@@ -16,7 +16,10 @@ fn expected(file: &str) -> serde_json::Value {
 }
 
 fn canonical(text: &str) -> String {
-    ProcessTree::parse(text).unwrap_or_else(|e| panic!("PM4Py tree does not parse: {e}: {text}")).canonical().to_string()
+    ProcessTree::parse(text)
+        .unwrap_or_else(|e| panic!("PM4Py tree does not parse: {e}: {text}"))
+        .canonical()
+        .to_string()
 }
 
 /// Checks one log: counts, then both trees; reports every mismatch at once.

@@ -15,8 +15,10 @@ fn tree() -> impl Strategy<Value = ProcessTree> {
     ];
     leaf.prop_recursive(3, 12, 3, |inner| {
         prop_oneof![
-            (prop::sample::select(vec![Operator::Sequence, Operator::Xor, Operator::Parallel]),
-             prop::collection::vec(inner.clone(), 2..4))
+            (
+                prop::sample::select(vec![Operator::Sequence, Operator::Xor, Operator::Parallel]),
+                prop::collection::vec(inner.clone(), 2..4)
+            )
                 .prop_map(|(operator, children)| ProcessTree::operator(operator, children)),
             (inner.clone(), inner).prop_map(|(body, redo)| ProcessTree::operator(Operator::Loop, vec![body, redo])),
         ]
@@ -30,11 +32,13 @@ fn all_words(alphabet: &[&str], max_len: usize) -> Vec<Vec<String>> {
     for _ in 0..max_len {
         frontier = frontier
             .iter()
-            .flat_map(|word| alphabet.iter().map(move |a| {
-                let mut next = word.clone();
-                next.push((*a).to_owned());
-                next
-            }))
+            .flat_map(|word| {
+                alphabet.iter().map(move |a| {
+                    let mut next = word.clone();
+                    next.push((*a).to_owned());
+                    next
+                })
+            })
             .collect();
         words.extend(frontier.iter().cloned());
     }

@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::Item;
-use crate::import::json::{
-    LineCounter, Node, Problem, Segment, locate, offset_in, render_path, top_level_children,
-};
+use crate::import::json::{LineCounter, Node, Problem, Segment, locate, offset_in, render_path, top_level_children};
 use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped};
 
 /// One input file, read into memory.
@@ -28,10 +26,7 @@ pub(crate) struct Input<'a> {
 /// The files to read for `path`: the file itself, or the matching files under a
 /// directory, in path order.
 pub(crate) fn input_files(format: ImportFormat, path: &Path) -> Result<Vec<PathBuf>, ImportError> {
-    let metadata = std::fs::metadata(path).map_err(|source| ImportError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let metadata = std::fs::metadata(path).map_err(|source| ImportError::Read { path: path.to_owned(), source })?;
     if !metadata.is_dir() {
         return Ok(vec![path.to_owned()]);
     }
@@ -39,24 +34,13 @@ pub(crate) fn input_files(format: ImportFormat, path: &Path) -> Result<Vec<PathB
     collect_files(format, path, &mut files)?;
     files.sort();
     if files.is_empty() {
-        return Err(ImportError::NoInputFiles {
-            path: path.to_owned(),
-            format,
-            pattern: format.file_pattern(),
-        });
+        return Err(ImportError::NoInputFiles { path: path.to_owned(), format, pattern: format.file_pattern() });
     }
     Ok(files)
 }
 
-fn collect_files(
-    format: ImportFormat,
-    dir: &Path,
-    out: &mut Vec<PathBuf>,
-) -> Result<(), ImportError> {
-    let read_error = |source| ImportError::Read {
-        path: dir.to_owned(),
-        source,
-    };
+fn collect_files(format: ImportFormat, dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+    let read_error = |source| ImportError::Read { path: dir.to_owned(), source };
     for entry in std::fs::read_dir(dir).map_err(read_error)? {
         let entry = entry.map_err(read_error)?;
         let path = entry.path();
@@ -88,28 +72,17 @@ fn matches_format(format: ImportFormat, name: &str) -> bool {
 impl<'a> Input<'a> {
     /// An input for `file` holding `text`.
     pub(crate) fn new(format: ImportFormat, file: &'a Path, text: &'a str) -> Input<'a> {
-        let name = file
-            .file_name()
-            .map(|name| name.to_string_lossy())
-            .unwrap_or_default();
+        let name = file.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
         let parent = file
             .parent()
             .and_then(Path::file_name)
             .map(|parent| format!("{}/", parent.to_string_lossy()))
             .unwrap_or_default();
-        Input {
-            file,
-            text,
-            source: format!("{format}:{parent}{name}"),
-        }
+        Input { file, text, source: format!("{format}:{parent}{name}") }
     }
 
     /// Converts each non-blank line as one item.
-    pub(crate) fn each_line(
-        &self,
-        out: &mut Imported,
-        mut convert: impl FnMut(Node<'_, '_>) -> Result<Item, Problem>,
-    ) {
+    pub(crate) fn each_line(&self, out: &mut Imported, mut convert: impl FnMut(Node<'_, '_>) -> Result<Item, Problem>) {
         for (idx, line) in self.text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -176,15 +149,8 @@ impl<'a> Input<'a> {
     }
 
     /// Converts the whole file as one item.
-    #[allow(
-        dead_code,
-        reason = "used by the ToolBench and OpenAI importers, which come next"
-    )]
-    pub(crate) fn document(
-        &self,
-        out: &mut Imported,
-        convert: impl FnOnce(Node<'_, '_>) -> Result<Item, Problem>,
-    ) {
+    #[allow(dead_code, reason = "used by the ToolBench and OpenAI importers, which come next")]
+    pub(crate) fn document(&self, out: &mut Imported, convert: impl FnOnce(Node<'_, '_>) -> Result<Item, Problem>) {
         let value: Value = match serde_json::from_str(self.text) {
             Ok(value) => value,
             Err(err) => {
@@ -199,10 +165,7 @@ impl<'a> Input<'a> {
     }
 
     /// Records a problem located by JSON path from the start of the file.
-    #[allow(
-        dead_code,
-        reason = "used by the ToolBench and OpenAI importers, which come next"
-    )]
+    #[allow(dead_code, reason = "used by the ToolBench and OpenAI importers, which come next")]
     pub(crate) fn skip_problem(&self, out: &mut Imported, problem: &Problem) {
         let offset = locate(self.text, &problem.segments);
         let line = LineCounter::new(self.text).line_at(offset);
@@ -215,18 +178,8 @@ impl<'a> Input<'a> {
         self.skip(out, Some(err.line()), None, syntax_reason(err));
     }
 
-    fn skip(
-        &self,
-        out: &mut Imported,
-        line: Option<usize>,
-        json_path: Option<String>,
-        reason: String,
-    ) {
-        let location = Location {
-            file: self.file.to_owned(),
-            line,
-            json_path,
-        };
+    fn skip(&self, out: &mut Imported, line: Option<usize>, json_path: Option<String>, reason: String) {
+        let location = Location { file: self.file.to_owned(), line, json_path };
         out.skipped.push(Skipped { location, reason });
     }
 }
@@ -235,8 +188,6 @@ impl<'a> Input<'a> {
 /// the location, so serde_json's own "at line L" (1 within a JSONL line) is dropped.
 fn syntax_reason(err: &serde_json::Error) -> String {
     let text = err.to_string();
-    let message = text
-        .rsplit_once(" at line ")
-        .map_or(text.as_str(), |(message, _)| message);
+    let message = text.rsplit_once(" at line ").map_or(text.as_str(), |(message, _)| message);
     format!("not valid JSON: {message} at column {}", err.column())
 }

@@ -108,29 +108,21 @@ pub(crate) fn render_path(prefix: &[Segment], segments: &[Segment]) -> String {
 
 fn is_plain_key(key: &str) -> bool {
     let mut chars = key.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl<'v> Node<'v, 'static> {
     /// The root node of an item.
     pub(crate) fn root(value: &'v Value) -> Node<'v, 'static> {
-        Node {
-            value,
-            path: PathLink::Root,
-        }
+        Node { value, path: PathLink::Root }
     }
 }
 
 impl<'v, 'p> Node<'v, 'p> {
     /// A problem located at this node.
     pub(crate) fn problem(&self, message: impl Into<String>) -> Problem {
-        Problem {
-            segments: self.path.segments(),
-            message: message.into(),
-        }
+        Problem { segments: self.path.segments(), message: message.into() }
     }
 
     /// The member `key` of this object. A missing or null member is a problem.
@@ -138,10 +130,7 @@ impl<'v, 'p> Node<'v, 'p> {
         match self.opt_field(key)? {
             Some(node) => Ok(node),
             None => {
-                let missing = Node {
-                    value: &Value::Null,
-                    path: PathLink::Key(&self.path, key),
-                };
+                let missing = Node { value: &Value::Null, path: PathLink::Key(&self.path, key) };
                 Err(missing.problem(format!("missing field `{key}`")))
             }
         }
@@ -150,26 +139,17 @@ impl<'v, 'p> Node<'v, 'p> {
     /// The member `key` of this object, or `None` when it is missing or null.
     pub(crate) fn opt_field<'s>(&'s self, key: &'s str) -> Result<Option<Node<'v, 's>>, Problem> {
         let Value::Object(map) = self.value else {
-            return Err(self.problem(format!(
-                "expected an object, found {}",
-                type_name(self.value)
-            )));
+            return Err(self.problem(format!("expected an object, found {}", type_name(self.value))));
         };
         Ok(match map.get(key) {
             None | Some(Value::Null) => None,
-            Some(value) => Some(Node {
-                value,
-                path: PathLink::Key(&self.path, key),
-            }),
+            Some(value) => Some(Node { value, path: PathLink::Key(&self.path, key) }),
         })
     }
 
     /// The node for element `idx` of this array, whose value is `value`.
     pub(crate) fn child<'s>(&'s self, idx: usize, value: &'v Value) -> Node<'v, 's> {
-        Node {
-            value,
-            path: PathLink::Index(&self.path, idx),
-        }
+        Node { value, path: PathLink::Index(&self.path, idx) }
     }
 
     /// This value as a string.
@@ -193,10 +173,7 @@ impl<'v, 'p> Node<'v, 'p> {
         match self.value {
             Value::String(text) => Ok(text.clone()),
             Value::Number(number) if number.is_i64() || number.is_u64() => Ok(number.to_string()),
-            other => Err(self.problem(format!(
-                "expected an id (a string or an integer), found {}",
-                type_name(other)
-            ))),
+            other => Err(self.problem(format!("expected an id (a string or an integer), found {}", type_name(other)))),
         }
     }
 
@@ -218,19 +195,13 @@ impl<'v, 'p> Node<'v, 'p> {
             // Null arguments always convert to an empty object; the error arm is for form.
             return ToolCall::new(name, Value::Null).map_err(|err| self.problem(err.to_string()));
         };
-        let res = if wire {
-            ToolCall::from_wire(name, args.value.clone())
-        } else {
-            ToolCall::new(name, args.value.clone())
-        };
+        let res =
+            if wire { ToolCall::from_wire(name, args.value.clone()) } else { ToolCall::new(name, args.value.clone()) };
         res.map_err(|err| args.problem(args_message(&err)))
     }
 
     /// This value as text: a string as is, anything else as compact JSON.
-    #[allow(
-        dead_code,
-        reason = "used by the ToolBench and OpenAI importers, which come next"
-    )]
+    #[allow(dead_code, reason = "used by the ToolBench and OpenAI importers, which come next")]
     pub(crate) fn text(&self) -> String {
         match self.value {
             Value::String(text) => text.clone(),
@@ -278,10 +249,9 @@ pub(crate) fn locate(raw: &str, segments: &[Segment]) -> usize {
 fn raw_child<'a>(raw: &'a str, segment: &Segment) -> Option<&'a str> {
     let children: RawChildren<'a> = serde_json::from_str(raw).ok()?;
     let child = match (segment, children) {
-        (Segment::Key(key), RawChildren::Object(entries)) => entries
-            .into_iter()
-            .find(|(name, _)| name == key)
-            .map(|(_, value)| value),
+        (Segment::Key(key), RawChildren::Object(entries)) => {
+            entries.into_iter().find(|(name, _)| name == key).map(|(_, value)| value)
+        }
         (Segment::Index(idx), RawChildren::Array(items)) => items.into_iter().nth(*idx),
         _ => None,
     };
@@ -294,16 +264,11 @@ fn raw_child<'a>(raw: &'a str, segment: &Segment) -> Option<&'a str> {
 /// # Errors
 ///
 /// The parse error when `text` is not a JSON array or object.
-pub(crate) fn top_level_children(
-    text: &str,
-) -> Result<Vec<(Option<String>, &str)>, serde_json::Error> {
+pub(crate) fn top_level_children(text: &str) -> Result<Vec<(Option<String>, &str)>, serde_json::Error> {
     let children: RawChildren<'_> = serde_json::from_str(text)?;
     Ok(match children {
         RawChildren::Array(items) => items.into_iter().map(|raw| (None, raw.get())).collect(),
-        RawChildren::Object(entries) => entries
-            .into_iter()
-            .map(|(key, raw)| (Some(key), raw.get()))
-            .collect(),
+        RawChildren::Object(entries) => entries.into_iter().map(|(key, raw)| (Some(key), raw.get())).collect(),
     })
 }
 
@@ -318,11 +283,7 @@ pub(crate) struct LineCounter<'t> {
 impl<'t> LineCounter<'t> {
     /// A counter at the start of `text`, line 1.
     pub(crate) fn new(text: &'t str) -> LineCounter<'t> {
-        LineCounter {
-            text,
-            offset: 0,
-            line: 1,
-        }
+        LineCounter { text, offset: 0, line: 1 }
     }
 
     /// The 1-based line of byte `offset`, which must not be less than the previous one.
@@ -333,10 +294,7 @@ impl<'t> LineCounter<'t> {
             self.offset = 0;
             self.line = 1;
         }
-        self.line += self.text.as_bytes()[self.offset..offset]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count();
+        self.line += self.text.as_bytes()[self.offset..offset].iter().filter(|b| **b == b'\n').count();
         self.offset = offset;
         self.line
     }
@@ -400,21 +358,14 @@ mod tests {
 
     #[test]
     fn paths_render_odd_keys_in_brackets() {
-        let segments = [
-            Segment::Key("a".into()),
-            Segment::Index(3),
-            Segment::Key("1103".into()),
-        ];
+        let segments = [Segment::Key("a".into()), Segment::Index(3), Segment::Key("1103".into())];
         assert_eq!(render_path(&[], &segments), "$.a[3][\"1103\"]");
     }
 
     #[test]
     fn top_level_children_keep_keys_and_order() {
         let children = top_level_children("{\"z\": 1, \"a\": [2]}").unwrap();
-        assert_eq!(
-            children,
-            vec![(Some("z".to_owned()), "1"), (Some("a".to_owned()), "[2]")]
-        );
+        assert_eq!(children, vec![(Some("z".to_owned()), "1"), (Some("a".to_owned()), "[2]")]);
         assert!(top_level_children("3").is_err());
     }
 }

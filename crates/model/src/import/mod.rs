@@ -146,10 +146,7 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
     let mut imported = Imported::default();
     let mut truncation = stabletoolbench::Truncation::default();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read {
-            path: file.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read { path: file.clone(), source })?;
         let input = input::Input::new(format, &file, &text);
         match format {
             ImportFormat::OpenAi => openai::run(&input, &mut imported),
@@ -195,9 +192,7 @@ impl ImportFormat {
     pub fn item_kind(self) -> ItemKind {
         match self {
             ImportFormat::TauBench | ImportFormat::Tau2Bench => ItemKind::Record,
-            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench => {
-                ItemKind::Trajectory
-            }
+            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench => ItemKind::Trajectory,
         }
     }
 

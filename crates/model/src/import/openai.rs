@@ -73,11 +73,7 @@ fn trajectory(node: &Node<'_, '_>, position: usize, source: &str) -> Result<Traj
             final_answer: conversation.final_answer,
             reference: None,
             success: None,
-            meta: Meta {
-                site: None,
-                domain: None,
-                source: Some(source.to_owned()),
-            },
+            meta: Meta { site: None, domain: None, source: Some(source.to_owned()) },
         });
     }
     let mut messages = None;
@@ -88,9 +84,7 @@ fn trajectory(node: &Node<'_, '_>, position: usize, source: &str) -> Result<Traj
         }
     }
     let Some(messages) = messages else {
-        return Err(node.problem(
-            "no message list: expected one of `messages`, `traj`, `trajectory` or `conversation`",
-        ));
+        return Err(node.problem("no message list: expected one of `messages`, `traj`, `trajectory` or `conversation`"));
     };
     let conversation = conversation(&messages)?;
     let mut id = None;
@@ -168,16 +162,13 @@ pub(crate) fn conversation(messages: &Node<'_, '_>) -> Result<Conversation, Prob
                 let id_node = message.field("tool_call_id")?;
                 let id = id_node.id_text()?;
                 let Some(&step_idx) = open_calls.get(&id) else {
-                    return Err(id_node
-                        .problem(format!("no earlier assistant tool call has the id `{id}`")));
+                    return Err(id_node.problem(format!("no earlier assistant tool call has the id `{id}`")));
                 };
                 set_result(&mut steps[step_idx], content);
             }
             "function" => {
                 let Some(step_idx) = open_function.take() else {
-                    return Err(
-                        role_node.problem("a `function` result without an earlier `function_call`")
-                    );
+                    return Err(role_node.problem("a `function` result without an earlier `function_call`"));
                 };
                 set_result(&mut steps[step_idx], content);
             }
@@ -191,11 +182,7 @@ pub(crate) fn conversation(messages: &Node<'_, '_>) -> Result<Conversation, Prob
     let Some(query) = query else {
         return Err(messages.problem("no user message: the query is the first user message"));
     };
-    Ok(Conversation {
-        query,
-        steps,
-        final_answer,
-    })
+    Ok(Conversation { query, steps, final_answer })
 }
 
 /// The tool calls of an assistant message, each with whether it is a legacy
@@ -238,10 +225,9 @@ fn content_text(message: &Node<'_, '_>) -> Result<Option<String>, Problem> {
             }
             Ok(Some(texts.join("\n")))
         }
-        other => Err(content.problem(format!(
-            "expected a string or a list of content parts, found {}",
-            type_name(other)
-        ))),
+        other => {
+            Err(content.problem(format!("expected a string or a list of content parts, found {}", type_name(other))))
+        }
     }
 }
 
@@ -265,10 +251,7 @@ fn attempt(node: &Node<'_, '_>) -> Result<Option<u32>, Problem> {
         if let Some(found) = node.opt_field(key)? {
             return match found.value.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) => Ok(Some(n)),
-                None => Err(found.problem(format!(
-                    "expected a trial number, found {}",
-                    type_name(found.value)
-                ))),
+                None => Err(found.problem(format!("expected a trial number, found {}", type_name(found.value)))),
             };
         }
     }
@@ -284,10 +267,7 @@ fn outcome(node: &Node<'_, '_>) -> Result<Option<Outcome>, Problem> {
                     Some(score) => Ok(Some(Outcome::Score(score))),
                     None => Err(found.problem("expected a finite number")),
                 },
-                other => Err(found.problem(format!(
-                    "expected a boolean or a number, found {}",
-                    type_name(other)
-                ))),
+                other => Err(found.problem(format!("expected a boolean or a number, found {}", type_name(other)))),
             };
         }
     }

@@ -39,10 +39,7 @@ impl Truncation {
 
 /// Imports every run of an evaluation-set file.
 pub(crate) fn run(input: &Input<'_>, out: &mut Imported, truncation: &mut Truncation) {
-    let group = input
-        .file
-        .file_stem()
-        .map(|stem| stem.to_string_lossy().into_owned());
+    let group = input.file.file_stem().map(|stem| stem.to_string_lossy().into_owned());
     input.each_element(out, |key, node| {
         let Some(id) = key else {
             return Err(node.problem(
@@ -69,23 +66,11 @@ fn trajectory(
         },
         None => None,
     };
-    let mut walk = Walk {
-        steps: Vec::new(),
-        reasoning: None,
-        truncation,
-    };
+    let mut walk = Walk { steps: Vec::new(), reasoning: None, truncation };
     walk.level(&answer.field("answer_details")?)?;
-    let Walk {
-        mut steps,
-        reasoning,
-        ..
-    } = walk;
+    let Walk { mut steps, reasoning, .. } = walk;
     if let Some(text) = reasoning {
-        steps.push(Step {
-            observation: None,
-            reasoning: None,
-            action: Action::Message { content: text },
-        });
+        steps.push(Step { observation: None, reasoning: None, action: Action::Message { content: text } });
     }
     Ok(Trajectory {
         id: id.to_owned(),
@@ -95,11 +80,7 @@ fn trajectory(
         final_answer,
         reference: None,
         success: None,
-        meta: Meta {
-            site: None,
-            domain: group.map(str::to_owned),
-            source: Some(source.to_owned()),
-        },
+        meta: Meta { site: None, domain: group.map(str::to_owned), source: Some(source.to_owned()) },
     })
 }
 
@@ -130,20 +111,12 @@ impl Walk<'_> {
             "tool" => {
                 let call = tool_call(&node, message, self.truncation)?;
                 let reasoning = self.reasoning.take();
-                self.steps.push(Step {
-                    observation: None,
-                    reasoning,
-                    action: Action::ToolCall(call),
-                });
+                self.steps.push(Step { observation: None, reasoning, action: Action::ToolCall(call) });
             }
             "assistant" if !message.trim().is_empty() => {
                 if let Some(previous) = self.reasoning.replace(message.to_owned()) {
                     let action = Action::Message { content: previous };
-                    self.steps.push(Step {
-                        observation: None,
-                        reasoning: None,
-                        action,
-                    });
+                    self.steps.push(Step { observation: None, reasoning: None, action });
                 }
             }
             _ => {}
@@ -155,18 +128,10 @@ impl Walk<'_> {
     }
 }
 
-fn tool_call(
-    node: &Node<'_, '_>,
-    message: &str,
-    truncation: &mut Truncation,
-) -> Result<ToolCall, Problem> {
+fn tool_call(node: &Node<'_, '_>, message: &str, truncation: &mut Truncation) -> Result<ToolCall, Problem> {
     let fields = python_dict_prefix(message);
     let name = match fields.iter().find(|field| field.key == "name") {
-        Some(PyField {
-            value,
-            complete: true,
-            ..
-        }) => value.as_str(),
+        Some(PyField { value, complete: true, .. }) => value.as_str(),
         _ => {
             return Err(node.problem(format!(
                 "the tool name is missing or cut off in `message`: expected a Python dict repr starting `{{'name': '...'`, found `{message}`"
@@ -176,11 +141,7 @@ fn tool_call(
     truncation.n_calls += 1;
     let arguments = fields.iter().find(|field| field.key == "arguments");
     let parsed = match arguments {
-        Some(PyField {
-            value,
-            complete: true,
-            ..
-        }) => ToolCall::from_wire(name, Value::String(value.clone())).ok(),
+        Some(PyField { value, complete: true, .. }) => ToolCall::from_wire(name, Value::String(value.clone())).ok(),
         _ => None,
     };
     let mut call = match parsed {
@@ -225,11 +186,7 @@ fn python_dict_prefix(text: &str) -> Vec<PyField> {
         let Some((value, complete, after_value)) = python_string(after_colon.trim_start()) else {
             return fields;
         };
-        fields.push(PyField {
-            key,
-            value,
-            complete,
-        });
+        fields.push(PyField { key, value, complete });
         if !complete {
             return fields;
         }
@@ -288,37 +245,22 @@ mod tests {
     use crate::import::stabletoolbench::{PyField, python_dict_prefix};
 
     fn field(key: &str, value: &str, complete: bool) -> PyField {
-        PyField {
-            key: key.into(),
-            value: value.into(),
-            complete,
-        }
+        PyField { key: key.into(), value: value.into(), complete }
     }
 
     #[test]
     fn python_reprs_parse_up_to_the_cut() {
         assert_eq!(
-            python_dict_prefix(
-                r#"{'name': 'f', 'arguments': '{\n  "id": "it\'s"\n}', 'response': 'cut "#
-            ),
+            python_dict_prefix(r#"{'name': 'f', 'arguments': '{\n  "id": "it\'s"\n}', 'response': 'cut "#),
             vec![
                 field("name", "f", true),
                 field("arguments", "{\n  \"id\": \"it's\"\n}", true),
                 field("response", "cut ", false)
             ]
         );
-        assert_eq!(
-            python_dict_prefix(r#"{'name': "o'k", 'arg"#),
-            vec![field("name", "o'k", true)]
-        );
-        assert_eq!(
-            python_dict_prefix(r"{'name': 'caf\xe9\u00e9'}"),
-            vec![field("name", "caféé", true)]
-        );
+        assert_eq!(python_dict_prefix(r#"{'name': "o'k", 'arg"#), vec![field("name", "o'k", true)]);
+        assert_eq!(python_dict_prefix(r"{'name': 'caf\xe9\u00e9'}"), vec![field("name", "caféé", true)]);
         assert_eq!(python_dict_prefix("not a dict"), vec![]);
-        assert_eq!(
-            python_dict_prefix("{'name': 'abc"),
-            vec![field("name", "abc", false)]
-        );
+        assert_eq!(python_dict_prefix("{'name': 'abc"), vec![field("name", "abc", false)]);
     }
 }

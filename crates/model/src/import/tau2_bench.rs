@@ -26,9 +26,7 @@ const INSTRUCTION_PARTS: [(&str, &str); 4] = [
 
 /// Imports every task of a τ²-bench task file.
 pub(crate) fn run(input: &Input<'_>, out: &mut Imported) {
-    input.each_element(out, |_key, node| {
-        record(&node, &input.source).map(Item::Record)
-    });
+    input.each_element(out, |_key, node| record(&node, &input.source).map(Item::Record));
 }
 
 fn record(node: &Node<'_, '_>, source: &str) -> Result<Record, Problem> {
@@ -53,23 +51,14 @@ fn record(node: &Node<'_, '_>, source: &str) -> Result<Record, Problem> {
             assertions = nl_assertions.strings()?;
         }
     }
-    let reference_result = required_outputs
-        .iter()
-        .chain(&assertions)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("\n");
+    let reference_result = required_outputs.iter().chain(&assertions).cloned().collect::<Vec<_>>().join("\n");
     Ok(Record {
         id,
         query,
         reference_result,
         required_outputs,
         orchestration,
-        meta: Meta {
-            site: None,
-            domain,
-            source: Some(source.to_owned()),
-        },
+        meta: Meta { site: None, domain, source: Some(source.to_owned()) },
     })
 }
 

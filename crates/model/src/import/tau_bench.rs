@@ -41,10 +41,6 @@ fn record(node: &Node<'_, '_>, source: &str) -> Result<Record, Problem> {
         reference_result: required_outputs.join("\n"),
         required_outputs,
         orchestration,
-        meta: Meta {
-            site: None,
-            domain,
-            source: Some(source.to_owned()),
-        },
+        meta: Meta { site: None, domain, source: Some(source.to_owned()) },
     })
 }

@@ -30,38 +30,17 @@ pub(crate) enum Finish {
 
 /// Imports one answer file.
 pub(crate) fn run(input: &Input<'_>, out: &mut Imported) {
-    let file_name = input
-        .file
-        .file_name()
-        .map(|name| name.to_string_lossy())
-        .unwrap_or_default();
-    let id = file_name
-        .split('_')
-        .next()
-        .unwrap_or_default()
-        .trim_end_matches(".json")
-        .to_owned();
+    let file_name = input.file.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+    let id = file_name.split('_').next().unwrap_or_default().trim_end_matches(".json").to_owned();
     let group = input
         .file
         .parent()
         .and_then(|parent| parent.file_name())
-        .map(|parent| {
-            parent
-                .to_string_lossy()
-                .trim_end_matches("_answer")
-                .to_owned()
-        });
-    input.document(out, |node| {
-        trajectory(&node, &id, group.as_deref(), &input.source).map(Item::Trajectory)
-    });
+        .map(|parent| parent.to_string_lossy().trim_end_matches("_answer").to_owned());
+    input.document(out, |node| trajectory(&node, &id, group.as_deref(), &input.source).map(Item::Trajectory));
 }
 
-fn trajectory(
-    node: &Node<'_, '_>,
-    id: &str,
-    group: Option<&str>,
-    source: &str,
-) -> Result<Trajectory, Problem> {
+fn trajectory(node: &Node<'_, '_>, id: &str, group: Option<&str>, source: &str) -> Result<Trajectory, Problem> {
     let answer = node.field("answer_generation")?;
     let query = answer.field("query")?.as_str()?.trim().to_owned();
     let mut steps = match answer.opt_field("train_messages")? {
@@ -110,11 +89,7 @@ fn trajectory(
         final_answer,
         reference: None,
         success,
-        meta: Meta {
-            site: None,
-            domain: group.map(str::to_owned),
-            source: Some(source.to_owned()),
-        },
+        meta: Meta { site: None, domain: group.map(str::to_owned), source: Some(source.to_owned()) },
     })
 }
 
@@ -132,14 +107,8 @@ fn winning_path(root: &Node<'_, '_>) -> Result<Option<Vec<Step>>, Problem> {
     let mut reasoning = None;
     let mut pending_tool: Option<&str> = None;
     for (depth, node) in path.iter().enumerate() {
-        let kind = node
-            .get("node_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let description = node
-            .get("description")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let kind = node.get("node_type").and_then(Value::as_str).unwrap_or_default();
+        let description = node.get("description").and_then(Value::as_str).unwrap_or_default();
         match kind {
             "Thought" => reasoning = Some(description.to_owned()),
             "Action" => pending_tool = Some(description),
@@ -147,25 +116,17 @@ fn winning_path(root: &Node<'_, '_>) -> Result<Option<Vec<Step>>, Problem> {
                 let Some(tool) = pending_tool.take() else {
                     continue;
                 };
-                let mut call = ToolCall::from_wire(tool, Value::String(description.to_owned()))
-                    .map_err(|err| {
-                        let mut segments = root.path.segments();
-                        for idx in &indices[1..=depth] {
-                            segments.push(Segment::Key("children".to_owned()));
-                            segments.push(Segment::Index(*idx));
-                        }
-                        segments.push(Segment::Key("description".to_owned()));
-                        Problem {
-                            segments,
-                            message: err.to_string(),
-                        }
-                    })?;
+                let mut call = ToolCall::from_wire(tool, Value::String(description.to_owned())).map_err(|err| {
+                    let mut segments = root.path.segments();
+                    for idx in &indices[1..=depth] {
+                        segments.push(Segment::Key("children".to_owned()));
+                        segments.push(Segment::Index(*idx));
+                    }
+                    segments.push(Segment::Key("description".to_owned()));
+                    Problem { segments, message: err.to_string() }
+                })?;
                 call.result = node.get("observation").cloned();
-                steps.push(Step {
-                    observation: None,
-                    reasoning: reasoning.take(),
-                    action: Action::ToolCall(call),
-                });
+                steps.push(Step { observation: None, reasoning: reasoning.take(), action: Action::ToolCall(call) });
             }
             _ => {}
         }
@@ -173,12 +134,7 @@ fn winning_path(root: &Node<'_, '_>) -> Result<Option<Vec<Step>>, Problem> {
     Ok(Some(steps))
 }
 
-fn find_finished<'v>(
-    node: &'v Value,
-    idx: usize,
-    path: &mut Vec<&'v Value>,
-    indices: &mut Vec<usize>,
-) -> bool {
+fn find_finished<'v>(node: &'v Value, idx: usize, path: &mut Vec<&'v Value>, indices: &mut Vec<usize>) -> bool {
     path.push(node);
     indices.push(idx);
     let children = node.get("children").and_then(Value::as_array);
@@ -218,10 +174,7 @@ fn observation_error(result: Option<&Value>) -> Option<String> {
 /// answer is whatever follows `"final_answer": "`, with JSON escapes undone.
 pub(crate) fn parse_finish(text: &str) -> Finish {
     if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) {
-        return match (
-            map.get("return_type").and_then(Value::as_str),
-            map.get("final_answer"),
-        ) {
+        return match (map.get("return_type").and_then(Value::as_str), map.get("final_answer")) {
             (Some("give_answer"), Some(Value::String(answer))) => Finish::Answer(answer.clone()),
             (Some("give_answer"), _) => Finish::Answer(String::new()),
             _ => Finish::NoAnswer,
@@ -287,14 +240,9 @@ mod tests {
             parse_finish("{\"return_type\": \"give_answer\", \"final_answer\": \"a\\nb\"}"),
             Finish::Answer("a\nb".into())
         );
+        assert_eq!(parse_finish("{\n  \"return_type\": \"give_up_and_restart\"\n}"), Finish::NoAnswer);
         assert_eq!(
-            parse_finish("{\n  \"return_type\": \"give_up_and_restart\"\n}"),
-            Finish::NoAnswer
-        );
-        assert_eq!(
-            parse_finish(
-                "{\n  \"return_type\": \"give_answer\",\n  \"final_answer\": \"raw\nnewline \\\"q\\\"\"\n}"
-            ),
+            parse_finish("{\n  \"return_type\": \"give_answer\",\n  \"final_answer\": \"raw\nnewline \\\"q\\\"\"\n}"),
             Finish::Answer("raw\nnewline \"q\"".into())
         );
         assert_eq!(

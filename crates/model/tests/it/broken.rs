@@ -96,10 +96,7 @@ fn a_directory_without_matching_files_is_an_error() {
     let (dir, _) = write_temp("split_tasks.json", "{}");
     let err = import(ImportFormat::Tau2Bench, dir.path()).unwrap_err();
     assert!(matches!(err, ImportError::NoInputFiles { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains("looked for `tasks*.json`"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("looked for `tasks*.json`"), "{err}");
 }
 
 const RUNS: &str = r#"{"id": "r1", "trial": 2, "reward": 1.0, "domain": "retail", "messages": [{"role": "system", "content": "be nice"}, {"role": "user", "content": "find order 7"}, {"role": "assistant", "content": "looking", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": "{\"id\": 7}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"shipped\"}"}, {"role": "assistant", "content": "It shipped."}]}
@@ -135,26 +132,16 @@ fn openai_runs_import_and_bad_ones_are_located() {
         .collect();
     assert_eq!(runs.len(), 2);
     let run = runs[0];
-    assert_eq!(
-        (run.id.as_str(), run.attempt, run.success),
-        ("r1", Some(2), Some(Outcome::Score(1.0)))
-    );
+    assert_eq!((run.id.as_str(), run.attempt, run.success), ("r1", Some(2), Some(Outcome::Score(1.0))));
     assert_eq!(run.query, "find order 7");
     assert_eq!(run.meta.domain.as_deref(), Some("retail"));
     assert_eq!(run.final_answer.as_deref(), Some("It shipped."));
     let call = run.tool_calls().next().unwrap();
     assert_eq!(
-        (
-            call.tool.as_str(),
-            call.args["id"].as_i64(),
-            call.call_id.as_deref()
-        ),
+        (call.tool.as_str(), call.args["id"].as_i64(), call.call_id.as_deref()),
         ("get_order", Some(7), Some("c1"))
     );
-    assert_eq!(
-        call.result,
-        Some(serde_json::json!("{\"status\": \"shipped\"}"))
-    );
+    assert_eq!(call.result, Some(serde_json::json!("{\"status\": \"shipped\"}")));
     assert_eq!(run.steps[0].reasoning.as_deref(), Some("looking"));
     // A bare message list gets its position as id; legacy function calls are read.
     let bare = runs[1];
@@ -186,13 +173,7 @@ fn openai_json_arrays_locate_problems_by_line() {
 
 #[test]
 fn openai_single_bare_conversation_file() {
-    check(
-        ImportFormat::OpenAi,
-        "run.json",
-        r#"[{"role": "user", "content": "only"}]"#,
-        1,
-        &[],
-    );
+    check(ImportFormat::OpenAi, "run.json", r#"[{"role": "user", "content": "only"}]"#, 1, &[]);
 }
 
 #[test]
@@ -202,9 +183,7 @@ fn toolbench_file_without_answer_generation_is_skipped() {
         "1_ChatGPT_DFS_woFilter_w2.json",
         "{\n  \"win\": true,\n  \"tree\": {}\n}",
         0,
-        &[
-            "`1_ChatGPT_DFS_woFilter_w2.json:1` at `$.answer_generation`: missing field `answer_generation`",
-        ],
+        &["`1_ChatGPT_DFS_woFilter_w2.json:1` at `$.answer_generation`: missing field `answer_generation`"],
     );
 }
 

@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 
 use flowmem_model::{
-    Item, ItemKind, JsonlError, Record, Trajectory, read_items, read_records, read_trajectories,
-    write_jsonl_atomic,
+    Item, ItemKind, JsonlError, Record, Trajectory, read_items, read_records, read_trajectories, write_jsonl_atomic,
 };
 
 use crate::support::write_temp;
@@ -58,11 +57,7 @@ fn read_items_tells_records_from_trajectories() {
 #[test]
 fn items_serialise_bare() {
     let (dir, path) = write_temp("records.jsonl", RECORDS);
-    let items: Vec<Item> = read_records(&path)
-        .unwrap()
-        .into_iter()
-        .map(Item::from)
-        .collect();
+    let items: Vec<Item> = read_records(&path).unwrap().into_iter().map(Item::from).collect();
     let out = dir.path().join("items.jsonl");
     write_jsonl_atomic(&out, &items).unwrap();
     let records: Vec<Record> = read_records(&out).unwrap();
@@ -146,15 +141,9 @@ fn a_failed_write_leaves_the_old_file_and_no_temporary() {
     write_jsonl_atomic(&path, &items).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":1}\n");
     let err = write_jsonl_atomic(&path, [&bad, &bad]).unwrap_err();
-    assert!(
-        matches!(err, JsonlError::Serialize { index: 0, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, JsonlError::Serialize { index: 0, .. }), "{err:?}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":1}\n");
-    let names: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().file_name()).collect();
     assert_eq!(names, vec![std::ffi::OsString::from("out.jsonl")]);
 }
 

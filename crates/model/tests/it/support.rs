@@ -8,11 +8,7 @@ use flowmem_model::{ImportFormat, Imported, Item, Record, import};
 pub fn data(rel: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let path = root.join("../shared/data").join(rel);
-    assert!(
-        path.exists(),
-        "shared data missing: {} (tests read ../shared/data next to the repo)",
-        path.display()
-    );
+    assert!(path.exists(), "shared data missing: {} (tests read ../shared/data next to the repo)", path.display());
     path
 }
 
@@ -41,11 +37,7 @@ pub fn records(imported: &Imported) -> Vec<&Record> {
 
 /// Total tool calls over all items.
 pub fn n_calls(imported: &Imported) -> usize {
-    imported
-        .items
-        .iter()
-        .map(|item| item.tool_calls().count())
-        .sum()
+    imported.items.iter().map(|item| item.tool_calls().count()).sum()
 }
 
 /// Writes `text` to `name` in a fresh temporary directory.
@@ -59,9 +51,5 @@ pub fn write_temp(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
 /// The skip messages of an import, with the temporary directory prefix cut off.
 pub fn skip_messages(imported: &Imported, dir: &Path) -> Vec<String> {
     let prefix = format!("{}/", dir.display());
-    imported
-        .skipped
-        .iter()
-        .map(|skipped| skipped.to_string().replace(&prefix, ""))
-        .collect()
+    imported.skipped.iter().map(|skipped| skipped.to_string().replace(&prefix, "")).collect()
 }

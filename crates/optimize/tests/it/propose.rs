@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::WorkflowGraph;
-use flowmem_optimize::{CandidatePlan, EditPlan, FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, ProposalInput, Proposer, edit_plan_schema_for};
+use flowmem_optimize::{
+    CandidatePlan, EditPlan, FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, ProposalInput, Proposer, edit_plan_schema_for,
+};
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use serde_json::json;
 
@@ -99,7 +101,8 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
     let mut prompts = Prompts::new();
     prompts.register(PROPOSE_EDITS).expect("optimizer template");
     let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
-    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: tools.clone(), max_edits: 2 };
+    let proposer =
+        LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: tools.clone(), max_edits: 2 };
     proposer.propose(&input(&graph(), &json!({}))).await.expect("a valid plan");
     let sent = server.chat_requests()[0].body["response_format"]["json_schema"]["schema"].clone();
     assert_eq!(sent, edit_plan_schema_for(&graph(), &tools, 2), "the request carries the narrowed schema");
@@ -177,11 +180,17 @@ async fn the_prompt_lists_the_plans_already_tried() {
     let mut prompts = Prompts::new();
     prompts.register(PROPOSE_EDITS).expect("optimizer template");
     let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: vec![], max_edits: 3 };
-    let applied: EditPlan =
-        serde_json::from_value(json!({"rationale": "x", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "Be brief."}]})).unwrap();
+    let applied: EditPlan = serde_json::from_value(
+        json!({"rationale": "x", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "Be brief."}]}),
+    )
+    .unwrap();
     let tried = [
         CandidatePlan { parent: 0, plan: Some(applied), rejected: vec![] },
-        CandidatePlan { parent: 0, plan: None, rejected: vec![vec!["first".into()], vec!["node id `find` is already in use".into()]] },
+        CandidatePlan {
+            parent: 0,
+            plan: None,
+            rejected: vec![vec!["first".into()], vec!["node id `find` is already in use".into()]],
+        },
     ];
     let graph = graph();
     let input = ProposalInput { graph: &graph, feedback: &json!({}), problems: &[], tried: &tried };
@@ -189,7 +198,10 @@ async fn the_prompt_lists_the_plans_already_tried() {
 
     let request = &server.chat_requests()[0];
     let prompt = request.last_text("user").unwrap();
-    assert!(prompt.contains("These plans were already tried on this workflow. Propose a different refinement:"), "{prompt}");
+    assert!(
+        prompt.contains("These plans were already tried on this workflow. Propose a different refinement:"),
+        "{prompt}"
+    );
     assert!(prompt.contains(r#"- [{"op":"rewrite_prompt","id":"synth","instruction":"Be brief."}]"#), "{prompt}");
     assert!(prompt.contains("- a plan that could not be applied: node id `find` is already in use"), "{prompt}");
     assert!(!prompt.contains("first"), "only the last attempt's problems are shown:\n{prompt}");

@@ -12,7 +12,8 @@ use flowmem_exec::{ToolBox, ToolCatalog, check, exec_prompts};
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::{Record, ToolCall, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Scoring, Strategy, StopReason, prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, Scoring, ScoutParts, ScoutSettings, StopReason, Strategy, prepare_run,
+    scout,
 };
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -29,7 +30,8 @@ async fn everything() -> Arc<Registry> {
         "[tools]\ntimeout_secs = 30\n[[tools.mcp]]\nname = \"everything\"\ncommand = {:?}\nargs = [\"stdio\"]\n",
         everything_server().display().to_string(),
     );
-    let cfg = ToolsConfig::from_toml_str(&text, &flowmem_testsupport::repo_root().join("flowmem.toml")).expect("tools config");
+    let cfg = ToolsConfig::from_toml_str(&text, &flowmem_testsupport::repo_root().join("flowmem.toml"))
+        .expect("tools config");
     Arc::new(Registry::connect(&cfg).await.expect("server-everything starts"))
 }
 
@@ -62,15 +64,21 @@ fn edit_plan(edits: Value) -> Reply {
 /// answer right, (2) an added verify node, (3) three plans that never validate. The
 /// judge gives 1 to the right answer and 0 otherwise.
 fn script() -> Script {
-    let rewrite = edit_plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}]));
+    let rewrite =
+        edit_plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}]));
     let add = edit_plan(json!([{"op": "add_node", "after": "plan",
         "node": {"id": "e1_check", "kind": "llm", "role": "verify", "instruction": "Check the plan."}}]));
     let invalid = || edit_plan(json!([{"op": "remove_node", "id": "no-such-node"}]));
     let judge = |score: f64| {
-        Reply::json(json!({"rationale": "scripted", "correctness": score, "completeness": score, "relevance": score, "clarity": score}))
+        Reply::json(
+            json!({"rationale": "scripted", "correctness": score, "completeness": score, "relevance": score, "clarity": score}),
+        )
     };
     Script::new()
-        .when_seq(Match::last_user_contains("You improve a tool-using agent workflow"), [rewrite, add, invalid(), invalid(), invalid()])
+        .when_seq(
+            Match::last_user_contains("You improve a tool-using agent workflow"),
+            [rewrite, add, invalid(), invalid(), invalid()],
+        )
         .when(
             Match::custom(|request| {
                 let text = request.to_string();
@@ -102,9 +110,19 @@ async fn setup() -> Setup {
     Setup { server, tools, model, prompts: Arc::new(prompts) }
 }
 
-async fn run_scout(setup: &Setup, dir: &Path, settings: &ScoutSettings, stop_at: Option<Checkpoint>) -> Result<flowmem_optimize::ScoutOutcome, flowmem_optimize::ScoutError> {
+async fn run_scout(
+    setup: &Setup,
+    dir: &Path,
+    settings: &ScoutSettings,
+    stop_at: Option<Checkpoint>,
+) -> Result<flowmem_optimize::ScoutOutcome, flowmem_optimize::ScoutError> {
     let tool_names: Vec<String> = setup.tools.definitions().into_iter().map(|def| def.name).collect();
-    let proposer = LlmProposer { model: Arc::clone(&setup.model), prompts: Arc::clone(&setup.prompts), tools: tool_names, max_edits: 6 };
+    let proposer = LlmProposer {
+        model: Arc::clone(&setup.model),
+        prompts: Arc::clone(&setup.prompts),
+        tools: tool_names,
+        max_edits: 6,
+    };
     let iterations = AtomicU32::new(0);
     let checkpoint = move |point: Checkpoint| Some(point) != stop_at;
     let on_iteration = |_: u32, _: Option<f64>| {
@@ -118,7 +136,11 @@ async fn run_scout(setup: &Setup, dir: &Path, settings: &ScoutSettings, stop_at:
             prompts: Arc::clone(&setup.prompts),
         },
         isolation: None,
-        scoring: Scoring { alpha: Alpha::HALF, tc: TcConfig::exact(), judge: Some((Arc::clone(&setup.model), Arc::clone(&setup.prompts))) },
+        scoring: Scoring {
+            alpha: Alpha::HALF,
+            tc: TcConfig::exact(),
+            judge: Some((Arc::clone(&setup.model), Arc::clone(&setup.prompts))),
+        },
         proposer: &proposer,
         checker: None,
         checkpoint: &checkpoint,
@@ -147,20 +169,23 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     assert_eq!(state.iteration, 3);
     // G⁰ answers wrongly (ES 0, TC 1): R = 0.5. The rewrite makes the answer right.
     let val = |id: usize| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("candidates/{id:04}.val.json"))).unwrap()).unwrap()
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("candidates/{id:04}.val.json"))).unwrap())
+            .unwrap()
     };
     assert!((val(0)["reward"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{}", val(0));
     assert!((val(1)["reward"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{}", val(1));
     assert_eq!(state.best, 1);
     assert_eq!(state.failed_expansions, 1, "the third plan never validates");
     // The feedback names the matched call and the wrong result.
-    let opt0: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0000.opt.json")).unwrap()).unwrap();
+    let opt0: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0000.opt.json")).unwrap()).unwrap();
     let first = &opt0["feedback"]["records"][0];
     assert_eq!(first["matched_calls"], json!(["get-sum"]));
     assert_eq!(first["result"], "I am not sure.");
     assert_eq!(opt0["feedback"]["records"].as_array().unwrap().len(), 5);
     // The failed expansion was re-asked twice, with the problem shown.
-    let plan3: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0003.plan.json")).unwrap()).unwrap();
+    let plan3: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0003.plan.json")).unwrap()).unwrap();
     assert_eq!(plan3["plan"], Value::Null);
     assert_eq!(plan3["rejected"].as_array().unwrap().len(), 3);
     // Traces: one JSONL file per evaluated candidate and split, one final line per record.
@@ -170,10 +195,18 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
         assert_eq!(finals, n, "{id} {split}");
     }
     // The best workflow loads and validates against the real tools.
-    let best: WorkflowGraph = serde_json::from_str(&std::fs::read_to_string(dir.path().join("best.workflow.json")).unwrap()).unwrap();
+    let best: WorkflowGraph =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("best.workflow.json")).unwrap()).unwrap();
     let names: Vec<String> = setup.tools.definitions().into_iter().map(|def| def.name).collect();
     check(best.clone(), ToolCatalog::Known(&names)).expect("best workflow is valid");
-    assert_eq!(best.node("synthesize").map(|node| node.kind.clone()), Some(flowmem_model::NodeKind::Llm { role: flowmem_model::LlmRole::Synthesize, instruction: Some("ANSWER-V2: state the sum.".to_owned()), model: None }));
+    assert_eq!(
+        best.node("synthesize").map(|node| node.kind.clone()),
+        Some(flowmem_model::NodeKind::Llm {
+            role: flowmem_model::LlmRole::Synthesize,
+            instruction: Some("ANSWER-V2: state the sum.".to_owned()),
+            model: None
+        })
+    );
     // The final test compared the best workflow, ReAct and G⁰ on the 3 test records.
     let test = outcome.test.as_ref().unwrap();
     let systems: Vec<&str> = test.systems.iter().map(|s| s.system.as_str()).collect();

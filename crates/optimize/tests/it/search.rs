@@ -87,7 +87,10 @@ impl Proposer for InsertingProposer {
             kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None },
             description: None,
         };
-        Ok(EditPlan { rationale: "verify early".into(), edits: vec![GraphEdit::AddNode { node, after: after.into(), before: next }] })
+        Ok(EditPlan {
+            rationale: "verify early".into(),
+            edits: vec![GraphEdit::AddNode { node, after: after.into(), before: next }],
+        })
     }
 }
 
@@ -106,7 +109,14 @@ fn cfg(iterations: u32, patience: u32) -> SearchConfig {
     SearchConfig { iterations, patience, max_children: 3, lambda_max: 1.4, lambda_min: 0.1 }
 }
 
-async fn run(dir: &Path, config: &SearchConfig, strategy: Strategy, sim: &SizeSimulator, proposer: &dyn Proposer, stop_at: Option<Checkpoint>) -> Result<SearchState, SearchError> {
+async fn run(
+    dir: &Path,
+    config: &SearchConfig,
+    strategy: Strategy,
+    sim: &SizeSimulator,
+    proposer: &dyn Proposer,
+    stop_at: Option<Checkpoint>,
+) -> Result<SearchState, SearchError> {
     let validator = SizeValidator { max_nodes: 100 };
     let hook = move |point: Checkpoint| Some(point) != stop_at;
     let parts = SearchParts { proposer, simulator: sim, validator: &validator, checkpoint: &hook };
@@ -163,9 +173,8 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
 
     let plan_a = json!({"rationale": "a", "edits": [{"op": "rewrite_prompt", "id": "plan", "instruction": "PLAN-A"}]});
     let plan_b = json!({"rationale": "b", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "PLAN-B"}]});
-    let script = Script::new()
-        .when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b))
-        .otherwise(Reply::json(plan_a));
+    let script =
+        Script::new().when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b)).otherwise(Reply::json(plan_a));
     let server = ScriptedLlmServer::start(script).await;
     let mut cfg_http = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
     cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
@@ -243,15 +252,23 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
 
     // Inserting on the edge `plan → synth` and inserting after `plan` alone build the same
     // workflow with its edges in a different order: still a repeat.
-    let node = GraphNode { id: "v".into(), kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None }, description: None };
-    let on_edge = plan_of(GraphEdit::AddNode { node: node.clone(), after: "plan".into(), before: Some("synth".into()) });
+    let node = GraphNode {
+        id: "v".into(),
+        kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None },
+        description: None,
+    };
+    let on_edge =
+        plan_of(GraphEdit::AddNode { node: node.clone(), after: "plan".into(), before: Some("synth".into()) });
     let alone = plan_of(GraphEdit::AddNode { node, after: "plan".into(), before: None });
     let proposer = FixedProposer::new(vec![on_edge, alone]);
     let dir = tempfile::tempdir().unwrap();
     run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     let first = std::fs::read_to_string(candidate_path(dir.path(), 1, "workflow")).unwrap();
     assert!(first.contains("\"v\""), "{first}");
-    assert_eq!(proposer.asked.lock().unwrap()[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
+    assert_eq!(
+        proposer.asked.lock().unwrap()[2],
+        ["the plan gives the same workflow as candidate 1, which was already tried"]
+    );
 }
 
 #[tokio::test]
@@ -345,7 +362,8 @@ async fn report_pictures_show_every_candidate_and_the_best_path() {
     let curve = flowmem_optimize::validation_curve_svg(&state, 0.0);
     assert_eq!(curve.matches("class=\"candidate\"").count(), state.history.len());
     let best: WorkflowGraph =
-        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), state.best, "workflow")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), state.best, "workflow")).unwrap())
+            .unwrap();
     let picture = flowmem_optimize::workflow_graph_svg(&best);
     assert_eq!(picture.matches("class=\"graph-node\"").count(), best.nodes.len());
     assert_eq!(picture.matches("class=\"edge\"").count(), best.edges.len());

@@ -46,8 +46,7 @@ async fn in_order_text_tool_call_and_json() {
     assert_eq!(second["choices"][0]["finish_reason"], "tool_calls");
 
     let third: Value = post(&server, chat("score")).await.json().await.unwrap();
-    let content: Value =
-        serde_json::from_str(third["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    let content: Value = serde_json::from_str(third["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
     assert_eq!(content, json!({"score": 0.5}));
     assert_eq!(third["usage"]["prompt_tokens"], 7);
 
@@ -124,10 +123,8 @@ async fn faults() {
 
 #[tokio::test]
 async fn tracks_requests_in_flight() {
-    let server = ScriptedLlmServer::start(
-        Script::new().otherwise(Reply::text("slow").delay(Duration::from_millis(200))),
-    )
-    .await;
+    let server =
+        ScriptedLlmServer::start(Script::new().otherwise(Reply::text("slow").delay(Duration::from_millis(200)))).await;
     let bodies: Vec<Value> = (0..5).map(|i| chat(&format!("q{i}"))).collect();
     let sends = bodies.into_iter().map(|body| post(&server, body));
     let replies = futures::future::join_all(sends).await;
@@ -140,8 +137,7 @@ async fn tracks_requests_in_flight() {
 async fn lists_models_and_records_unknown_routes() {
     let server = ScriptedLlmServer::start(Script::new().models(["alpha", "beta"])).await;
     let client = reqwest::Client::new();
-    let models: Value =
-        client.get(format!("{}/models", server.base_url())).send().await.unwrap().json().await.unwrap();
+    let models: Value = client.get(format!("{}/models", server.base_url())).send().await.unwrap().json().await.unwrap();
     assert_eq!(models["data"][0]["id"], "alpha");
     assert_eq!(models["data"][1]["id"], "beta");
     let missing = client.get(format!("{}/nowhere", server.base_url())).send().await.unwrap();

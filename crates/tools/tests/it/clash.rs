@@ -35,7 +35,10 @@ async fn clashing_names_are_qualified_by_server() {
     }
     assert_eq!(registry.invoke("echo", args(json!({"message": "x"}))).await.status, CallStatus::UnknownTool);
     let created = registry
-        .invoke("create_entities", args(json!({"entities": [{"name": "flowmem", "entityType": "project", "observations": []}]})))
+        .invoke(
+            "create_entities",
+            args(json!({"entities": [{"name": "flowmem", "entityType": "project", "observations": []}]})),
+        )
         .await;
     assert_eq!(created.status, CallStatus::Ok, "{:?}", created.call.error);
     registry.shutdown().await;

@@ -55,7 +55,12 @@ async fn airline_golden_calls_all_execute_without_error() {
     assert_eq!(report.transport_errors, 0);
     assert_eq!(report.tool_errors, 0, "{:#?}", report.per_record.iter().filter(|r| !r.ok).collect::<Vec<_>>());
     assert_eq!(report.records_ok, 50);
-    assert!(report.per_record.iter().all(|record| record.state_key.as_deref() == Some(&*format!("flowmem-test/airline/{}", record.id))));
+    assert!(
+        report
+            .per_record
+            .iter()
+            .all(|record| record.state_key.as_deref() == Some(&*format!("flowmem-test/airline/{}", record.id)))
+    );
 }
 
 #[tokio::test]
@@ -86,7 +91,10 @@ async fn retail_golden_calls_report_the_failures_by_record() {
         .map(|failure| failure.error.as_str())
         .collect();
     assert!(exchange_errors.iter().any(|error| error.contains("Non-delivered order")), "{exchange_errors:?}");
-    assert!(exchange_errors.iter().any(|error| error.contains("Insufficient gift card balance")), "{exchange_errors:?}");
+    assert!(
+        exchange_errors.iter().any(|error| error.contains("Insufficient gift card balance")),
+        "{exchange_errors:?}"
+    );
     assert!(report.per_record.iter().flat_map(|r| &r.failures).all(|failure| failure.status == CallStatus::ToolError));
     assert_eq!(report.records_ok + failures.len(), 114);
 }
@@ -120,5 +128,10 @@ async fn a_failed_reset_skips_the_record_and_says_why() {
     assert_eq!(report.executed, 0);
     assert_eq!(report.not_run, report.calls);
     assert!(report.calls > 0);
-    assert!(report.per_record.iter().all(|record| record.reset_error.as_deref().is_some_and(|e| e.contains("no_such_reset"))));
+    assert!(
+        report
+            .per_record
+            .iter()
+            .all(|record| record.reset_error.as_deref().is_some_and(|e| e.contains("no_such_reset")))
+    );
 }

@@ -14,9 +14,10 @@ async fn a_killed_server_fails_its_call_and_restarts_on_the_next() {
     let events: Arc<Mutex<Vec<TraceEvent>>> = Arc::default();
     let sink_events = events.clone();
     let sink: EventSink = Arc::new(move |event: &TraceEvent| sink_events.lock().unwrap().push(event.clone()));
-    let registry = Registry::connect_with_events(&config(&everything_entry("everything", "timeout_secs = 60")), Some(sink))
-        .await
-        .unwrap();
+    let registry =
+        Registry::connect_with_events(&config(&everything_entry("everything", "timeout_secs = 60")), Some(sink))
+            .await
+            .unwrap();
     let first = registry.invoke("echo", args(json!({"message": "one"}))).await;
     assert_eq!(first.status, CallStatus::Ok);
     let pid = registry.server_pid("everything").expect("a stdio server has a pid");

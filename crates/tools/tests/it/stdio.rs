@@ -97,9 +97,7 @@ async fn a_slow_call_times_out_and_the_session_survives() {
 #[tokio::test]
 async fn independent_calls_run_concurrently_and_keep_their_order() {
     let registry = connect(&everything_entry("everything", "")).await;
-    let calls = (0..16)
-        .map(|idx| ("get-sum".to_owned(), args(json!({"a": idx, "b": 1000}))))
-        .collect();
+    let calls = (0..16).map(|idx| ("get-sum".to_owned(), args(json!({"a": idx, "b": 1000})))).collect();
     let results = registry.invoke_all(calls).await;
     for (idx, invocation) in results.iter().enumerate() {
         assert_eq!(invocation.status, CallStatus::Ok);

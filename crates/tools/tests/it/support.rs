@@ -38,10 +38,7 @@ pub fn tau2(domain: &str) -> PathBuf {
 
 /// A TOML `[[tools.mcp]]` entry for server-everything over stdio.
 pub fn everything_entry(name: &str, extra: &str) -> String {
-    format!(
-        "[[tools.mcp]]\nname = \"{name}\"\ncommand = \"{}\"\nargs = [\"stdio\"]\n{extra}\n",
-        everything().display()
-    )
+    format!("[[tools.mcp]]\nname = \"{name}\"\ncommand = \"{}\"\nargs = [\"stdio\"]\n{extra}\n", everything().display())
 }
 
 pub fn config(text: &str) -> ToolsConfig {
