@@ -27,10 +27,14 @@ pub struct GlobalArgs {
     /// Print results as JSON for scripts (one document, or JSONL for streams).
     #[arg(long, global = true)]
     pub json: bool,
-    /// Print nothing but results and errors.
+    /// Print nothing but results and errors: no messages, no warnings, no progress bars
+    /// (wins over `-v`).
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// Log more detail to stderr (repeat for more).
+    /// Log more detail to stderr: `-v` adds info lines (model choices, LLM retries,
+    /// rejected edit plans, MCP restarts), `-vv` debug lines, `-vvv` everything, libraries
+    /// included. Without it only warnings and errors are logged. `RUST_LOG` overrides
+    /// the level. Progress bars are hidden while logging is verbose.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Hide progress bars.
@@ -190,29 +194,15 @@ pub struct EvalArgs {
     /// Runs per record and system; the CV of ES needs at least 2.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub repeat: u32,
-    /// Runs in flight at once. Each has its own tool state; 1 keeps latencies clean.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Runs in flight at once. Each has its own tool state; pass 1 for latencies
+    /// undisturbed by other runs.
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
-    /// The configuration file (`[models]`, `[[tools.mcp]]`); default `$FLOWMEM_CONFIG`,
-    /// then `./flowmem.toml`.
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// The model the systems run on (a `[models]` name, or a model id at
-    /// `OPENAI_BASE_URL`); default: the configured executor and agent models, else the
-    /// embedded local model.
-    #[arg(long, value_name = "NAME")]
-    pub model: Option<String>,
-    /// The ES judge model (default: `--model`, then the configured judge).
-    #[arg(long, value_name = "NAME")]
-    pub judge_model: Option<String>,
-    /// A directory of `NAME.j2` files replacing the built-in prompt templates.
-    #[arg(long, value_name = "DIR")]
-    pub prompts: Option<PathBuf>,
     /// The weight of TC in the reported reward `R = α·TC + (1−α)·ES`.
     #[arg(long, default_value_t = 0.5, value_name = "α")]
     pub alpha: f64,
     /// The ReAct baseline's step budget (model calls per query).
-    #[arg(long, default_value_t = 12, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
     pub max_steps: u32,
     /// Skip the ES judge: no judge calls, no ES, no CV of ES.
     #[arg(long)]
@@ -220,6 +210,18 @@ pub struct EvalArgs {
     /// Leave an argument of a tool out of TC, as `TOOL=ARG[,ARG...]` (repeatable).
     #[arg(long, value_name = "TOOL=ARGS")]
     pub ignore_args: Vec<String>,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The systems' model (executor and agent roles).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The ES judge's model.
+    #[command(flatten)]
+    pub judge: JudgeModelArgs,
+    /// Prompt template overrides.
+    #[command(flatten)]
+    pub prompts: PromptsArgs,
     /// Per-run tool state on a stateful server, and τ-bench's task check.
     #[command(flatten)]
     pub state: StateArgs,
@@ -237,7 +239,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub records: Option<std::path::PathBuf>,
     /// How many records run at once.
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
@@ -251,7 +253,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub query: String,
     /// The most model calls before giving up.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
     pub max_steps: u32,
     /// A workflow memory (SQLite file, as `flowmem memory` manages) to retrieve from.
     ///
@@ -288,21 +290,21 @@ pub enum MemoryUse {
 /// Options shared by `flowmem run` and `flowmem agent`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<std::path::PathBuf>,
-    /// The model to use (a `[models]` name, or a model id at `OPENAI_BASE_URL`).
-    #[arg(long, value_name = "NAME")]
-    pub model: Option<String>,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The model that runs the workflow or agent.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt template overrides.
+    #[command(flatten)]
+    pub prompts: PromptsArgs,
     /// Write the JSONL trace here: node lines, a `tool_call` line per invocation, a `final` line per query.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
     /// Export OpenTelemetry spans to this OTLP/HTTP endpoint (such as `http://localhost:4318`).
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
-    /// A directory of `NAME.j2` files replacing the built-in prompt templates.
-    #[arg(long, value_name = "DIR")]
-    pub prompts: Option<std::path::PathBuf>,
 }
 
 /// `flowmem graph` subcommands.
@@ -443,9 +445,9 @@ pub struct ScoreArgs {
 /// Arguments of `flowmem tools`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
-    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<std::path::PathBuf>,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// What to do with the tools.
     #[command(subcommand)]
     pub command: ToolsCommand,
@@ -486,7 +488,7 @@ pub struct ToolsReplayArgs {
     /// A JSONL file of records (one `flowmem schema record` object per line).
     pub records: std::path::PathBuf,
     /// How many records replay at once; calls within a record stay in order.
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// The argument that selects per-record server state, added to every call whose tool
     /// takes it (τ²-bench: `state_key`). The key is `--state-key-prefix` plus the record id.
@@ -507,6 +509,11 @@ pub struct ToolsReplayArgs {
 /// activities and the most frequent paths goes to stderr.
 ///
 /// Example: `flowmem mine runs.jsonl --miner imf --noise 0.2 --output skeleton > graph.json`
+///
+/// With JSONL records, `--output dataflow` shows where every argument value comes from,
+/// and the skeleton carries those data bindings. Records that hold only the calls
+/// (τ-bench, τ²-bench) get their results by replay through the configured tools:
+/// `flowmem mine retail.jsonl --output dataflow --config flowmem.toml --state-key-arg state_key --reset-tool reset_state`
 #[derive(Debug, Args)]
 pub struct MineArgs {
     /// The log: XES (`.xes`, `.xes.gz`), or JSONL with one `Record` or `Trajectory` per line.
@@ -531,6 +538,32 @@ pub struct MineArgs {
     /// Report how long reading and discovery took (on stderr, or in `--json`).
     #[arg(long)]
     pub timings: bool,
+    /// Replaying records without results through the tools, for the data flow.
+    #[command(flatten)]
+    pub replay: MineReplayArgs,
+}
+
+/// How `flowmem mine` replays records whose calls lack results before mining the data
+/// flow (`--output dataflow` or `skeleton`). Without `--config` or `--state-key-arg`
+/// nothing is replayed, and calls without results offer no result sources.
+#[derive(Debug, Args)]
+pub struct MineReplayArgs {
+    /// Replay through the `[[tools.mcp]]` servers of the configuration file.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The argument that selects per-record server state (τ²-bench: `state_key`); replays
+    /// with the configuration found as usual (`$FLOWMEM_CONFIG`, then `./flowmem.toml`).
+    #[arg(long, value_name = "ARG")]
+    pub state_key_arg: Option<String>,
+    /// A tool called with the record's state key before its calls (τ²-bench: `reset_state`).
+    #[arg(long, value_name = "TOOL", requires = "state_key_arg")]
+    pub reset_tool: Option<String>,
+    /// Prepended to each record id to make its state key.
+    #[arg(long, default_value = "flowmem-mine/", value_name = "PREFIX")]
+    pub state_key_prefix: String,
+    /// How many records replay at once; calls within a record stay in order.
+    #[arg(long = "replay-concurrency", default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    pub concurrency: usize,
 }
 
 /// The inductive miner variants.
@@ -555,8 +588,11 @@ pub enum MineOutput {
     Mermaid,
     /// A PNML Petri net for PM4Py, ProM and other tools.
     Pnml,
-    /// The skeleton `WorkflowGraph` as JSON.
+    /// The skeleton `WorkflowGraph` as JSON (with data bindings for JSONL records).
     Skeleton,
+    /// Where every argument value of the records' calls comes from, per tool argument,
+    /// with coverage (JSONL records only).
+    Dataflow,
 }
 
 /// Activity classifiers for JSONL logs.
@@ -592,12 +628,9 @@ pub struct InduceArgs {
     /// The memory database file (created if missing).
     #[arg(long, env = "FLOWMEM_MEMORY")]
     pub memory: std::path::PathBuf,
-    /// Scope every workflow to this domain (default: each trajectory's own domain).
-    #[arg(long)]
-    pub scope_domain: Option<String>,
-    /// Scope every workflow to this site (default: each trajectory's own site).
-    #[arg(long)]
-    pub scope_site: Option<String>,
+    /// Store every workflow in this scope (default: each trajectory's own domain and site).
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// The fewest steps a workflow may have.
     #[arg(long, default_value_t = 2)]
     pub min_steps: usize,
@@ -607,12 +640,12 @@ pub struct InduceArgs {
     /// Keep at most this many workflows per scope, evicting by retention score.
     #[arg(long)]
     pub max_per_scope: Option<usize>,
-    /// LM mode: the configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<std::path::PathBuf>,
+    /// LM mode: where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// LM mode: the model to ask (default: the `[roles] inducer` model).
-    #[arg(long)]
-    pub model: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
     /// output it also caps how many workflows and steps the reply schema allows, so that
     /// a reply fits.
@@ -644,14 +677,16 @@ pub struct MemoryArgs {
     pub command: MemoryCommand,
 }
 
-/// Which workflows a memory command looks at: a flag left out matches anything.
+/// A workflow scope: which workflows a command reads (a flag left out matches anything),
+/// or where the workflows it stores go.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Scope")]
 pub struct ScopeArgs {
-    /// Only workflows of this domain.
-    #[arg(long)]
+    /// The workflows' domain: only workflows of this domain are read; stored ones get it.
+    #[arg(long, value_name = "DOMAIN")]
     pub scope_domain: Option<String>,
-    /// Only workflows of this site.
-    #[arg(long)]
+    /// The workflows' site: only workflows of this site are read; stored ones get it.
+    #[arg(long, value_name = "SITE")]
     pub scope_site: Option<String>,
 }
 
@@ -714,12 +749,9 @@ pub enum MemoryCommand {
         /// The input format.
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExchangeFormat,
-        /// Put every imported workflow in this domain (text has no scope of its own).
-        #[arg(long)]
-        scope_domain: Option<String>,
-        /// Put every imported workflow in this site.
-        #[arg(long)]
-        scope_site: Option<String>,
+        /// Put every imported workflow in this scope (text has no scope of its own).
+        #[command(flatten)]
+        scope: ScopeArgs,
     },
     /// Remove workflows: cut each scope to a size, or retire those that keep failing.
     ///
@@ -823,12 +855,12 @@ pub enum LlmCommand {
 pub struct LlmChatArgs {
     /// The prompt, sent as a user message.
     pub prompt: String,
-    /// The model: a `[models]` name, or a model id at OPENAI_BASE_URL.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// The configuration file (default: $FLOWMEM_CONFIG, then ./flowmem.toml).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    /// The model to ask.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
     /// A system message to send before the prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -852,22 +884,6 @@ pub struct ScoutArgs {
     /// Continue the run in DIR with the settings saved in `DIR/run.json`.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
-    /// The configuration file (`[models]`, `[[tools.mcp]]`); default `$FLOWMEM_CONFIG`,
-    /// then `./flowmem.toml`.
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// The executor model's name in the configuration (default: the configured executor).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// The optimizer model (default: `--model`, then the configured optimizer).
-    #[arg(long)]
-    pub optimizer_model: Option<String>,
-    /// The ES judge model (default: `--model`, then the configured judge).
-    #[arg(long)]
-    pub judge_model: Option<String>,
-    /// A directory of prompt template overrides.
-    #[arg(long, value_name = "DIR")]
-    pub prompts: Option<PathBuf>,
     /// The search budget `J`.
     #[arg(long, default_value_t = 30)]
     pub iterations: u32,
@@ -890,14 +906,29 @@ pub struct ScoutArgs {
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
     /// Records of a split run at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
     pub concurrency: usize,
     /// Runs per test record in the final test (CV of ES needs at least 2).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
     /// The ReAct baseline's step budget.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
     pub max_steps: u32,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The executor's model (the workflow's nodes and the ReAct baseline).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The optimizer's model.
+    #[command(flatten)]
+    pub optimizer: OptimizerModelArgs,
+    /// The ES judge's model.
+    #[command(flatten)]
+    pub judge: JudgeModelArgs,
+    /// Prompt template overrides.
+    #[command(flatten)]
+    pub prompts: PromptsArgs,
     /// Per-run tool state on a stateful server, and τ-bench's task check.
     #[command(flatten)]
     pub state: StateArgs,
@@ -932,7 +963,7 @@ pub struct LearnArgs {
     #[arg(long)]
     pub no_baseline: bool,
     /// The most model calls per run.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
     pub max_steps: u32,
     /// How many workflows to retrieve per task.
     #[arg(long, default_value_t = 3, value_name = "K")]
@@ -943,15 +974,15 @@ pub struct LearnArgs {
     /// Retrieve from and induce into this scope (default: each record's own domain and site).
     #[command(flatten)]
     pub scope: ScopeArgs,
-    /// The configuration file (default: `$FLOWMEM_CONFIG`, then `./flowmem.toml`).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// The agent's model (and the inducer's); default: the configured one, else the embedded model.
-    #[arg(long, value_name = "NAME")]
-    pub model: Option<String>,
-    /// The evaluator model that judges each run (default: `--model`, then the configured judge).
-    #[arg(long, value_name = "NAME")]
-    pub judge_model: Option<String>,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The agent's model (and the inducer's).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The evaluator model that judges each run.
+    #[command(flatten)]
+    pub judge: JudgeModelArgs,
     /// Per-run tool state on a stateful server, and τ-bench's task check.
     #[command(flatten)]
     pub state: StateArgs,
@@ -959,7 +990,8 @@ pub struct LearnArgs {
 
 /// Per-run tool state on a stateful server (the τ² servers), and τ-bench's task check:
 /// the flags `flowmem eval`, `scout` and `learn` share.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Tool state")]
 pub struct StateArgs {
     /// Per-run tool state: the argument that selects the state on a stateful server
     /// (τ²-bench: `state_key`). Every run gets a freshly reset state of its own, and the
@@ -982,4 +1014,102 @@ pub struct StateArgs {
     /// server's `*_STATE_DIR` variable in the `env` of its `[[tools.mcp]]` entry).
     #[arg(long, value_name = "DIR", requires = "task_check")]
     pub state_dir: Option<PathBuf>,
+}
+
+/// How many runs, records or replays go at once when a command's `--concurrency` is
+/// left out: the same for every command.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+
+/// The ReAct agent's step budget (model calls per query) when `--max-steps` is left out:
+/// the same for every command, and FlowScout's setting.
+pub const DEFAULT_MAX_STEPS: u32 = 12;
+
+/// `--config`: the configuration file, for every command that reads one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Configuration")]
+pub struct ConfigArgs {
+    /// The configuration file (`[models]`, `[roles]`, `[llm]`, `[[tools.mcp]]`); default
+    /// `$FLOWMEM_CONFIG`, then `./flowmem.toml`, else built-in defaults and the
+    /// environment (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `FLOWMEM_MODEL`).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+}
+
+/// `--model`: the main model of a command, for every command that asks one.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Models")]
+pub struct ModelArgs {
+    /// The model: a `[models]` name, or a model id at `OPENAI_BASE_URL`. Default:
+    /// `$FLOWMEM_MODEL`, then the `[roles]` entry for what the command does (executor,
+    /// agent, inducer), then `[roles] default`, then the only configured model, then the
+    /// first model `OPENAI_BASE_URL` lists, then the embedded local model.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+}
+
+/// `--judge-model`: the model that scores or judges runs.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Models")]
+pub struct JudgeModelArgs {
+    /// The judge (ES judge, or the online evaluator); default: `--model`, then the
+    /// `[roles] judge` model.
+    #[arg(long, value_name = "NAME")]
+    pub judge_model: Option<String>,
+}
+
+/// `--optimizer-model`: the model that proposes workflow edits.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Models")]
+pub struct OptimizerModelArgs {
+    /// The optimizer; default: `--model`, then the `[roles] optimizer` model.
+    #[arg(long, value_name = "NAME")]
+    pub optimizer_model: Option<String>,
+}
+
+/// `--prompts`: prompt template overrides.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Configuration")]
+pub struct PromptsArgs {
+    /// A directory of `NAME.j2` files replacing the built-in prompt templates.
+    #[arg(long, value_name = "DIR")]
+    pub prompts: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn shared_flags_have_one_default_everywhere() {
+        let cli = Cli::command();
+        let mut seen: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
+        let mut stack = vec![(String::from("flowmem"), &cli)];
+        while let Some((path, command)) = stack.pop() {
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !["concurrency", "max-steps"].contains(&long) {
+                    continue;
+                }
+                let default = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+                let entry = seen.entry(long.to_owned()).or_insert_with(|| (path.clone(), default));
+                assert_eq!(
+                    entry.1,
+                    arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+                    "--{long} of `{path}` defaults differently from `{}`",
+                    entry.0
+                );
+            }
+            for sub in command.get_subcommands() {
+                stack.push((format!("{path} {}", sub.get_name()), sub));
+            }
+        }
+        assert_eq!(seen.len(), 2, "both flags are declared somewhere: {seen:?}");
+    }
 }

@@ -3,7 +3,9 @@
 
 mod args;
 mod commands;
+mod logging;
 mod printer;
+mod session;
 mod settings;
 
 use std::process::ExitCode;
@@ -16,6 +18,7 @@ use crate::printer::Printer;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(&cli.global);
     let printer = Printer::new(&cli.global);
     let res = run(cli, &printer);
     match res {

@@ -1,8 +1,10 @@
-//! Where output goes: results to stdout, everything else to stderr.
+//! Where output goes: results to stdout, everything else to stderr, all of it written
+//! around the progress bars ([`crate::logging::suspend`]).
 
 use std::io::Write;
 
 use crate::args::GlobalArgs;
+use crate::logging::suspend;
 
 /// Writes results to stdout and messages to stderr, honouring `--quiet` and `--json`.
 #[derive(Debug, Clone)]
@@ -15,7 +17,8 @@ pub struct Printer {
 }
 
 impl Printer {
-    /// Builds the printer from the global flags.
+    /// Builds the printer from the global flags. Progress bars are hidden under
+    /// `--quiet`, `-v` (log lines would crowd them) and `--no-progress`.
     pub fn new(global: &GlobalArgs) -> Printer {
         let quiet = global.quiet;
         let progress = !quiet && global.verbose == 0 && !global.no_progress;
@@ -24,8 +27,7 @@ impl Printer {
 
     /// Prints a result line to stdout.
     pub fn result(&self, text: &str) -> std::io::Result<()> {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{text}")
+        suspend(|| writeln!(std::io::stdout().lock(), "{text}"))
     }
 
     /// Prints `value` as pretty JSON to stdout.
@@ -38,19 +40,25 @@ impl Printer {
     /// Prints an informational message to stderr, unless `--quiet`.
     pub fn info(&self, text: &str) {
         if !self.quiet {
-            let _ = writeln!(std::io::stderr().lock(), "{text}");
+            suspend(|| {
+                let _ = writeln!(std::io::stderr().lock(), "{text}");
+            });
         }
     }
 
     /// Prints a warning to stderr, unless `--quiet`.
     pub fn warn(&self, text: &str) {
         if !self.quiet {
-            let _ = writeln!(std::io::stderr().lock(), "warning: {text}");
+            suspend(|| {
+                let _ = writeln!(std::io::stderr().lock(), "warning: {text}");
+            });
         }
     }
 
     /// Prints an error to stderr, always.
     pub fn error(&self, text: &str) {
-        let _ = writeln!(std::io::stderr().lock(), "error: {text}");
+        suspend(|| {
+            let _ = writeln!(std::io::stderr().lock(), "error: {text}");
+        });
     }
 }

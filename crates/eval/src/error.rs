@@ -30,14 +30,13 @@ pub enum EvalError {
         raw: String,
     },
     /// Resetting a state key on the tool server failed.
-    #[error("cannot reset state `{key}` with `{tool}`: {error}")]
-    StateReset {
-        /// The reset tool.
-        tool: String,
+    #[error(transparent)]
+    StateReset(#[from] flowmem_tools::StateResetError),
+    /// The task check needs a reset tool, and none is configured.
+    #[error("cannot give state `{key}` a fresh state: no reset tool is configured")]
+    NoResetTool {
         /// The state key.
         key: String,
-        /// The tool's error.
-        error: String,
     },
     /// A replayed call timed out or the server broke, so the state cannot be trusted.
     #[error("replaying call #{index} (`{tool}`) failed in transport: {error}")]

@@ -63,7 +63,8 @@ impl EsJudgement {
     /// of it would be read by the judge.
     #[must_use]
     pub fn schema() -> serde_json::Value {
-        let mut schema = serde_json::to_value(schemars::schema_for!(EsJudgement)).unwrap_or_default();
+        let mut schema = serde_json::to_value(schemars::schema_for!(EsJudgement))
+            .expect("a JSON Schema is a JSON object with string keys, so it always converts");
         if let Some(map) = schema.as_object_mut() {
             map.remove("description");
             map.remove("$schema");

@@ -10,6 +10,10 @@
 //! - [`TaskChecker`] is the deterministic check of τ-bench-style records: it replays the
 //!   reference calls and the run's calls through the real MCP server into two state keys
 //!   and compares the resulting databases; [`required_outputs_found`] checks the answer.
+//! - [`score_trace`] is the one scoring of a run: TC, ES with the judge and task success
+//!   from a trace, as a [`TraceScore`]; [`ScoreMeans`] aggregates scored runs (ES over
+//!   judged runs only) and [`reward_of_means`] gives their reward. `flowmem eval`, the
+//!   scout's final test and the optimizer's simulator all score through them.
 //! - [`reward`] combines TC and ES into the optimizer's scalar `R = α·TC + (1−α)·ES`.
 //! - [`split`] cuts a record set into `opt : val : test = 5 : 2 : 3`, reproducibly for a
 //!   seed.
@@ -47,6 +51,7 @@ mod report;
 mod reward;
 mod run;
 mod score;
+mod scoring;
 mod split;
 mod systems;
 mod task_check;
@@ -64,12 +69,11 @@ pub use crate::report::{
     Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, coefficient_of_variation, compare,
     relative_change, summarize,
 };
-pub use crate::reward::{Alpha, reward};
-pub use crate::run::{
-    CountingModel, EvalConfig, Progress, System, SystemRun, TaskOracle, UsageTotals, evaluate, evaluate_concurrently,
-};
+pub use crate::reward::{Alpha, reward, reward_of_means};
+pub use crate::run::{EvalConfig, Progress, System, SystemRun, evaluate, evaluate_concurrently};
 pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
+pub use crate::scoring::{ScoreConfig, ScoreMeans, TraceScore, score_trace};
 pub use crate::split::{Split, SplitRatios, split};
-pub use crate::systems::{IsolatedTools, ReactSystem, StateIsolation, WorkflowSystem, visible_tools};
+pub use crate::systems::{ReactSystem, WorkflowSystem};
 pub use crate::task_check::{StateServer, TaskCheck, TaskChecker};
 pub use crate::tc::{Alignment, MatchedPair, TcConfig, TcScore, mean_tc, tool_correctness};

@@ -4,6 +4,8 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+use flowmem_model::{JsonlError, WriteError, write_json_atomic, write_jsonl_atomic, write_text_atomic};
+use flowmem_report::{Bar, Chart, ChartSpec, Margins, Markup, error_page, escape, render_page};
 use serde::Serialize;
 
 use crate::EvalError;
@@ -47,7 +49,18 @@ pub fn render_markdown(report: &EvalReport) -> String {
         );
     }
     if let Some(alpha) = report.alpha {
-        let _ = writeln!(out, "\nreward = {alpha}·TC + {}·ES (FlowScout Eq. 7), of the means.", 1.0 - alpha);
+        let _ = writeln!(
+            out,
+            "\nreward = {alpha}·TC + {}·ES (FlowScout Eq. 7), of the means; TC alone for a system without ES.",
+            1.0 - alpha
+        );
+    }
+    let n_unjudged: usize = report.systems.iter().map(|s| s.n_unjudged).sum();
+    if n_unjudged > 0 {
+        let _ = writeln!(
+            out,
+            "\n{n_unjudged} runs have no ES because the judge failed on them; ES is the mean over judged runs."
+        );
     }
     if !report.comparisons.is_empty() {
         out.push_str("\nRelative change of the workflow over the baseline (FlowScout's convention: improvement = (workflow − baseline) / baseline; CV reduction = (baseline − workflow) / baseline):\n\n");
@@ -80,9 +93,6 @@ pub fn render_markdown(report: &EvalReport) -> String {
 /// The page has no scripts and loads nothing, so it opens offline and can be mailed.
 #[must_use]
 pub fn render_html(report: &EvalReport, title: &str) -> String {
-    let mut env = minijinja::Environment::new();
-    env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     let ctx = HtmlContext {
         title,
         systems: report.systems.iter().map(SystemRow::new).collect(),
@@ -100,15 +110,14 @@ pub fn render_html(report: &EvalReport, title: &str) -> String {
                 reward: pct(c.reward_improvement_pct),
             })
             .collect(),
-        score_bars: minijinja::Value::from_safe_string(score_bars_svg(&report.systems)),
-        cv_boxplot: minijinja::Value::from_safe_string(cv_boxplot_svg(&report.systems)),
+        score_bars: Markup::new(score_bars_svg(&report.systems)),
+        cv_boxplot: Markup::new(cv_boxplot_svg(&report.systems)),
         n_runs: report.runs.len(),
         alpha: report.alpha,
     };
     // The template is compiled into the binary and its variables are all set above, so
     // a failure here is a bug in this file; the error text then stands in for the page.
-    env.render_str(REPORT_TEMPLATE, minijinja::value::Serde(&ctx))
-        .unwrap_or_else(|err| format!("<pre>report template error: {err:#}</pre>"))
+    render_page("report.html.j2", REPORT_TEMPLATE, &ctx).unwrap_or_else(|err| error_page(&err))
 }
 
 /// The files [`write_report`] wrote.
@@ -138,19 +147,15 @@ pub fn write_report(report: &EvalReport, title: &str, dir: &Path) -> Result<Repo
         runs: dir.join("runs.jsonl"),
     };
     std::fs::create_dir_all(dir).map_err(|source| EvalError::Write { path: dir.to_path_buf(), source })?;
-    let write = |path: &Path, text: String| {
-        std::fs::write(path, text).map_err(|source| EvalError::Write { path: path.to_path_buf(), source })
-    };
-    // Serialising these plain data types cannot fail.
-    write(&files.json, serde_json::to_string_pretty(report).unwrap_or_default())?;
-    write(&files.markdown, render_markdown(report))?;
-    write(&files.html, render_html(report, title))?;
-    let mut lines = String::new();
-    for run in &report.runs {
-        lines.push_str(&serde_json::to_string(run).unwrap_or_default());
-        lines.push('\n');
-    }
-    write(&files.runs, lines)?;
+    let written = |err: WriteError| EvalError::Write { path: err.path, source: err.source };
+    write_json_atomic(&files.json, report).map_err(written)?;
+    write_text_atomic(&files.markdown, &render_markdown(report)).map_err(written)?;
+    write_text_atomic(&files.html, &render_html(report, title)).map_err(written)?;
+    write_jsonl_atomic(&files.runs, &report.runs).map_err(|err| match err {
+        JsonlError::Write { path, source } => EvalError::Write { path, source },
+        // Any other failure is a run that does not serialise; report it as a write.
+        other => EvalError::Write { path: files.runs.clone(), source: std::io::Error::other(other) },
+    })?;
     Ok(files)
 }
 
@@ -159,8 +164,8 @@ struct HtmlContext<'a> {
     title: &'a str,
     systems: Vec<SystemRow<'a>>,
     comparisons: Vec<ComparisonRow<'a>>,
-    score_bars: minijinja::Value,
-    cv_boxplot: minijinja::Value,
+    score_bars: Markup,
+    cv_boxplot: Markup,
     n_runs: usize,
     alpha: Option<f64>,
 }
@@ -223,33 +228,45 @@ const PLOT_BOTTOM: f64 = 250.0;
 const PLOT_LEFT: f64 = 50.0;
 const METRIC_COLORS: [(&str, &str); 3] = [("TC", "#4c72b0"), ("ES", "#dd8452"), ("task success", "#55a868")];
 
+/// A chart of `width` with the value axis from 0 to `y_max`.
+fn chart(name: &str, title: &str, width: f64, y_max: f64) -> Chart {
+    Chart::new(&ChartSpec {
+        name,
+        title,
+        width,
+        height: CHART_HEIGHT,
+        margins: Margins { left: PLOT_LEFT, right: 10.0, top: PLOT_TOP, bottom: CHART_HEIGHT - PLOT_BOTTOM },
+        x_range: (0.0, 1.0),
+        y_max,
+        x_label: "",
+        y_label: "",
+    })
+}
+
 fn score_bars_svg(systems: &[SystemSummary]) -> String {
     let group_width = 150.0;
     let bar_width = 36.0;
     let width = PLOT_LEFT + 20.0 + group_width * systems.len().max(1) as f64;
-    let y = |value: f64| PLOT_BOTTOM - value.clamp(0.0, 1.0) * (PLOT_BOTTOM - PLOT_TOP);
-    let mut svg = svg_open("score-bars", width, "Mean TC, ES and task success per system");
-    axis(&mut svg, width, 1.0, &y);
+    let mut chart = chart("score-bars", "Mean TC, ES and task success per system", width, 1.0);
     for (idx, system) in systems.iter().enumerate() {
         let left = PLOT_LEFT + 20.0 + group_width * idx as f64;
         let values = [Some(system.mean_tc), system.mean_es, system.task_success_rate];
         for (k, ((metric, color), value)) in METRIC_COLORS.iter().zip(values).enumerate() {
             let Some(value) = value else { continue };
-            let x = left + bar_width * k as f64;
-            let _ = write!(
-                svg,
-                r#"<rect class="bar" data-system="{sys}" data-metric="{metric}" x="{x:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}" fill="{color}"><title>{sys} {metric}: {value:.4}</title></rect>"#,
-                sys = escape(&system.system),
-                top = y(value),
-                w = bar_width - 4.0,
-                h = PLOT_BOTTOM - y(value),
-            );
+            chart.bar(&Bar {
+                class: "bar",
+                x: left + bar_width * k as f64,
+                width: bar_width - 4.0,
+                value,
+                colour: color,
+                title: &format!("{} {metric}: {value:.4}", system.system),
+                data: &[("system", system.system.as_str()), ("metric", metric)],
+            });
         }
-        label(&mut svg, left + bar_width * 1.5, PLOT_BOTTOM + 18.0, &system.system);
+        chart.label(left + bar_width * 1.5, PLOT_BOTTOM + 18.0, &system.system);
     }
-    legend(&mut svg, width);
-    svg.push_str("</svg>");
-    svg
+    chart.legend(&METRIC_COLORS);
+    chart.finish()
 }
 
 fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
@@ -258,23 +275,21 @@ fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
     let max_cv = systems.iter().flat_map(|s| s.cv_es.iter().map(|c| c.cv)).fold(0.0f64, f64::max);
     // Round the axis up to a fifth, so the quarter ticks are multiples of 0.05.
     let top = ((max_cv * 5.0).ceil() / 5.0).max(0.2);
-    let y = |value: f64| PLOT_BOTTOM - (value / top).clamp(0.0, 1.0) * (PLOT_BOTTOM - PLOT_TOP);
-    let mut svg = svg_open("cv-boxplot", width, "Coefficient of variation of ES per record, per system");
-    axis(&mut svg, width, top, &y);
+    let mut chart = chart("cv-boxplot", "Coefficient of variation of ES per record, per system", width, top);
     for (idx, system) in systems.iter().enumerate() {
         let center = PLOT_LEFT + 20.0 + group_width * idx as f64 + group_width / 2.0 - 10.0;
-        label(&mut svg, center, PLOT_BOTTOM + 18.0, &system.system);
-        let mut values: Vec<f64> = system.cv_es.iter().map(|c| c.cv).collect();
+        chart.label(center, PLOT_BOTTOM + 18.0, &system.system);
+        let mut values: Vec<f64> = system.cv_es.iter().map(|c| c.cv).filter(|cv| cv.is_finite()).collect();
         if values.is_empty() {
-            label(&mut svg, center, PLOT_BOTTOM - 10.0, "no repeats");
+            chart.label(center, PLOT_BOTTOM - 10.0, "no repeats");
             continue;
         }
         values.sort_by(f64::total_cmp);
         let stats = BoxStats::new(&values);
         let sys = escape(&system.system);
         let half = 22.0;
-        let _ = write!(
-            svg,
+        let y = |value: f64| chart.y(value);
+        let mut markup = format!(
             r##"<g class="box" data-system="{sys}"><title>{sys}: median {med:.4}, IQR {q1:.4}–{q3:.4}, n = {n}</title><line class="whisker" x1="{center:.1}" x2="{center:.1}" y1="{lo:.1}" y2="{hi:.1}" stroke="#333"/><rect class="iqr" x="{l:.1}" y="{q3y:.1}" width="{w:.1}" height="{h:.1}" fill="#a6c8e8" stroke="#333"/><line class="median" x1="{l:.1}" x2="{r:.1}" y1="{medy:.1}" y2="{medy:.1}" stroke="#c44e52" stroke-width="2"/></g>"##,
             med = stats.median,
             q1 = stats.q1,
@@ -292,14 +307,14 @@ fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
         );
         for outlier in values.iter().filter(|&&v| v < stats.whisker_low || v > stats.whisker_high) {
             let _ = write!(
-                svg,
+                markup,
                 r##"<circle class="outlier" cx="{center:.1}" cy="{cy:.1}" r="3" fill="none" stroke="#333"/>"##,
                 cy = y(*outlier)
             );
         }
+        chart.push_markup(&markup);
     }
-    svg.push_str("</svg>");
-    svg
+    chart.finish()
 }
 
 /// Quartiles by linear interpolation (NumPy's default) and whiskers at the furthest
@@ -329,45 +344,6 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
-
-fn svg_open(id: &str, width: f64, title: &str) -> String {
-    format!(
-        r#"<svg id="{id}" xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{CHART_HEIGHT:.0}" viewBox="0 0 {width:.0} {CHART_HEIGHT:.0}" role="img" font-family="sans-serif" font-size="12"><title>{title}</title>"#
-    )
-}
-
-fn axis(svg: &mut String, width: f64, top: f64, y: &dyn Fn(f64) -> f64) {
-    for step in 0..=4 {
-        let value = top * f64::from(step) / 4.0;
-        let at = y(value);
-        let _ = write!(
-            svg,
-            r##"<line class="grid" x1="{PLOT_LEFT}" x2="{right:.1}" y1="{at:.1}" y2="{at:.1}" stroke="#ddd"/><text x="{tx:.1}" y="{ty:.1}" text-anchor="end">{value:.2}</text>"##,
-            right = width - 10.0,
-            tx = PLOT_LEFT - 6.0,
-            ty = at + 4.0,
-        );
-    }
-}
-
-fn legend(svg: &mut String, width: f64) {
-    for (k, (metric, color)) in METRIC_COLORS.iter().enumerate() {
-        let x = width - 330.0 + 110.0 * k as f64;
-        let _ = write!(
-            svg,
-            r#"<rect x="{x:.1}" y="8" width="12" height="12" fill="{color}"/><text x="{tx:.1}" y="18">{metric}</text>"#,
-            tx = x + 16.0,
-        );
-    }
-}
-
-fn label(svg: &mut String, x: f64, y: f64, text: &str) {
-    let _ = write!(svg, r#"<text x="{x:.1}" y="{y:.1}" text-anchor="middle">{}</text>"#, escape(text));
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 fn role_name(s: &SystemSummary) -> &'static str {
@@ -402,6 +378,7 @@ mod tests {
             repeat,
             tc: 0.5,
             es: Some(es),
+            judge_failed: false,
             task_success: None,
             latency_ms: 1500.0,
             llm_calls: 4,

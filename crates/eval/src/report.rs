@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::reward::{Alpha, reward};
+use crate::reward::{Alpha, reward_of_means};
+use crate::scoring::ScoreMeans;
 
 /// Whether a system is a workflow under test or a baseline it is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -33,6 +34,10 @@ pub struct RunMeasurement {
     /// The execution score, when a judge scored the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub es: Option<f64>,
+    /// Whether the judge was asked and failed: the run then has no ES and is left out of
+    /// the ES means (its `error` says why).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub judge_failed: bool,
     /// The deterministic task check, where the domain has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_success: Option<bool>,
@@ -64,12 +69,15 @@ pub struct SystemSummary {
     pub n_runs: usize,
     /// Runs that ended with an error.
     pub n_errors: usize,
+    /// Runs whose judge failed: they have no ES and are left out of `mean_es`.
+    #[serde(default)]
+    pub n_unjudged: usize,
     /// Mean TC (FlowScout Eq. 3).
     pub mean_tc: f64,
     /// Mean ES (Eq. 4) over judged runs; `None` when no run was judged.
     pub mean_es: Option<f64>,
-    /// The reward of the means, `α·mean_tc + (1−α)·mean_es` (Eq. 7), once
-    /// [`EvalReport::with_reward`] set `α`; `None` before, or without ES.
+    /// The reward of the means, [`reward_of_means`] (`α·mean_tc + (1−α)·mean_es`, Eq. 7,
+    /// or `mean_tc` without ES), once [`EvalReport::with_reward`] set `α`; `None` before.
     #[serde(default)]
     pub mean_reward: Option<f64>,
     /// Fraction of checked runs that passed the deterministic check.
@@ -156,7 +164,7 @@ pub struct EvalReport {
 /// use flowmem_eval::{RunMeasurement, SystemRole, summarize};
 /// let run = |system: &str, role, es| RunMeasurement {
 ///     system: system.into(), role, record_id: "1".into(), repeat: 0, tc: 0.5, es: Some(es),
-///     task_success: None, latency_ms: 100.0, llm_calls: 2, prompt_tokens: 10,
+///     judge_failed: false, task_success: None, latency_ms: 100.0, llm_calls: 2, prompt_tokens: 10,
 ///     completion_tokens: 5, tool_calls: 1, error: None,
 /// };
 /// let report = summarize(vec![run("flow", SystemRole::Workflow, 0.6), run("react", SystemRole::Baseline, 0.5)]);
@@ -182,8 +190,9 @@ pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
 }
 
 impl EvalReport {
-    /// Adds the reward `R = α·TC + (1−α)·ES` of each system's means, and its relative
-    /// improvement to each comparison. Systems without ES get no reward.
+    /// Adds the reward of each system's means ([`reward_of_means`]: `R = α·TC + (1−α)·ES`,
+    /// or TC alone for a system with no judged run), and its relative improvement to each
+    /// comparison.
     ///
     /// # Example
     ///
@@ -191,7 +200,7 @@ impl EvalReport {
     /// use flowmem_eval::{Alpha, RunMeasurement, SystemRole, summarize};
     /// let run = RunMeasurement {
     ///     system: "react".into(), role: SystemRole::Baseline, record_id: "1".into(), repeat: 0,
-    ///     tc: 1.0, es: Some(0.5), task_success: None, latency_ms: 100.0, llm_calls: 2,
+    ///     tc: 1.0, es: Some(0.5), judge_failed: false, task_success: None, latency_ms: 100.0, llm_calls: 2,
     ///     prompt_tokens: 10, completion_tokens: 5, tool_calls: 1, error: None,
     /// };
     /// let report = summarize(vec![run]).with_reward(Alpha::HALF);
@@ -200,7 +209,7 @@ impl EvalReport {
     #[must_use]
     pub fn with_reward(mut self, alpha: Alpha) -> EvalReport {
         for system in &mut self.systems {
-            system.mean_reward = system.mean_es.map(|es| reward(system.mean_tc, es, alpha));
+            system.mean_reward = Some(reward_of_means(system.mean_tc, system.mean_es, alpha));
         }
         let systems = &self.systems;
         let summary = |name: &str| systems.iter().find(|s| s.system == name);
@@ -260,7 +269,10 @@ pub fn coefficient_of_variation(values: &[f64]) -> Option<f64> {
 fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
     let n = runs.len() as f64;
     let mean_of = |f: &dyn Fn(&RunMeasurement) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / n;
-    let judged: Vec<f64> = runs.iter().filter_map(|r| r.es).collect();
+    let mut means = ScoreMeans::default();
+    for run in runs {
+        means.add(run.tc, run.es, run.judge_failed);
+    }
     let checked: Vec<bool> = runs.iter().filter_map(|r| r.task_success).collect();
     let mut es_by_record: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut records: Vec<&str> = Vec::new();
@@ -286,8 +298,9 @@ fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
         n_records: records.len(),
         n_runs: runs.len(),
         n_errors: runs.iter().filter(|r| r.error.is_some()).count(),
-        mean_tc: mean_of(&|r| r.tc),
-        mean_es: (!judged.is_empty()).then(|| judged.iter().sum::<f64>() / judged.len() as f64),
+        n_unjudged: means.n_unjudged(),
+        mean_tc: means.mean_tc(),
+        mean_es: means.mean_es(),
         mean_reward: None,
         task_success_rate: (!checked.is_empty())
             .then(|| checked.iter().filter(|&&ok| ok).count() as f64 / checked.len() as f64),
@@ -313,6 +326,7 @@ mod tests {
             repeat,
             tc,
             es: Some(es),
+            judge_failed: false,
             task_success: Some(tc == 1.0),
             latency_ms: 1000.0 * (repeat + 1) as f64,
             llm_calls: 3,

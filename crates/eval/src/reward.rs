@@ -44,9 +44,31 @@ pub fn reward(tc: f64, es: f64, alpha: Alpha) -> f64 {
     alpha.0 * tc + (1.0 - alpha.0) * es
 }
 
+/// The reward of a set of runs from its means: [`reward`] of the mean TC (over every run)
+/// and the mean ES (over the judged runs only), or the mean TC alone when no run was
+/// judged, because there was no judge or it failed on every run.
+///
+/// This is the one definition of a split's or a system's reward: the optimizer climbs it
+/// and `flowmem eval` reports it.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_eval::{Alpha, reward_of_means};
+/// assert_eq!(reward_of_means(1.0, Some(0.5), Alpha::HALF), 0.75);
+/// assert_eq!(reward_of_means(0.8, None, Alpha::HALF), 0.8);
+/// ```
+#[must_use]
+pub fn reward_of_means(mean_tc: f64, mean_es: Option<f64>, alpha: Alpha) -> f64 {
+    match mean_es {
+        Some(es) => reward(mean_tc, es, alpha),
+        None => mean_tc,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::reward::{Alpha, reward};
+    use crate::reward::{Alpha, reward, reward_of_means};
 
     #[test]
     fn alpha_outside_the_unit_interval_is_rejected() {
@@ -61,5 +83,12 @@ mod tests {
         assert_eq!(reward(0.2, 0.8, Alpha::new(0.0).unwrap()), 0.8);
         assert_eq!(reward(0.2, 0.8, Alpha::new(1.0).unwrap()), 0.2);
         assert!((reward(0.2, 0.8, Alpha::new(0.25).unwrap()) - 0.65).abs() < 1e-12);
+    }
+
+    #[test]
+    fn without_es_the_reward_of_means_is_tc_alone() {
+        let alpha = Alpha::new(0.25).unwrap();
+        assert_eq!(reward_of_means(0.2, Some(0.8), alpha), reward(0.2, 0.8, alpha));
+        assert_eq!(reward_of_means(0.2, None, alpha), 0.2);
     }
 }

@@ -1,17 +1,14 @@
 //! Running systems (a workflow, the ReAct baseline) on records and measuring each run.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::StreamExt;
 
-use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, LlmError, Prompts};
-use flowmem_model::{Record, Trace, error_chain};
+use flowmem_llm::Totals;
+use flowmem_model::{Record, Trace};
 
-use crate::es::{JudgeInput, judge_es};
 use crate::report::{EvalReport, RunMeasurement, SystemRole, summarize};
-use crate::tc::{TcConfig, tool_correctness};
+use crate::scoring::{ScoreConfig, score_trace};
 
 /// Something that answers a record's query: a compiled workflow, the ReAct agent, a
 /// memory-augmented agent.
@@ -35,89 +32,18 @@ pub trait System: Send + Sync {
 pub struct SystemRun {
     /// The trace: tool calls `π̂`, result `r̂`, observations.
     pub trace: Trace,
-    /// LLM use of the run itself.
-    pub usage: UsageTotals,
+    /// LLM use of the run itself, counted by an [`AccountedModel`](flowmem_llm::AccountedModel)
+    /// of its own. Tokens are reported with the cache hits' (`prompt_tokens +
+    /// cached_prompt_tokens`), so a run costs the same whether or not the cache answered.
+    pub usage: Totals,
 }
 
-/// Counts of LLM use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UsageTotals {
-    /// Chat calls.
-    pub calls: u64,
-    /// Prompt tokens.
-    pub prompt_tokens: u64,
-    /// Completion tokens.
-    pub completion_tokens: u64,
-}
-
-/// A [`ChatModel`] wrapper that counts calls and tokens, so a system can report the LLM
-/// use of each run without trusting its own bookkeeping.
-pub struct CountingModel {
-    inner: Arc<dyn ChatModel>,
-    calls: AtomicU64,
-    prompt_tokens: AtomicU64,
-    completion_tokens: AtomicU64,
-}
-
-impl CountingModel {
-    /// Wraps `inner` with fresh counters.
-    #[must_use]
-    pub fn new(inner: Arc<dyn ChatModel>) -> CountingModel {
-        CountingModel {
-            inner,
-            calls: AtomicU64::new(0),
-            prompt_tokens: AtomicU64::new(0),
-            completion_tokens: AtomicU64::new(0),
-        }
-    }
-
-    /// The totals so far.
-    #[must_use]
-    pub fn totals(&self) -> UsageTotals {
-        UsageTotals {
-            calls: self.calls.load(Ordering::Relaxed),
-            prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
-            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl ChatModel for CountingModel {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let response = self.inner.chat(request).await?;
-        self.prompt_tokens.fetch_add(response.usage.prompt_tokens, Ordering::Relaxed);
-        self.completion_tokens.fetch_add(response.usage.completion_tokens, Ordering::Relaxed);
-        Ok(response)
-    }
-}
-
-/// How `evaluate` scores runs.
+/// How `evaluate` runs and scores systems.
 pub struct EvalConfig<'a> {
     /// How many times each system runs each record (at least 1).
     pub repeat: u32,
-    /// How TC compares calls.
-    pub tc: TcConfig,
-    /// The ES judge and its prompts; `None` leaves ES out.
-    pub judge: Option<(&'a dyn ChatModel, &'a Prompts)>,
-    /// The deterministic task check; `None` leaves task success out.
-    pub checker: Option<&'a dyn TaskOracle>,
-}
-
-/// A deterministic check of one run's outcome (τ-bench's database comparison).
-#[async_trait::async_trait]
-pub trait TaskOracle: Send + Sync {
-    /// Whether the run achieved the record's task.
-    ///
-    /// # Errors
-    ///
-    /// A message when the check itself could not be carried out.
-    async fn task_success(&self, record: &Record, trace: &Trace) -> Result<bool, String>;
+    /// How each run is scored (see [`score_trace`]).
+    pub scoring: ScoreConfig<'a>,
 }
 
 /// One finished measurement, for progress reporting.
@@ -136,9 +62,10 @@ pub struct Progress<'a> {
 ///
 /// Runs go one at a time, in the order system, repeat, record, so that the LLM service
 /// (or the embedded model) and the stateful tool servers see one query at a time. Each
-/// run is scored with TC against the record; with a judge, ES (a run without a result
-/// scores ES 0 without a judge call); with a checker, task success. A judge or checker
-/// failure is recorded on the run (`error`) and that score left out.
+/// run is scored by [`score_trace`]: TC against the record; with a judge, ES (a run
+/// without a result scores ES 0 without a judge call); with a checker, task success. A
+/// judge or checker failure is recorded on the run (`error`) and that score left out; a
+/// run whose judge failed is marked [`RunMeasurement::judge_failed`].
 ///
 /// This is [`evaluate_concurrently`] with a concurrency of 1.
 pub async fn evaluate(
@@ -194,50 +121,21 @@ async fn measure(system: &dyn System, record: &Record, repeat: u32, cfg: &EvalCo
     let run = system.run(record).await;
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     let trace = &run.trace;
-    let tc = tool_correctness(&record.orchestration, &trace.tool_calls, &cfg.tc).tc;
-    let mut errors: Vec<String> = trace.error.iter().cloned().collect();
-    let es = match cfg.judge {
-        None => None,
-        Some(_) if trace.result.as_deref().is_none_or(|r| r.trim().is_empty()) => Some(0.0),
-        Some((model, prompts)) => {
-            let input = JudgeInput {
-                query: &record.query,
-                reference: &record.reference_result,
-                answer: trace.result.as_deref().unwrap_or(""),
-                required_outputs: &record.required_outputs,
-            };
-            match judge_es(model, prompts, &input).await {
-                Ok(judgement) => Some(judgement.es()),
-                Err(err) => {
-                    errors.push(format!("judge: {}", error_chain(&err)));
-                    None
-                }
-            }
-        }
-    };
-    let task_success = match cfg.checker {
-        None => None,
-        Some(checker) => match checker.task_success(record, trace).await {
-            Ok(ok) => Some(ok),
-            Err(err) => {
-                errors.push(format!("task check: {err}"));
-                None
-            }
-        },
-    };
+    let score = score_trace(record, trace, &cfg.scoring).await;
     RunMeasurement {
         system: system.name().to_string(),
         role: system.role(),
         record_id: record.id.clone(),
         repeat,
-        tc,
-        es,
-        task_success,
+        tc: score.tc.tc,
+        es: score.es,
+        judge_failed: score.judge_failed,
+        task_success: score.task_success,
         latency_ms,
         llm_calls: run.usage.calls,
-        prompt_tokens: run.usage.prompt_tokens,
-        completion_tokens: run.usage.completion_tokens,
+        prompt_tokens: run.usage.prompt_tokens + run.usage.cached_prompt_tokens,
+        completion_tokens: run.usage.completion_tokens + run.usage.cached_completion_tokens,
         tool_calls: trace.tool_calls.len() as u64,
-        error: (!errors.is_empty()).then(|| errors.join("; ")),
+        error: (!score.problems.is_empty()).then(|| score.problems.join("; ")),
     }
 }

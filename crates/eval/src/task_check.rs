@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use flowmem_model::{JsonObject, Record, ToolCall, Trace, canonical_json, error_chain};
-use flowmem_tools::Registry;
+use flowmem_exec::{TaskCheckError, TaskOracle};
+use flowmem_model::{Record, ToolCall, Trace, canonical_json};
+use flowmem_tools::{Registry, StateIsolation};
 
 use crate::EvalError;
 use crate::outputs::required_outputs_found;
-use crate::run::TaskOracle;
 
 /// How to reach and read the state of a τ-bench-style MCP server.
 ///
@@ -26,25 +26,18 @@ use crate::run::TaskOracle;
 pub struct StateServer {
     /// The directory the server writes its state files to.
     pub state_dir: PathBuf,
-    /// The argument that selects the state, `state_key` for τ².
-    pub key_arg: String,
-    /// The tool that resets a key, `reset_state` for τ².
-    pub reset_tool: String,
-    /// The prefix of the two keys the checker uses. It must not start with `tau2/`, which
+    /// The server's key argument and reset tool. Its `key` is the prefix of the two keys
+    /// the checker uses (`KEYreference`, `KEYrun`); it must not start with `tau2/`, which
     /// the τ² servers parse as `tau2/<domain>/<task>`.
-    pub key_prefix: String,
+    pub isolation: StateIsolation,
 }
 
 impl StateServer {
-    /// The τ²-bench servers' conventions, with their state in `state_dir`.
+    /// The τ²-bench servers' conventions, with their state in `state_dir` and the
+    /// checker's keys under `flowmem-check/`.
     #[must_use]
     pub fn tau2(state_dir: &Path) -> StateServer {
-        StateServer {
-            state_dir: state_dir.to_path_buf(),
-            key_arg: "state_key".to_string(),
-            reset_tool: "reset_state".to_string(),
-            key_prefix: "flowmem-check/".to_string(),
-        }
+        StateServer { state_dir: state_dir.to_path_buf(), isolation: StateIsolation::tau2("flowmem-check/") }
     }
 
     /// The file the server writes the state of `key` to.
@@ -99,6 +92,7 @@ impl TaskChecker {
     ///
     /// # Errors
     ///
+    /// - [`EvalError::NoResetTool`] when the server has no reset tool;
     /// - [`EvalError::StateReset`] when the reset tool fails;
     /// - [`EvalError::ReplayTransport`] when a call times out or the server breaks, so
     ///   the database cannot be trusted;
@@ -108,13 +102,13 @@ impl TaskChecker {
         let reference_db_hash = match known.get(&record.id) {
             Some(hash) => hash.clone(),
             None => {
-                let key = format!("{}reference", self.server.key_prefix);
+                let key = format!("{}reference", self.server.isolation.key);
                 let hash = self.replay(&key, &record.orchestration).await?;
                 known.insert(record.id.clone(), hash.clone());
                 hash
             }
         };
-        let key = format!("{}run", self.server.key_prefix);
+        let key = format!("{}run", self.server.isolation.key);
         let run_db_hash = self.replay(&key, run_calls).await?;
         let db_match = run_db_hash == reference_db_hash;
         let outputs_found = required_outputs_found(&record.required_outputs, answer);
@@ -129,20 +123,15 @@ impl TaskChecker {
 
     /// Resets `key`, replays `calls` into it in order, and hashes the resulting database.
     async fn replay(&self, key: &str, calls: &[ToolCall]) -> Result<String, EvalError> {
-        let (registry, server) = (&self.registry, &self.server);
-        let mut reset_args = JsonObject::new();
-        reset_args.insert(server.key_arg.clone(), key.into());
-        let reset = registry.invoke(&server.reset_tool, reset_args).await;
-        if !reset.status.executed() || reset.call.failed() {
-            return Err(EvalError::StateReset {
-                tool: server.reset_tool.clone(),
-                key: key.to_string(),
-                error: reset.call.error.unwrap_or_default(),
-            });
-        }
+        let (registry, isolation) = (&self.registry, &self.server.isolation);
+        let Some((reset_tool, reset_args)) = isolation.reset_call(key) else {
+            return Err(EvalError::NoResetTool { key: key.to_owned() });
+        };
+        let reset = registry.invoke(reset_tool, reset_args).await;
+        isolation.check_reset(key, &reset.call)?;
         for (index, call) in calls.iter().enumerate() {
             let mut args = call.args.clone();
-            args.insert(server.key_arg.clone(), key.into());
+            isolation.add_key(&mut args, key);
             let invocation = registry.invoke(&call.tool, args).await;
             if invocation.status.is_transport_error() {
                 return Err(EvalError::ReplayTransport {
@@ -152,15 +141,15 @@ impl TaskChecker {
                 });
             }
         }
-        db_hash(&server.state_path(key))
+        db_hash(&self.server.state_path(key))
     }
 }
 
 #[async_trait::async_trait]
 impl TaskOracle for TaskChecker {
-    async fn task_success(&self, record: &Record, trace: &Trace) -> Result<bool, String> {
+    async fn task_success(&self, record: &Record, trace: &Trace) -> Result<bool, TaskCheckError> {
         let check = self.check(record, &trace.tool_calls, trace.result.as_deref().unwrap_or("")).await;
-        check.map(|c| c.task_success).map_err(|err| error_chain(&err))
+        check.map(|c| c.task_success).map_err(|err| TaskCheckError(Box::new(err)))
     }
 }
 

@@ -249,13 +249,18 @@ impl<'a> RunState<'a> {
     }
 
     fn start_body(&mut self, loop_idx: usize, ctx: Ctx) {
-        let body_edges: Vec<usize> = self.plan.nodes[loop_idx]
+        self.resolve_labelled(loop_idx, crate::validate::LOOP_BODY, &ctx);
+    }
+
+    /// Activates the outgoing edges of `node_idx` labelled `label` with `ctx`.
+    fn resolve_labelled(&mut self, node_idx: usize, label: &str, ctx: &Ctx) {
+        let chosen: Vec<usize> = self.plan.nodes[node_idx]
             .outgoing
             .iter()
             .copied()
-            .filter(|&edge_idx| self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_BODY))
+            .filter(|&edge_idx| self.plan.edges[edge_idx].label.as_deref() == Some(label))
             .collect();
-        for edge_idx in body_edges {
+        for edge_idx in chosen {
             self.resolve(edge_idx, Some(ctx.clone()));
         }
     }
@@ -312,15 +317,7 @@ impl<'a> RunState<'a> {
             if loop_idx == self.plan.exit {
                 self.exit_output = ctx.last().map(|entry| entry.item.output.clone());
             }
-            let exits: Vec<usize> = self.plan.nodes[loop_idx]
-                .outgoing
-                .iter()
-                .copied()
-                .filter(|&edge_idx| self.plan.edges[edge_idx].label.as_deref() == Some(crate::validate::LOOP_EXIT))
-                .collect();
-            for edge_idx in exits {
-                self.resolve(edge_idx, Some(ctx.clone()));
-            }
+            self.resolve_labelled(loop_idx, crate::validate::LOOP_EXIT, &ctx);
             return;
         }
         for &node_idx in body_nodes {

@@ -120,11 +120,11 @@ impl ExecObserver for Observers {
 
 /// Keeps every event in memory, for tests and small tools.
 #[derive(Debug, Default)]
-pub struct EventLog {
+pub struct RecordingObserver {
     events: Mutex<Vec<ExecEvent>>,
 }
 
-impl EventLog {
+impl RecordingObserver {
     /// A copy of the events so far.
     #[must_use]
     pub fn events(&self) -> Vec<ExecEvent> {
@@ -133,7 +133,7 @@ impl EventLog {
     }
 }
 
-impl ExecObserver for EventLog {
+impl ExecObserver for RecordingObserver {
     fn on_event(&self, event: &ExecEvent) {
         self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(event.clone());
     }

@@ -109,7 +109,7 @@ pub fn graph_to_string(graph: &WorkflowGraph, format: GraphFormat) -> Result<Str
     res.map_err(|message| GraphFileError::Serialize { path: PathBuf::new(), message })
 }
 
-/// Writes a graph to `path`, as YAML for `.yaml`/`.yml` and JSON otherwise.
+/// Writes a graph to `path`, atomically, as YAML for `.yaml`/`.yml` and JSON otherwise.
 ///
 /// # Errors
 ///
@@ -119,5 +119,6 @@ pub fn save_graph(graph: &WorkflowGraph, path: &Path) -> Result<(), GraphFileErr
         GraphFileError::Serialize { message, .. } => GraphFileError::Serialize { path: path.to_owned(), message },
         other => other,
     })?;
-    std::fs::write(path, text).map_err(|source| GraphFileError::Io { path: path.to_owned(), source })
+    flowmem_model::write_text_atomic(path, &text)
+        .map_err(|err| GraphFileError::Io { path: err.path, source: err.source })
 }

@@ -13,6 +13,10 @@
 //!   [`ExecObserver`]: the [`JsonlTraceWriter`], progress bars, or OpenTelemetry.
 //! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
 //!   same trace shape.
+//! - [`IsolatedTools`] gives a run its own state on a stateful tool server (the
+//!   `flowmem-tools` [`StateIsolation`](flowmem_tools::StateIsolation)) and hides the
+//!   state plumbing from the model; [`visible_tools`] lists what a graph may bind to.
+//! - [`TaskOracle`] is the seam for ground truth about a run (τ-bench's task check).
 //! - [`load_graph`]/[`save_graph`] read and write JSON or YAML graph files;
 //!   [`to_mermaid`] and [`to_dot`] draw them.
 //!
@@ -42,8 +46,10 @@
 mod engine;
 mod event;
 mod file;
+mod isolated;
 mod jsonl;
 mod node;
+mod oracle;
 mod otel;
 mod plan;
 mod prompts;
@@ -53,9 +59,11 @@ mod toolbox;
 mod validate;
 
 pub use crate::engine::{RunInput, run};
-pub use crate::event::{EventLog, ExecEvent, ExecObserver, NoObserver, Observers};
+pub use crate::event::{ExecEvent, ExecObserver, NoObserver, Observers, RecordingObserver};
 pub use crate::file::{GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph};
+pub use crate::isolated::{IsolatedTools, isolated_runtime, visible_tools};
 pub use crate::jsonl::JsonlTraceWriter;
+pub use crate::oracle::{TaskCheckError, TaskOracle};
 pub use crate::otel::{OtelError, OtelExporter};
 pub use crate::plan::{CompileError, Plan, Runtime, compile};
 pub use crate::prompts::{

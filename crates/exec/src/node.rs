@@ -368,16 +368,11 @@ async fn tool_node(
             chosen.name,
             allowed.join(", ")
         );
-        let mut rejected = ToolCall {
-            tool: chosen.name,
-            args: chosen.arguments,
-            result: None,
-            error: None,
-            latency_ms: None,
+        let rejected = ToolCall {
             call_id: Some(chosen.id),
-            compare_args: None,
+            error: Some(format!("rejected: {message}")),
+            ..ToolCall::with_args(chosen.name, chosen.arguments)
         };
-        rejected.error = Some(format!("rejected: {message}"));
         step.observation.tool_call = Some(rejected);
         return Err(message);
     }

@@ -8,12 +8,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use flowmem_llm::{ChatModel, ToolDefinition};
-use flowmem_model::{Condition, EdgeKind, LlmRole, NodeKind};
+use flowmem_llm::{ChatModel, Prompts, ToolDefinition};
+use flowmem_model::{Condition, EdgeKind, LlmRole, NodeKind, WorkflowGraph};
 
 use crate::render::role_name;
 use crate::toolbox::ToolBox;
-use crate::validate::{LOOP_BODY, ValidatedGraph, loop_bodies, node_templates, template_variables};
+use crate::validate::{
+    LOOP_BODY, UnboundTool, ValidatedGraph, loop_bodies, node_templates, template_variables, tool_binding,
+};
 
 /// What a run needs from outside: models, tools and prompt templates.
 #[derive(Clone)]
@@ -61,16 +63,6 @@ pub enum CompileError {
         node: String,
         /// The template's file name.
         template: String,
-    },
-    /// A node's instruction or question does not parse.
-    #[error("node `{node}`: the {field} template does not parse: {message}")]
-    Template {
-        /// The node.
-        node: String,
-        /// `instruction` or `question`.
-        field: &'static str,
-        /// The parser's message.
-        message: String,
     },
 }
 
@@ -147,19 +139,6 @@ impl Plan {
     }
 }
 
-/// The template file of each LLM role.
-#[must_use]
-pub(crate) fn role_template(role: LlmRole) -> &'static str {
-    match role {
-        LlmRole::Plan => "plan",
-        LlmRole::Extract => "extract",
-        LlmRole::Reason => "reason",
-        LlmRole::Verify => "verify",
-        LlmRole::Judge => "judge",
-        LlmRole::Synthesize => "synthesize",
-    }
-}
-
 /// The template the tool-choosing step renders.
 pub(crate) const TOOL_TEMPLATE: &str = "tool";
 /// The template judges of branches and loops render.
@@ -167,134 +146,50 @@ pub(crate) const JUDGE_TEMPLATE: &str = "judge";
 
 /// Compiles a validated graph against a runtime into an executable [`Plan`].
 ///
+/// What [`check`](crate::check) decided is not checked again; only what depends on the
+/// runtime is: the models LLM nodes name, the role templates, and the tool binding (the
+/// graph may have been checked against another tool catalogue, or none).
+///
 /// # Errors
 ///
 /// Every [`CompileError`] variant: a hint or model the runtime lacks, a missing role
-/// template, an instruction that does not parse. The first one found is returned.
+/// template. The first one found is returned.
 pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, CompileError> {
     let graph = graph.graph();
     let index: HashMap<&str, usize> =
         graph.nodes.iter().enumerate().map(|(node_idx, node)| (node.id.as_str(), node_idx)).collect();
-    // Validation guarantees every edge end exists.
-    let edges: Vec<PlanEdge> = graph
-        .edges
-        .iter()
-        .filter_map(|edge| {
-            Some(PlanEdge {
-                from: *index.get(edge.from.as_str())?,
-                to: *index.get(edge.to.as_str())?,
-                kind: edge.kind,
-                label: edge.label.clone(),
-            })
-        })
-        .collect();
+    let edges = plan_edges(graph, &index);
     let bodies = loop_bodies(graph, &index);
     let available = runtime.tools.definitions();
     let mut nodes = Vec::with_capacity(graph.nodes.len());
     for (node_idx, node) in graph.nodes.iter().enumerate() {
-        let id = node.id.clone();
-        for (field, source) in node_templates(&node.kind) {
-            if let Err(message) = template_variables(source) {
-                return Err(CompileError::Template { node: id, field, message });
-            }
-        }
         let (kind_label, op) = match &node.kind {
             NodeKind::Llm { role, instruction, model } => {
-                let template = role_template(*role);
-                if runtime.prompts.id(template).is_none() {
-                    return Err(CompileError::MissingTemplate { node: id, template: template.to_owned() });
-                }
-                let model = match model {
-                    None => runtime.executor.clone(),
-                    Some(name) if name == runtime.executor.name() => runtime.executor.clone(),
-                    Some(name) => match runtime.models.get(name) {
-                        Some(model) => model.clone(),
-                        None => {
-                            return Err(CompileError::UnknownModel { node: id, model: name.clone() });
-                        }
-                    },
-                };
-                (format!("llm:{}", role_name(*role)), Op::Llm { template, instruction: instruction.clone(), model })
+                compile_llm(&node.id, *role, instruction.as_ref(), model.as_deref(), &runtime)?
             }
-            NodeKind::Tool { hints, instruction } => {
-                if runtime.prompts.id(TOOL_TEMPLATE).is_none() {
-                    return Err(CompileError::MissingTemplate { node: id, template: TOOL_TEMPLATE.to_owned() });
-                }
-                for hint in hints {
-                    if !available.iter().any(|tool| &tool.name == hint) {
-                        return Err(CompileError::UnboundTool { node: id, tool: hint.clone() });
-                    }
-                }
-                let tools: Vec<ToolDefinition> =
-                    available.iter().filter(|tool| hints.is_empty() || hints.contains(&tool.name)).cloned().collect();
-                if tools.is_empty() {
-                    return Err(CompileError::NoTools { node: id });
-                }
-                let op =
-                    Op::Tool { tools: tools.into(), hints: hints.clone().into(), instruction: instruction.clone() };
-                ("tool".to_owned(), op)
+            NodeKind::Tool { hints, instruction, .. } => {
+                compile_tool(&node.id, hints, instruction.as_ref(), &available, &runtime.prompts)?
             }
-            NodeKind::Branch { condition } => {
-                if matches!(condition, Condition::Judge { .. }) && runtime.prompts.id(JUDGE_TEMPLATE).is_none() {
-                    return Err(CompileError::MissingTemplate { node: id, template: JUDGE_TEMPLATE.to_owned() });
-                }
-                let routes = graph
-                    .outgoing(&node.id)
-                    .filter(|edge| edge.kind != EdgeKind::Back)
-                    .filter_map(|edge| edge.label.clone())
-                    .collect();
-                ("branch".to_owned(), Op::Branch { condition: condition.clone(), routes })
-            }
+            NodeKind::Branch { condition } => compile_branch(graph, &node.id, condition, &runtime.prompts)?,
             NodeKind::Parallel => ("parallel".to_owned(), Op::Parallel),
             NodeKind::Join => ("join".to_owned(), Op::Join),
             NodeKind::Loop { max_iterations, until } => {
                 let body_nodes = bodies.get(&node_idx).cloned().unwrap_or_default();
-                let body_edges = edges
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, edge)| {
-                        let inside = |idx: usize| body_nodes.contains(&idx);
-                        (edge.from == node_idx && edge.label.as_deref() == Some(LOOP_BODY))
-                            || (inside(edge.from) && inside(edge.to))
-                            || (edge.to == node_idx && edge.kind == EdgeKind::Back)
-                    })
-                    .map(|(edge_idx, _)| edge_idx)
-                    .collect();
-                let op = Op::Loop { max_iterations: *max_iterations, until: until.clone(), body_nodes, body_edges };
-                ("loop".to_owned(), op)
+                compile_loop(node_idx, *max_iterations, until, body_nodes, &edges)
             }
         };
-        let mut template_vars = BTreeSet::new();
-        for (_, source) in node_templates(&node.kind) {
-            template_vars.extend(template_variables(source).unwrap_or_default());
-        }
         nodes.push(PlanNode {
-            id,
+            id: node.id.clone(),
             kind_label,
             op,
             incoming: Vec::new(),
             back_incoming: Vec::new(),
             outgoing: Vec::new(),
-            enclosing_loop: None,
-            template_vars: template_vars.into_iter().collect(),
+            enclosing_loop: innermost_loop(&bodies, node_idx),
+            template_vars: node_template_vars(&node.kind),
         });
     }
-    for (edge_idx, edge) in edges.iter().enumerate() {
-        nodes[edge.from].outgoing.push(edge_idx);
-        if edge.kind == EdgeKind::Back {
-            nodes[edge.to].back_incoming.push(edge_idx);
-        } else {
-            nodes[edge.to].incoming.push(edge_idx);
-        }
-    }
-    // The innermost enclosing loop is the one with the smallest body holding the node.
-    for (node_idx, node) in nodes.iter_mut().enumerate() {
-        node.enclosing_loop = bodies
-            .iter()
-            .filter(|(_, body)| body.contains(&node_idx))
-            .min_by_key(|(_, body)| body.len())
-            .map(|(loop_idx, _)| *loop_idx);
-    }
+    link_edges(&mut nodes, &edges);
     let order = dependency_order(nodes.len(), &edges);
     Ok(Plan {
         inner: Arc::new(PlanInner {
@@ -307,6 +202,146 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
             order,
         }),
     })
+}
+
+/// The graph's edges over node positions. Validation guarantees every edge end exists.
+fn plan_edges(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -> Vec<PlanEdge> {
+    graph
+        .edges
+        .iter()
+        .filter_map(|edge| {
+            Some(PlanEdge {
+                from: *index.get(edge.from.as_str())?,
+                to: *index.get(edge.to.as_str())?,
+                kind: edge.kind,
+                label: edge.label.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Records each edge on its two nodes: outgoing, and incoming or `back` incoming.
+fn link_edges(nodes: &mut [PlanNode], edges: &[PlanEdge]) {
+    for (edge_idx, edge) in edges.iter().enumerate() {
+        nodes[edge.from].outgoing.push(edge_idx);
+        if edge.kind == EdgeKind::Back {
+            nodes[edge.to].back_incoming.push(edge_idx);
+        } else {
+            nodes[edge.to].incoming.push(edge_idx);
+        }
+    }
+}
+
+/// Fails with [`CompileError::MissingTemplate`] when the runtime's prompts lack `template`.
+fn require_template(prompts: &Prompts, node: &str, template: &str) -> Result<(), CompileError> {
+    if prompts.id(template).is_none() {
+        return Err(CompileError::MissingTemplate { node: node.to_owned(), template: template.to_owned() });
+    }
+    Ok(())
+}
+
+/// An LLM node: its role's template and the model it names (the executor by default).
+fn compile_llm(
+    id: &str,
+    role: LlmRole,
+    instruction: Option<&String>,
+    model: Option<&str>,
+    runtime: &Runtime,
+) -> Result<(String, Op), CompileError> {
+    // Each role's template file is named after the role.
+    let template = role_name(role);
+    require_template(&runtime.prompts, id, template)?;
+    let model = match model {
+        None => runtime.executor.clone(),
+        Some(name) if name == runtime.executor.name() => runtime.executor.clone(),
+        Some(name) => match runtime.models.get(name) {
+            Some(model) => model.clone(),
+            None => return Err(CompileError::UnknownModel { node: id.to_owned(), model: name.to_owned() }),
+        },
+    };
+    Ok((format!("llm:{}", role_name(role)), Op::Llm { template, instruction: instruction.cloned(), model }))
+}
+
+/// A tool node, bound to its hints or, without hints, to every tool the runtime has.
+///
+/// The binding rule is validation's ([`tool_binding`]), applied here to the runtime's
+/// tools: the graph was checked against a catalogue that need not be this runtime's.
+fn compile_tool(
+    id: &str,
+    hints: &[String],
+    instruction: Option<&String>,
+    available: &[ToolDefinition],
+    prompts: &Prompts,
+) -> Result<(String, Op), CompileError> {
+    require_template(prompts, id, TOOL_TEMPLATE)?;
+    let names: Vec<&str> = available.iter().map(|tool| tool.name.as_str()).collect();
+    if let Some(problem) = tool_binding(hints, &names).into_iter().next() {
+        return Err(match problem {
+            UnboundTool::NoTools => CompileError::NoTools { node: id.to_owned() },
+            UnboundTool::UnknownHint(tool) => CompileError::UnboundTool { node: id.to_owned(), tool: tool.to_owned() },
+        });
+    }
+    let tools: Vec<ToolDefinition> =
+        available.iter().filter(|tool| hints.is_empty() || hints.contains(&tool.name)).cloned().collect();
+    let op = Op::Tool { tools: tools.into(), hints: hints.to_vec().into(), instruction: instruction.cloned() };
+    Ok(("tool".to_owned(), op))
+}
+
+/// A branch: its condition and the route labels of its outgoing edges.
+fn compile_branch(
+    graph: &WorkflowGraph,
+    id: &str,
+    condition: &Condition,
+    prompts: &Prompts,
+) -> Result<(String, Op), CompileError> {
+    if matches!(condition, Condition::Judge { .. }) {
+        require_template(prompts, id, JUDGE_TEMPLATE)?;
+    }
+    let routes =
+        graph.outgoing(id).filter(|edge| edge.kind != EdgeKind::Back).filter_map(|edge| edge.label.clone()).collect();
+    Ok(("branch".to_owned(), Op::Branch { condition: condition.clone(), routes }))
+}
+
+/// A loop: its bound, its condition, and the nodes and edges of its body.
+fn compile_loop(
+    loop_idx: usize,
+    max_iterations: u32,
+    until: &Condition,
+    body_nodes: Vec<usize>,
+    edges: &[PlanEdge],
+) -> (String, Op) {
+    let inside = |idx: usize| body_nodes.contains(&idx);
+    let body_edges = edges
+        .iter()
+        .enumerate()
+        .filter(|(_, edge)| {
+            (edge.from == loop_idx && edge.label.as_deref() == Some(LOOP_BODY))
+                || (inside(edge.from) && inside(edge.to))
+                || (edge.to == loop_idx && edge.kind == EdgeKind::Back)
+        })
+        .map(|(edge_idx, _)| edge_idx)
+        .collect();
+    let op = Op::Loop { max_iterations, until: until.clone(), body_nodes, body_edges };
+    ("loop".to_owned(), op)
+}
+
+/// The innermost loop whose body holds the node: the one with the smallest body.
+fn innermost_loop(bodies: &HashMap<usize, Vec<usize>>, node_idx: usize) -> Option<usize> {
+    bodies
+        .iter()
+        .filter(|(_, body)| body.contains(&node_idx))
+        .min_by_key(|(_, body)| body.len())
+        .map(|(loop_idx, _)| *loop_idx)
+}
+
+/// The upstream node ids (and `query`) the node's templates use, sorted.
+fn node_template_vars(kind: &NodeKind) -> Vec<String> {
+    let mut vars = BTreeSet::new();
+    for (_, source) in node_templates(kind) {
+        // Validation guarantees that every template parses.
+        vars.extend(template_variables(source).unwrap_or_default());
+    }
+    vars.into_iter().collect()
 }
 
 /// Kahn's algorithm over non-`back` edges, ties broken by node position.

@@ -87,7 +87,10 @@ async fn steps(
             node_id: node_id.clone(),
             node_kind: "agent:step".to_owned(),
             iteration: step,
-            input: Arc::new(serde_json::to_value(&messages).unwrap_or_default()),
+            input: Arc::new(
+                serde_json::to_value(&messages)
+                    .expect("chat messages are plain structs with string keys, so they convert"),
+            ),
             prompt: messages.last().and_then(|message| message.content.clone()),
             started_at_ms,
             ..NodeObservation::default()

@@ -3,10 +3,19 @@
 //! Shapes tell the node kinds apart: LLM nodes are rectangles, tool nodes
 //! parallelograms, branches diamonds, loops hexagons, `parallel` and `join` circles.
 //! Data edges are solid, control edges dashed, `back` edges thick.
+//!
+//! A tool node's data bindings are drawn too: a binding that reads an upstream node's
+//! result or argument is a dashed, coloured edge from that node, labelled with the
+//! argument and the path (`product_id ← $.items[*].product_id`); bindings to the query
+//! or a constant are extra lines of the node's label.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph};
+
+/// The colour of data-binding edges.
+const BINDING_COLOUR: &str = "#1f77b4";
 
 /// Renders the graph as a Mermaid flowchart (`flowchart TD`).
 ///
@@ -43,6 +52,19 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
                 let _ = writeln!(res, "    n{from} {arrow} n{to}");
             }
         }
+    }
+    let mut n_links = graph
+        .edges
+        .iter()
+        .filter(|edge| position(graph, &edge.from).is_some() && position(graph, &edge.to).is_some())
+        .count();
+    for ((from, to), label) in binding_edges(graph) {
+        let (Some(from), Some(to)) = (position(graph, from), position(graph, to)) else {
+            continue;
+        };
+        let _ = writeln!(res, "    n{from} -.->|\"{}\"| n{to}", mermaid_escape(&label));
+        let _ = writeln!(res, "    linkStyle {n_links} stroke:{BINDING_COLOUR},stroke-dasharray:3");
+        n_links += 1;
     }
     for (id, class) in [(&graph.entry, "entry"), (&graph.exit, "exit")] {
         if let Some(node_idx) = position(graph, id) {
@@ -92,7 +114,42 @@ pub fn to_dot(graph: &WorkflowGraph) -> String {
         let attrs = if attrs.is_empty() { String::new() } else { format!(" [{}]", attrs.join(", ")) };
         let _ = writeln!(res, "    \"{}\" -> \"{}\"{attrs};", dot_escape(&edge.from), dot_escape(&edge.to));
     }
+    for ((from, to), label) in binding_edges(graph) {
+        let _ = writeln!(
+            res,
+            "    \"{}\" -> \"{}\" [style=dashed, color=\"{BINDING_COLOUR}\", fontcolor=\"{BINDING_COLOUR}\", constraint=false, label=\"{}\"];",
+            dot_escape(from),
+            dot_escape(to),
+            dot_escape(&label),
+        );
+    }
     res.push_str("}\n");
+    res
+}
+
+/// One data edge per (source node, bound node), labelled with a line per binding it
+/// carries, in node and argument order.
+fn binding_edges(graph: &WorkflowGraph) -> BTreeMap<(&str, &str), String> {
+    let mut res: BTreeMap<(&str, &str), String> = BTreeMap::new();
+    for node in &graph.nodes {
+        let NodeKind::Tool { bindings, .. } = &node.kind else {
+            continue;
+        };
+        for (arg, binding) in bindings {
+            for source in &binding.sources {
+                let (from, what) = match &source.source {
+                    ValueSource::Result { node, path } => (node.as_str(), path.as_str()),
+                    ValueSource::Argument { node, arg } => (node.as_str(), arg.as_str()),
+                    ValueSource::Query | ValueSource::Constant { .. } => continue,
+                };
+                let label = res.entry((from, node.id.as_str())).or_default();
+                if !label.is_empty() {
+                    label.push('\n');
+                }
+                let _ = write!(label, "{arg} ← {what}");
+            }
+        }
+    }
     res
 }
 
@@ -104,8 +161,24 @@ fn position(graph: &WorkflowGraph, id: &str) -> Option<usize> {
 fn node_label(node: &GraphNode) -> String {
     let summary = match &node.kind {
         NodeKind::Llm { role, .. } => format!("llm: {}", role_name(*role)),
-        NodeKind::Tool { hints, .. } if hints.is_empty() => "tool: any".to_owned(),
-        NodeKind::Tool { hints, .. } => format!("tool: {}", hints.join(" | ")),
+        NodeKind::Tool { hints, bindings, .. } => {
+            let mut summary =
+                if hints.is_empty() { "tool: any".to_owned() } else { format!("tool: {}", hints.join(" | ")) };
+            for (arg, binding) in bindings {
+                for source in &binding.sources {
+                    match &source.source {
+                        ValueSource::Query => {
+                            let _ = write!(summary, "\n{arg} ← query");
+                        }
+                        ValueSource::Constant { value } => {
+                            let _ = write!(summary, "\n{arg} = {value}");
+                        }
+                        ValueSource::Result { .. } | ValueSource::Argument { .. } => {}
+                    }
+                }
+            }
+            summary
+        }
         NodeKind::Branch { condition } => format!("branch: {}", condition_summary(condition)),
         NodeKind::Parallel => "parallel".to_owned(),
         NodeKind::Join => "join".to_owned(),
@@ -116,7 +189,7 @@ fn node_label(node: &GraphNode) -> String {
     format!("{}\n{summary}", node.id)
 }
 
-/// The role's name as written in graph files.
+/// The role's name as written in graph files; it also names the role's prompt template.
 #[must_use]
 pub(crate) fn role_name(role: LlmRole) -> &'static str {
     match role {

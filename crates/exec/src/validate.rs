@@ -263,6 +263,16 @@ pub enum Violation {
         /// The unknown variable.
         variable: String,
     },
+    /// A data binding reads from a node that is not upstream of the bound node.
+    #[error("node `{node}`: argument `{arg}` is bound to `{source_node}`, which is not an upstream node")]
+    BindingNotUpstream {
+        /// The tool node whose argument is bound.
+        node: String,
+        /// The bound argument's path.
+        arg: String,
+        /// The node the binding reads from.
+        source_node: String,
+    },
 }
 
 impl Violation {
@@ -296,7 +306,8 @@ impl Violation {
             | Violation::LoopBodyEntry { node, .. }
             | Violation::StrayLabel { node, .. }
             | Violation::TemplateSyntax { node, .. }
-            | Violation::UndefinedVariable { node, .. } => Some(node),
+            | Violation::UndefinedVariable { node, .. }
+            | Violation::BindingNotUpstream { node, .. } => Some(node),
         }
     }
 }
@@ -356,7 +367,8 @@ const TEMPLATE_GLOBALS: &[&str] = &["range", "dict", "namespace", "debug", "loop
 ///   have one `body` and one `exit` edge, a bound of at least 1, and a body closed by a
 ///   `back` edge that no other edge leaves or enters;
 /// - `instruction` and judge `question` templates parse and use only `query`,
-///   `iteration`, and the ids of upstream nodes.
+///   `iteration`, and the ids of upstream nodes;
+/// - every data binding of a tool node reads from an upstream node.
 ///
 /// # Errors
 ///
@@ -413,6 +425,7 @@ pub fn violations(graph: &WorkflowGraph, tools: ToolCatalog<'_>) -> Vec<Violatio
     check_loops(graph, &index, &mut res);
     if acyclic {
         check_templates(graph, &index, &mut res);
+        check_bindings(graph, &index, &mut res);
     }
     res
 }
@@ -474,19 +487,46 @@ fn check_tools(graph: &WorkflowGraph, tools: ToolCatalog<'_>, res: &mut Vec<Viol
     let ToolCatalog::Known(available) = tools else {
         return;
     };
+    let available: Vec<&str> = available.iter().map(String::as_str).collect();
     for node in &graph.nodes {
         let NodeKind::Tool { hints, .. } = &node.kind else {
             continue;
         };
-        if hints.is_empty() && available.is_empty() {
-            res.push(Violation::NoToolAvailable { node: node.id.clone() });
-        }
-        for hint in hints {
-            if !available.iter().any(|name| name == hint) {
-                res.push(Violation::UnknownToolHint { node: node.id.clone(), tool: hint.clone() });
-            }
+        for problem in tool_binding(hints, &available) {
+            res.push(match problem {
+                UnboundTool::NoTools => Violation::NoToolAvailable { node: node.id.clone() },
+                UnboundTool::UnknownHint(tool) => {
+                    Violation::UnknownToolHint { node: node.id.clone(), tool: tool.to_owned() }
+                }
+            });
         }
     }
+}
+
+/// Why a tool node cannot bind to the available tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnboundTool<'a> {
+    /// The node has no hints and no tool is available at all.
+    NoTools,
+    /// A hint names no available tool.
+    UnknownHint(&'a str),
+}
+
+/// The tool-binding rule of `Valid(G, T)` for one tool node: each hint names an
+/// available tool, and a node without hints needs at least one tool. Empty when the node
+/// binds.
+///
+/// It is the one home of the rule: [`check`] applies it to the catalogue it is given,
+/// `compile` to the runtime's tools.
+pub(crate) fn tool_binding<'a>(hints: &'a [String], available: &[&str]) -> Vec<UnboundTool<'a>> {
+    if hints.is_empty() && available.is_empty() {
+        return vec![UnboundTool::NoTools];
+    }
+    hints
+        .iter()
+        .filter(|hint| !available.contains(&hint.as_str()))
+        .map(|hint| UnboundTool::UnknownHint(hint.as_str()))
+        .collect()
 }
 
 fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
@@ -784,6 +824,41 @@ pub(crate) fn template_variables(source: &str) -> Result<BTreeSet<String>, Strin
         .into_iter()
         .filter(|name| !TEMPLATE_GLOBALS.contains(&name.as_str()))
         .collect())
+}
+
+/// A binding's result or argument source must be an ancestor over non-`back` edges.
+fn check_bindings(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
+    let predecessors = predecessors(graph, index);
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        let NodeKind::Tool { bindings, .. } = &node.kind else {
+            continue;
+        };
+        let mut ancestors: Option<Vec<bool>> = None;
+        for (arg, binding) in bindings {
+            for source_node in binding.sources.iter().filter_map(|source| source.source.node()) {
+                let ancestors = ancestors.get_or_insert_with(|| reachable_from(&predecessors, node_idx));
+                let upstream = index.get(source_node).is_some_and(|&idx| idx != node_idx && ancestors[idx]);
+                if !upstream {
+                    res.push(Violation::BindingNotUpstream {
+                        node: node.id.clone(),
+                        arg: arg.clone(),
+                        source_node: source_node.to_owned(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Reverse adjacency (non-`back` edges) over node positions, skipping dangling edges.
+fn predecessors(graph: &WorkflowGraph, index: &Index<'_>) -> Vec<Vec<usize>> {
+    let mut res = vec![Vec::new(); graph.nodes.len()];
+    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
+        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
+            res[to].push(from);
+        }
+    }
+    res
 }
 
 fn check_templates(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {

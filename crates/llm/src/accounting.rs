@@ -40,6 +40,13 @@ pub struct Totals {
     pub prompt_tokens: u64,
     /// Completion tokens spent (cache hits spend none).
     pub completion_tokens: u64,
+    /// Prompt tokens the original calls behind the cache hits spent. Added to
+    /// `prompt_tokens`, it is what the calls used whether or not the cache answered.
+    #[serde(default)]
+    pub cached_prompt_tokens: u64,
+    /// Completion tokens the original calls behind the cache hits spent.
+    #[serde(default)]
+    pub cached_completion_tokens: u64,
     /// Wall time spent waiting for calls, summed over calls, in milliseconds.
     pub wall_ms: u64,
 }
@@ -51,6 +58,8 @@ impl Totals {
         self.cache_hits += other.cache_hits;
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.cached_prompt_tokens += other.cached_prompt_tokens;
+        self.cached_completion_tokens += other.cached_completion_tokens;
         self.wall_ms += other.wall_ms;
     }
 }
@@ -79,7 +88,11 @@ impl Accounting {
     pub fn record(&self, model: &str, purpose: Purpose, result: Result<&ChatResponse, &LlmError>, wall: Duration) {
         let mut call = Totals { calls: 1, wall_ms: wall.as_millis() as u64, ..Totals::default() };
         match result {
-            Ok(response) if response.cached => call.cache_hits = 1,
+            Ok(response) if response.cached => {
+                call.cache_hits = 1;
+                call.cached_prompt_tokens = response.usage.prompt_tokens;
+                call.cached_completion_tokens = response.usage.completion_tokens;
+            }
             Ok(response) => {
                 call.prompt_tokens = response.usage.prompt_tokens;
                 call.completion_tokens = response.usage.completion_tokens;
@@ -105,6 +118,22 @@ impl Accounting {
 }
 
 /// A [`ChatModel`] that records every call of its inner model in an [`Accounting`].
+///
+/// Wrappers nest: a model already counted into a run-wide tally can be wrapped again
+/// with a fresh [`Accounting`] to count one run on its own (eval does this per run).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(model: std::sync::Arc<dyn flowmem_llm::ChatModel>, request: flowmem_llm::ChatRequest) -> Result<(), flowmem_llm::LlmError> {
+/// use flowmem_llm::{AccountedModel, Accounting, ChatModel};
+///
+/// let per_run = AccountedModel::new(model, Accounting::new());
+/// per_run.chat(&request).await?;
+/// assert_eq!(per_run.accounting().snapshot().total.calls, 1);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct AccountedModel {
     inner: Arc<dyn ChatModel>,
@@ -122,6 +151,12 @@ impl AccountedModel {
     #[must_use]
     pub fn new(inner: Arc<dyn ChatModel>, accounting: Accounting) -> AccountedModel {
         AccountedModel { inner, accounting }
+    }
+
+    /// The tally this model records into.
+    #[must_use]
+    pub fn accounting(&self) -> &Accounting {
+        &self.accounting
     }
 }
 
@@ -174,6 +209,7 @@ mod tests {
         assert_eq!(snapshot.total.prompt_tokens, 17);
         assert_eq!(snapshot.total.completion_tokens, 5);
         assert_eq!(snapshot.total.cache_hits, 1);
+        assert_eq!((snapshot.total.cached_prompt_tokens, snapshot.total.cached_completion_tokens), (100, 100));
         assert_eq!(snapshot.total.errors, 1);
         assert_eq!(snapshot.total.wall_ms, 11);
         assert_eq!(snapshot.per_model["big"].calls, 2);

@@ -26,15 +26,23 @@ pub enum CacheMode {
     Off,
 }
 
-impl std::str::FromStr for CacheMode {
-    type Err = String;
+/// A cache mode name other than `read-write`, `read-only` and `off`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cache mode `{found}`; expected read-write, read-only or off")]
+pub struct UnknownCacheMode {
+    /// The name given.
+    pub found: String,
+}
 
-    fn from_str(text: &str) -> Result<CacheMode, String> {
+impl std::str::FromStr for CacheMode {
+    type Err = UnknownCacheMode;
+
+    fn from_str(text: &str) -> Result<CacheMode, UnknownCacheMode> {
         match text {
             "read-write" => Ok(CacheMode::ReadWrite),
             "read-only" => Ok(CacheMode::ReadOnly),
             "off" => Ok(CacheMode::Off),
-            other => Err(format!("unknown cache mode `{other}`; expected read-write, read-only or off")),
+            other => Err(UnknownCacheMode { found: other.to_owned() }),
         }
     }
 }
@@ -368,6 +376,8 @@ mod tests {
     #[test]
     fn modes_parse() {
         assert_eq!("read-only".parse::<CacheMode>().unwrap(), CacheMode::ReadOnly);
-        assert!("rw".parse::<CacheMode>().is_err());
+        let err = "rw".parse::<CacheMode>().unwrap_err();
+        assert_eq!(err, UnknownCacheMode { found: "rw".to_owned() });
+        assert_eq!(err.to_string(), "unknown cache mode `rw`; expected read-write, read-only or off");
     }
 }

@@ -159,7 +159,7 @@ pub struct LocalModelConfig {
 /// An error in the model configuration.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ModelConfigError {
     /// The file could not be read.
     #[error("cannot read {}", path.display())]
     Read {
@@ -213,12 +213,12 @@ impl LlmSettings {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Parse`] naming the file, line and field when the text is not
+    /// [`ModelConfigError::Parse`] naming the file, line and field when the text is not
     /// TOML, a field has the wrong type, or a `[models.*]`, `[roles]` or `[llm]` table
     /// has an unknown field.
-    pub fn from_toml(text: &str, origin: &Path) -> Result<LlmSettings, ConfigError> {
+    pub fn from_toml(text: &str, origin: &Path) -> Result<LlmSettings, ModelConfigError> {
         let mut settings: LlmSettings = toml::from_str(text)
-            .map_err(|err| ConfigError::Parse { path: origin.to_path_buf(), message: err.to_string() })?;
+            .map_err(|err| ModelConfigError::Parse { path: origin.to_path_buf(), message: err.to_string() })?;
         settings.origin = Some(origin.to_path_buf());
         Ok(settings)
     }
@@ -227,11 +227,11 @@ impl LlmSettings {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`] when the file cannot be read, otherwise as
+    /// [`ModelConfigError::Read`] when the file cannot be read, otherwise as
     /// [`LlmSettings::from_toml`].
-    pub fn load(path: &Path) -> Result<LlmSettings, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    pub fn load(path: &Path) -> Result<LlmSettings, ModelConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ModelConfigError::Read { path: path.to_path_buf(), source })?;
         LlmSettings::from_toml(&text, path)
     }
 
@@ -251,16 +251,16 @@ impl LlmSettings {
     ///
     /// # Errors
     ///
-    /// - [`ConfigError::Invalid`] when a role names an unknown model, a requested name
+    /// - [`ModelConfigError::Invalid`] when a role names an unknown model, a requested name
     ///   is unknown and `OPENAI_BASE_URL` is unset, an entry lacks `model` or a base URL,
     ///   or its `api_key_env` variable is unset;
-    /// - [`ConfigError::Discovery`] when `GET /models` fails or lists nothing.
+    /// - [`ModelConfigError::Discovery`] when `GET /models` fails or lists nothing.
     pub async fn resolve(
         &self,
         purpose: Purpose,
         requested: Option<&str>,
         env: EnvLookup<'_>,
-    ) -> Result<ModelChoice, ConfigError> {
+    ) -> Result<ModelChoice, ModelConfigError> {
         let from_env = env("FLOWMEM_MODEL");
         let requested = requested.map(str::to_owned).or(from_env);
         if let Some(name) = requested.as_deref().filter(|name| self.models.contains_key(*name)) {
@@ -273,7 +273,7 @@ impl LlmSettings {
         if let Some(name) = requested.as_deref() {
             let Some(base_url) = base_url else {
                 let known: Vec<&str> = self.models.keys().map(String::as_str).collect();
-                return Err(ConfigError::Invalid {
+                return Err(ModelConfigError::Invalid {
                     origin: "--model".to_owned(),
                     field: name.to_owned(),
                     problem: format!(
@@ -299,9 +299,9 @@ impl LlmSettings {
             let timeout = Duration::from_secs(30);
             let ids = list_models(&base_url, key.as_ref(), timeout)
                 .await
-                .map_err(|source| ConfigError::Discovery { base_url: base_url.clone(), source })?;
+                .map_err(|source| ModelConfigError::Discovery { base_url: base_url.clone(), source })?;
             let Some(model) = ids.into_iter().next() else {
-                return Err(ConfigError::Discovery {
+                return Err(ModelConfigError::Discovery {
                     base_url: base_url.clone(),
                     source: LlmError::Unavailable {
                         model: base_url,
@@ -335,9 +335,9 @@ impl LlmSettings {
         self.origin.as_ref().map_or_else(|| "configuration".to_owned(), |path| path.display().to_string())
     }
 
-    fn role_model(&self, role: &str, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ConfigError> {
+    fn role_model(&self, role: &str, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ModelConfigError> {
         if !self.models.contains_key(name) {
-            return Err(ConfigError::Invalid {
+            return Err(ModelConfigError::Invalid {
                 origin: self.origin(),
                 field: format!("roles.{role}"),
                 problem: format!("names model `{name}`, which has no [models.{name}] entry"),
@@ -346,9 +346,9 @@ impl LlmSettings {
         self.configured(name, env)
     }
 
-    fn configured(&self, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ConfigError> {
+    fn configured(&self, name: &str, env: EnvLookup<'_>) -> Result<ModelChoice, ModelConfigError> {
         let entry = &self.models[name];
-        let invalid = |field: &str, problem: String| ConfigError::Invalid {
+        let invalid = |field: &str, problem: String| ModelConfigError::Invalid {
             origin: self.origin(),
             field: format!("models.{name}.{field}"),
             problem,

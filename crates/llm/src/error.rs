@@ -51,14 +51,15 @@ pub enum LlmError {
         problem: String,
     },
     /// A tool call's `arguments` string is not a JSON object.
-    #[error("model `{model}` called tool `{tool}` with arguments that are not a JSON object ({problem}): {raw}")]
+    #[error("model `{model}` called tool `{tool}` with arguments that are not a JSON object: {raw}")]
     ToolArguments {
         /// The model's name.
         model: String,
         /// The tool the model called.
         tool: String,
         /// What is wrong with the arguments.
-        problem: String,
+        #[source]
+        problem: flowmem_model::ArgsError,
         /// The raw `arguments` text.
         raw: String,
     },

@@ -58,19 +58,19 @@ mod prompt;
 mod retry;
 
 pub use crate::accounting::{AccountedModel, Accounting, AccountingSnapshot, Totals};
-pub use crate::cache::{CacheMode, CacheStats, CachedModel, ResponseCache, cache_key};
+pub use crate::cache::{CacheMode, CacheStats, CachedModel, ResponseCache, UnknownCacheMode, cache_key};
 pub use crate::chat::{
     AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, Purpose, ResponseFormat, Role,
     ToolChoice, ToolDefinition, Usage,
 };
 pub use crate::config::{
-    CacheSettings, ConfigError, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelEntry, ModelKind,
+    CacheSettings, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelConfigError, ModelEntry, ModelKind,
     RoleTable, std_env,
 };
 pub use crate::error::LlmError;
 pub use crate::limit::TextLimitModel;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};
 pub use crate::prompt::{
-    EmbeddedPrompt, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, clip, parse_header,
+    EmbeddedPrompt, HeaderError, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, clip, parse_header,
 };
 pub use crate::retry::RetryPolicy;

@@ -225,12 +225,13 @@ impl HttpModel {
         };
         let mut tool_calls = Vec::new();
         for (i, call) in choice.message.tool_calls.unwrap_or_default().into_iter().enumerate() {
-            let arguments = parse_arguments(&call.function.arguments).map_err(|problem| LlmError::ToolArguments {
-                model: self.cfg.name.clone(),
-                tool: call.function.name.clone(),
-                problem,
-                raw: call.function.arguments.clone(),
-            })?;
+            let arguments =
+                flowmem_model::wire_arguments(&call.function.arguments).map_err(|problem| LlmError::ToolArguments {
+                    model: self.cfg.name.clone(),
+                    tool: call.function.name.clone(),
+                    problem,
+                    raw: call.function.arguments.clone(),
+                })?;
             let id = call.id.unwrap_or_else(|| format!("call_{i}"));
             tool_calls.push(AssistantToolCall { id, name: call.function.name, arguments });
         }
@@ -277,7 +278,7 @@ impl ChatModel for HttpModel {
             }
             Err(problem) => problem,
         };
-        tracing::debug!(model = %self.cfg.name, schema = %format.name, %problem, "re-asking for a reply matching the schema");
+        tracing::info!(model = %self.cfg.name, schema = %format.name, %problem, "re-asking for a reply matching the schema");
         let mut messages = request.messages.clone();
         messages.push(Message::assistant(first.content.clone().unwrap_or_default()));
         let repair = repair_prompt(format, &problem).map_err(|err| LlmError::InvalidRequest {
@@ -426,28 +427,6 @@ fn strip_code_fence(text: &str) -> &str {
     body.split_once('\n').map_or(body, |(_, code)| code).trim()
 }
 
-fn parse_arguments(raw: &str) -> Result<flowmem_model::JsonObject, String> {
-    if raw.trim().is_empty() {
-        return Ok(flowmem_model::JsonObject::new());
-    }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!("a JSON {}, not an object", json_kind(&other))),
-        Err(err) => Err(format!("not JSON: {err}")),
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// Shortens `text` to at most `max` bytes on a character boundary.
 fn shorten(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -587,13 +566,9 @@ mod tests {
     }
 
     #[test]
-    fn fences_and_arguments() {
+    fn fences_and_shortening() {
         assert_eq!(strip_code_fence("```json\n{\"a\": 1}\n```"), "{\"a\": 1}");
         assert_eq!(strip_code_fence("  {\"a\": 1} "), "{\"a\": 1}");
-        assert_eq!(parse_arguments("").unwrap().len(), 0);
-        assert_eq!(parse_arguments("{\"x\": 1}").unwrap()["x"], 1);
-        assert!(parse_arguments("[1]").unwrap_err().contains("array"));
-        assert!(parse_arguments("{x").unwrap_err().contains("not JSON"));
         assert_eq!(shorten("héllo", 2), "h…");
     }
 

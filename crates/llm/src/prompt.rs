@@ -154,7 +154,7 @@ pub enum PromptError {
         /// Where the template came from: a file path or `embedded prompt NAME`.
         origin: String,
         /// What is wrong with the header.
-        problem: String,
+        problem: HeaderError,
     },
     /// The header names a different prompt than the one being registered.
     #[error("{origin}: line 1: the header names prompt `{found}`, expected `{expected}`")]
@@ -395,42 +395,64 @@ pub struct PromptHeader {
     pub version: u32,
 }
 
+/// A first line that is not a valid `{# prompt: NAME vN #}` header.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// The line is not a `{# prompt: NAME vN #}` comment with exactly a name and a version.
+    #[error("expected a first line `{{# prompt: NAME vN #}}`, found `{found}`")]
+    Malformed {
+        /// The first line, trimmed.
+        found: String,
+    },
+    /// The name holds a character other than letters, digits, `_`, `-` and `.`.
+    #[error("prompt name `{name}` may only hold letters, digits, `_`, `-` and `.`")]
+    InvalidName {
+        /// The name in the header.
+        name: String,
+    },
+    /// The version is not `v` followed by a positive integer.
+    #[error("version `{version}` is not of the form vN with N ≥ 1")]
+    InvalidVersion {
+        /// The version as written in the header.
+        version: String,
+    },
+}
+
 /// Parses the header on the first line of a template source.
 ///
 /// # Errors
 ///
-/// A sentence saying what is wrong, when the first line is not
-/// `{# prompt: NAME vN #}` (spaces around the parts are free).
+/// A [`HeaderError`] when the first line is not `{# prompt: NAME vN #}` (spaces around
+/// the parts are free): [`HeaderError::Malformed`] for another shape,
+/// [`HeaderError::InvalidName`] and [`HeaderError::InvalidVersion`] for a bad part.
 ///
 /// # Example
 ///
 /// ```
 /// let header = flowmem_llm::parse_header("{# prompt: plan v4 #}\nPlan {{ query }}")?;
 /// assert_eq!((header.name.as_str(), header.version), ("plan", 4));
-/// # Ok::<(), String>(())
+/// # Ok::<(), flowmem_llm::HeaderError>(())
 /// ```
-pub fn parse_header(source: &str) -> Result<PromptHeader, String> {
+pub fn parse_header(source: &str) -> Result<PromptHeader, HeaderError> {
     let first = source.lines().next().unwrap_or_default().trim();
-    let expected = "expected a first line `{# prompt: NAME vN #}`";
-    let inner = first
-        .strip_prefix("{#")
-        .and_then(|rest| rest.strip_suffix("#}"))
-        .map(str::trim)
-        .ok_or_else(|| format!("{expected}, found `{first}`"))?;
-    let rest = inner.strip_prefix("prompt:").ok_or_else(|| format!("{expected}, found `{first}`"))?;
+    let malformed = || HeaderError::Malformed { found: first.to_owned() };
+    let inner =
+        first.strip_prefix("{#").and_then(|rest| rest.strip_suffix("#}")).map(str::trim).ok_or_else(malformed)?;
+    let rest = inner.strip_prefix("prompt:").ok_or_else(malformed)?;
     let mut words = rest.split_whitespace();
     let (Some(name), Some(version), None) = (words.next(), words.next(), words.next()) else {
-        return Err(format!("{expected}, found `{first}`"));
+        return Err(malformed());
     };
     let name_ok = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
     if !name_ok {
-        return Err(format!("prompt name `{name}` may only hold letters, digits, `_`, `-` and `.`"));
+        return Err(HeaderError::InvalidName { name: name.to_owned() });
     }
     let version = version
         .strip_prefix('v')
         .and_then(|digits| digits.parse::<u32>().ok())
         .filter(|version| *version > 0)
-        .ok_or_else(|| format!("version `{version}` is not of the form vN with N ≥ 1"))?;
+        .ok_or_else(|| HeaderError::InvalidVersion { version: version.to_owned() })?;
     Ok(PromptHeader { name: name.to_owned(), version })
 }
 
@@ -516,19 +538,21 @@ mod tests {
     fn header_parsing() {
         let ok = parse_header("{#prompt:  judge_es   v12#}\nbody").unwrap();
         assert_eq!(ok, PromptHeader { name: "judge_es".into(), version: 12 });
-        for bad in [
-            "",
-            "Hello {{ user }}",
-            "{# judge_es v1 #}",
-            "{# prompt: judge_es #}",
-            "{# prompt: judge_es 1 #}",
-            "{# prompt: judge_es v0 #}",
-            "{# prompt: judge es v1 #}",
-            "{# prompt: judge/es v1 #}",
-            "{# prompt: judge_es vx #}",
-        ] {
-            assert!(parse_header(bad).is_err(), "accepted {bad:?}");
+        for bad in ["", "Hello {{ user }}", "{# judge_es v1 #}", "{# prompt: judge_es #}", "{# prompt: judge es v1 #}"]
+        {
+            let err = parse_header(bad).unwrap_err();
+            assert_eq!(err, HeaderError::Malformed { found: bad.trim().to_owned() }, "{bad:?}");
+            assert!(err.to_string().starts_with("expected a first line `{# prompt: NAME vN #}`, found `"), "{err}");
         }
+        for (bad, version) in [
+            ("{# prompt: judge_es 1 #}", "1"),
+            ("{# prompt: judge_es v0 #}", "v0"),
+            ("{# prompt: judge_es vx #}", "vx"),
+        ] {
+            assert_eq!(parse_header(bad), Err(HeaderError::InvalidVersion { version: version.to_owned() }), "{bad:?}");
+        }
+        let err = parse_header("{# prompt: judge/es v1 #}").unwrap_err();
+        assert_eq!(err, HeaderError::InvalidName { name: "judge/es".to_owned() });
     }
 
     #[test]

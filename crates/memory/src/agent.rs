@@ -281,13 +281,9 @@ impl ToolBox for WorkflowTools {
             .map(|call| json!({"tool": call.tool, "args": call.args, "result": call.result, "error": call.error}))
             .collect();
         let call = ToolCall {
-            tool: name.to_owned(),
-            args,
             result: Some(json!({"workflow": workflow.id, "steps": steps, "completed": done.failed_step.is_none()})),
             error: done.error.clone(),
-            latency_ms: None,
-            call_id: None,
-            compare_args: None,
+            ..ToolCall::with_args(name, args)
         };
         if let Ok(mut uses) = self.uses.lock() {
             uses.push(done);

@@ -144,9 +144,6 @@ pub enum OnlineError {
         message: String,
     },
     /// A stateful tool server could not give a run a fresh state.
-    #[error("{message}\nhint: check that the reset tool exists and the tool server is healthy")]
-    StateReset {
-        /// The reset failure, naming the key and the tool.
-        message: String,
-    },
+    #[error("{0}\nhint: check that the reset tool exists and the tool server is healthy")]
+    StateReset(flowmem_tools::StateResetError),
 }

@@ -50,6 +50,7 @@
 
 mod agent;
 mod compose;
+mod curve_html;
 mod error;
 mod index;
 pub mod induce;
@@ -67,13 +68,14 @@ pub use crate::agent::{
     expand_calls, prompt_memory, record_uses, run_with_memory, workflow_tool_name, workflow_variables,
 };
 pub use crate::compose::{TreeLine, composition, composition_tree};
+pub use crate::curve_html::render_curve_html;
 pub use crate::error::{InduceError, MemoryError, OnlineError};
 pub use crate::judge::{Agreement, EVALUATE_PROMPT, Judgement, RunToJudge, agreement, judge_run};
 pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::online::{
     Arm, ArmCurve, CURVE_HTML_FILE, CURVE_JSON_FILE, LearningCurve, OnlineConfig, OnlineProgress, OnlineReport,
     PROGRESS_FILE, ProgressLine, STREAM_FILE, SuccessSource, TaskRun, learn_online, learning_curve, read_progress,
-    read_stream, render_curve_html,
+    read_stream,
 };
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,

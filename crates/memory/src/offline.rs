@@ -7,14 +7,14 @@ use serde::Serialize;
 use flowmem_model::{Scope, Trajectory};
 
 use crate::error::InduceError;
-use crate::induce::{self, RuleConfig, SkipReason, Skipped, Variant};
+use crate::induce::{self, Inducer, RuleConfig, SkipReason, SkippedCandidate};
 use crate::store::{AddOutcome, MemoryStore};
 
 /// Options of [`induce_offline`].
 #[derive(Debug, Clone, Copy)]
 pub struct OfflineConfig<'a> {
     /// The inducer. Its own scope setting is replaced by the per-group scope.
-    pub variant: Variant<'a>,
+    pub inducer: Inducer<'a>,
     /// Put every workflow in this scope; `None` groups the trajectories by their site
     /// and domain and scopes each group's workflows accordingly (AWM's per-website memory).
     pub scope: Option<&'a Scope>,
@@ -39,7 +39,7 @@ pub struct OfflineReport {
     /// in induction order.
     pub added: Vec<Added>,
     /// Everything left out, with the reason.
-    pub skipped: Vec<Skipped>,
+    pub skipped: Vec<SkippedCandidate>,
 }
 
 /// One induced workflow and what the store did with it.
@@ -54,11 +54,11 @@ pub struct Added {
     pub outcome: AddOutcome,
 }
 
-impl std::fmt::Debug for Variant<'_> {
+impl std::fmt::Debug for Inducer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Variant::Rule(cfg) => f.debug_tuple("Rule").field(cfg).finish(),
-            Variant::Lm(cfg) => f.debug_tuple("Lm").field(cfg).finish(),
+            Inducer::Rule(cfg) => f.debug_tuple("Rule").field(cfg).finish(),
+            Inducer::Lm(cfg) => f.debug_tuple("Lm").field(cfg).finish(),
         }
     }
 }
@@ -84,7 +84,7 @@ pub async fn induce_offline(
     let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Trajectory>> = BTreeMap::new();
     for trajectory in trajectories {
         if trajectory.succeeded() == Some(false) {
-            report.skipped.push(Skipped {
+            report.skipped.push(SkippedCandidate {
                 trajectory_ids: vec![trajectory.id.clone()],
                 description: None,
                 reason: SkipReason::Unsuccessful,
@@ -97,17 +97,17 @@ pub async fn induce_offline(
     }
     for ((site, domain), members) in groups {
         let scope = Scope { site, domain };
-        let batches: Vec<&[Trajectory]> = match cfg.variant {
-            Variant::Rule(_) => vec![&members[..]],
-            Variant::Lm(_) => members.chunks(cfg.batch_size.max(1)).collect(),
+        let batches: Vec<&[Trajectory]> = match cfg.inducer {
+            Inducer::Rule(_) => vec![&members[..]],
+            Inducer::Lm(_) => members.chunks(cfg.batch_size.max(1)).collect(),
         };
         for batch in batches {
-            let induction = match cfg.variant {
-                Variant::Rule(rule_cfg) => {
+            let induction = match cfg.inducer {
+                Inducer::Rule(rule_cfg) => {
                     let rule_cfg = RuleConfig { scope: Some(scope.clone()), ..rule_cfg.clone() };
                     induce::rule(batch, &rule_cfg)
                 }
-                Variant::Lm(lm_cfg) => {
+                Inducer::Lm(lm_cfg) => {
                     let lm_cfg = crate::induce::LmConfig { scope: Some(scope.clone()), ..*lm_cfg };
                     induce::lm(batch, &lm_cfg).await?
                 }

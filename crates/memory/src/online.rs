@@ -8,15 +8,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use flowmem_eval::{IsolatedTools, StateIsolation, TaskOracle};
-use flowmem_exec::{ExecObserver, RunInput, Runtime, ToolBox, run_agent};
+use flowmem_exec::{ExecObserver, IsolatedTools, RunInput, Runtime, TaskOracle, ToolBox, run_agent};
 use flowmem_llm::{ChatModel, Prompts};
-use flowmem_model::{Action, Outcome, Record, Scope, Step, ToolCall, Trace, Trajectory};
+use flowmem_model::{
+    Action, JsonlError, Outcome, Record, Scope, Step, ToolCall, Trace, Trajectory, WriteError, error_chain,
+    write_json_atomic, write_text_atomic,
+};
+use flowmem_tools::StateIsolation;
 
 use crate::agent::{MemoryAgentConfig, record_uses, run_with_memory};
 use crate::compose::composition;
 use crate::error::OnlineError;
-use crate::induce::{Variant, induce};
+use crate::induce::{Inducer, induce};
 use crate::judge::{Agreement, Judgement, RunToJudge, agreement, judge_run};
 use crate::store::{AddOutcome, MemoryStore, UseOutcome};
 
@@ -42,7 +45,7 @@ pub struct OnlineConfig<'a> {
     /// The memory agent. A scope without site and domain means "each record's own".
     pub agent: MemoryAgentConfig,
     /// The inducer used on runs judged successful.
-    pub inducer: Variant<'a>,
+    pub inducer: Inducer<'a>,
     /// Induce once this many runs judged successful are pending (at least 1).
     pub batch_size: usize,
     /// Process at most this many tasks of the stream.
@@ -123,7 +126,7 @@ pub struct TaskRun {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ProgressLine {
     /// A finished run.
-    Run(TaskRun),
+    Run(Box<TaskRun>),
     /// An induction from the pending successful runs.
     Induced {
         /// The stream index of the last task before it.
@@ -270,13 +273,13 @@ pub async fn learn_online(
             if let Some(trajectory) = &run.trajectory {
                 pending.push(trajectory.clone());
             }
-            log(&mut lines, ProgressLine::Run(run))?;
+            log(&mut lines, ProgressLine::Run(Box::new(run)))?;
             n_new_runs += 1;
         }
         if cfg.baseline && !baseline_done {
             fresh_state(isolated.as_deref()).await?;
             let run = run_baseline_arm(&runtime, index, record, cfg).await?;
-            log(&mut lines, ProgressLine::Run(run))?;
+            log(&mut lines, ProgressLine::Run(Box::new(run)))?;
             n_new_runs += 1;
         }
         if pending.len() >= cfg.batch_size.max(1) {
@@ -295,7 +298,7 @@ pub async fn learn_online(
 
 async fn fresh_state(isolated: Option<&IsolatedTools>) -> Result<(), OnlineError> {
     match isolated {
-        Some(tools) => tools.reset().await.map_err(|message| OnlineError::StateReset { message }),
+        Some(tools) => tools.reset().await.map_err(OnlineError::StateReset),
         None => Ok(()),
     }
 }
@@ -353,24 +356,14 @@ fn check_saved_stream(path: &Path, saved: &[Record], records: &[Record]) -> Resu
     Ok(())
 }
 
-/// Saves the stream of a first run.
+/// Saves the stream of a first run, atomically, so a kill never leaves half a stream.
 fn save_stream(dir: &Path, records: &[Record]) -> Result<(), OnlineError> {
     let path = dir.join(STREAM_FILE);
-    let mut text = String::new();
-    for record in records {
-        let line = serde_json::to_string(record).map_err(|err| OnlineError::Io {
-            path: path.clone(),
-            what: "serializing the stream",
-            source: std::io::Error::other(err),
-        })?;
-        text.push_str(&line);
-        text.push('\n');
-    }
-    // Written aside and renamed, so a kill never leaves half a stream.
-    let partial = dir.join(format!("{STREAM_FILE}.partial"));
-    std::fs::write(&partial, text).map_err(io(&partial, "writing"))?;
-    std::fs::rename(&partial, &path).map_err(io(&path, "renaming into place"))?;
-    Ok(())
+    flowmem_model::write_jsonl_atomic(&path, records).map_err(|err| match err {
+        JsonlError::Write { path, source } => OnlineError::Io { path, what: "writing", source },
+        // A record that does not serialise: name it like a write failure.
+        other => OnlineError::Io { path, what: "serializing the stream", source: std::io::Error::other(other) },
+    })
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> OnlineError + 'a {
@@ -519,7 +512,7 @@ async fn measure(
             let expanded = Trace { tool_calls: calls.to_vec(), ..trace.clone() };
             match oracle.task_success(record, &expanded).await {
                 Ok(truth) => (Some(truth), None),
-                Err(message) => (None, Some(message)),
+                Err(err) => (None, Some(error_chain(&err))),
             }
         }
         None => (None, None),
@@ -584,7 +577,7 @@ pub fn learning_curve(lines: &[ProgressLine]) -> LearningCurve {
     let runs: Vec<&TaskRun> = lines
         .iter()
         .filter_map(|line| match line {
-            ProgressLine::Run(run) => Some(run),
+            ProgressLine::Run(run) => Some(run.as_ref()),
             ProgressLine::Induced { .. } => None,
         })
         .collect();
@@ -633,120 +626,10 @@ fn arm_curve(runs: &[&TaskRun]) -> ArmCurve {
 }
 
 fn write_curve(curve: &LearningCurve, dir: &Path) -> Result<Vec<PathBuf>, OnlineError> {
+    let written = |err: WriteError| OnlineError::Io { path: err.path, what: "writing", source: err.source };
     let json_path = dir.join(CURVE_JSON_FILE);
-    let json = serde_json::to_string_pretty(curve).map_err(|err| OnlineError::Io {
-        path: json_path.clone(),
-        what: "serializing",
-        source: std::io::Error::other(err),
-    })?;
-    std::fs::write(&json_path, json + "\n").map_err(io(&json_path, "writing"))?;
+    write_json_atomic(&json_path, curve).map_err(written)?;
     let html_path = dir.join(CURVE_HTML_FILE);
-    std::fs::write(&html_path, render_curve_html(curve)).map_err(io(&html_path, "writing"))?;
+    write_text_atomic(&html_path, &crate::curve_html::render_curve_html(curve)).map_err(written)?;
     Ok(vec![json_path, html_path])
-}
-
-/// The HTML report of a learning curve: an inline SVG plot of cumulative success
-/// against tasks seen, one line per agent, and a table of the figures.
-#[must_use]
-pub fn render_curve_html(curve: &LearningCurve) -> String {
-    let mut arms = vec![("with memory", "#1f77b4", &curve.memory)];
-    if let Some(baseline) = &curve.baseline {
-        arms.push(("without memory", "#d62728", baseline));
-    }
-    let source = match curve.success_source {
-        SuccessSource::GroundTruth => "ground truth",
-        SuccessSource::Evaluator => "the LM evaluator (ground truth where available)",
-    };
-    let mut html = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>flowmem online learning curve</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>\n<h1>Online AWM learning curve</h1>\n",
-    );
-    html.push_str(&format!("<p>Cumulative success rate against tasks seen. Success from {source}.</p>\n"));
-    html.push_str(&curve_svg(&arms));
-    html.push_str("\n<table><tr><th>agent</th><th>tasks</th><th>solved</th><th>success rate</th><th>steps per solved task</th><th>workflow utilisation</th></tr>\n");
-    for (label, _, arm) in &arms {
-        let rate = arm.cumulative_success_rate.last().copied();
-        html.push_str(&format!(
-            "<tr><td>{label}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            arm.n_tasks,
-            arm.n_solved,
-            figure(rate),
-            figure(arm.steps_per_solved),
-            figure(arm.utilisation_rate)
-        ));
-    }
-    html.push_str("</table>\n");
-    if let Some(agreement) = &curve.agreement {
-        html.push_str(&format!(
-            "<h2>Evaluator agreement with ground truth</h2>\n<p>{} runs: accuracy {}, false-positive rate {} (TP {}, FP {}, TN {}, FN {}).</p>\n",
-            agreement.n,
-            figure(agreement.accuracy),
-            figure(agreement.false_positive_rate),
-            agreement.true_positives,
-            agreement.false_positives,
-            agreement.true_negatives,
-            agreement.false_negatives
-        ));
-    }
-    html.push_str(&format!(
-        "<p>{} inductions added {} workflows.</p>\n</body></html>\n",
-        curve.n_inductions, curve.n_workflows_added
-    ));
-    html
-}
-
-fn figure(value: Option<f64>) -> String {
-    value.map_or_else(|| "–".to_owned(), |value| format!("{value:.3}"))
-}
-
-fn curve_svg(arms: &[(&str, &str, &ArmCurve)]) -> String {
-    let (width, height, left, bottom, top, right) = (640.0, 320.0, 50.0, 40.0, 20.0, 160.0);
-    let plot_w = width - left - right;
-    let plot_h = height - top - bottom;
-    let n = arms.iter().map(|(_, _, arm)| arm.cumulative_success_rate.len()).max().unwrap_or(0).max(1);
-    let x = |i: usize| left + if n == 1 { plot_w / 2.0 } else { plot_w * i as f64 / (n - 1) as f64 };
-    let y = |rate: f64| top + plot_h * (1.0 - rate);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"learning curve\">\n"
-    );
-    svg.push_str(&format!(
-        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n",
-        top + plot_h,
-        left + plot_w,
-        top + plot_h,
-        top + plot_h
-    ));
-    for tick in [0.0, 0.5, 1.0] {
-        svg.push_str(&format!(
-            "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">{tick:.1}</text>\n",
-            left - 6.0,
-            y(tick) + 4.0
-        ));
-    }
-    svg.push_str(&format!(
-        "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">tasks seen (1 to {n})</text>\n",
-        left + plot_w / 2.0,
-        height - 8.0
-    ));
-    for (slot, (label, colour, arm)) in arms.iter().enumerate() {
-        let points: Vec<String> = arm
-            .cumulative_success_rate
-            .iter()
-            .enumerate()
-            .map(|(i, rate)| format!("{:.1},{:.1}", x(i), y(*rate)))
-            .collect();
-        svg.push_str(&format!(
-            "<polyline class=\"curve\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n",
-            points.join(" ")
-        ));
-        let legend_y = top + 16.0 * slot as f64 + 10.0;
-        svg.push_str(&format!(
-            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{colour}\"/><text x=\"{}\" y=\"{}\" font-size=\"12\">{label}</text>\n",
-            left + plot_w + 12.0,
-            legend_y - 4.0,
-            left + plot_w + 30.0,
-            legend_y
-        ));
-    }
-    svg.push_str("</svg>\n");
-    svg
 }

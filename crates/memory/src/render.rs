@@ -285,7 +285,11 @@ pub fn to_graph(workflow: &Workflow) -> WorkflowGraph {
         ));
         nodes.push(GraphNode {
             id: format!("step_{}", idx + 1),
-            kind: NodeKind::Tool { hints: vec![step.action.tool.clone()], instruction: Some(instruction) },
+            kind: NodeKind::Tool {
+                hints: vec![step.action.tool.clone()],
+                instruction: Some(instruction),
+                bindings: Default::default(),
+            },
             description: Some(format!("Workflow step {}: {}", idx + 1, step.action.tool)),
         });
     }
@@ -323,7 +327,7 @@ pub fn write_jsonl(workflows: &[Workflow], out: &mut dyn Write) -> std::io::Resu
 /// A JSONL line that is not a workflow.
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: not a workflow: {source}")]
-pub struct JsonlError {
+pub struct WorkflowLineError {
     /// The 1-based line.
     pub line: usize,
     /// The decoding error, which names the field.
@@ -337,7 +341,7 @@ pub struct JsonlError {
 /// # Errors
 ///
 /// Only reading `input` fails the whole call.
-pub fn read_jsonl(input: &mut dyn BufRead) -> std::io::Result<(Vec<Workflow>, Vec<JsonlError>)> {
+pub fn read_jsonl(input: &mut dyn BufRead) -> std::io::Result<(Vec<Workflow>, Vec<WorkflowLineError>)> {
     let mut workflows = Vec::new();
     let mut errors = Vec::new();
     for (idx, line) in input.lines().enumerate() {
@@ -347,7 +351,7 @@ pub fn read_jsonl(input: &mut dyn BufRead) -> std::io::Result<(Vec<Workflow>, Ve
         }
         match serde_json::from_str::<Workflow>(&line) {
             Ok(workflow) => workflows.push(workflow),
-            Err(source) => errors.push(JsonlError { line: idx + 1, source }),
+            Err(source) => errors.push(WorkflowLineError { line: idx + 1, source }),
         }
     }
     Ok((workflows, errors))

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// What can go wrong while reading or mining a log.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum MiningError {
     /// The file could not be opened or read.
     #[error("cannot read `{}`", path.display())]
     Io {

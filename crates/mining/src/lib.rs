@@ -15,6 +15,10 @@
 //!   PNML ([`PetriNet::to_pnml`]); [`tree_to_dot`] and [`tree_to_mermaid`] draw the tree.
 //! - [`tree_to_skeleton`] turns the tree into the skeleton
 //!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search.
+//! - [`mine_dataflow`] finds where every argument value of the records' calls comes from
+//!   (the query, an earlier result at a JSON path, an earlier argument, a constant) and
+//!   aggregates it per tool argument ([`Dataflow`]); [`tree_to_bound_skeleton`] builds the
+//!   skeleton with those data bindings, ordering parallel blocks as the data requires.
 //!
 //! # Example
 //!
@@ -30,6 +34,7 @@
 
 #![deny(missing_docs)]
 
+pub mod dataflow;
 mod dfg;
 mod error;
 mod log;
@@ -41,12 +46,16 @@ mod tree;
 mod variants;
 mod xes;
 
+pub use crate::dataflow::{
+    ArgumentFlow, BindingConfig, DATAFLOW_VERSION, Dataflow, KindCounts, RecordFlow, Source, SourceSupport, ValueFlow,
+    mine_dataflow,
+};
 pub use crate::dfg::{Dfg, discover_dfg};
-pub use crate::error::Error;
+pub use crate::error::MiningError;
 pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
 pub use crate::petri::{PetriNet, Transition, tree_to_petri_net};
 pub use crate::render::{tree_to_dot, tree_to_mermaid};
-pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_skeleton};
+pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_bound_skeleton, tree_to_skeleton};
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};
 pub use crate::xes::{XesCase, XesEvent, XesLog, parse_xes, parse_xes_str, read_xes};

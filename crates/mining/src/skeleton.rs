@@ -14,9 +14,15 @@
 //!   between `done` and `retry`; `retry` enters a `loop` whose body is `redo` followed by
 //!   a second copy of `do`. Both routes meet at a `join`. The language is exactly
 //!   `do (redo do)*`, bounded by `max_iterations`.
+//!
+//! [`tree_to_bound_skeleton`] adds the mined data flow: data orders parallel blocks whose
+//! members feed each other, and every tool node carries its arguments' bindings.
+
+use std::collections::BTreeMap;
 
 use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 
+use crate::dataflow::{BindingConfig, Dataflow, fill_bindings, order_parallels};
 use crate::tree::{Operator, ProcessTree};
 
 /// The most body runs a mined loop allows.
@@ -55,6 +61,44 @@ pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
     }
 }
 
+/// Builds the skeleton of `tree` with the data flow mined from the same logs.
+///
+/// A dependency found in the data overrides a concurrency found in the control flow:
+/// members of a `+` block whose tools take values from each other's results (or
+/// arguments) are ordered as the data requires, and members that are independent stay
+/// parallel. Then each tool node gets the bindings of its tool's arguments (see
+/// [`BindingConfig`]); a result or argument source names the nearest upstream node
+/// hinted with the source's tool, and a source with no such node is left out.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_mining::{BindingConfig, ProcessTree, mine_dataflow, tree_to_bound_skeleton};
+/// use flowmem_model::{NodeKind, Record, ToolCall, ValueSource};
+/// use serde_json::json;
+///
+/// let mut order = ToolCall::new("get_order", json!({"order_id": "W1"}))?;
+/// order.result = Some(json!({"items": [{"product_id": "p7"}]}));
+/// let product = ToolCall::new("get_product", json!({"product_id": "p7"}))?;
+/// let record: Record = serde_json::from_value(json!({"id": "0", "query": "Where is order W1?"}))?;
+/// let flow = mine_dataflow(&[Record { orchestration: vec![order, product], ..record }]);
+///
+/// let tree = ProcessTree::parse("+( 'get_order', 'get_product' )")?;
+/// let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+/// assert!(graph.node("parallel_1").is_none(), "the data orders the block");
+/// let NodeKind::Tool { bindings, .. } = &graph.node("tool_2").unwrap().kind else { unreachable!() };
+/// let source = &bindings["product_id"].sources[0].source;
+/// assert_eq!(source, &ValueSource::Result { node: "tool_1".into(), path: "$.items[*].product_id".into() });
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn tree_to_bound_skeleton(tree: &ProcessTree, dataflow: &Dataflow, cfg: &BindingConfig) -> WorkflowGraph {
+    let ordered = order_parallels(tree, dataflow, cfg);
+    let mut graph = tree_to_skeleton(&ordered);
+    fill_bindings(&mut graph, dataflow, cfg);
+    graph
+}
+
 /// The open end of a built fragment: the node to continue from and the label the next
 /// edge out of it must carry (a branch route, or a loop's `body` / `exit`).
 struct Open {
@@ -90,7 +134,7 @@ impl Builder {
             ProcessTree::Tau => from,
             ProcessTree::Activity { label } => {
                 let id = self.id("tool");
-                let kind = NodeKind::Tool { hints: vec![label.clone()], instruction: None };
+                let kind = NodeKind::Tool { hints: vec![label.clone()], instruction: None, bindings: BTreeMap::new() };
                 let id = self.add(from, node(&id, kind, &format!("Call `{label}`")));
                 Open { node: id, label: None }
             }

@@ -20,7 +20,7 @@ use flowmem_model::{Action, Meta, Step, ToolCall, Trajectory};
 use quick_xml::events::{BytesStart, Event};
 use rustc_hash::FxHashMap;
 
-use crate::{Error, EventLog, EventLogBuilder};
+use crate::{EventLog, EventLogBuilder, MiningError};
 
 /// An XES log: cases of events, with activity names interned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,8 +55,8 @@ pub struct XesEvent {
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when the file cannot be read or decompressed, [`Error::Xml`] when it is
-/// not well-formed XML, and [`Error::NotXes`] when it has no `<log>` root.
+/// [`MiningError::Io`] when the file cannot be read or decompressed, [`MiningError::Xml`] when it is
+/// not well-formed XML, and [`MiningError::NotXes`] when it has no `<log>` root.
 ///
 /// # Example
 ///
@@ -66,8 +66,8 @@ pub struct XesEvent {
 /// println!("{} cases, {} variants", log.n_cases(), log.variants().len());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn read_xes(path: &Path) -> Result<XesLog, Error> {
-    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
+pub fn read_xes(path: &Path) -> Result<XesLog, MiningError> {
+    let io_error = |source| MiningError::Io { path: path.to_path_buf(), source };
     let file = File::open(path).map_err(io_error)?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let is_gzip = reader.fill_buf().map_err(io_error)?.starts_with(&[0x1f, 0x8b]);
@@ -161,7 +161,7 @@ impl BufRead for ChunkReader {
 /// # Errors
 ///
 /// As [`read_xes`].
-pub fn parse_xes<R: BufRead>(reader: R, path: &Path) -> Result<XesLog, Error> {
+pub fn parse_xes<R: BufRead>(reader: R, path: &Path) -> Result<XesLog, MiningError> {
     Parser::new(path).run(quick_xml::Reader::from_reader(reader))
 }
 
@@ -232,15 +232,10 @@ impl XesLog {
                     .map(|event| Step {
                         observation: None,
                         reasoning: None,
-                        action: Action::ToolCall(ToolCall {
-                            tool: self.activity(event).to_owned(),
-                            args: flowmem_model::JsonObject::new(),
-                            result: None,
-                            error: None,
-                            latency_ms: None,
-                            call_id: None,
-                            compare_args: None,
-                        }),
+                        action: Action::ToolCall(ToolCall::with_args(
+                            self.activity(event),
+                            flowmem_model::JsonObject::new(),
+                        )),
                     })
                     .collect(),
                 final_answer: None,
@@ -297,7 +292,7 @@ impl<'p> Parser<'p> {
         }
     }
 
-    fn run<R: BufRead>(mut self, mut reader: quick_xml::Reader<R>) -> Result<XesLog, Error> {
+    fn run<R: BufRead>(mut self, mut reader: quick_xml::Reader<R>) -> Result<XesLog, MiningError> {
         let mut buf = Vec::with_capacity(1024);
         loop {
             let event = match reader.read_event_into(&mut buf) {
@@ -305,10 +300,10 @@ impl<'p> Parser<'p> {
                 Err(quick_xml::Error::Io(cause)) => {
                     // Reading or decompressing failed; the XML itself may be fine.
                     let source = std::io::Error::new(cause.kind(), cause.to_string());
-                    return Err(Error::Io { path: self.path.to_path_buf(), source });
+                    return Err(MiningError::Io { path: self.path.to_path_buf(), source });
                 }
                 Err(source) => {
-                    return Err(Error::Xml {
+                    return Err(MiningError::Xml {
                         path: self.path.to_path_buf(),
                         position: reader.buffer_position(),
                         source,
@@ -335,7 +330,7 @@ impl<'p> Parser<'p> {
             buf.clear();
         }
         if !self.saw_log {
-            return Err(Error::NotXes { path: self.path.to_path_buf(), reason: "no `<log>` element".into() });
+            return Err(MiningError::NotXes { path: self.path.to_path_buf(), reason: "no `<log>` element".into() });
         }
         Ok(self.log)
     }
@@ -545,7 +540,7 @@ fn format_rfc3339(nanos: i64) -> String {
 /// # Errors
 ///
 /// As [`read_xes`].
-pub fn parse_xes_str(text: &str) -> Result<XesLog, Error> {
+pub fn parse_xes_str(text: &str) -> Result<XesLog, MiningError> {
     parse_xes(text.as_bytes(), &PathBuf::from("<string>"))
 }
 
@@ -633,11 +628,11 @@ mod tests {
         let mut corrupt = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff];
         std::fs::write(&bad, &corrupt).unwrap();
         let err = crate::read_xes(&bad).unwrap_err();
-        assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
+        assert!(matches!(err, crate::MiningError::Io { .. }), "{err:?}");
         corrupt.resize(super::PIPELINE_MIN_BYTES as usize + 1, 0xff);
         std::fs::write(&bad, &corrupt).unwrap();
         let err = crate::read_xes(&bad).unwrap_err();
-        assert!(matches!(err, crate::Error::Io { .. }), "{err:?}");
+        assert!(matches!(err, crate::MiningError::Io { .. }), "{err:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

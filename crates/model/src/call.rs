@@ -60,12 +60,13 @@ impl ToolCall {
     ///
     /// [`ArgsError::NotAnObject`] when `args` is neither an object nor null.
     pub fn new(tool: impl Into<String>, args: Value) -> Result<ToolCall, ArgsError> {
-        let args = match args {
-            Value::Object(map) => map,
-            Value::Null => JsonObject::new(),
-            other => return Err(ArgsError::NotAnObject { found: json_type(&other) }),
-        };
-        Ok(ToolCall {
+        Ok(ToolCall::with_args(tool, arguments_object(args)?))
+    }
+
+    /// A call not yet run: a tool name and its arguments, with no outcome, latency or ids.
+    #[must_use]
+    pub fn with_args(tool: impl Into<String>, args: JsonObject) -> ToolCall {
+        ToolCall {
             tool: tool.into(),
             args,
             result: None,
@@ -73,7 +74,7 @@ impl ToolCall {
             latency_ms: None,
             call_id: None,
             compare_args: None,
-        })
+        }
     }
 
     /// Builds a call from the OpenAI wire form, where arguments may be a JSON *string*
@@ -85,11 +86,7 @@ impl ToolCall {
     /// [`ArgsError::NotAnObject`] when the arguments are not an object.
     pub fn from_wire(tool: impl Into<String>, args: Value) -> Result<ToolCall, ArgsError> {
         match args {
-            Value::String(text) if text.trim().is_empty() => ToolCall::new(tool, Value::Null),
-            Value::String(text) => {
-                let parsed: Value = serde_json::from_str(&text).map_err(ArgsError::NotJson)?;
-                ToolCall::new(tool, parsed)
-            }
+            Value::String(text) => Ok(ToolCall::with_args(tool, wire_arguments(&text)?)),
             other => ToolCall::new(tool, other),
         }
     }
@@ -129,6 +126,39 @@ impl ToolCall {
     }
 }
 
+/// Parses arguments in the OpenAI wire form: a string holding a JSON object. A blank
+/// string or `null` means no arguments.
+///
+/// # Errors
+///
+/// [`ArgsError::NotJson`] when the string does not parse, and
+/// [`ArgsError::NotAnObject`] when it holds another JSON value than an object.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::{ArgsError, wire_arguments};
+/// assert_eq!(wire_arguments(r#"{"id": 7}"#)?["id"], 7);
+/// assert!(wire_arguments(" ")?.is_empty());
+/// assert!(matches!(wire_arguments("[7]"), Err(ArgsError::NotAnObject { found: "array" })));
+/// # Ok::<(), ArgsError>(())
+/// ```
+pub fn wire_arguments(raw: &str) -> Result<JsonObject, ArgsError> {
+    if raw.trim().is_empty() {
+        return Ok(JsonObject::new());
+    }
+    arguments_object(serde_json::from_str(raw).map_err(ArgsError::NotJson)?)
+}
+
+/// Arguments as an object: an object as it is, `null` as no arguments.
+fn arguments_object(args: Value) -> Result<JsonObject, ArgsError> {
+    match args {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(JsonObject::new()),
+        other => Err(ArgsError::NotAnObject { found: json_type(&other) }),
+    }
+}
+
 fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -144,7 +174,7 @@ fn json_type(value: &Value) -> &'static str {
 mod tests {
     use serde_json::json;
 
-    use crate::ToolCall;
+    use crate::{ArgsError, ToolCall, wire_arguments};
 
     #[test]
     fn wire_string_arguments_parse_into_an_object() {
@@ -159,6 +189,19 @@ mod tests {
         assert!(ToolCall::from_wire("f", json!("[1]")).is_err());
         assert!(ToolCall::new("f", json!(3)).is_err());
         assert!(ToolCall::from_wire("f", json!("")).unwrap().args.is_empty());
+    }
+
+    #[test]
+    fn wire_arguments_are_an_object_or_a_typed_error() {
+        assert_eq!(wire_arguments("").unwrap().len(), 0);
+        assert_eq!(wire_arguments("{\"x\": 1}").unwrap()["x"], 1);
+        assert_eq!(wire_arguments("null").unwrap().len(), 0);
+        let err = wire_arguments("[1]").unwrap_err();
+        assert!(matches!(err, ArgsError::NotAnObject { found: "array" }), "{err:?}");
+        assert!(err.to_string().contains("array"), "{err}");
+        let err = wire_arguments("{x").unwrap_err();
+        assert!(matches!(err, ArgsError::NotJson(_)), "{err:?}");
+        assert!(err.to_string().contains("not valid JSON"), "{err}");
     }
 
     #[test]

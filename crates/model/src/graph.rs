@@ -15,9 +15,17 @@
 //! - A `loop` node has outgoing edges labelled `body` and `exit`. The body runs, returns
 //!   to the loop over a `back` edge, and repeats until `until` holds or `max_iterations`
 //!   is reached; then the `exit` edge activates.
+//!
+//! A tool node may carry data bindings (`bindings`): for each argument, the sources its
+//! value came from in the mined logs (the query, an upstream node's result at a JSON path
+//! or its argument, a constant), with their support. They are optional, so graph files
+//! written before bindings existed still load.
+
+use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// An executable workflow: nodes, edges, and the entry and exit node ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -73,6 +81,13 @@ pub enum NodeKind {
         /// Extra instructions for choosing the tool and its arguments.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         instruction: Option<String>,
+        /// Where each argument's value comes from, keyed by argument path (`order_id`,
+        /// `item_ids[*]`, `passengers[*].first_name`); empty when nothing was mined.
+        // Left out of the JSON Schema: the schema is also the optimizer's edit grammar,
+        // whose node shape this field must not change.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        bindings: BTreeMap<String, ArgBinding>,
     },
     /// Takes exactly one outgoing edge, the one whose label the condition picks.
     Branch {
@@ -90,6 +105,64 @@ pub enum NodeKind {
         /// When to stop repeating.
         until: Condition,
     },
+}
+
+/// The mined sources of one argument of a tool node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArgBinding {
+    /// How many values of this argument the mined logs hold (each array element counts).
+    pub observed: u64,
+    /// The sources, most supported first.
+    pub sources: Vec<BindingSource>,
+}
+
+/// One source of an argument's value and how many observed values it explained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BindingSource {
+    /// Where the value comes from.
+    #[serde(flatten)]
+    pub source: ValueSource,
+    /// How many observed values this source explained.
+    pub support: u64,
+}
+
+/// Where an argument's value comes from at run time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum ValueSource {
+    /// A span of the query.
+    Query,
+    /// An upstream node's result, at a JSON path whose array indices are `[*]`
+    /// (`$.items[*].product_id`; `$` is the whole result).
+    Result {
+        /// The upstream node's id.
+        node: String,
+        /// The JSON path into its result.
+        path: String,
+    },
+    /// An argument an upstream node was called with.
+    Argument {
+        /// The upstream node's id.
+        node: String,
+        /// The argument path in that node's call.
+        arg: String,
+    },
+    /// The same value in every mined record.
+    Constant {
+        /// The value.
+        value: Value,
+    },
+}
+
+impl ValueSource {
+    /// The upstream node this source reads from, if any.
+    #[must_use]
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            ValueSource::Result { node, .. } | ValueSource::Argument { node, .. } => Some(node),
+            ValueSource::Query | ValueSource::Constant { .. } => None,
+        }
+    }
 }
 
 /// The role of an LLM node; each role has its own prompt template.

@@ -1,8 +1,8 @@
 //! Reading and writing flowmem's JSONL files: one [`Record`] or [`Trajectory`] a line.
 //!
 //! Readers stop at the first bad line and say where it is: the file, the line and the
-//! JSON path of the bad field. [`write_jsonl_atomic`] writes to a temporary file in the
-//! target's directory and renames it into place, so a reader never sees half a file.
+//! JSON path of the bad field. [`write_jsonl_atomic`] writes through
+//! [`AtomicFile`](crate::AtomicFile), so a reader never sees half a file.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::fs::{AtomicFile, WriteError};
 use crate::{Item, ItemKind, Record, Trajectory};
 
 /// A JSONL file that could not be read or written.
@@ -208,13 +209,9 @@ pub fn write_jsonl_atomic<'a, T: Serialize + 'a>(
     items: impl IntoIterator<Item = &'a T>,
 ) -> Result<(), JsonlError> {
     let write_error = |source| JsonlError::Write { path: path.to_owned(), source };
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    // Dropping `temp` on an early return deletes the temporary file.
-    let temp = tempfile::Builder::new().prefix(".flowmem-").suffix(".tmp").tempfile_in(dir).map_err(write_error)?;
-    let mut writer = BufWriter::new(temp);
+    let from_atomic = |err: WriteError| JsonlError::Write { path: err.path, source: err.source };
+    // Dropping the file on an early return deletes the temporary file.
+    let mut writer = BufWriter::new(AtomicFile::create(path).map_err(from_atomic)?);
     for (index, item) in items.into_iter().enumerate() {
         serde_json::to_writer(&mut writer, item).map_err(|source| {
             if source.is_io() {
@@ -225,10 +222,8 @@ pub fn write_jsonl_atomic<'a, T: Serialize + 'a>(
         })?;
         writer.write_all(b"\n").map_err(write_error)?;
     }
-    let temp = writer.into_inner().map_err(|err| write_error(err.into_error()))?;
-    temp.as_file().sync_all().map_err(write_error)?;
-    temp.persist(path).map_err(|err| write_error(err.error))?;
-    Ok(())
+    let file = writer.into_inner().map_err(|err| write_error(err.into_error()))?;
+    file.commit().map_err(from_atomic)
 }
 
 fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str) -> Result<(), JsonlError>) -> Result<(), JsonlError> {

@@ -18,6 +18,9 @@
 //!   [`Skipped`]; [`read_items`], [`read_records`], [`read_trajectories`] and
 //!   [`write_jsonl_atomic`] read and write flowmem's own JSONL files, and [`stats`]
 //!   summarises them.
+//! - [`write_atomic`], [`write_text_atomic`], [`write_json_atomic`] and [`AtomicFile`]
+//!   are the one way flowmem writes an output file: beside the target, synced, then
+//!   renamed over it, so a reader never sees half a file.
 //!
 //! # Example
 //!
@@ -34,6 +37,7 @@
 mod call;
 mod canonical;
 mod error_text;
+mod fs;
 mod graph;
 mod import;
 mod item;
@@ -44,15 +48,18 @@ mod trace;
 mod trajectory;
 mod workflow;
 
-pub use crate::call::{ArgsError, ToolCall};
+pub use crate::call::{ArgsError, ToolCall, wire_arguments};
 pub use crate::canonical::{canonical_eq, canonical_json};
 pub use crate::error_text::error_chain;
-pub use crate::graph::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+pub use crate::fs::{AtomicFile, WriteError, write_atomic, write_json_atomic, write_text_atomic};
+pub use crate::graph::{
+    ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph,
+};
 pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import};
 pub use crate::item::{Item, ItemKind};
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
-pub use crate::stats::{Stats, ToolCount, Transition, stats};
+pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::trace::{NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::workflow::{Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};

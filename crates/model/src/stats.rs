@@ -38,7 +38,7 @@ pub struct Stats {
     pub top_tools: Vec<ToolCount>,
     /// The most frequent tool-to-tool transitions within an item, most frequent first
     /// (ties by names).
-    pub top_transitions: Vec<Transition>,
+    pub top_transitions: Vec<ToolTransition>,
 }
 
 /// How often one tool was called.
@@ -52,7 +52,7 @@ pub struct ToolCount {
 
 /// How often one tool call was directly followed by another in the same item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Transition {
+pub struct ToolTransition {
     /// The earlier call's tool.
     pub from: String,
     /// The next call's tool.
@@ -141,7 +141,7 @@ pub fn stats(items: &[Item], top: usize) -> Stats {
     res.top_transitions = transitions
         .into_iter()
         .take(top)
-        .map(|((from, to), count)| Transition { from: from.to_owned(), to: to.to_owned(), count })
+        .map(|((from, to), count)| ToolTransition { from: from.to_owned(), to: to.to_owned(), count })
         .collect();
     res
 }

@@ -48,6 +48,7 @@ pub struct Step {
 /// What an agent did in one step: call a tool or say something.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant, reason = "most steps are tool calls; a box would cost each one an allocation")]
 pub enum Action {
     /// A tool call, with its result or error when known.
     ToolCall(ToolCall),

@@ -142,7 +142,92 @@ pub struct EditError {
     /// The edit's operation name.
     pub op: &'static str,
     /// What is wrong, naming the node or edge.
-    pub reason: String,
+    pub reason: EditProblem,
+}
+
+/// What is wrong with one edit, naming the node or edge concerned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EditProblem {
+    /// The edit names a node the graph does not have.
+    #[error("no node `{node}`")]
+    NoNode {
+        /// The missing node's id.
+        node: String,
+    },
+    /// The edit names an edge the graph does not have.
+    #[error("no edge `{from}` → `{to}`")]
+    NoEdge {
+        /// The edge's source.
+        from: String,
+        /// The edge's target.
+        to: String,
+    },
+    /// A node is to be inserted on an edge the graph does not have.
+    #[error("no edge `{from}` → `{to}` to insert `{node}` on")]
+    NoEdgeToInsertOn {
+        /// The edge's source.
+        from: String,
+        /// The edge's target.
+        to: String,
+        /// The node to insert.
+        node: String,
+    },
+    /// The edge to add is there already.
+    #[error("edge `{from}` → `{to}` already exists")]
+    EdgeExists {
+        /// The edge's source.
+        from: String,
+        /// The edge's target.
+        to: String,
+    },
+    /// A new node's id is empty.
+    #[error("a new node needs a non-empty id")]
+    EmptyId,
+    /// A new node's id is taken.
+    #[error("node id `{node}` is already in use")]
+    IdInUse {
+        /// The id.
+        node: String,
+    },
+    /// The edit would remove the graph's entry or exit.
+    #[error("node `{node}` is the entry or exit and cannot be removed")]
+    RemovesEndpoint {
+        /// The entry or exit node.
+        node: String,
+    },
+    /// A prompt rewrite names a control node.
+    #[error("node `{node}` is a control node and has no prompt")]
+    NoPrompt {
+        /// The control node.
+        node: String,
+    },
+    /// A parallel block of fewer than two nodes.
+    #[error("a parallel block needs at least two nodes")]
+    ParallelTooSmall,
+    /// Two consecutive nodes of a parallel block are not a plain chain link.
+    #[error("`{from}` → `{to}` is not a plain chain link")]
+    NotAChainLink {
+        /// The earlier node.
+        from: String,
+        /// The next node.
+        to: String,
+    },
+    /// A parallel block would start at the entry or end at the exit.
+    #[error("a parallel block cannot start at the entry or end at the exit")]
+    ParallelAtEndpoint,
+    /// A refinement gives a branch an iteration bound.
+    #[error("node `{node}` is a branch and has no iteration bound")]
+    BranchBound {
+        /// The branch.
+        node: String,
+    },
+    /// A refinement names a node that is neither a branch nor a loop.
+    #[error("node `{node}` is not a branch or loop")]
+    NotControl {
+        /// The node.
+        node: String,
+    },
 }
 
 /// Applies every edit of `plan` to a copy of `graph`.
@@ -177,7 +262,7 @@ impl GraphEdit {
     }
 }
 
-fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), String> {
+fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditProblem> {
     match edit {
         GraphEdit::AddNode { node, after, before } => add_node(graph, node, after, before.as_deref()),
         GraphEdit::RemoveNode { id } => remove_node(graph, id),
@@ -191,18 +276,18 @@ fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), String>
             require_node(graph, from)?;
             require_node(graph, to)?;
             if edge_index(graph, from, to).is_some() {
-                return Err(format!("edge `{from}` → `{to}` already exists"));
+                return Err(EditProblem::EdgeExists { from: from.clone(), to: to.clone() });
             }
             graph.edges.push(Edge { from: from.clone(), to: to.clone(), kind: EdgeKind::Data, label: label.clone() });
             Ok(())
         }
         GraphEdit::RemoveEdge { from, to } => {
-            let idx = edge_index(graph, from, to).ok_or_else(|| format!("no edge `{from}` → `{to}`"))?;
+            let idx = edge_index(graph, from, to).ok_or_else(|| no_edge(from, to))?;
             graph.edges.remove(idx);
             Ok(())
         }
         GraphEdit::ReconnectEdge { from, to, new_from, new_to } => {
-            let idx = edge_index(graph, from, to).ok_or_else(|| format!("no edge `{from}` → `{to}`"))?;
+            let idx = edge_index(graph, from, to).ok_or_else(|| no_edge(from, to))?;
             if let Some(new_from) = new_from {
                 require_node(graph, new_from)?;
                 graph.edges[idx].from = new_from.clone();
@@ -222,18 +307,21 @@ fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), String>
                 *slot = Some(instruction.clone());
                 Ok(())
             }
-            _ => Err(format!("node `{id}` is a control node and has no prompt")),
+            _ => Err(EditProblem::NoPrompt { node: id.clone() }),
         },
     }
 }
 
-fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Option<&str>) -> Result<(), String> {
+fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Option<&str>) -> Result<(), EditProblem> {
     require_free_id(graph, &node.id)?;
     require_node(graph, after)?;
     match before {
         Some(before) => {
-            let idx = edge_index(graph, after, before)
-                .ok_or_else(|| format!("no edge `{after}` → `{before}` to insert `{}` on", node.id))?;
+            let idx = edge_index(graph, after, before).ok_or_else(|| EditProblem::NoEdgeToInsertOn {
+                from: after.to_owned(),
+                to: before.to_owned(),
+                node: node.id.clone(),
+            })?;
             let old = graph.edges.remove(idx);
             graph.edges.push(Edge { to: node.id.clone(), ..old.clone() });
             graph.edges.push(Edge { from: node.id.clone(), to: before.to_owned(), kind: EdgeKind::Data, label: None });
@@ -252,10 +340,10 @@ fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Op
     Ok(())
 }
 
-fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), String> {
+fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), EditProblem> {
     require_node(graph, id)?;
     if graph.entry == id || graph.exit == id {
-        return Err(format!("node `{id}` is the entry or exit and cannot be removed"));
+        return Err(EditProblem::RemovesEndpoint { node: id.to_owned() });
     }
     let incoming: Vec<Edge> = graph.edges.iter().filter(|e| e.to == id && e.kind != EdgeKind::Back).cloned().collect();
     let outgoing: Vec<Edge> =
@@ -278,7 +366,7 @@ fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<(), String> {
+fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<(), EditProblem> {
     match control {
         ControlInsert::RetryLoop { around, max_iterations, until } => {
             require_node(graph, around)?;
@@ -326,9 +414,9 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
     }
 }
 
-fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), String> {
+fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), EditProblem> {
     if chain.len() < 2 {
-        return Err("a parallel block needs at least two nodes".to_owned());
+        return Err(EditProblem::ParallelTooSmall);
     }
     for id in chain {
         require_node(graph, id)?;
@@ -336,12 +424,12 @@ fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), St
     for pair in chain.windows(2) {
         let outgoing: Vec<&Edge> = graph.outgoing(&pair[0]).collect();
         if outgoing.len() != 1 || outgoing[0].to != pair[1] {
-            return Err(format!("`{}` → `{}` is not a plain chain link", pair[0], pair[1]));
+            return Err(EditProblem::NotAChainLink { from: pair[0].clone(), to: pair[1].clone() });
         }
     }
     let (first, last) = (&chain[0], &chain[chain.len() - 1]);
     if graph.entry == *first || graph.exit == *last {
-        return Err("a parallel block cannot start at the entry or end at the exit".to_owned());
+        return Err(EditProblem::ParallelAtEndpoint);
     }
     let fork = fresh_id(graph, &format!("parallel_{first}"));
     let join = fresh_id(graph, &format!("join_{last}"));
@@ -364,7 +452,7 @@ fn refine_control(
     id: &str,
     new_bound: Option<u32>,
     new_condition: Option<&Condition>,
-) -> Result<(), String> {
+) -> Result<(), EditProblem> {
     match &mut node.kind {
         NodeKind::Loop { max_iterations, until } => {
             if let Some(bound) = new_bound {
@@ -377,14 +465,14 @@ fn refine_control(
         }
         NodeKind::Branch { condition } => {
             if new_bound.is_some() {
-                return Err(format!("node `{id}` is a branch and has no iteration bound"));
+                return Err(EditProblem::BranchBound { node: id.to_owned() });
             }
             if let Some(new) = new_condition {
                 *condition = new.clone();
             }
             Ok(())
         }
-        _ => Err(format!("node `{id}` is not a branch or loop")),
+        _ => Err(EditProblem::NotControl { node: id.to_owned() }),
     }
 }
 
@@ -406,25 +494,29 @@ fn replace_endpoint(graph: &mut WorkflowGraph, old: &str, new: &str) {
     }
 }
 
-fn node_mut<'g>(graph: &'g mut WorkflowGraph, id: &str) -> Result<&'g mut GraphNode, String> {
-    graph.nodes.iter_mut().find(|n| n.id == id).ok_or_else(|| format!("no node `{id}`"))
+fn node_mut<'g>(graph: &'g mut WorkflowGraph, id: &str) -> Result<&'g mut GraphNode, EditProblem> {
+    graph.nodes.iter_mut().find(|n| n.id == id).ok_or_else(|| EditProblem::NoNode { node: id.to_owned() })
 }
 
-fn require_node(graph: &WorkflowGraph, id: &str) -> Result<(), String> {
+fn require_node(graph: &WorkflowGraph, id: &str) -> Result<(), EditProblem> {
     match graph.node(id) {
         Some(_) => Ok(()),
-        None => Err(format!("no node `{id}`")),
+        None => Err(EditProblem::NoNode { node: id.to_owned() }),
     }
 }
 
-fn require_free_id(graph: &WorkflowGraph, id: &str) -> Result<(), String> {
+fn require_free_id(graph: &WorkflowGraph, id: &str) -> Result<(), EditProblem> {
     if id.is_empty() {
-        return Err("a new node needs a non-empty id".to_owned());
+        return Err(EditProblem::EmptyId);
     }
     match graph.node(id) {
-        Some(_) => Err(format!("node id `{id}` is already in use")),
+        Some(_) => Err(EditProblem::IdInUse { node: id.to_owned() }),
         None => Ok(()),
     }
+}
+
+fn no_edge(from: &str, to: &str) -> EditProblem {
+    EditProblem::NoEdge { from: from.to_owned(), to: to.to_owned() }
 }
 
 fn edge_index(graph: &WorkflowGraph, from: &str, to: &str) -> Option<usize> {
@@ -444,10 +536,14 @@ mod tests {
 
     use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 
-    use crate::edit::{ControlInsert, EditPlan, GraphEdit, apply_plan};
+    use crate::edit::{ControlInsert, EditPlan, EditProblem, GraphEdit, apply_plan};
 
     fn tool(id: &str) -> GraphNode {
-        GraphNode { id: id.into(), kind: NodeKind::Tool { hints: vec![], instruction: None }, description: None }
+        GraphNode {
+            id: id.into(),
+            kind: NodeKind::Tool { hints: vec![], instruction: None, bindings: Default::default() },
+            description: None,
+        }
     }
 
     fn llm(id: &str, role: LlmRole) -> GraphNode {
@@ -521,6 +617,7 @@ mod tests {
         let err = apply(vec![GraphEdit::RemoveNode { id: "plan".into() }]).unwrap_err();
         assert_eq!(err.index, 0);
         assert!(err.to_string().contains("`plan`"), "{err}");
+        assert_eq!(err.reason, EditProblem::RemovesEndpoint { node: "plan".into() });
     }
 
     #[test]
@@ -577,7 +674,8 @@ mod tests {
         };
         let err = apply_plan(&original, &plan).unwrap_err();
         assert_eq!((err.index, err.op), (1, "remove_edge"));
-        assert!(err.reason.contains("`t2` → `plan`"), "{err}");
+        assert!(err.to_string().contains("`t2` → `plan`"), "{err}");
+        assert_eq!(err.reason, EditProblem::NoEdge { from: "t2".into(), to: "plan".into() });
         assert_eq!(original, chain());
     }
 

@@ -12,7 +12,7 @@
 //!   backpropagation (Eq. 8).
 //! - [`ExecSimulator`] and [`ExecValidator`] are the real seams: candidates run through
 //!   `flowmem-exec` on every record of a split (concurrently, each under its own tool
-//!   state via `flowmem_eval::IsolatedTools`) and are scored with `flowmem-eval`.
+//!   state via `flowmem_exec::IsolatedTools`) and are scored by `flowmem_eval::score_trace`.
 //! - [`scout`] is FlowScout end to end: split, `G⁰`, search, final test, `report.html`.
 //!
 //! # Example
@@ -38,7 +38,7 @@ mod simulate;
 mod svg;
 mod tree;
 
-pub use crate::edit::{ControlInsert, EditError, EditPlan, GraphEdit, apply_plan};
+pub use crate::edit::{ControlInsert, EditError, EditPlan, EditProblem, GraphEdit, apply_plan};
 pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, new_id_prefix};
 pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS};
 pub use crate::scout::{
@@ -49,11 +49,8 @@ pub use crate::search::{
     CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, ProposalInput, Proposer, SearchError,
     SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
 };
-pub use crate::simulate::{
-    ExecSimulator, ExecValidator, RunScore, Scoring, isolated_runtime, run_workflow, score_trace,
-};
+pub use crate::simulate::{ExecSimulator, ExecValidator};
 pub use crate::svg::{
-    escape as escape_html, search_tree as search_tree_svg, validation_curve as validation_curve_svg,
-    workflow_graph as workflow_graph_svg,
+    search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg,
 };
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

@@ -55,10 +55,13 @@ struct TriedView {
 impl TriedView {
     fn of(tried: &CandidatePlan) -> TriedView {
         match &tried.plan {
-            // Invariant: our own types always serialise.
-            Some(plan) => {
-                TriedView { edits: Some(serde_json::to_string(&plan.edits).unwrap_or_default()), failure: None }
-            }
+            Some(plan) => TriedView {
+                edits: Some(
+                    serde_json::to_string(&plan.edits)
+                        .expect("graph edits are plain enums and structs with string keys, so they serialise"),
+                ),
+                failure: None,
+            },
             None => TriedView {
                 edits: None,
                 failure: Some(tried.rejected.last().map(|p| p.join("; ")).unwrap_or_default()),
@@ -76,9 +79,8 @@ impl Proposer for LlmProposer {
             // The template lists the graph's nodes and edges a line each, without the
             // notes for people: as JSON a mined workflow is three times longer.
             graph,
-            // Invariant: JSON values always serialise. Compact: the feedback runs to tens
-            // of kilobytes, and every token is read.
-            feedback: serde_json::to_string(input.feedback).unwrap_or_default(),
+            // Compact: the feedback runs to tens of kilobytes, and every token is read.
+            feedback: serde_json::to_string(input.feedback).expect("a JSON value always serialises"),
             tools: &self.tools,
             problems: input.problems,
             tried: input.tried.iter().map(TriedView::of).collect(),

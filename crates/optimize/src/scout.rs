@@ -1,27 +1,27 @@
 //! FlowScout end to end: split the records, build `G⁰`, search, test the best candidate
 //! against the ReAct baseline, and write the run directory's report.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, Progress, ReactSystem, SplitRatios, StateIsolation, System, TaskOracle, TcConfig,
-    WorkflowSystem, evaluate_concurrently, split, visible_tools, write_report,
+    Alpha, EvalConfig, EvalReport, Progress, ReactSystem, ScoreConfig, SplitRatios, System, WorkflowSystem,
+    evaluate_concurrently, split, write_report,
 };
-use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check};
+use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, visible_tools};
 use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
 use flowmem_model::{Record, WorkflowGraph};
+use flowmem_report::{Markup, error_page, render_page};
+use flowmem_tools::StateIsolation;
 
 use crate::search::{
     Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search,
 };
-use crate::simulate::{ExecSimulator, ExecValidator, Scoring};
-use crate::svg::{escape, search_tree, validation_curve, workflow_graph};
-use crate::tree::SearchConfig;
+use crate::simulate::{ExecSimulator, ExecValidator};
+use crate::svg::{search_tree, validation_curve, workflow_graph};
+use crate::tree::{SearchConfig, TreeNodeId};
 
 /// The settings of a scout run, kept in `DIR/run.json` so that a resume reuses them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,11 +110,7 @@ pub fn prepare_run(dir: &Path, settings: Option<ScoutSettings>) -> Result<ScoutS
                 ));
             }
             std::fs::create_dir_all(dir).map_err(|err| file_err(err.to_string()))?;
-            // Invariant: settings always serialise.
-            let text = serde_json::to_string_pretty(&settings).unwrap_or_default();
-            let tmp = path.with_extension("json.tmp");
-            std::fs::write(&tmp, text).map_err(|err| file_err(err.to_string()))?;
-            std::fs::rename(&tmp, &path).map_err(|err| file_err(err.to_string()))?;
+            flowmem_model::write_json_atomic(&path, &settings).map_err(|err| file_err(err.source.to_string()))?;
             Ok(settings)
         }
     }
@@ -156,12 +152,13 @@ pub struct ScoutParts<'a> {
     pub runtime: Runtime,
     /// Tool-state isolation for stateful servers.
     pub isolation: Option<StateIsolation>,
-    /// How runs are scored: α, TC matching, and the ES judge (`None`: TC only).
-    pub scoring: Scoring,
+    /// How runs are scored, by `flowmem_eval::score_trace`: TC matching, the ES judge
+    /// (`None`: TC only) and the deterministic task check. The search leaves the task
+    /// check out (it is no part of the reward); the final test applies all of it. The
+    /// reward's α is [`ScoutSettings::alpha`].
+    pub scoring: ScoreConfig<'a>,
     /// The optimizer.
     pub proposer: &'a dyn Proposer,
-    /// The deterministic task check for the final test, if any.
-    pub checker: Option<&'a dyn TaskOracle>,
     /// Called at every search checkpoint; `false` interrupts the run.
     pub checkpoint: &'a (dyn Fn(Checkpoint) -> bool + Send + Sync),
     /// Called after every committed iteration with the best validation score so far.
@@ -199,11 +196,18 @@ pub async fn scout(
         .map_err(|err| ScoutError::Setup(err.to_string()))?;
     let split_sizes = (parts_split.opt.len(), parts_split.val.len(), parts_split.test.len());
     let g0 = initial_workflow(&parts_split.opt, settings.miner, settings.noise);
-    let mut simulator =
-        ExecSimulator::new(parts.runtime.clone(), parts_split.opt.clone(), parts_split.val, parts.scoring.clone(), dir);
+    let search_scoring = ScoreConfig { checker: None, ..parts.scoring.clone() };
+    let mut simulator = ExecSimulator::new(
+        parts.runtime.clone(),
+        parts_split.opt.clone(),
+        parts_split.val,
+        alpha_of(settings)?,
+        search_scoring,
+        dir,
+    );
     simulator.isolation = parts.isolation.clone();
     simulator.concurrency = settings.concurrency;
-    let validator = ExecValidator::for_tools(Arc::clone(&parts.runtime.tools), parts.isolation.as_ref());
+    let validator = ExecValidator::for_tools(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
     let resumed_best = read_state(dir)?.map(|state| state.best_val_score);
     let checkpoint = |point: Checkpoint| {
         if let Checkpoint::Committed(iteration) = point {
@@ -220,7 +224,9 @@ pub async fn scout(
     let state = run_search(dir, &g0, &settings.search, settings.strategy, &search_parts).await?;
     let best_file = candidate_path(dir, state.best, "workflow");
     let best: WorkflowGraph = read_json(&best_file)?;
-    write_text(&dir.join("best.workflow.json"), &serde_json::to_string_pretty(&best).unwrap_or_default())?;
+    let best_path = dir.join("best.workflow.json");
+    flowmem_model::write_json_atomic(&best_path, &best)
+        .map_err(|err| ScoutError::File { path: best_path.clone(), message: err.source.to_string() })?;
     let g0_saved: WorkflowGraph = read_json(&candidate_path(dir, 0, "workflow"))?;
     let test = if parts_split.test.is_empty() {
         None
@@ -252,15 +258,14 @@ async fn final_test(
     include_g0: bool,
     parts: &ScoutParts<'_>,
 ) -> Result<EvalReport, ScoutError> {
-    let names = visible_tools(Arc::clone(&parts.runtime.tools), parts.isolation.as_ref());
+    let names = visible_tools(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
     let validate = |graph: &WorkflowGraph| {
         check(graph.clone(), ToolCatalog::Known(&names))
             .map_err(|err| ScoutError::Setup(format!("the best workflow is not valid: {err}")))
     };
     // Each system runs under state keys of its own, so systems never share a state.
-    let isolation = |system: &str| {
-        parts.isolation.clone().map(|iso| StateIsolation { key: format!("{}/test/{system}", iso.key), ..iso })
-    };
+    let isolation =
+        |system: &str| parts.isolation.as_ref().map(|iso| iso.with_key(format!("{}/test/{system}", iso.key)));
     let runtime = || parts.runtime.clone();
     let flowscout = WorkflowSystem::new("flowscout", runtime(), validate(best)?, isolation("flowscout"));
     let agent = AgentConfig { max_steps: settings.agent_max_steps, instruction: None };
@@ -270,12 +275,7 @@ async fn final_test(
     if include_g0 {
         systems.push(&mined);
     }
-    let judge = parts
-        .scoring
-        .judge
-        .as_ref()
-        .map(|(model, prompts)| (model.as_ref() as &dyn flowmem_llm::ChatModel, prompts.as_ref()));
-    let cfg = EvalConfig { repeat: settings.repeat, tc: TcConfig::exact(), judge, checker: parts.checker };
+    let cfg = EvalConfig { repeat: settings.repeat, scoring: parts.scoring.clone() };
     let report = evaluate_concurrently(&systems, test, &cfg, settings.concurrency, parts.on_test).await;
     let test_dir = dir.join("test");
     write_report(&report, "FlowScout: best workflow vs ReAct on the test split", &test_dir)
@@ -287,52 +287,71 @@ async fn final_test(
 /// workflow, and the test table.
 #[must_use]
 pub fn render_report(state: &SearchState, root_val: f64, best: &WorkflowGraph, test: Option<&EvalReport>) -> String {
-    let mut html = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>FlowScout run</title>\
-         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}\
-         td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th:first-child,td:first-child{text-align:left}</style>\
-         </head><body><h1>FlowScout run</h1>",
-    );
-    let _ = write!(
-        html,
-        "<p>{} iterations, best candidate {} with validation score {:.4}, {} failed expansions, stopped: {}.</p>",
-        state.iteration,
-        state.best,
-        state.best_val_score,
-        state.failed_expansions,
-        escape(&state.stopped.map_or_else(|| "no".to_owned(), |reason| format!("{reason:?}"))),
-    );
-    let _ = write!(html, "<h2>Validation score per iteration</h2>{}", validation_curve(state, root_val));
-    let _ = write!(html, "<h2>Search tree (best path highlighted)</h2>{}", search_tree(state));
-    let _ = write!(html, "<h2>Best workflow</h2>{}", workflow_graph(best));
-    html.push_str("<h2>Test split</h2>");
-    match test {
-        None => html.push_str("<p>The test split is empty.</p>"),
-        Some(report) => {
-            html.push_str("<table><tr><th>system</th><th>role</th><th>runs</th><th>errors</th><th>TC</th><th>ES</th><th>task success</th><th>CV(ES)</th><th>LLM calls/query</th><th>tokens/query</th><th>latency ms/query</th></tr>");
-            let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
-            for s in &report.systems {
-                let _ = write!(
-                    html,
-                    "<tr><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.0}</td></tr>",
-                    escape(&s.system),
-                    s.role,
-                    s.n_runs,
-                    s.n_errors,
-                    s.mean_tc,
-                    opt(s.mean_es),
-                    opt(s.task_success_rate),
-                    opt(s.mean_cv_es),
-                    s.llm_calls_per_query,
-                    s.tokens_per_query,
-                    s.latency_ms_per_query,
-                );
-            }
-            html.push_str("</table><p>Full tables: <a href=\"test/report.html\">test/report.html</a>.</p>");
-        }
-    }
-    html.push_str("</body></html>");
-    html
+    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+    let ctx = ReportContext {
+        title: "FlowScout run",
+        iterations: state.iteration,
+        best: state.best,
+        best_val_score: format!("{:.4}", state.best_val_score),
+        failed_expansions: state.failed_expansions,
+        stopped: state.stopped.map_or_else(|| "no".to_owned(), |reason| format!("{reason:?}")),
+        validation_curve: Markup::new(validation_curve(state, root_val)),
+        search_tree: Markup::new(search_tree(state)),
+        workflow_graph: Markup::new(workflow_graph(best)),
+        test: test.map(|report| {
+            report
+                .systems
+                .iter()
+                .map(|s| TestRow {
+                    system: &s.system,
+                    role: format!("{:?}", s.role),
+                    n_runs: s.n_runs,
+                    n_errors: s.n_errors,
+                    tc: format!("{:.3}", s.mean_tc),
+                    es: opt(s.mean_es),
+                    task_success: opt(s.task_success_rate),
+                    cv: opt(s.mean_cv_es),
+                    llm_calls: format!("{:.1}", s.llm_calls_per_query),
+                    tokens: format!("{:.0}", s.tokens_per_query),
+                    latency_ms: format!("{:.0}", s.latency_ms_per_query),
+                })
+                .collect()
+        }),
+    };
+    // The template is compiled in and its context is typed, so a failure is a bug here;
+    // the error then stands in for the page.
+    render_page("scout_report.html.j2", REPORT_TEMPLATE, &ctx).unwrap_or_else(|err| error_page(&err))
+}
+
+const REPORT_TEMPLATE: &str = include_str!("../templates/scout_report.html.j2");
+
+#[derive(Serialize)]
+struct ReportContext<'a> {
+    title: &'a str,
+    iterations: u32,
+    best: TreeNodeId,
+    best_val_score: String,
+    failed_expansions: u32,
+    stopped: String,
+    validation_curve: Markup,
+    search_tree: Markup,
+    workflow_graph: Markup,
+    test: Option<Vec<TestRow<'a>>>,
+}
+
+#[derive(Serialize)]
+struct TestRow<'a> {
+    system: &'a str,
+    role: String,
+    n_runs: usize,
+    n_errors: usize,
+    tc: String,
+    es: String,
+    task_success: String,
+    cv: String,
+    llm_calls: String,
+    tokens: String,
+    latency_ms: String,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {
@@ -342,10 +361,8 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutErro
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), ScoutError> {
-    let err = |e: std::io::Error| ScoutError::File { path: path.to_owned(), message: e.to_string() };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    flowmem_model::write_text_atomic(path, text)
+        .map_err(|err| ScoutError::File { path: path.to_owned(), message: err.source.to_string() })
 }
 
 /// The α of `settings`, checked.

@@ -28,12 +28,13 @@ use crate::tree::{SearchConfig, SearchTree, TreeNodeId};
 /// A candidate's scores on one split, with the feedback the optimizer reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
-    /// `R = α·TC + (1−α)·ES`.
+    /// The reward of the means, `flowmem_eval::reward_of_means`: `R = α·TC + (1−α)·ES`,
+    /// or TC alone when no run was judged.
     pub reward: f64,
     /// Mean tool-invocation correctness.
     pub tc: f64,
-    /// Mean execution score.
-    pub es: f64,
+    /// Mean execution score over the judged runs; `None` when no run was judged.
+    pub es: Option<f64>,
     /// The feedback `F` (tool-call alignments, result mismatches, failing nodes), as the
     /// optimizer prompt shows it.
     #[serde(default)]
@@ -427,13 +428,17 @@ async fn expand(
     let known = KnownWorkflows::load(dir, parent_graph, &siblings)?;
     let tried: Vec<CandidatePlan> = siblings.into_iter().map(|(_, plan)| plan).collect();
     let mut rejected: Vec<Vec<String>> = Vec::new();
-    for _attempt in 0..=PLAN_REPAIRS {
+    for attempt in 0..=PLAN_REPAIRS {
         let problems = rejected.last().cloned().unwrap_or_default();
+        if attempt > 0 {
+            tracing::info!(candidate, attempt, "re-asking the optimizer with the problems of its last plan");
+        }
         let input =
             ProposalInput { graph: parent_graph, feedback: &parent_eval.feedback, problems: &problems, tried: &tried };
         let plan = match parts.proposer.propose(&input).await {
             Ok(plan) => plan,
             Err(SearchError::InvalidProposal(problem)) => {
+                tracing::info!(candidate, attempt, %problem, "edit plan rejected: not a valid proposal");
                 rejected.push(vec![problem]);
                 continue;
             }
@@ -454,9 +459,15 @@ async fn expand(
             }
             Err(err) => vec![err.to_string()],
         };
-        tracing::info!(candidate, ?problems, "edit plan rejected");
+        tracing::info!(candidate, attempt, ?problems, "edit plan rejected");
         rejected.push(problems);
     }
+    tracing::warn!(
+        candidate,
+        parent,
+        attempts = rejected.len(),
+        "expansion failed: the optimizer gave no valid edit plan"
+    );
     write_json(&plan_path, &CandidatePlan { parent, plan: None, rejected })?;
     Ok(None)
 }
@@ -520,8 +531,9 @@ impl KnownWorkflows {
 fn in_canonical_order(graph: &WorkflowGraph) -> WorkflowGraph {
     let mut graph = graph.clone();
     graph.nodes.sort_by(|a, b| a.id.cmp(&b.id));
-    // Invariant: our own types always serialise.
-    graph.edges.sort_by_cached_key(|edge| serde_json::to_string(edge).unwrap_or_default());
+    graph.edges.sort_by_cached_key(|edge| {
+        serde_json::to_string(edge).expect("an edge is a plain struct with string keys, so it serialises")
+    });
     graph
 }
 
@@ -553,15 +565,10 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, SearchError>
     serde_json::from_str(&text).map(Some).map_err(|source| SearchError::Corrupt { path: path.to_owned(), source })
 }
 
-/// Writes `value` as pretty JSON to a temporary file beside `path`, then renames it.
+/// Writes `value` as pretty JSON to `path`, atomically, creating its directory.
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), SearchError> {
-    let io_err = |source| SearchError::Io { path: path.to_owned(), source };
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io_err)?;
+        std::fs::create_dir_all(parent).map_err(|source| SearchError::Io { path: path.to_owned(), source })?;
     }
-    // Invariant: our own types always serialise.
-    let text = serde_json::to_string_pretty(value).unwrap_or_default();
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(io_err)?;
-    std::fs::rename(&tmp, path).map_err(io_err)
+    flowmem_model::write_json_atomic(path, value).map_err(|err| SearchError::Io { path: err.path, source: err.source })
 }

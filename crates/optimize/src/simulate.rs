@@ -3,60 +3,33 @@
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use flowmem_eval::{Alpha, JudgeInput, TcConfig, judge_es, reward, tool_correctness};
+use flowmem_eval::{Alpha, ScoreConfig, ScoreMeans, TraceScore, score_trace};
 use flowmem_exec::{
-    ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile, run,
+    ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile,
+    isolated_runtime, run, visible_tools,
 };
-use flowmem_llm::{ChatModel, Prompts};
-use flowmem_model::{Record, ToolCall, Trace, WorkflowGraph};
+use flowmem_model::{AtomicFile, Record, ToolCall, Trace, WorkflowGraph, WriteError, error_chain};
+use flowmem_tools::StateIsolation;
 
 use crate::search::{Evaluation, SearchError, Simulator, Validator};
 use crate::tree::TreeNodeId;
-use flowmem_eval::{IsolatedTools, StateIsolation, visible_tools};
-
-/// How runs are scored.
-#[derive(Clone)]
-pub struct Scoring {
-    /// The weight of TC in `R = α·TC + (1−α)·ES`.
-    pub alpha: Alpha,
-    /// How TC compares calls.
-    pub tc: TcConfig,
-    /// The ES judge and its prompts (holding `judge_es`). Without a judge ES is not
-    /// measured and the reward is TC alone.
-    pub judge: Option<(Arc<dyn ChatModel>, Arc<Prompts>)>,
-}
-
-/// The scores of one run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunScore {
-    /// Tool-invocation correctness against the record's orchestration.
-    pub tc: f64,
-    /// The execution score, when a judge is configured.
-    pub es: Option<f64>,
-    /// The reward.
-    pub reward: f64,
-    /// Per-record feedback for the optimizer.
-    pub feedback: Value,
-}
 
 /// Runs one query through a validated graph on `runtime`, with the tool state isolated
-/// under `key` when `isolation` is set. Never fails: problems land in [`Trace::error`].
-pub async fn run_workflow(
+/// under `isolation`'s key when set. Never fails: problems land in [`Trace::error`].
+async fn run_workflow(
     graph: &ValidatedGraph,
     runtime: &Runtime,
     isolation: Option<&StateIsolation>,
-    key: String,
     record: &Record,
     observer: &dyn ExecObserver,
 ) -> Trace {
-    let runtime = match isolated_runtime(runtime, isolation, key).await {
+    let runtime = match isolated_runtime(runtime, isolation).await {
         Ok(runtime) => runtime,
-        Err(err) => return failed_trace(record, err),
+        Err(err) => return failed_trace(record, error_chain(&err)),
     };
     match compile(graph, runtime) {
         Ok(plan) => run(&plan, &RunInput { id: record.id.clone(), query: record.query.clone() }, observer).await,
@@ -64,61 +37,13 @@ pub async fn run_workflow(
     }
 }
 
-/// `runtime` with its tools wrapped in eval's [`IsolatedTools`] under the state `key`
-/// (freshly reset), when isolating.
-///
-/// # Errors
-///
-/// When the state reset fails.
-pub async fn isolated_runtime(
-    runtime: &Runtime,
-    isolation: Option<&StateIsolation>,
-    key: String,
-) -> Result<Runtime, String> {
-    let Some(isolation) = isolation else {
-        return Ok(runtime.clone());
-    };
-    let tools = IsolatedTools::new(Arc::clone(&runtime.tools), StateIsolation { key, ..isolation.clone() });
-    tools.reset().await?;
-    let mut runtime = runtime.clone();
-    runtime.tools = Arc::new(tools);
-    Ok(runtime)
-}
-
 fn failed_trace(record: &Record, error: String) -> Trace {
     Trace { query_id: record.id.clone(), query: record.query.clone(), error: Some(error), ..Trace::default() }
 }
 
-/// Scores one trace against its record: TC with the alignment, ES with the judge, and the
-/// feedback entry the optimizer reads.
-pub async fn score_trace(record: &Record, trace: &Trace, scoring: &Scoring) -> RunScore {
-    let tc = tool_correctness(&record.orchestration, &trace.tool_calls, &scoring.tc);
-    let mut problems: Vec<String> = trace.error.iter().cloned().collect();
-    let result = trace.result.as_deref().unwrap_or("");
-    let es = match &scoring.judge {
-        None => None,
-        Some(_) if result.trim().is_empty() => Some(0.0),
-        Some((model, prompts)) => {
-            let input = JudgeInput {
-                query: &record.query,
-                reference: &record.reference_result,
-                answer: result,
-                required_outputs: &record.required_outputs,
-            };
-            match judge_es(model.as_ref(), prompts, &input).await {
-                Ok(judgement) => Some(judgement.es()),
-                Err(err) => {
-                    problems.push(format!("judge: {err}"));
-                    Some(0.0)
-                }
-            }
-        }
-    };
-    let value = match es {
-        Some(es) => reward(tc.tc, es, scoring.alpha),
-        None => tc.tc,
-    };
-    let alignment = &tc.alignment;
+/// The feedback entry the optimizer reads for one run, built from eval's score.
+fn feedback(record: &Record, trace: &Trace, score: &TraceScore) -> Value {
+    let alignment = &score.tc.alignment;
     let matched: Vec<&str> =
         alignment.matched.iter().map(|pair| record.orchestration[pair.reference].tool.as_str()).collect();
     let missing: Vec<Value> = alignment.missing.iter().map(|&idx| call_summary(&record.orchestration[idx])).collect();
@@ -128,20 +53,19 @@ pub async fn score_trace(record: &Record, trace: &Trace, scoring: &Scoring) -> R
         .iter()
         .filter_map(|obs| obs.error.as_ref().map(|err| json!({"node": obs.node_id, "error": clip(err, 300)})))
         .collect();
-    let feedback = json!({
+    json!({
         "id": record.id,
         "query": clip(&record.query, 300),
-        "tc": round3(tc.tc),
-        "es": es.map(round3),
+        "tc": round3(score.tc.tc),
+        "es": score.es.map(round3),
         "matched_calls": matched,
         "missing_calls": missing,
         "extra_calls": extra,
-        "result": clip(result, 400),
+        "result": clip(trace.result.as_deref().unwrap_or(""), 400),
         "reference_result": clip(&record.reference_result, 400),
         "failing_nodes": failing,
-        "problems": problems,
-    });
-    RunScore { tc: tc.tc, es, reward: value, feedback }
+        "problems": score.problems,
+    })
 }
 
 fn call_summary(call: &ToolCall) -> Value {
@@ -171,7 +95,7 @@ fn round3(value: f64) -> f64 {
 /// Each record runs under its own tool state (key `scout/NNNN/SPLIT/RECORD_ID`) when
 /// `isolation` is set. Every split's traces are written as JSONL to
 /// `DIR/traces/NNNN.{opt,val}.jsonl`.
-pub struct ExecSimulator {
+pub struct ExecSimulator<'a> {
     /// Models, tools and prompts.
     pub runtime: Runtime,
     /// Tool-state isolation for stateful servers.
@@ -180,8 +104,10 @@ pub struct ExecSimulator {
     pub opt: Vec<Record>,
     /// The validation split `D_val`.
     pub val: Vec<Record>,
-    /// How runs are scored.
-    pub scoring: Scoring,
+    /// The weight of TC in the reward (see `flowmem_eval::reward_of_means`).
+    pub alpha: Alpha,
+    /// How runs are scored, by `flowmem_eval::score_trace`.
+    pub scoring: ScoreConfig<'a>,
     /// Records run at once (at least 1).
     pub concurrency: usize,
     /// The run directory.
@@ -190,15 +116,23 @@ pub struct ExecSimulator {
     best_val: AtomicU64,
 }
 
-impl ExecSimulator {
+impl<'a> ExecSimulator<'a> {
     /// A simulator over the given parts.
     #[must_use]
-    pub fn new(runtime: Runtime, opt: Vec<Record>, val: Vec<Record>, scoring: Scoring, dir: &Path) -> ExecSimulator {
+    pub fn new(
+        runtime: Runtime,
+        opt: Vec<Record>,
+        val: Vec<Record>,
+        alpha: Alpha,
+        scoring: ScoreConfig<'a>,
+        dir: &Path,
+    ) -> ExecSimulator<'a> {
         ExecSimulator {
             runtime,
             isolation: None,
             opt,
             val,
+            alpha,
             scoring,
             concurrency: 4,
             dir: dir.to_owned(),
@@ -220,7 +154,7 @@ impl ExecSimulator {
         records: &[Record],
         graph: &WorkflowGraph,
     ) -> Result<Evaluation, SearchError> {
-        let names = visible_tools(Arc::clone(&self.runtime.tools), self.isolation.as_ref());
+        let names = visible_tools(self.runtime.tools.as_ref(), self.isolation.as_ref());
         let validated = check(graph.clone(), ToolCatalog::Known(&names)).map_err(|err| SearchError::Simulation {
             candidate,
             reason: format!("the candidate is not valid: {err}"),
@@ -228,19 +162,19 @@ impl ExecSimulator {
         let path = self.dir.join("traces").join(format!("{candidate:04}.{split}.jsonl"));
         let io_err = |source| SearchError::Io { path: path.clone(), source };
         std::fs::create_dir_all(self.dir.join("traces")).map_err(io_err)?;
-        let tmp = path.with_extension("jsonl.tmp");
-        let writer = JsonlTraceWriter::new(BufWriter::new(std::fs::File::create(&tmp).map_err(io_err)?));
+        let atomic_err = |err: WriteError| SearchError::Io { path: err.path, source: err.source };
+        let writer = JsonlTraceWriter::new(BufWriter::new(AtomicFile::create(&path).map_err(atomic_err)?));
         let limit = tokio::sync::Semaphore::new(self.concurrency.max(1));
         let runs: Vec<_> =
             records.iter().map(|record| self.run_one(candidate, split, &validated, &writer, &limit, record)).collect();
-        let scores: Vec<RunScore> = futures::future::join_all(runs).await;
-        writer.finish().map_err(io_err)?;
-        std::fs::rename(&tmp, &path).map_err(io_err)?;
-        Ok(aggregate(split, &scores))
+        let scores: Vec<(TraceScore, Value)> = futures::future::join_all(runs).await;
+        let file = writer.finish().map_err(io_err)?.into_inner().map_err(|err| io_err(err.into_error()))?;
+        file.commit().map_err(atomic_err)?;
+        Ok(aggregate(split, self.alpha, &scores))
     }
 }
 
-impl ExecSimulator {
+impl ExecSimulator<'_> {
     /// Runs and scores one record once a slot of `limit` is free.
     async fn run_one(
         &self,
@@ -250,34 +184,44 @@ impl ExecSimulator {
         observer: &dyn ExecObserver,
         limit: &tokio::sync::Semaphore,
         record: &Record,
-    ) -> RunScore {
+    ) -> (TraceScore, Value) {
         // The semaphore is never closed, so acquiring only waits.
         let _permit = limit.acquire().await.ok();
-        let key = format!("scout/{candidate:04}/{split}/{}", record.id);
-        let trace = run_workflow(validated, &self.runtime, self.isolation.as_ref(), key, record, observer).await;
-        score_trace(record, &trace, &self.scoring).await
+        let isolation = self
+            .isolation
+            .as_ref()
+            .map(|isolation| isolation.with_key(format!("scout/{candidate:04}/{split}/{}", record.id)));
+        let trace = run_workflow(validated, &self.runtime, isolation.as_ref(), record, observer).await;
+        let score = score_trace(record, &trace, &self.scoring).await;
+        let feedback = feedback(record, &trace, &score);
+        (score, feedback)
     }
 }
 
-/// Mean scores over a split, with the per-record feedback.
-fn aggregate(split: &str, scores: &[RunScore]) -> Evaluation {
-    let n = scores.len().max(1) as f64;
-    let mean = |f: &dyn Fn(&RunScore) -> f64| scores.iter().map(f).sum::<f64>() / n;
-    let tc = mean(&|s| s.tc);
-    let es = mean(&|s| s.es.unwrap_or(0.0));
-    let reward = mean(&|s| s.reward);
-    let feedback = json!({
+/// Mean scores over a split (eval's [`ScoreMeans`]: ES over the judged runs only) and
+/// its reward, with the per-record feedback. The feedback counts the runs the judge
+/// failed on as `unjudged`, when there are any.
+fn aggregate(split: &str, alpha: Alpha, scores: &[(TraceScore, Value)]) -> Evaluation {
+    let mut means = ScoreMeans::default();
+    for (score, _) in scores {
+        means.add_score(score);
+    }
+    let reward = means.reward(alpha);
+    let mut feedback = json!({
         "split": split,
         "reward": round3(reward),
-        "tc": round3(tc),
-        "es": scores.iter().any(|s| s.es.is_some()).then_some(round3(es)),
-        "records": scores.iter().map(|s| s.feedback.clone()).collect::<Vec<_>>(),
+        "tc": round3(means.mean_tc()),
+        "es": means.mean_es().map(round3),
+        "records": scores.iter().map(|(_, feedback)| feedback.clone()).collect::<Vec<_>>(),
     });
-    Evaluation { reward, tc, es, feedback }
+    if means.n_unjudged() > 0 {
+        feedback["unjudged"] = json!(means.n_unjudged());
+    }
+    Evaluation { reward, tc: means.mean_tc(), es: means.mean_es(), feedback }
 }
 
 #[async_trait::async_trait]
-impl Simulator for ExecSimulator {
+impl Simulator for ExecSimulator<'_> {
     async fn simulate(&self, candidate: TreeNodeId, graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
         self.run_split(candidate, "opt", &self.opt, graph).await
     }
@@ -304,7 +248,7 @@ pub struct ExecValidator {
 impl ExecValidator {
     /// A validator for the tools of `tools` (minus the reset tool under `isolation`).
     #[must_use]
-    pub fn for_tools(tools: Arc<dyn ToolBox>, isolation: Option<&StateIsolation>) -> ExecValidator {
+    pub fn for_tools(tools: &dyn ToolBox, isolation: Option<&StateIsolation>) -> ExecValidator {
         ExecValidator { tools: visible_tools(tools, isolation) }
     }
 }

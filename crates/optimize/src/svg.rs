@@ -1,61 +1,58 @@
 //! Self-contained SVG pictures for the search report: the validation curve (FlowScout's
 //! Fig. 5), the search tree with the best path highlighted (Fig. 4), and a workflow graph.
 //!
-//! Everything is drawn here as plain SVG so a report opens offline with no scripts.
+//! Everything is drawn as plain SVG so a report opens offline with no scripts; the
+//! chart frame, `<svg>` element and escape are `flowmem-report`'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 use flowmem_model::{EdgeKind, NodeKind, WorkflowGraph};
+use flowmem_report::{ChartSpec, Margins, Point, Series, SeriesStyle, escape, line_chart, svg_open};
 
 use crate::search::SearchState;
 use crate::tree::TreeNodeId;
 
-/// Escapes text for SVG and HTML.
-#[must_use]
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-/// The validation score of each iteration and the best so far, as a line chart.
+/// The validation score of each iteration and the best so far, as a line chart: the best
+/// score is a line (`class="best"`), each evaluated candidate a dot (`class="candidate"`).
 #[must_use]
 pub fn validation_curve(state: &SearchState, root_val: f64) -> String {
-    let (width, height, pad) = (640.0, 260.0, 40.0);
     let n = state.history.len().max(1) as f64;
-    let x = |i: f64| pad + (width - 2.0 * pad) * i / n;
-    let y = |v: f64| height - pad - (height - 2.0 * pad) * v.clamp(0.0, 1.0);
-    let mut best = vec![(0.0, root_val)];
-    let mut points = Vec::new();
+    let mut best = vec![Point::new(0.0, root_val)];
+    let mut candidates = Vec::new();
     for record in &state.history {
-        best.push((f64::from(record.iteration), record.best_val_score));
+        let iteration = f64::from(record.iteration);
+        best.push(Point::new(iteration, record.best_val_score));
         if let Some(score) = record.val_score {
-            points.push((f64::from(record.iteration), score));
+            candidates.push(Point {
+                x: iteration,
+                y: score,
+                title: Some(format!("iteration {}: {score:.4}", record.iteration)),
+            });
         }
     }
-    let mut svg = svg_open(width, height, "validation-curve");
-    axes(&mut svg, width, height, pad);
-    let path: Vec<String> = best.iter().map(|(i, v)| format!("{:.1},{:.1}", x(*i), y(*v))).collect();
-    let _ = write!(
-        svg,
-        r##"<polyline class="best" fill="none" stroke="#1f77b4" stroke-width="2" points="{}"/>"##,
-        path.join(" ")
-    );
-    for (i, v) in &points {
-        let _ = write!(
-            svg,
-            r##"<circle class="candidate" cx="{:.1}" cy="{:.1}" r="3" fill="#ff7f0e"><title>iteration {i}: {v:.4}</title></circle>"##,
-            x(*i),
-            y(*v)
-        );
-    }
-    let _ = write!(
-        svg,
-        r#"<text x="{:.0}" y="{:.0}" font-size="11">iteration</text><text x="4" y="14" font-size="11">validation score</text>"#,
-        width / 2.0,
-        height - 8.0
-    );
-    svg.push_str("</svg>");
-    svg
+    let spec = ChartSpec {
+        name: "validation-curve",
+        title: "Validation score per iteration",
+        width: 640.0,
+        height: 260.0,
+        margins: Margins { left: 40.0, right: 40.0, top: 30.0, bottom: 40.0 },
+        x_range: (0.0, n),
+        y_max: 1.0,
+        x_label: "iteration",
+        y_label: "validation score",
+    };
+    let series = [
+        Series { label: "best so far", class: "best", colour: "#1f77b4", style: SeriesStyle::Line, points: best },
+        Series {
+            label: "candidate",
+            class: "candidate",
+            colour: "#ff7f0e",
+            style: SeriesStyle::Markers,
+            points: candidates,
+        },
+    ];
+    line_chart(&spec, &series, true)
 }
 
 /// The search tree: one circle per candidate, labelled with its id, `Q` and `C`; the path
@@ -73,7 +70,7 @@ pub fn search_tree(state: &SearchState) -> String {
     let width = pad * 2.0 + dx * leaf_x.values().copied().fold(0.0, f64::max).max(1.0);
     let height = pad * 2.0 + dy * max_depth as f64 + 20.0;
     let pos = |id: TreeNodeId| (pad + dx * leaf_x[&id], pad + dy * depth[id] as f64);
-    let mut svg = svg_open(width, height, "search-tree");
+    let mut svg = svg_open("search-tree", width, height, "The search tree, best path highlighted");
     for id in 1..tree.len() {
         let Some(parent) = tree.node(id).parent else { continue };
         let on_best = best_path.contains(&id);
@@ -167,7 +164,7 @@ pub fn workflow_graph(graph: &WorkflowGraph) -> String {
             pos.insert(id, (pad + offset + dx * col as f64, pad + dy * *row as f64));
         }
     }
-    let mut svg = svg_open(width, height, "workflow-graph");
+    let mut svg = svg_open("workflow-graph", width, height, "The best workflow");
     svg.push_str(r##"<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>"##);
     for edge in &graph.edges {
         let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(edge.from.as_str()), pos.get(edge.to.as_str())) else {
@@ -254,25 +251,4 @@ fn truncate(text: &str, max: usize) -> String {
     }
     let cut: String = text.chars().take(max - 1).collect();
     format!("{cut}…")
-}
-
-fn svg_open(width: f64, height: f64, class: &str) -> String {
-    format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="{class}" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif">"#
-    )
-}
-
-fn axes(svg: &mut String, width: f64, height: f64, pad: f64) {
-    let _ = write!(
-        svg,
-        r##"<line x1="{pad}" y1="{:.0}" x2="{:.0}" y2="{:.0}" stroke="#333"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{:.0}" stroke="#333"/>"##,
-        height - pad,
-        width - pad,
-        height - pad,
-        height - pad
-    );
-    for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        let y = height - pad - (height - 2.0 * pad) * tick;
-        let _ = write!(svg, r#"<text x="4" y="{:.1}" font-size="9">{tick:.2}</text>"#, y + 3.0);
-    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// A server that could not be started, reached or listed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ToolServerError {
     /// The stdio server's program could not be started.
     #[error("cannot start MCP server `{server}`: `{}` did not run", command.display())]
     Spawn {
@@ -49,15 +49,15 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl ToolServerError {
     /// The name of the server the error is about.
     #[must_use]
     pub fn server(&self) -> &str {
         match self {
-            Error::Spawn { server, .. }
-            | Error::Handshake { server, .. }
-            | Error::ConnectTimeout { server, .. }
-            | Error::ListTools { server, .. } => server,
+            ToolServerError::Spawn { server, .. }
+            | ToolServerError::Handshake { server, .. }
+            | ToolServerError::ConnectTimeout { server, .. }
+            | ToolServerError::ListTools { server, .. } => server,
         }
     }
 }

@@ -14,6 +14,10 @@
 //! - [`Registry::call`] returns a [`flowmem_model::ToolCall`] with its result or error and
 //!   latency; [`Registry::invoke`] also gives the [`CallStatus`] and any [`Restart`].
 //!   Failed calls are observations, never panics or `Err`s.
+//! - [`StateIsolation`] is tool-state isolation for stateful servers (the τ²-bench
+//!   ones): the key argument, the reset tool, the tools hidden from agents, and the
+//!   helpers that add, strip and hide the key. `flowmem-exec`'s `IsolatedTools` applies
+//!   it to a run's tool box.
 //! - [`replay`] runs records' orchestration logs through the registry, with per-record
 //!   [`StateIsolation`], and returns a [`ReplayReport`].
 //!
@@ -48,15 +52,17 @@ mod registry;
 mod replay;
 mod server;
 mod spec;
+mod state;
 
 pub use crate::config::{
     ConfigError, DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, ServerConfig, ToolFilter, ToolsConfig,
     TransportConfig,
 };
-pub use crate::error::Error;
+pub use crate::error::ToolServerError;
 pub use crate::registry::{CallStatus, EventSink, Invocation, Registry};
 pub use crate::replay::{
-    CallFailure, RecordReport, ReplayConfig, ReplayReport, StateIsolation, replay, replay_with_progress,
+    CallFailure, RecordReport, ReplayConfig, ReplayReport, replay, replay_with_progress, replay_with_results,
 };
 pub use crate::server::Restart;
 pub use crate::spec::ToolSpec;
+pub use crate::state::{StateIsolation, StateResetError};

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::server::{Restart, Server};
-use crate::{Error, ToolSpec, ToolsConfig};
+use crate::{ToolServerError, ToolSpec, ToolsConfig};
 
 /// A callback that receives every [`TraceEvent`] the registry emits: one
 /// `TraceEvent::ServerRestart` per restart. It runs on the calling task, so keep it cheap.
@@ -124,10 +124,10 @@ impl Registry {
     /// # Errors
     ///
     /// The first server, in configuration order, that could not be started
-    /// ([`Error::Spawn`]), whose handshake failed ([`Error::Handshake`]), that did not
-    /// answer in time ([`Error::ConnectTimeout`]) or could not list its tools
-    /// ([`Error::ListTools`]). Servers already started are shut down.
-    pub async fn connect(config: &ToolsConfig) -> Result<Registry, Error> {
+    /// ([`ToolServerError::Spawn`]), whose handshake failed ([`ToolServerError::Handshake`]), that did not
+    /// answer in time ([`ToolServerError::ConnectTimeout`]) or could not list its tools
+    /// ([`ToolServerError::ListTools`]). Servers already started are shut down.
+    pub async fn connect(config: &ToolsConfig) -> Result<Registry, ToolServerError> {
         Registry::connect_with_events(config, None).await
     }
 
@@ -136,7 +136,10 @@ impl Registry {
     /// # Errors
     ///
     /// As [`Registry::connect`].
-    pub async fn connect_with_events(config: &ToolsConfig, sink: Option<EventSink>) -> Result<Registry, Error> {
+    pub async fn connect_with_events(
+        config: &ToolsConfig,
+        sink: Option<EventSink>,
+    ) -> Result<Registry, ToolServerError> {
         let started = futures::future::join_all(
             config.servers.iter().map(|server| Server::start(server.clone(), config.connect_timeout)),
         )
@@ -250,15 +253,7 @@ impl Registry {
 
     async fn invoke_timed(&self, name: &str, args: JsonObject) -> Invocation {
         let inner = &self.inner;
-        let mut call = ToolCall {
-            tool: name.to_owned(),
-            args,
-            result: None,
-            error: None,
-            latency_ms: None,
-            call_id: None,
-            compare_args: None,
-        };
+        let mut call = ToolCall::with_args(name, args);
         let Some(&tool_idx) = inner.by_name.get(name) else {
             call.error = Some(format!("unknown tool `{name}`; known tools: {}", inner.known_tools()));
             return Invocation { call, status: CallStatus::UnknownTool, server: None, restart: None };

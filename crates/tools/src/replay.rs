@@ -1,11 +1,10 @@
 //! Replaying records' validated tool-call logs through the real tools.
 
-use flowmem_model::{JsonObject, Record};
+use flowmem_model::{Record, ToolCall};
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::{CallStatus, Invocation, Registry};
+use crate::{CallStatus, Invocation, Registry, StateIsolation};
 
 /// How to replay records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,23 +12,12 @@ pub struct ReplayConfig {
     /// How many records replay at once (at least 1). Calls within a record stay in order.
     pub concurrency: usize,
     /// Per-record state isolation, for servers that keep state between calls.
+    ///
+    /// Each record runs under the key `isolation.key` followed by the record's id. Before
+    /// a record's calls the reset tool (if any) is called for that key; then every call
+    /// whose tool's input schema has the key argument gets it added, unless the record
+    /// already sets it. Hidden tools are replayed like any other: hiding concerns agents.
     pub isolation: Option<StateIsolation>,
-}
-
-/// Gives each record its own server-side state.
-///
-/// For the τ²-bench servers: `key_arg = "state_key"`, `reset_tool = Some("reset_state")`.
-/// Before a record's calls, `reset_tool` is called with `{key_arg: key}`; then every call
-/// whose tool's input schema has a `key_arg` property gets `key_arg: key` added (unless the
-/// record already sets it). The key is `key_prefix` followed by the record's id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateIsolation {
-    /// The argument that selects the state, such as `state_key`.
-    pub key_arg: String,
-    /// The tool that resets one state, such as `reset_state`, if any.
-    pub reset_tool: Option<String>,
-    /// Prepended to the record id to make the key, such as `flowmem/`.
-    pub key_prefix: String,
 }
 
 /// What a replay did, over all records and per record.
@@ -119,15 +107,55 @@ pub async fn replay_with_progress(
     cfg: &ReplayConfig,
     on_record: &(dyn Fn(&RecordReport) + Sync),
 ) -> ReplayReport {
-    let per_record: Vec<RecordReport> = futures::stream::iter(records.iter())
+    replay_all(registry, records, cfg, on_record).await.0
+}
+
+/// Like [`replay_with_progress`], and also gives the records back with what replay
+/// observed: each logged call keeps its tool and arguments (without the added state key)
+/// and gets the replayed `result`, `error` and `latency_ms`. Calls that were not run
+/// (their record's reset failed) keep what the log had.
+///
+/// This is how logs that record only the calls (τ-bench, τ²-bench) get their results,
+/// for example to mine where arguments come from.
+pub async fn replay_with_results(
+    registry: &Registry,
+    records: &[Record],
+    cfg: &ReplayConfig,
+    on_record: &(dyn Fn(&RecordReport) + Sync),
+) -> (ReplayReport, Vec<Record>) {
+    let (report, observed) = replay_all(registry, records, cfg, on_record).await;
+    let replayed = records
+        .iter()
+        .zip(observed)
+        .map(|(record, observed)| {
+            let mut record = record.clone();
+            for (logged, replayed) in record.orchestration.iter_mut().zip(observed) {
+                logged.result = replayed.result;
+                logged.error = replayed.error;
+                logged.latency_ms = replayed.latency_ms;
+            }
+            record
+        })
+        .collect();
+    (report, replayed)
+}
+
+async fn replay_all(
+    registry: &Registry,
+    records: &[Record],
+    cfg: &ReplayConfig,
+    on_record: &(dyn Fn(&RecordReport) + Sync),
+) -> (ReplayReport, Vec<Vec<ToolCall>>) {
+    let replayed: Vec<(RecordReport, Vec<ToolCall>)> = futures::stream::iter(records.iter())
         .map(|record| async move {
-            let report = replay_record(registry, record, cfg.isolation.as_ref()).await;
-            on_record(&report);
-            report
+            let replayed = replay_record(registry, record, cfg.isolation.as_ref()).await;
+            on_record(&replayed.0);
+            replayed
         })
         .buffered(cfg.concurrency.max(1))
         .collect()
         .await;
+    let (per_record, observed): (Vec<RecordReport>, Vec<Vec<ToolCall>>) = replayed.into_iter().unzip();
     let mut report = ReplayReport {
         records: per_record.len(),
         records_ok: 0,
@@ -162,10 +190,15 @@ pub async fn replay_with_progress(
         }
     }
     report.per_record = per_record;
-    report
+    (report, observed)
 }
 
-async fn replay_record(registry: &Registry, record: &Record, isolation: Option<&StateIsolation>) -> RecordReport {
+/// Replays one record: its report, and the calls as they ran (empty when not run).
+async fn replay_record(
+    registry: &Registry,
+    record: &Record,
+    isolation: Option<&StateIsolation>,
+) -> (RecordReport, Vec<ToolCall>) {
     let mut report = RecordReport {
         id: record.id.clone(),
         ok: false,
@@ -177,23 +210,25 @@ async fn replay_record(registry: &Registry, record: &Record, isolation: Option<&
         restarts: Vec::new(),
     };
     if let Some(isolation) = isolation {
-        let key = format!("{}{}", isolation.key_prefix, record.id);
+        let key = format!("{}{}", isolation.key, record.id);
         report.state_key = Some(key.clone());
-        if let Some(reset_tool) = &isolation.reset_tool {
-            let mut args = JsonObject::new();
-            with_key(registry, reset_tool, &mut args, &isolation.key_arg, &key);
+        if let Some((reset_tool, args)) = isolation.reset_call(&key) {
             let reset = registry.invoke(reset_tool, args).await;
             note_restart(&mut report, &reset);
-            if reset.status != CallStatus::Ok {
-                report.reset_error = Some(reset.call.error.unwrap_or_else(|| format!("`{reset_tool}` failed")));
-                return report;
+            if let Err(err) = isolation.check_reset(&key, &reset.call) {
+                report.reset_error = Some(err.error);
+                return (report, Vec::new());
             }
         }
     }
+    let mut observed = Vec::with_capacity(record.orchestration.len());
     for (index, logged) in record.orchestration.iter().enumerate() {
         let mut args = logged.args.clone();
         if let (Some(isolation), Some(key)) = (isolation, &report.state_key) {
-            with_key(registry, &logged.tool, &mut args, &isolation.key_arg, key);
+            let takes_key = registry.tool(&logged.tool).is_some_and(|spec| isolation.takes_key(&spec.input_schema));
+            if takes_key && !args.contains_key(&isolation.key_arg) {
+                isolation.add_key(&mut args, key);
+            }
         }
         let invocation = registry.invoke(&logged.tool, args).await;
         note_restart(&mut report, &invocation);
@@ -203,24 +238,13 @@ async fn replay_record(registry: &Registry, record: &Record, isolation: Option<&
                 index,
                 tool: logged.tool.clone(),
                 status: invocation.status,
-                error: invocation.call.error.unwrap_or_default(),
+                error: invocation.call.error.clone().unwrap_or_default(),
             });
         }
+        observed.push(invocation.call);
     }
     report.ok = report.failures.is_empty();
-    report
-}
-
-/// Adds `key_arg: key` when the tool takes that argument and the call does not set it.
-fn with_key(registry: &Registry, tool: &str, args: &mut JsonObject, key_arg: &str, key: &str) {
-    let takes_key = registry
-        .tool(tool)
-        .and_then(|spec| spec.input_schema.get("properties"))
-        .and_then(Value::as_object)
-        .is_some_and(|properties| properties.contains_key(key_arg));
-    if takes_key && !args.contains_key(key_arg) {
-        args.insert(key_arg.to_owned(), Value::String(key.to_owned()));
-    }
+    (report, observed)
 }
 
 fn note_restart(report: &mut RecordReport, invocation: &Invocation) {

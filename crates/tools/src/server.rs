@@ -9,7 +9,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceExt};
 
-use crate::{Error, ServerConfig, TransportConfig};
+use crate::{ServerConfig, ToolServerError, TransportConfig};
 
 /// A server slot: its configuration and the connection currently in use.
 pub(crate) struct Server {
@@ -55,12 +55,12 @@ impl Connection {
 
 impl Server {
     /// Starts or reaches the server and lists its tools.
-    pub(crate) async fn start(config: ServerConfig, timeout: Duration) -> Result<(Server, Vec<Tool>), Error> {
+    pub(crate) async fn start(config: ServerConfig, timeout: Duration) -> Result<(Server, Vec<Tool>), ToolServerError> {
         let connection = connect(&config, timeout).await?;
         let tools = match tokio::time::timeout(timeout, connection.peer.list_all_tools()).await {
             Ok(Ok(tools)) => tools,
-            Ok(Err(source)) => return Err(Error::ListTools { server: config.name.clone(), source }),
-            Err(_) => return Err(Error::ConnectTimeout { server: config.name.clone(), timeout }),
+            Ok(Err(source)) => return Err(ToolServerError::ListTools { server: config.name.clone(), source }),
+            Err(_) => return Err(ToolServerError::ConnectTimeout { server: config.name.clone(), timeout }),
         };
         let server =
             Server { config, current: Mutex::new(Arc::new(connection)), restart_lock: tokio::sync::Mutex::new(()) };
@@ -73,7 +73,7 @@ impl Server {
     }
 
     /// The live connection, restarting (stdio) or reconnecting (HTTP) a dead one first.
-    pub(crate) async fn live(&self, timeout: Duration) -> Result<(Arc<Connection>, Option<Restart>), Error> {
+    pub(crate) async fn live(&self, timeout: Duration) -> Result<(Arc<Connection>, Option<Restart>), ToolServerError> {
         let current = self.current();
         if current.is_alive() {
             return Ok((current, None));
@@ -108,7 +108,7 @@ impl Server {
     }
 }
 
-async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection, Error> {
+async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection, ToolServerError> {
     let server = config.name.clone();
     let (handshake, pid) = match &config.transport {
         TransportConfig::Stdio { command, args, env, cwd, inherit_stderr } => {
@@ -118,10 +118,9 @@ async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection,
                 cmd.current_dir(cwd);
             }
             let stderr = if *inherit_stderr { Stdio::inherit() } else { Stdio::null() };
-            let (process, _stderr) = TokioChildProcess::builder(cmd)
-                .stderr(stderr)
-                .spawn()
-                .map_err(|source| Error::Spawn { server: server.clone(), command: command.clone(), source })?;
+            let (process, _stderr) = TokioChildProcess::builder(cmd).stderr(stderr).spawn().map_err(|source| {
+                ToolServerError::Spawn { server: server.clone(), command: command.clone(), source }
+            })?;
             let pid = process.id();
             (tokio::time::timeout(timeout, ().serve(process)).await, pid)
         }
@@ -132,8 +131,8 @@ async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection,
     };
     let service = match handshake {
         Ok(Ok(service)) => service,
-        Ok(Err(source)) => return Err(Error::Handshake { server, source: Box::new(source) }),
-        Err(_) => return Err(Error::ConnectTimeout { server, timeout }),
+        Ok(Err(source)) => return Err(ToolServerError::Handshake { server, source: Box::new(source) }),
+        Err(_) => return Err(ToolServerError::ConnectTimeout { server, timeout }),
     };
     Ok(Connection { peer: service.peer().clone(), pid, service: Mutex::new(Some(service)) })
 }

@@ -2,11 +2,12 @@
 //! isolation and the task checker.
 
 use anyhow::{Context, bail};
-use flowmem_eval::{StateIsolation, StateServer, TaskChecker};
-use flowmem_tools::{Registry, ToolsConfig};
+use flowmem_eval::{StateServer, TaskChecker};
+use flowmem_tools::{Registry, StateIsolation, ToolsConfig};
 
 use crate::args::StateArgs;
 use crate::commands::ExitStatus;
+use crate::logging;
 use crate::printer::Printer;
 use crate::settings;
 
@@ -22,12 +23,13 @@ pub fn block_on<F: std::future::Future<Output = anyhow::Result<ExitStatus>>>(fut
 }
 
 /// A progress bar of `len` steps on stderr drawn with the indicatif `template`, or
-/// `None` when the printer hides progress.
+/// `None` when the printer hides progress. It is one of [`logging::progress`]'s bars, so
+/// log lines and messages are written around it.
 pub fn progress_bar(printer: &Printer, len: u64, template: &str) -> Option<indicatif::ProgressBar> {
     if !printer.progress {
         return None;
     }
-    let bar = indicatif::ProgressBar::new(len);
+    let bar = logging::progress().add(indicatif::ProgressBar::new(len));
     bar.set_style(
         indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
@@ -41,7 +43,7 @@ pub fn state_isolation(state: &StateArgs, key: &str) -> Option<StateIsolation> {
     let (key_arg, reset_tool) = state.state_key_arg.as_ref().zip(state.reset_tool.as_ref())?;
     Some(StateIsolation {
         key_arg: key_arg.clone(),
-        reset_tool: reset_tool.clone(),
+        reset_tool: Some(reset_tool.clone()),
         hidden_tools: state.hide_tool.clone(),
         key: key.to_owned(),
     })
@@ -69,7 +71,6 @@ pub fn task_checker(
     };
     let state_dir = settings::task_check_state_dir(state.state_dir.as_deref(), tools)?;
     let mut server = StateServer::tau2(&state_dir);
-    server.key_arg.clone_from(&isolation.key_arg);
-    server.reset_tool.clone_from(&isolation.reset_tool);
+    server.isolation = isolation.with_key(server.isolation.key.clone());
     Ok(Some(TaskChecker::new(registry.clone(), server)))
 }

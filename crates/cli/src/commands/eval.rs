@@ -2,23 +2,22 @@
 //! score every run with `flowmem-eval`, and write and print the comparison report.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, System, TaskOracle, TcConfig,
-    WorkflowSystem, evaluate_concurrently, render_markdown, visible_tools, write_report,
+    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, ScoreConfig, System, TcConfig,
+    WorkflowSystem, evaluate_concurrently, render_markdown, write_report,
 };
-use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, load_graph};
-use flowmem_llm::{Accounting, CacheMode, ChatModel, Purpose};
-use flowmem_tools::Registry;
+use flowmem_exec::{AgentConfig, TaskOracle, ToolCatalog, check, load_graph, visible_tools};
+use flowmem_llm::{Accounting, CacheMode, Purpose};
 
 use crate::args::EvalArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar, state_isolation, task_checker};
+use crate::commands::common::{block_on, progress_bar};
 use crate::commands::score::parse_ignore_args;
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles};
 
 /// Runs `flowmem eval`.
 pub fn run(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -45,50 +44,36 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         }
         None => None,
     };
-    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
-    let isolation = state_isolation(&args.state, "flowmem-eval/run");
-
-    let llm_settings = settings::llm_settings(args.config.as_deref())?;
-    let accounting = Accounting::new();
-    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let mut prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
-    prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
-    let prompts = Arc::new(prompts);
-    let runtime_for = |executor: Arc<dyn ChatModel>| Runtime {
-        executor,
-        models: Default::default(),
-        tools: registry.clone(),
-        prompts: prompts.clone(),
+    let settings = SessionSettings {
+        config: Config::load(&args.config)?,
+        models: ModelRoles::new(&args.model).with_judge(&args.judge),
+        tools: ToolsUse::Required,
+        prompts: Some(PromptSettings { dir: args.prompts.prompts.clone(), extra: vec![JUDGE_ES_PROMPT] }),
+        // Judge calls are greedy, so the cache replays them: re-scoring is free.
+        cache: if args.no_judge { CacheUse::Off } else { CacheUse::Configured(Some(CacheMode::ReadWrite)) },
+        state: Some((args.state.clone(), "flowmem-eval/run".to_owned())),
     };
+    let session = Session::open(settings).await?;
+    let isolation = session.isolation().cloned();
 
     let mut workflow_system = None;
     if let Some((name, graph)) = graph {
-        let visible = visible_tools(registry.clone(), isolation.as_ref());
+        let visible = visible_tools(session.registry().as_ref(), isolation.as_ref());
         let workflow = args.workflow.as_deref().unwrap_or(Path::new("workflow"));
         let validated = check(graph, ToolCatalog::Known(&visible))
             .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;
         // Executor calls are not cached: a repeat must be a real run, or its CV is 0.
-        let executor =
-            settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), None, &accounting).await?;
-        workflow_system = Some(WorkflowSystem::new(&name, runtime_for(executor), validated, isolation.clone()));
+        let executor = session.model(Purpose::Executor).await?;
+        workflow_system = Some(WorkflowSystem::new(&name, session.runtime(executor), validated, isolation.clone()));
     }
     let mut baseline_system = None;
     if args.baseline {
-        let agent =
-            settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
+        let agent = session.model(Purpose::Agent).await?;
         let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
-        baseline_system = Some(ReactSystem::new("react", runtime_for(agent), cfg, isolation.clone()));
+        baseline_system = Some(ReactSystem::new("react", session.runtime(agent), cfg, isolation.clone()));
     }
-    let judge = if args.no_judge {
-        None
-    } else {
-        // Judge calls are greedy, so the cache replays them: re-scoring is free.
-        let cache =
-            settings::open_cache(&llm_settings, CacheMode::ReadWrite)?.map(|cache| (cache, CacheMode::ReadWrite));
-        let name = args.judge_model.as_deref().or(args.model.as_deref());
-        Some(settings::open_model(&llm_settings, Purpose::Judge, name, cache, &accounting).await?)
-    };
-    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
+    let judge = if args.no_judge { None } else { Some(session.cached_model(Purpose::Judge).await?) };
+    let checker = session.task_checker()?;
 
     let mut systems: Vec<&dyn System> = Vec::new();
     if let Some(system) = &workflow_system {
@@ -99,9 +84,11 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     }
     let cfg = EvalConfig {
         repeat: args.repeat.max(1),
-        tc,
-        judge: judge.as_deref().map(|model| (model, prompts.as_ref())),
-        checker: checker.as_ref().map(|checker| checker as &dyn TaskOracle),
+        scoring: ScoreConfig {
+            tc,
+            judge: judge.as_deref().map(|model| (model, session.prompts().as_ref())),
+            checker: checker.as_ref().map(|checker| checker as &dyn TaskOracle),
+        },
     };
     let total = systems.len() * records.len() * cfg.repeat as usize;
     let bar = progress_bar(printer, total as u64, "{bar:30} {pos}/{len} runs, {elapsed} ({msg})");
@@ -116,7 +103,6 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    registry.shutdown().await;
     let report = report.with_reward(alpha);
 
     let names: Vec<&str> = report.systems.iter().map(|s| s.system.as_str()).collect();
@@ -133,7 +119,8 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     } else {
         printer.result(render_markdown(&report).trim_end())?;
     }
-    summarize_on_stderr(&report, &accounting, printer);
+    summarize_on_stderr(&report, session.accounting(), printer);
+    session.close().await;
     printer.info(&format!(
         "wrote {}, {}, {} and {}",
         files.json.display(),

@@ -6,15 +6,16 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
-use flowmem_llm::{Accounting, AccountingSnapshot, Purpose};
-use flowmem_memory::induce::{LmConfig, RuleConfig, SkipReason, Variant};
+use flowmem_llm::{AccountingSnapshot, Purpose};
+use flowmem_memory::induce::{Inducer, LmConfig, RuleConfig, SkipReason};
 use flowmem_memory::{AddOutcome, MemoryStore, OfflineConfig, OfflineReport, StoreConfig, induce_offline};
-use flowmem_model::{Scope, Trajectory};
+use flowmem_model::Trajectory;
 
 use crate::args::{InduceArgs, InduceMode};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles, stored_scope};
 
 /// Characters of each tool result shown to the inducer model.
 const MAX_RESULT_CHARS: usize = 500;
@@ -74,8 +75,7 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     for bad in &bad_lines {
         printer.warn(bad);
     }
-    let scope = (args.scope_domain.is_some() || args.scope_site.is_some())
-        .then(|| Scope { site: args.scope_site.clone(), domain: args.scope_domain.clone() });
+    let scope = stored_scope(&args.scope);
     let store_cfg = StoreConfig { max_per_scope: args.max_per_scope, ..StoreConfig::standard() };
     let mut store = MemoryStore::open(&args.memory, store_cfg)?;
     let runtime =
@@ -84,21 +84,20 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         InduceMode::Rule => {
             let rule_cfg = RuleConfig { min_steps: args.min_steps, scope: None };
             let cfg =
-                OfflineConfig { variant: Variant::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+                OfflineConfig { inducer: Inducer::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
             (runtime.block_on(induce_offline(&mut store, &trajectories, &cfg))?, None, None)
         }
         InduceMode::Lm => {
-            let llm = settings::llm_settings(args.config.as_deref())?;
-            let mode = llm.cache_mode();
-            let cache = settings::open_cache(&llm, mode)?.map(|cache| (cache, mode));
-            let accounting = Accounting::new();
-            let model = runtime.block_on(settings::open_model(
-                &llm,
-                Purpose::Inducer,
-                args.model.as_deref(),
-                cache,
-                &accounting,
-            ))?;
+            let settings = SessionSettings {
+                config: Config::load(&args.config)?,
+                models: ModelRoles::new(&args.model),
+                tools: ToolsUse::None,
+                prompts: None,
+                cache: CacheUse::Configured(None),
+                state: None,
+            };
+            let session = runtime.block_on(Session::open(settings))?;
+            let model = runtime.block_on(session.cached_model(Purpose::Inducer))?;
             let prompts = flowmem_memory::render::prompts().context("loading the induction prompt")?;
             let lm_cfg = LmConfig {
                 model: model.as_ref(),
@@ -110,11 +109,13 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
                 max_result_chars: MAX_RESULT_CHARS,
             };
             let cfg =
-                OfflineConfig { variant: Variant::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+                OfflineConfig { inducer: Inducer::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
             let report = runtime
                 .block_on(induce_offline(&mut store, &trajectories, &cfg))
                 .with_context(|| format!("inducing with model `{}`", model.name()))?;
-            (report, Some(model.name().to_owned()), Some(accounting.snapshot()))
+            let accounting = session.accounting().snapshot();
+            runtime.block_on(session.close());
+            (report, Some(model.name().to_owned()), Some(accounting))
         }
     };
 

@@ -1,27 +1,24 @@
 //! `flowmem learn --online`: online AWM over a task stream, with the learning curve
 //! against the same agent without memory.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
-use flowmem_eval::TaskOracle;
-use flowmem_exec::{AgentConfig, NoObserver, Runtime};
-use flowmem_llm::{Accounting, Purpose};
-use flowmem_memory::induce::{LmConfig, RuleConfig, Variant};
+use flowmem_exec::{AgentConfig, NoObserver, TaskOracle};
+use flowmem_llm::Purpose;
+use flowmem_memory::induce::{Inducer, LmConfig, RuleConfig};
 use flowmem_memory::{
     Arm, LearningCurve, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig, OnlineProgress, ProgressLine,
     StoreConfig, learn_online, render,
 };
-use flowmem_model::Scope;
-use flowmem_tools::Registry;
 
 use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, state_isolation, task_checker};
+use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles, scope_filter};
 
 /// The state key every run of the online agents uses; runs go one at a time.
 const RUN_STATE_KEY: &str = "flowmem-online/run";
@@ -42,21 +39,18 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let mut store = MemoryStore::open(&args.memory, StoreConfig::standard())
         .with_context(|| format!("cannot open the memory `{}`", args.memory.display()))?;
 
-    let llm_settings = settings::llm_settings(args.config.as_deref())?;
-    let accounting = Accounting::new();
-    let agent_model =
-        settings::open_model(&llm_settings, Purpose::Agent, args.model.as_deref(), None, &accounting).await?;
-    let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
-    let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, None, &accounting).await?;
-    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
-    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let exec = settings::executor_prompts(None, &llm_settings, args.model.as_deref()).await?;
-    let runtime = Runtime {
-        executor: agent_model.clone(),
-        models: Default::default(),
-        tools: registry.clone(),
-        prompts: Arc::new(exec),
+    let settings = SessionSettings {
+        config: Config::load(&args.config)?,
+        models: ModelRoles::new(&args.model).with_judge(&args.judge),
+        tools: ToolsUse::Required,
+        prompts: Some(PromptSettings { dir: None, extra: Vec::new() }),
+        cache: CacheUse::Off,
+        state: Some((args.state.clone(), RUN_STATE_KEY.to_owned())),
     };
+    let session = Session::open(settings).await?;
+    let agent_model = session.model(Purpose::Agent).await?;
+    let judge = session.model(Purpose::Judge).await?;
+    let runtime = session.runtime(agent_model.clone());
     let prompts = render::prompts().context("loading the memory prompt templates")?;
 
     let rule = RuleConfig::standard();
@@ -70,11 +64,11 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         max_result_chars: 300,
     };
     let inducer = match args.induce {
-        InduceMode::Rule => Variant::Rule(&rule),
-        InduceMode::Lm => Variant::Lm(&lm),
+        InduceMode::Rule => Inducer::Rule(&rule),
+        InduceMode::Lm => Inducer::Lm(&lm),
     };
-    let isolation = state_isolation(&args.state, RUN_STATE_KEY);
-    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
+    let isolation = session.isolation().cloned();
+    let checker = session.task_checker()?;
     let mode = match args.use_memory {
         MemoryUse::Prompt => MemoryMode::Prompt,
         MemoryUse::Actions => MemoryMode::Actions,
@@ -84,7 +78,7 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         mode,
         top_k: args.top_k,
         budget_tokens: args.budget_tokens,
-        scope: Scope { site: args.scope.scope_site.clone(), domain: args.scope.scope_domain.clone() },
+        scope: scope_filter(&args.scope),
     };
     let bar = ProgressBar::new(printer);
     let on_progress = |progress: &OnlineProgress<'_>| bar.update(progress);
@@ -109,7 +103,8 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         _ = tokio::signal::ctrl_c() => None,
     };
     bar.finish();
-    registry.shutdown().await;
+    let accounting = session.accounting().clone();
+    session.close().await;
     let Some(outcome) = outcome else {
         printer.warn(&format!("interrupted; run the same command again to resume from `{}`", args.out.display()));
         return Ok(ExitStatus::Failure);
@@ -186,14 +181,7 @@ struct ProgressBar {
 
 impl ProgressBar {
     fn new(printer: &Printer) -> ProgressBar {
-        let bar = printer.progress.then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} ({msg})")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        });
+        let bar = progress_bar(printer, 0, "{bar:30} {pos}/{len} runs, {elapsed} ({msg})");
         ProgressBar {
             bar,
             solved_memory: AtomicUsize::new(0),

@@ -1,24 +1,20 @@
 //! `flowmem llm chat`: one call to a configured model, to check a configuration.
 
 use anyhow::Context;
-use flowmem_llm::{Accounting, ChatRequest, Message, ModelChoice, Purpose};
+use flowmem_llm::{ChatRequest, Message, ModelChoice, Purpose};
 use serde::Serialize;
 
 use crate::args::{LlmArgs, LlmChatArgs, LlmCommand};
 use crate::commands::ExitStatus;
+use crate::commands::common::block_on;
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles};
 
 /// Runs an `llm` subcommand.
 pub fn run(args: &LlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match &args.command {
-        LlmCommand::Chat(chat) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            runtime.block_on(run_chat(chat, printer))
-        }
+        LlmCommand::Chat(chat) => block_on(run_chat(chat, printer)),
     }
 }
 
@@ -34,14 +30,21 @@ struct ChatOutput<'a> {
 }
 
 async fn run_chat(args: &LlmChatArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let settings = settings::llm_settings(args.config.as_deref())?;
-    let accounting = Accounting::new();
-    let choice = settings.resolve(Purpose::Other, args.model.as_deref(), &flowmem_llm::std_env).await?;
+    let settings = SessionSettings {
+        config: Config::load(&args.config)?,
+        models: ModelRoles::new(&args.model),
+        tools: ToolsUse::None,
+        prompts: None,
+        cache: CacheUse::Off,
+        state: None,
+    };
+    let session = Session::open(settings).await?;
+    let choice = session.model_choice(Purpose::Other).await?;
     let backend = match &choice {
         ModelChoice::Local(_) => "local",
         _ => "openai",
     };
-    let model = settings::build_model(choice, None, &accounting)?;
+    let model = session.build_model(choice, None)?;
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(Message::system(system.clone()));
@@ -52,8 +55,13 @@ async fn run_chat(args: &LlmChatArgs, printer: &Printer) -> anyhow::Result<ExitS
     request.max_tokens = args.max_tokens;
     let reply = model.chat(&request).await.with_context(|| format!("asking model `{}`", model.name()))?;
     if printer.json {
-        let output =
-            ChatOutput { version: 1, backend, model: model.name(), reply: &reply, accounting: accounting.snapshot() };
+        let output = ChatOutput {
+            version: 1,
+            backend,
+            model: model.name(),
+            reply: &reply,
+            accounting: session.accounting().snapshot(),
+        };
         printer.json_result(&output)?;
         return Ok(ExitStatus::Success);
     }

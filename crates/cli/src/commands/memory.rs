@@ -9,9 +9,10 @@ use flowmem_memory::render::{self, read_jsonl, to_graph, write_jsonl};
 use flowmem_memory::{AddOutcome, MemoryStore, PrunePolicy, StoreConfig};
 use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
 
-use crate::args::{ExchangeFormat, MemoryArgs, MemoryCommand, ScopeArgs};
+use crate::args::{ExchangeFormat, MemoryArgs, MemoryCommand};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
+use crate::settings::{scope_filter, stored_scope};
 
 /// Runs one `flowmem memory` command.
 pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -26,16 +27,14 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     }
     let mut store = MemoryStore::open(path, StoreConfig::standard())?;
     match &args.command {
-        MemoryCommand::List(scope) => list(&store, &filter(scope), printer),
+        MemoryCommand::List(scope) => list(&store, &scope_filter(scope), printer),
         MemoryCommand::Show { id, graph, tree } => show(&store, id, *graph, *tree, printer),
-        MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &filter(scope), printer),
+        MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &scope_filter(scope), printer),
         MemoryCommand::Export { format, output, scope } => {
-            export(&store, *format, output.as_deref(), &filter(scope), printer)
+            export(&store, *format, output.as_deref(), &scope_filter(scope), printer)
         }
-        MemoryCommand::Import { input, format, scope_domain, scope_site } => {
-            let scope = (scope_domain.is_some() || scope_site.is_some())
-                .then(|| Scope { site: scope_site.clone(), domain: scope_domain.clone() });
-            import(&mut store, input, *format, scope, printer)
+        MemoryCommand::Import { input, format, scope } => {
+            import(&mut store, input, *format, stored_scope(scope), printer)
         }
         MemoryCommand::Prune { max_per_scope, min_success_rate, min_uses } => {
             let policy =
@@ -43,10 +42,6 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             prune(&mut store, &policy, printer)
         }
     }
-}
-
-fn filter(scope: &ScopeArgs) -> Scope {
-    Scope { site: scope.scope_site.clone(), domain: scope.scope_domain.clone() }
 }
 
 fn scope_label(scope: &Scope) -> String {
@@ -191,7 +186,7 @@ fn export(
         }
     }
     match output {
-        Some(path) => std::fs::write(path, &buffer).with_context(|| format!("cannot write `{}`", path.display()))?,
+        Some(path) => flowmem_model::write_atomic(path, &buffer)?,
         None => std::io::stdout().lock().write_all(&buffer)?,
     }
     printer.info(&format!("exported {} workflows", workflows.len()));

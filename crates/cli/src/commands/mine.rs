@@ -4,18 +4,20 @@
 //! `{"version": 1, "log": {"path", "format", "cases", "events", "variants", "activities",
 //! "skipped"}, "miner": "im"|"imf", "noise": f64|null, "tree": "<PM4Py notation>",
 //! "top_paths": [{"count", "share", "activities": [..]}], "output": <the --output value:
-//! a string, or JSON for `json` and `skeleton`>, "timings_ms": {"read", "variants", "discover"}|null}`.
+//! a string, or JSON for `json`, `skeleton` and `dataflow`>, "timings_ms": {"read", "variants", "discover"}|null,
+//! "replay": {"records", "records_ok", "calls", "executed"} (only when records were replayed)}`.
+//! The `dataflow` output is flowmem-mining's `Dataflow` document (its own `version`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use flowmem_mining::{Classifier, EventLog, ProcessTree, Variant};
+use flowmem_mining::{BindingConfig, Classifier, Dataflow, EventLog, ProcessTree, Variant};
 use flowmem_model::{Record, Trajectory};
 use serde::Serialize;
 
-use crate::args::{ActivityClassifier, MineArgs, MineOutput, MinerKind};
+use crate::args::{ActivityClassifier, MineArgs, MineOutput, MineReplayArgs, MinerKind};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
 
@@ -38,7 +40,15 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let tree = flowmem_mining::discover(log, variant);
     let discover_ms = elapsed_ms(started);
     let top_paths = top_paths(log, args.top);
-    let output = render(&tree, args.output, &args.log)?;
+    let (dataflow, replay) = match args.output {
+        MineOutput::Dataflow | MineOutput::Skeleton if loaded.format == "jsonl" => {
+            let (records, replay) = with_results(&loaded.records, &args.replay, printer)?;
+            (Some(flowmem_mining::mine_dataflow(&records)), replay)
+        }
+        MineOutput::Dataflow => bail!("`--output dataflow` needs JSONL records, not an XES log"),
+        _ => (None, None),
+    };
+    let output = render(&tree, args.output, &args.log, dataflow.as_ref())?;
     let timings =
         args.timings.then_some(Timings { read: loaded.read_ms, variants: loaded.variants_ms, discover: discover_ms });
     if printer.json {
@@ -62,11 +72,16 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             top_paths,
             output,
             timings_ms: timings,
+            replay,
         };
         printer.json_result(&doc)?;
         return Ok(ExitStatus::Success);
     }
     print_summary(printer, args, &loaded, &top_paths, timings.as_ref());
+    if let (MineOutput::Dataflow, Some(dataflow)) = (args.output, &dataflow) {
+        print_dataflow(printer, dataflow)?;
+        return Ok(ExitStatus::Success);
+    }
     match output {
         serde_json::Value::String(text) => printer.result(text.trim_end())?,
         value => printer.json_result(&value)?,
@@ -76,6 +91,8 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
 
 struct Loaded {
     log: EventLog,
+    // The JSONL records, trajectories as records (their tool calls in order); empty for XES.
+    records: Vec<Record>,
     format: &'static str,
     skipped: u64,
     // Parsing the file, then grouping cases into variants.
@@ -93,6 +110,17 @@ struct MineReport {
     top_paths: Vec<TopPath>,
     output: serde_json::Value,
     timings_ms: Option<Timings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay: Option<ReplaySummary>,
+}
+
+/// What replaying the records for their results did.
+#[derive(Serialize)]
+struct ReplaySummary {
+    records: usize,
+    records_ok: usize,
+    calls: usize,
+    executed: usize,
 }
 
 #[derive(Serialize)]
@@ -135,7 +163,14 @@ fn load(path: &Path, classifier: ActivityClassifier, printer: &Printer) -> anyho
                 path.display()
             ));
         }
-        return Ok(Loaded { log, format: "xes", skipped: xes.skipped_events, read_ms, variants_ms });
+        return Ok(Loaded {
+            log,
+            records: Vec::new(),
+            format: "xes",
+            skipped: xes.skipped_events,
+            read_ms,
+            variants_ms,
+        });
     }
     let classifier = match classifier {
         ActivityClassifier::Tool => Classifier::ToolName,
@@ -181,7 +216,16 @@ fn load(path: &Path, classifier: ActivityClassifier, printer: &Printer) -> anyho
         builder.push_trace(trajectory.tool_calls().map(|call| classifier.activity(call)));
     }
     let log = builder.build();
-    Ok(Loaded { log, format: "jsonl", skipped, read_ms, variants_ms: elapsed_ms(started) })
+    let variants_ms = elapsed_ms(started);
+    records.extend(trajectories.into_iter().map(|trajectory| Record {
+        orchestration: trajectory.tool_calls().cloned().collect(),
+        id: trajectory.id,
+        query: trajectory.query,
+        reference_result: String::new(),
+        required_outputs: Vec::new(),
+        meta: trajectory.meta,
+    }));
+    Ok(Loaded { log, records, format: "jsonl", skipped, read_ms, variants_ms })
 }
 
 fn elapsed_ms(started: Instant) -> f64 {
@@ -214,7 +258,12 @@ fn top_paths(log: &EventLog, top: usize) -> Vec<TopPath> {
         .collect()
 }
 
-fn render(tree: &ProcessTree, output: MineOutput, path: &Path) -> anyhow::Result<serde_json::Value> {
+fn render(
+    tree: &ProcessTree,
+    output: MineOutput,
+    path: &Path,
+    dataflow: Option<&Dataflow>,
+) -> anyhow::Result<serde_json::Value> {
     Ok(match output {
         MineOutput::Tree => serde_json::Value::String(tree.to_string()),
         MineOutput::Json => serde_json::to_value(tree)?,
@@ -224,7 +273,15 @@ fn render(tree: &ProcessTree, output: MineOutput, path: &Path) -> anyhow::Result
             let name = path.file_name().map_or_else(|| "net".into(), |n| n.to_string_lossy().into_owned());
             serde_json::Value::String(flowmem_mining::tree_to_petri_net(tree).to_pnml(&name))
         }
-        MineOutput::Skeleton => serde_json::to_value(flowmem_mining::tree_to_skeleton(tree))?,
+        MineOutput::Skeleton => match dataflow {
+            Some(dataflow) => serde_json::to_value(flowmem_mining::tree_to_bound_skeleton(
+                tree,
+                dataflow,
+                &BindingConfig::skeleton(),
+            ))?,
+            None => serde_json::to_value(flowmem_mining::tree_to_skeleton(tree))?,
+        },
+        MineOutput::Dataflow => serde_json::to_value(dataflow)?,
     })
 }
 
@@ -259,4 +316,125 @@ fn print_summary(printer: &Printer, args: &MineArgs, loaded: &Loaded, top: &[Top
             timings.read, timings.variants, timings.discover
         ));
     }
+}
+
+/// The records with results: as they are when every call has an outcome or no replay was
+/// asked for (with a warning), else replayed through the configured tools.
+fn with_results(
+    records: &[Record],
+    replay: &MineReplayArgs,
+    printer: &Printer,
+) -> anyhow::Result<(Vec<Record>, Option<ReplaySummary>)> {
+    let calls = records.iter().map(|record| record.orchestration.len()).sum::<usize>();
+    let lacking = records
+        .iter()
+        .flat_map(|record| &record.orchestration)
+        .filter(|call| call.result.is_none() && call.error.is_none())
+        .count();
+    if lacking == 0 {
+        return Ok((records.to_vec(), None));
+    }
+    if replay.config.config.is_none() && replay.state_key_arg.is_none() {
+        printer.warn(&format!(
+            "{lacking} of {calls} calls have no result, so they offer no result sources\n\
+             hint: pass --config (and --state-key-arg/--reset-tool for stateful servers) to replay them first"
+        ));
+        return Ok((records.to_vec(), None));
+    }
+    let config = crate::settings::Config::load(&replay.config)?.tools(true)?;
+    if config.servers.is_empty() {
+        bail!(
+            "no tool servers are configured to replay the records\nhint: add `[[tools.mcp]]` entries to flowmem.toml"
+        );
+    }
+    let cfg = flowmem_tools::ReplayConfig {
+        concurrency: replay.concurrency,
+        isolation: replay.state_key_arg.as_ref().map(|key_arg| flowmem_tools::StateIsolation {
+            key_arg: key_arg.clone(),
+            reset_tool: replay.reset_tool.clone(),
+            hidden_tools: Vec::new(),
+            key: replay.state_key_prefix.clone(),
+        }),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let (report, replayed) = runtime.block_on(async {
+        let registry = flowmem_tools::Registry::connect(&config).await?;
+        for warning in registry.warnings() {
+            printer.warn(warning);
+        }
+        let bar = crate::commands::common::progress_bar(
+            printer,
+            records.len() as u64,
+            "{spinner} replaying for results {pos}/{len} records {elapsed}",
+        );
+        let inc = |_: &flowmem_tools::RecordReport| {
+            if let Some(bar) = &bar {
+                bar.inc(1);
+            }
+        };
+        let replayed = flowmem_tools::replay_with_results(&registry, records, &cfg, &inc).await;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        registry.shutdown().await;
+        anyhow::Ok(replayed)
+    })?;
+    printer.info(&format!(
+        "replayed {} records for their results: {} of {} calls executed, {} records fully ok",
+        report.records, report.executed, report.calls, report.records_ok
+    ));
+    let summary = ReplaySummary {
+        records: report.records,
+        records_ok: report.records_ok,
+        calls: report.calls,
+        executed: report.executed,
+    };
+    Ok((replayed, Some(summary)))
+}
+
+/// The data-flow table: one line per tool argument with its sources, then coverage.
+fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> {
+    let tool_width = dataflow.arguments.iter().map(|flow| flow.tool.chars().count()).max().unwrap_or(4).max(4);
+    let arg_width = dataflow.arguments.iter().map(|flow| flow.arg.chars().count()).max().unwrap_or(8).max(8);
+    printer.result(&format!(
+        "{:<tool_width$}  {:<arg_width$}  {:>6}  {:>9}  sources",
+        "tool", "argument", "values", "explained"
+    ))?;
+    for flow in &dataflow.arguments {
+        let mut sources: Vec<String> =
+            flow.sources.iter().take(3).map(|support| format!("{} ({})", support.source, support.support)).collect();
+        if flow.sources.len() > 3 {
+            sources.push(format!("+{} more", flow.sources.len() - 3));
+        }
+        if sources.is_empty() {
+            sources.push("unexplained".into());
+        }
+        printer.result(&format!(
+            "{:<tool_width$}  {:<arg_width$}  {:>6}  {:>8.1}%  {}",
+            flow.tool,
+            flow.arg,
+            flow.observed,
+            percent(flow.explained, flow.observed),
+            sources.join("; ")
+        ))?;
+    }
+    let kinds = &dataflow.by_kind;
+    printer.result(&format!(
+        "coverage: {} of {} argument values explained ({:.1}%): query {}, result {}, argument {}, constant {}, unexplained {}; {} of {} calls had results",
+        dataflow.explained,
+        dataflow.values,
+        percent(dataflow.explained, dataflow.values),
+        kinds.query,
+        kinds.result,
+        kinds.argument,
+        kinds.constant,
+        kinds.unexplained,
+        dataflow.calls_with_results,
+        dataflow.calls,
+    ))?;
+    Ok(())
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
 }

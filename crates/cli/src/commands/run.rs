@@ -11,10 +11,9 @@ use flowmem_exec::{
     AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter, Observers, OtelExporter, Plan, RunInput, Runtime,
     ToolCatalog, check, compile, load_graph, run, run_agent,
 };
-use flowmem_llm::{Accounting, Purpose};
+use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
-use flowmem_model::{Record, Scope, Trace};
-use flowmem_tools::Registry;
+use flowmem_model::{Record, Trace};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -22,7 +21,8 @@ use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles, scope_filter};
 
 /// Runs `flowmem run`.
 pub fn run_workflow(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -34,23 +34,32 @@ pub fn run_baseline(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitS
     block_on(run_agent_async(args, printer))
 }
 
-/// What a run of one or many queries needs besides the plan or agent.
-struct Session {
+/// What a run of one or many queries needs besides the plan or agent: the session, a
+/// runtime on the model for the runner's purpose, and where events go.
+struct Outputs {
+    session: Session,
     runtime: Runtime,
-    registry: Arc<Registry>,
     observers: Observers,
     trace_writer: Option<Arc<JsonlTraceWriter<std::io::BufWriter<std::fs::File>>>>,
     otel: Option<Arc<OtelExporter>>,
 }
 
-async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow::Result<Session> {
-    let llm_settings = settings::llm_settings(args.config.as_deref())?;
-    let accounting = Accounting::new();
-    let executor = settings::open_model(&llm_settings, purpose, args.model.as_deref(), None, &accounting).await?;
-    let tools_config = settings::tools_config(args.config.as_deref(), false)?;
-    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
-    let runtime = Runtime { executor, models: Default::default(), tools: registry.clone(), prompts: Arc::new(prompts) };
+/// The session settings of `flowmem run` and `flowmem agent`.
+fn session_settings(args: &ExecArgs) -> anyhow::Result<SessionSettings> {
+    Ok(SessionSettings {
+        config: Config::load(&args.config)?,
+        models: ModelRoles::new(&args.model),
+        tools: ToolsUse::Optional,
+        prompts: Some(PromptSettings { dir: args.prompts.prompts.clone(), extra: Vec::new() }),
+        cache: CacheUse::Off,
+        state: None,
+    })
+}
+
+async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow::Result<Outputs> {
+    let session = Session::open(session_settings(args)?).await?;
+    let executor = session.model(purpose).await?;
+    let runtime = session.runtime(executor);
     let mut observers = Observers::default();
     let trace_writer = match &args.trace {
         Some(path) => {
@@ -70,12 +79,12 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
         }
         None => None,
     };
-    Ok(Session { runtime, registry, observers, trace_writer, otel })
+    Ok(Outputs { session, runtime, observers, trace_writer, otel })
 }
 
-impl Session {
+impl Outputs {
     async fn close(self) -> anyhow::Result<()> {
-        self.registry.shutdown().await;
+        self.session.close().await;
         drop(self.observers);
         if let Some(writer) = self.trace_writer {
             let writer = Arc::try_unwrap(writer).map_err(|_| anyhow::anyhow!("the trace writer is still in use"))?;
@@ -130,7 +139,7 @@ async fn run_all(
     runner: Runner,
     inputs: Vec<RunInput>,
     concurrency: usize,
-    session: &Session,
+    session: &Outputs,
     printer: &Printer,
 ) -> Vec<Trace> {
     let n_inputs = inputs.len();
@@ -255,7 +264,7 @@ async fn run_memory_agent(
     args: &AgentArgs,
     db: &Path,
     agent: AgentConfig,
-    session: &Session,
+    session: &Outputs,
     printer: &Printer,
 ) -> anyhow::Result<Trace> {
     let mut store = MemoryStore::open(db, StoreConfig::standard())
@@ -269,7 +278,7 @@ async fn run_memory_agent(
         mode,
         top_k: args.top_k,
         budget_tokens: args.budget_tokens,
-        scope: Scope { site: args.scope.scope_site.clone(), domain: args.scope.scope_domain.clone() },
+        scope: scope_filter(&args.scope),
     };
     let input = RunInput { id: "query".to_owned(), query: args.query.clone() };
     let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)

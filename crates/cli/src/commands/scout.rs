@@ -1,23 +1,22 @@
 //! `flowmem scout`: FlowScout end to end — split the records, mine `G⁰`, search, test the
 //! best workflow against the ReAct baseline, and write the run directory.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, TcConfig, visible_tools};
-use flowmem_exec::Runtime;
-use flowmem_llm::{Accounting, CacheMode, Purpose, ResponseCache};
+use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, ScoreConfig, TcConfig};
+use flowmem_exec::{TaskOracle, visible_tools};
+use flowmem_llm::Purpose;
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, Scoring, ScoutParts, ScoutSettings, Strategy, alpha_of, prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Strategy, prepare_run, scout,
 };
-use flowmem_tools::Registry;
 
 use crate::args::ScoutArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar, state_isolation, task_checker};
+use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
-use crate::settings;
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles};
 
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -60,28 +59,26 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         .with_context(|| format!("reading the records `{}`", settings.records.display()))?;
     let settings = if args.resume.is_some() { settings } else { prepare_run(&dir, Some(settings))? };
 
-    let llm_settings = settings::llm_settings(args.config.as_deref())?;
-    let accounting = Accounting::new();
-    // The cache lives in the run directory, so a resume and every child candidate replay
-    // the unchanged calls.
-    let cache = Arc::new(ResponseCache::open(&dir.join("llm-cache.sqlite")).context("opening the run's LLM cache")?);
-    let cached = || Some((cache.clone(), CacheMode::ReadWrite));
-    let executor =
-        settings::open_model(&llm_settings, Purpose::Executor, args.model.as_deref(), cached(), &accounting).await?;
-    let optimizer_name = args.optimizer_model.as_deref().or(args.model.as_deref());
-    let optimizer =
-        settings::open_model(&llm_settings, Purpose::Optimizer, optimizer_name, cached(), &accounting).await?;
-    let judge_name = args.judge_model.as_deref().or(args.model.as_deref());
-    let judge = settings::open_model(&llm_settings, Purpose::Judge, judge_name, cached(), &accounting).await?;
-
-    let tools_config = settings::tools_config(args.config.as_deref(), true)?;
-    let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
-    let mut prompts = settings::executor_prompts(args.prompts.as_deref(), &llm_settings, args.model.as_deref()).await?;
-    prompts.register(JUDGE_ES_PROMPT).context("registering the judge template")?;
-    prompts.register(PROPOSE_EDITS).context("registering the optimizer template")?;
-    let prompts = Arc::new(prompts);
-    let isolation = state_isolation(&args.state, "flowmem-scout");
-    let tool_names = visible_tools(registry.clone(), isolation.as_ref());
+    let session_settings = SessionSettings {
+        config: Config::load(&args.config)?,
+        models: ModelRoles::new(&args.model).with_optimizer(&args.optimizer).with_judge(&args.judge),
+        tools: ToolsUse::Required,
+        prompts: Some(PromptSettings {
+            dir: args.prompts.prompts.clone(),
+            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS],
+        }),
+        // The cache lives in the run directory, so a resume and every child candidate
+        // replay the unchanged calls.
+        cache: CacheUse::At(dir.join("llm-cache.sqlite")),
+        state: Some((args.state.clone(), "flowmem-scout".to_owned())),
+    };
+    let session = Session::open(session_settings).await?;
+    let executor = session.cached_model(Purpose::Executor).await?;
+    let optimizer = session.cached_model(Purpose::Optimizer).await?;
+    let judge = session.cached_model(Purpose::Judge).await?;
+    let prompts = session.prompts().clone();
+    let accounting = session.accounting();
+    let tool_names = visible_tools(session.registry().as_ref(), session.isolation());
     let proposer = LlmProposer { model: optimizer, prompts: prompts.clone(), tools: tool_names, max_edits: 6 };
 
     let bar = progress_bar(printer, u64::from(settings.search.iterations), "{bar:30} iteration {pos}/{len} {msg}");
@@ -95,14 +92,17 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
-    let checker = task_checker(&args.state, &tools_config, &registry, isolation.as_ref())?;
+    let checker = session.task_checker()?;
     let checkpoint = |_: Checkpoint| true;
     let parts = ScoutParts {
-        runtime: Runtime { executor, models: Default::default(), tools: registry.clone(), prompts: prompts.clone() },
-        isolation,
-        scoring: Scoring { alpha: alpha_of(&settings)?, tc: TcConfig::exact(), judge: Some((judge, prompts.clone())) },
+        runtime: session.runtime(executor),
+        isolation: session.isolation().cloned(),
+        scoring: ScoreConfig {
+            tc: TcConfig::exact(),
+            judge: Some((judge.as_ref(), prompts.as_ref())),
+            checker: checker.as_ref().map(|c| c as &dyn TaskOracle),
+        },
         proposer: &proposer,
-        checker: checker.as_ref().map(|c| c as &dyn flowmem_eval::TaskOracle),
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
         on_test: &|_| {},
@@ -111,11 +111,11 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    registry.shutdown().await;
     let outcome = outcome?;
 
     let totals = accounting.snapshot().total;
-    let stats = cache.stats();
+    let stats = session.cache().map(|cache| cache.stats()).unwrap_or_default();
+    session.close().await;
     let summary = serde_json::json!({
         "run_dir": dir,
         "split": {"opt": outcome.split_sizes.0, "val": outcome.split_sizes.1, "test": outcome.split_sizes.2},

@@ -11,28 +11,39 @@ use serde_json::Value;
 
 use crate::args::{ToolsArgs, ToolsCallArgs, ToolsCommand, ToolsReplayArgs};
 use crate::commands::ExitStatus;
+use crate::commands::common::block_on;
 use crate::printer::Printer;
+use crate::session::{CacheUse, Session, SessionSettings, ToolsUse};
+use crate::settings::{Config, ModelRoles};
 
 /// Runs a `flowmem tools` subcommand.
 pub fn run(args: &ToolsArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let config = crate::settings::tools_config(args.config.as_deref(), true)?;
-    if config.servers.is_empty() {
+    let config = Config::load(&args.config)?;
+    if config.tools(true)?.servers.is_empty() {
         anyhow::bail!(
             "no tool servers are configured\nhint: add `[[tools.mcp]]` entries to flowmem.toml (see `flowmem tools --help`)"
         );
     }
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let registry = Registry::connect(&config).await?;
+    let settings = SessionSettings {
+        config,
+        models: ModelRoles::default(),
+        tools: ToolsUse::Required,
+        prompts: None,
+        cache: CacheUse::Off,
+        state: None,
+    };
+    block_on(async {
+        let session = Session::open(settings).await?;
+        let registry = session.registry();
         for warning in registry.warnings() {
             printer.warn(warning);
         }
         let res = match &args.command {
-            ToolsCommand::List => list(&registry, printer),
-            ToolsCommand::Call(call_args) => call(&registry, call_args, printer).await,
-            ToolsCommand::Replay(replay_args) => replay(&registry, replay_args, printer).await,
+            ToolsCommand::List => list(registry, printer),
+            ToolsCommand::Call(call_args) => call(registry, call_args, printer).await,
+            ToolsCommand::Replay(replay_args) => replay(registry, replay_args, printer).await,
         };
-        registry.shutdown().await;
+        session.close().await;
         res
     })
 }
@@ -112,7 +123,8 @@ async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) 
         isolation: args.state_key_arg.as_ref().map(|key_arg| StateIsolation {
             key_arg: key_arg.clone(),
             reset_tool: args.reset_tool.clone(),
-            key_prefix: args.state_key_prefix.clone(),
+            hidden_tools: Vec::new(),
+            key: args.state_key_prefix.clone(),
         }),
     };
     let bar = if printer.progress && std::io::stderr().is_terminal() {

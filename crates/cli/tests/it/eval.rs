@@ -77,6 +77,13 @@ document.body.setAttribute('data-probe', JSON.stringify(out));
 /// short.
 const AGENT_TOOLS: [&str; 3] = ["find_user_id_by_name_zip", "get_order_details", "cancel_pending_order"];
 
+/// Records and repeats of the embedded run: enough for every aggregate the test checks
+/// (a record judged twice for the CV box, runs in file order across repeats), and few
+/// enough that the run stays a few minutes on two CPU cores.
+const RECORDS: usize = 4;
+const REPEATS: usize = 2;
+const RUNS: usize = RECORDS * REPEATS;
+
 #[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 #[test]
 fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
@@ -109,15 +116,16 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
         .collect();
     assert!(hidden.iter().any(|name| name == "get_call_log"), "{hidden:?}");
 
+    let (limit, repeat) = (RECORDS.to_string(), REPEATS.to_string());
     let mut args = vec![
         "eval",
         "--baseline",
         "--records",
         "retail.jsonl",
         "--limit",
-        "10",
+        limit.as_str(),
         "--repeat",
-        "2",
+        repeat.as_str(),
         "--max-steps",
         "2",
         "--out",
@@ -136,7 +144,7 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     let started = Instant::now();
     let output = flowmem(&dir, &args);
     let wall = started.elapsed();
-    eprintln!("flowmem eval, 10 records × 2 repeats on the embedded model: {:.1} s", wall.as_secs_f64());
+    eprintln!("flowmem eval, {RECORDS} records × {REPEATS} repeats on the embedded model: {:.1} s", wall.as_secs_f64());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 
@@ -147,9 +155,9 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     assert_eq!(report["version"], 1);
     assert_eq!(report["alpha"], 0.5);
 
-    // 10 records × 2 repeats, each record exactly once per repeat.
+    // RECORDS × REPEATS runs, each record exactly once per repeat.
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 20);
+    assert_eq!(runs.len(), RUNS);
     let mut seen: BTreeMap<(String, u64), usize> = BTreeMap::new();
     for run in runs {
         assert_eq!(run["system"], "react");
@@ -168,16 +176,17 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
         assert!(run["prompt_tokens"].as_u64().unwrap() > 0, "{run}");
         assert!(run["latency_ms"].as_f64().unwrap() > 0.0, "{run}");
     }
-    assert_eq!(seen.len(), 20, "every (record, repeat) pair once: {seen:?}");
-    let ids: Vec<&str> = runs.iter().take(10).map(|run| run["record_id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"], "the first 10 records, in file order");
+    assert_eq!(seen.len(), RUNS, "every (record, repeat) pair once: {seen:?}");
+    let ids: Vec<&str> = runs.iter().take(RECORDS).map(|run| run["record_id"].as_str().unwrap()).collect();
+    let first: Vec<String> = (0..RECORDS).map(|id| id.to_string()).collect();
+    assert_eq!(ids, first, "the first {RECORDS} records, in file order");
 
     // The summary agrees with the runs.
     let systems = report["systems"].as_array().unwrap();
     assert_eq!(systems.len(), 1);
     let react = &systems[0];
-    assert_eq!((react["n_records"].as_u64(), react["n_runs"].as_u64()), (Some(10), Some(20)));
-    let mean = |field: &str| runs.iter().map(|run| run[field].as_f64().unwrap()).sum::<f64>() / 20.0;
+    assert_eq!((react["n_records"].as_u64(), react["n_runs"].as_u64()), (Some(RECORDS as u64), Some(RUNS as u64)));
+    let mean = |field: &str| runs.iter().map(|run| run[field].as_f64().unwrap()).sum::<f64>() / RUNS as f64;
     let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() < 1e-9;
     assert!(close(&react["mean_tc"], mean("tc")), "{react}");
     let judged: Vec<f64> = runs.iter().filter_map(|run| run["es"].as_f64()).collect();
@@ -188,9 +197,10 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     assert!(close(&react["mean_reward"], 0.5 * mean("tc") + 0.5 * mean_es), "{react}");
     let n_errors = runs.iter().filter(|run| run["error"].is_string()).count() as u64;
     assert_eq!(react["n_errors"].as_u64(), Some(n_errors));
-    let judged_twice = (0..10)
+    let judged_twice = (0..RECORDS)
         .filter(|id| {
-            runs.iter().filter(|run| run["record_id"] == id.to_string().as_str() && run["es"].is_number()).count() == 2
+            runs.iter().filter(|run| run["record_id"] == id.to_string().as_str() && run["es"].is_number()).count()
+                == REPEATS
         })
         .count();
     assert_eq!(react["cv_es"].as_array().unwrap().len(), judged_twice, "one CV per record judged twice: {react}");
@@ -203,7 +213,7 @@ fn eval_runs_react_on_the_embedded_model_and_writes_consistent_reports() {
     let markdown = dir.read("out/report.md");
     eprintln!("{markdown}");
     assert!(markdown.starts_with("| system | role |"), "{markdown}");
-    assert!(markdown.contains("| react | baseline | 10 | 20 |"), "{markdown}");
+    assert!(markdown.contains(&format!("| react | baseline | {RECORDS} | {RUNS} |")), "{markdown}");
     assert!(markdown.contains(&format!("| {:.4} |", react["mean_tc"].as_f64().unwrap())), "{markdown}");
 
     // The HTML report lays out and paints both charts.
@@ -304,6 +314,10 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
         "2",
         "--max-steps",
         "5",
+        // One run at a time, so a repeat's judge call finds the first run's reply in the
+        // cache (runs in flight together would both miss it).
+        "--concurrency",
+        "1",
         "--out",
         "out",
     ]);

@@ -13,6 +13,7 @@ mod online_embedded;
 mod run;
 mod score;
 mod scout;
+mod scout_log;
 mod split;
 mod stats;
 mod support;

@@ -3,8 +3,9 @@
 use std::sync::Mutex;
 
 use flowmem_eval::{
-    EvalConfig, Progress, System, SystemRole, SystemRun, TcConfig, UsageTotals, evaluate, evaluate_concurrently,
+    EvalConfig, Progress, ScoreConfig, System, SystemRole, SystemRun, TcConfig, evaluate, evaluate_concurrently,
 };
+use flowmem_llm::Totals;
 use flowmem_model::{ImportFormat, Item, Record, Trace, import};
 
 use crate::util::shared_data;
@@ -47,7 +48,7 @@ impl System for Replayer {
             result: Some(record.reference_result.clone()),
             ..Trace::default()
         };
-        SystemRun { trace, usage: UsageTotals { calls: 2, prompt_tokens: 100, completion_tokens: 10 } }
+        SystemRun { trace, usage: Totals { calls: 2, prompt_tokens: 100, completion_tokens: 10, ..Totals::default() } }
     }
 }
 
@@ -57,7 +58,7 @@ async fn every_system_runs_every_record_repeat_times() {
         tau2_records("retail").into_iter().filter(|r| !r.orchestration.is_empty()).take(10).collect();
     let perfect = Replayer { name: "golden", role: SystemRole::Workflow, drop_last: 0 };
     let lossy = Replayer { name: "lossy", role: SystemRole::Baseline, drop_last: 1 };
-    let cfg = EvalConfig { repeat: 2, tc: TcConfig::exact(), judge: None, checker: None };
+    let cfg = EvalConfig { repeat: 2, scoring: ScoreConfig { tc: TcConfig::exact(), judge: None, checker: None } };
     let seen = Mutex::new(Vec::new());
     let progress = |p: Progress<'_>| seen.lock().unwrap().push((p.done, p.total));
     let report = evaluate(&[&perfect, &lossy], &records, &cfg, &progress).await;
@@ -102,7 +103,7 @@ impl System for Gate {
             result: Some("ok".into()),
             ..Trace::default()
         };
-        SystemRun { trace, usage: UsageTotals::default() }
+        SystemRun { trace, usage: Totals::default() }
     }
 }
 
@@ -111,7 +112,7 @@ async fn concurrent_runs_overlap_and_the_report_keeps_the_starting_order() {
     let records: Vec<Record> = tau2_records("retail").into_iter().take(4).collect();
     // With fewer than 2 runs in flight the barrier never opens and the timeout fails the test.
     let gate = Gate { barrier: tokio::sync::Barrier::new(2) };
-    let cfg = EvalConfig { repeat: 2, tc: TcConfig::exact(), judge: None, checker: None };
+    let cfg = EvalConfig { repeat: 2, scoring: ScoreConfig { tc: TcConfig::exact(), judge: None, checker: None } };
     let systems: [&dyn System; 1] = [&gate];
     let no_progress = |_: Progress<'_>| {};
     let run = evaluate_concurrently(&systems, &records, &cfg, 2, &no_progress);

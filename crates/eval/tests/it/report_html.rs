@@ -14,6 +14,7 @@ fn run(system: &str, role: SystemRole, record: &str, repeat: u32, tc: f64, es: f
         repeat,
         tc,
         es: Some(es),
+        judge_failed: false,
         task_success: Some(tc == 1.0),
         latency_ms: 900.0,
         llm_calls: 3,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use flowmem_eval::{IsolatedTools, ReactSystem, StateIsolation, StateServer, System, visible_tools};
-use flowmem_exec::ToolBox;
-use flowmem_exec::{AgentConfig, Runtime, exec_prompts};
+use flowmem_eval::{ReactSystem, StateServer, System};
+use flowmem_exec::{AgentConfig, IsolatedTools, Runtime, ToolBox, exec_prompts, visible_tools};
 use flowmem_llm::{HttpModel, HttpModelConfig};
 use flowmem_model::Record;
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+use flowmem_tools::StateIsolation;
 use serde_json::Value;
 
 use crate::evaluate::tau2_records;
@@ -23,8 +23,8 @@ fn db_of(server: &StateServer, key: &str) -> Value {
 async fn every_react_run_gets_a_fresh_hidden_state() {
     let state_dir = tempfile::tempdir().unwrap();
     let registry = tau2_registry("retail", state_dir.path()).await;
-    let isolation = StateIsolation::tau2();
-    let visible = visible_tools(Arc::new(registry.clone()), Some(&isolation));
+    let isolation = StateIsolation::tau2("flowmem-eval/run");
+    let visible = visible_tools(&registry, Some(&isolation));
     assert!(visible.iter().any(|name| name == "cancel_pending_order"));
     assert!(!visible.iter().any(|name| name == "reset_state" || name == "get_call_log"), "{visible:?}");
 
@@ -80,7 +80,7 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
 async fn isolated_tools_hide_the_state_plumbing_and_reset_between_runs() {
     let state_dir = tempfile::tempdir().unwrap();
     let registry = tau2_registry("retail", state_dir.path()).await;
-    let isolation = StateIsolation::tau2();
+    let isolation = StateIsolation::tau2("flowmem-eval/run");
     let key = isolation.key.clone();
     let tools = IsolatedTools::new(Arc::new(registry.clone()), isolation);
 

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowmem_exec::{EventLog, ExecEvent, JsonlTraceWriter, Observers, RunInput, run};
+use flowmem_exec::{ExecEvent, JsonlTraceWriter, Observers, RecordingObserver, RunInput, run};
 use flowmem_model::{NodeObservation, Trace, TraceEvent};
-use flowmem_testsupport::{Match, Reply, Script};
+use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 use serde_json::json;
 
 use crate::support;
@@ -94,14 +94,21 @@ fn everything_script(route: &str) -> Script {
         .when(Match::last_user_contains("NODE-answer"), Reply::text("The sum is 3.").usage(40, 5))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
-    let llm = support::llm(everything_script("done")).await;
+/// Runs the graph of every node kind on "add 1 and 2", its branch answering `route`, and
+/// shuts the tools down.
+async fn run_everything(route: &str) -> (ScriptedLlmServer, Trace, RecordingObserver) {
+    let llm = support::llm(everything_script(route)).await;
     let tools = support::everything().await;
     let plan = support::plan(everything_graph(), support::runtime(&llm, tools.clone()));
-    let log = EventLog::default();
+    let log = RecordingObserver::default();
     let trace = run(&plan, &input("add 1 and 2"), &log).await;
     tools.shutdown().await;
+    (llm, trace, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
+    let (llm, trace, log) = run_everything("done").await;
 
     assert_eq!(trace.error, None, "{trace:#?}");
     assert_eq!(trace.result.as_deref(), Some("The sum is 3."));
@@ -163,12 +170,7 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_other_route_runs_its_nodes_and_skips_the_direct_edge() {
-    let llm = support::llm(everything_script("more")).await;
-    let tools = support::everything().await;
-    let plan = support::plan(everything_graph(), support::runtime(&llm, tools.clone()));
-    let log = EventLog::default();
-    let trace = run(&plan, &input("add 1 and 2"), &log).await;
-    tools.shutdown().await;
+    let (_llm, trace, log) = run_everything("more").await;
     assert_eq!(trace.error, None, "{trace:#?}");
     assert_eq!(observations(&trace, "think").len(), 1);
     assert_eq!(observations(&trace, "decide")[0].node_kind, "llm:judge");
@@ -180,11 +182,7 @@ async fn the_other_route_runs_its_nodes_and_skips_the_direct_edge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loop_retries_after_a_tool_error_and_then_succeeds() {
-    let llm = support::llm(everything_script("done")).await;
-    let tools = support::everything().await;
-    let plan = support::plan(everything_graph(), support::runtime(&llm, tools.clone()));
-    let trace = run(&plan, &input("add 1 and 2"), &EventLog::default()).await;
-    tools.shutdown().await;
+    let (_llm, trace, _log) = run_everything("done").await;
     let attempts = observations(&trace, "attempt");
     assert_eq!(attempts.len(), 2, "{attempts:#?}");
     assert_eq!((attempts[0].iteration, attempts[1].iteration), (0, 1));
@@ -232,7 +230,7 @@ async fn a_loop_stops_at_its_bound_and_a_judge_can_end_it_early() {
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph.clone(), support::runtime(&llm, tools.clone()));
-    let trace = run(&plan, &input("q"), &EventLog::default()).await;
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
     assert_eq!(trace.error, None, "{trace:#?}");
     assert_eq!(observations(&trace, "work").len(), 2, "the bound stops a judge that never says yes");
 
@@ -242,7 +240,7 @@ async fn a_loop_stops_at_its_bound_and_a_judge_can_end_it_early() {
         .when(Match::last_user_contains("NODE-answer"), Reply::text("done"));
     let llm = support::llm(script).await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
-    let trace = run(&plan, &input("q"), &EventLog::default()).await;
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert_eq!(observations(&trace, "work").len(), 1, "the judge said stop after one run");
     assert_eq!(trace.result.as_deref(), Some("done"));
@@ -273,7 +271,7 @@ async fn parallel_members_overlap_in_time() {
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
-    let trace = run(&plan, &input("q"), &EventLog::default()).await;
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert_eq!(trace.error, None, "{trace:#?}");
     let members: Vec<&NodeObservation> = ["m1", "m2", "m3"].iter().map(|id| observations(&trace, id)[0]).collect();
@@ -318,7 +316,7 @@ async fn a_tool_outside_the_hints_is_rejected_and_the_trace_stays_complete() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trace.jsonl");
     let writer = Arc::new(JsonlTraceWriter::new(std::fs::File::create(&path).unwrap()));
-    let log = Arc::new(EventLog::default());
+    let log = Arc::new(RecordingObserver::default());
     let observers = Observers(vec![writer.clone(), log.clone()]);
     let trace = run(&plan, &input("q"), &observers).await;
     tools.shutdown().await;
@@ -391,7 +389,7 @@ async fn a_failing_model_ends_the_run_with_every_observation_kept() {
     let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
     // An unhinted tool node may use any available tool.
     assert!(plan.bound_tools("act").unwrap().len() > 5);
-    let trace = run(&plan, &input("q"), &EventLog::default()).await;
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert!(trace.error.as_deref().unwrap().starts_with("node `answer` failed: "), "{:?}", trace.error);
     let ids: Vec<&str> = trace.observations.iter().map(|observation| observation.node_id.as_str()).collect();

@@ -57,3 +57,37 @@ fn mermaid_and_dot_draw_every_node_and_edge() {
     let json = graph_to_string(&graph, GraphFormat::Json).unwrap();
     assert!(json.ends_with("}\n"));
 }
+
+#[test]
+fn data_bindings_are_drawn_as_dashed_edges_and_label_lines() {
+    let graph: flowmem_model::WorkflowGraph = serde_json::from_value(serde_json::json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": {"observed": 3, "sources": [{"from": "query", "support": 3}]}}},
+            {"id": "product", "kind": "tool", "hints": ["get_product_details"],
+             "bindings": {"product_id": {"observed": 3, "sources": [
+                 {"from": "result", "node": "order", "path": "$.items[*].product_id", "support": 3}
+             ]}, "mode": {"observed": 3, "sources": [{"from": "constant", "value": "full", "support": 3}]}}},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [{"from": "plan", "to": "order"}, {"from": "order", "to": "product"}, {"from": "product", "to": "answer"}],
+        "entry": "plan",
+        "exit": "answer"
+    }))
+    .unwrap();
+    let mermaid = to_mermaid(&graph);
+    assert!(mermaid.contains("    n1 -.->|\"product_id ← $.items[*].product_id\"| n2\n"), "{mermaid}");
+    // Three control-flow links come first, so the data link is link 3.
+    assert!(mermaid.contains("    linkStyle 3 stroke:#1f77b4,stroke-dasharray:3\n"), "{mermaid}");
+    assert!(mermaid.contains("order_id ← query"), "{mermaid}");
+    assert!(mermaid.contains("mode = #quot;full#quot;"), "{mermaid}");
+    let dot = to_dot(&graph);
+    assert!(
+        dot.contains("\"order\" -> \"product\" [style=dashed, color=\"#1f77b4\", fontcolor=\"#1f77b4\", constraint=false, label=\"product_id ← $.items[*].product_id\"];"),
+        "{dot}"
+    );
+    assert_eq!(dot.matches(" -> ").count(), graph.edges.len() + 1);
+    // Without bindings nothing changes: the full graph draws exactly its edges.
+    assert!(!to_mermaid(&full_graph()).contains("linkStyle"));
+}

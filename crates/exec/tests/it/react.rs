@@ -1,6 +1,6 @@
 //! The ReAct baseline: reason-act steps over real MCP tools, the same trace shape.
 
-use flowmem_exec::{AgentConfig, EventLog, ExecEvent, RunInput, run_agent};
+use flowmem_exec::{AgentConfig, ExecEvent, RecordingObserver, RunInput, run_agent};
 use flowmem_testsupport::{Reply, Script};
 use serde_json::json;
 
@@ -20,7 +20,7 @@ async fn the_agent_calls_tools_until_it_answers() {
     let llm = support::llm(script).await;
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
-    let log = EventLog::default();
+    let log = RecordingObserver::default();
     let cfg = AgentConfig { max_steps: 5, instruction: Some("MEMORY-MARK".to_owned()) };
     let trace = run_agent(&runtime, &cfg, &input(), &log).await;
     tools.shutdown().await;
@@ -54,7 +54,7 @@ async fn the_agent_stops_at_the_step_limit_with_the_trace_kept() {
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
     let cfg = AgentConfig { max_steps: 3, instruction: None };
-    let trace = run_agent(&runtime, &cfg, &input(), &EventLog::default()).await;
+    let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert_eq!(trace.error.as_deref(), Some("no final answer within 3 steps"));
     assert_eq!(trace.result, None);

@@ -209,3 +209,92 @@ fn an_entry_with_inputs_and_an_empty_graph_are_rejected() {
     assert!(found.contains(&Violation::EntryHasInput { node: "a".into(), from: "b".into() }), "{found:#?}");
     assert!(found.iter().any(|violation| matches!(violation, Violation::Cycle { .. })), "{found:#?}");
 }
+
+/// `plan` → `order` → `product`, and `user` on a branch of its own beside `order`.
+fn bound_graph(product_bindings: serde_json::Value) -> WorkflowGraph {
+    graph(json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "order", "kind": "tool", "hints": ["echo"],
+             "bindings": {"order_id": {"observed": 2, "sources": [{"from": "query", "support": 2}]}}},
+            {"id": "user", "kind": "tool", "hints": ["echo"]},
+            {"id": "product", "kind": "tool", "hints": ["add"], "bindings": product_bindings},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [
+            {"from": "plan", "to": "order"},
+            {"from": "plan", "to": "user"},
+            {"from": "order", "to": "product"},
+            {"from": "product", "to": "answer"},
+            {"from": "user", "to": "answer"}
+        ],
+        "entry": "plan",
+        "exit": "answer"
+    }))
+}
+
+#[test]
+fn bindings_must_read_from_upstream_nodes() {
+    let upstream = bound_graph(json!({
+        "product_id": {"observed": 2, "sources": [
+            {"from": "result", "node": "order", "path": "$.items[*].product_id", "support": 2},
+            {"from": "argument", "node": "plan", "arg": "x", "support": 1},
+            {"from": "constant", "value": 7, "support": 1}
+        ]}
+    }));
+    assert!(check(upstream, ToolCatalog::Known(&tools())).is_ok());
+
+    let wrong = bound_graph(json!({
+        "item_ids[*]": {"observed": 2, "sources": [
+            {"from": "result", "node": "user", "path": "$.orders[*]", "support": 2},
+            {"from": "result", "node": "answer", "path": "$", "support": 1},
+            {"from": "argument", "node": "product", "arg": "product_id", "support": 1},
+            {"from": "result", "node": "ghost", "path": "$", "support": 1}
+        ]}
+    }));
+    let found = violations(&wrong, ToolCatalog::Known(&tools()));
+    let bad: Vec<(&str, &str, &str)> = found
+        .iter()
+        .map(|violation| match violation {
+            Violation::BindingNotUpstream { node, arg, source_node } => {
+                (node.as_str(), arg.as_str(), source_node.as_str())
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        bad,
+        [
+            ("product", "item_ids[*]", "user"),
+            ("product", "item_ids[*]", "answer"),
+            ("product", "item_ids[*]", "product"),
+            ("product", "item_ids[*]", "ghost"),
+        ]
+    );
+    assert_eq!(
+        found[0].to_string(),
+        "node `product`: argument `item_ids[*]` is bound to `user`, which is not an upstream node"
+    );
+    assert_eq!(found[0].node(), Some("product"));
+}
+
+#[test]
+fn graph_files_without_bindings_still_load_and_keep_their_shape() {
+    let legacy = json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "t", "kind": "tool", "hints": ["echo"], "instruction": "Echo it"},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [{"from": "plan", "to": "t", "kind": "data"}, {"from": "t", "to": "answer", "kind": "data"}],
+        "entry": "plan",
+        "exit": "answer"
+    });
+    let parsed = graph(legacy.clone());
+    let flowmem_model::NodeKind::Tool { bindings, .. } = &parsed.nodes[1].kind else { panic!("a tool node") };
+    assert!(bindings.is_empty());
+    assert!(check(parsed.clone(), ToolCatalog::Known(&tools())).is_ok());
+    // Written back, a graph without bindings is the file it was read from.
+    let written = serde_json::to_value(&parsed).unwrap();
+    assert_eq!(flowmem_model::canonical_json(&written), flowmem_model::canonical_json(&legacy));
+}

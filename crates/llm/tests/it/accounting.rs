@@ -37,6 +37,8 @@ async fn counts_per_model_and_purpose_through_the_cache() {
     let total = snapshot.total;
     assert_eq!((total.calls, total.errors, total.cache_hits), (4, 1, 1));
     assert_eq!((total.prompt_tokens, total.completion_tokens), (150, 15));
+    // What the cache hit's original call spent is kept apart.
+    assert_eq!((total.cached_prompt_tokens, total.cached_completion_tokens), (50, 5));
     assert_eq!(snapshot.per_model["scripted"].calls, 4);
     assert_eq!(snapshot.per_purpose[&Purpose::Optimizer].prompt_tokens, 100);
     assert_eq!(snapshot.per_purpose[&Purpose::Judge].calls, 2);
@@ -44,4 +46,33 @@ async fn counts_per_model_and_purpose_through_the_cache() {
     assert_eq!(snapshot.per_purpose[&Purpose::Agent].errors, 1);
     let json = serde_json::to_value(&snapshot).unwrap();
     assert_eq!(json["per_purpose"]["judge"]["cache_hits"], 1);
+}
+
+#[tokio::test]
+async fn a_nested_accounting_counts_one_run_apart_from_the_whole() {
+    let server = ScriptedLlmServer::start(Script::in_order([
+        Reply::text("first").usage(10, 1),
+        Reply::text("second").usage(20, 2),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(ResponseCache::open(&dir.path().join("c.sqlite")).unwrap());
+    let whole = Accounting::new();
+    let model: Arc<dyn ChatModel> = Arc::new(AccountedModel::new(
+        Arc::new(CachedModel::new(Arc::new(client(&server)), cache, CacheMode::ReadWrite)),
+        whole.clone(),
+    ));
+    let request = |text: &str| ChatRequest::new(vec![Message::user(text)], Purpose::Executor);
+    let first_run = AccountedModel::new(model.clone(), Accounting::new());
+    deadline(first_run.chat(&request("a"))).await.unwrap();
+    let second_run = AccountedModel::new(model.clone(), Accounting::new());
+    deadline(second_run.chat(&request("b"))).await.unwrap();
+    assert!(deadline(second_run.chat(&request("a"))).await.unwrap().cached);
+
+    let first = first_run.accounting().snapshot().total;
+    assert_eq!((first.calls, first.prompt_tokens, first.completion_tokens), (1, 10, 1));
+    let second = second_run.accounting().snapshot().total;
+    assert_eq!((second.calls, second.cache_hits, second.prompt_tokens, second.cached_prompt_tokens), (2, 1, 20, 10));
+    assert_eq!(second.completion_tokens + second.cached_completion_tokens, 3);
+    assert_eq!(whole.snapshot().total.calls, 3, "the run-wide tally still sees every call");
 }

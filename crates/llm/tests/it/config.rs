@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use flowmem_llm::{CacheMode, ConfigError, LlmSettings, ModelChoice, Purpose};
+use flowmem_llm::{CacheMode, LlmSettings, ModelChoice, ModelConfigError, Purpose};
 use flowmem_testsupport::{Script, ScriptedLlmServer};
 
 use crate::support::deadline;
@@ -107,7 +107,7 @@ async fn errors_name_the_field() {
     assert_eq!(filled.base_url, "http://e/v1");
 
     let typo = LlmSettings::from_toml("[models.a]\nbse_url = \"x\"\n", Path::new("f.toml")).unwrap_err();
-    assert!(matches!(typo, ConfigError::Parse { .. }));
+    assert!(matches!(typo, ModelConfigError::Parse { .. }));
     let text = typo.to_string();
     assert!(text.starts_with("f.toml: ") && text.contains("line 2") && text.contains("bse_url"), "{text}");
     let bad_mode = LlmSettings::from_toml("[llm]\ncache = \"sometimes\"\n", Path::new("f.toml")).unwrap_err();
@@ -142,7 +142,7 @@ async fn the_environment_endpoint_is_the_default() {
     let bare = ScriptedLlmServer::start(Script::new().models(Vec::<String>::new())).await;
     let vars = env_of(&[("OPENAI_BASE_URL", &bare.base_url())]);
     let err = deadline(empty.resolve(Purpose::Agent, None, &vars)).await.unwrap_err();
-    assert!(matches!(err, ConfigError::Discovery { .. }), "{err:?}");
+    assert!(matches!(err, ModelConfigError::Discovery { .. }), "{err:?}");
 }
 
 #[tokio::test]

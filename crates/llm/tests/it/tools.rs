@@ -1,6 +1,7 @@
 //! Tool calls: definitions go out as OpenAI function tools, arguments come back parsed.
 
 use flowmem_llm::{ChatModel, ChatRequest, FinishReason, LlmError, Message, Purpose, Role, ToolChoice, ToolDefinition};
+use flowmem_model::{ArgsError, error_chain};
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 use serde_json::{Value, json};
 
@@ -82,13 +83,20 @@ async fn several_calls_in_one_reply() {
 
 #[tokio::test]
 async fn bad_arguments_are_a_typed_error_with_the_raw_text() {
-    for raw in ["{\"order_id\": ", "[\"#W42\"]"] {
+    for (raw, not_json) in [("{\"order_id\": ", true), ("[\"#W42\"]", false)] {
         let server = ScriptedLlmServer::start(Script::in_order([Reply::tool_call_raw("get_order", raw)])).await;
         let mut request = ChatRequest::new(vec![Message::user("Where is #W42?")], Purpose::Agent);
         request.tools = vec![get_order_tool()];
         let err = deadline(client(&server).chat(&request)).await.unwrap_err();
-        let LlmError::ToolArguments { tool, raw: carried, .. } = &err else { panic!("{err:?}") };
+        let LlmError::ToolArguments { tool, raw: carried, problem, .. } = &err else { panic!("{err:?}") };
         assert_eq!(tool, "get_order");
+        if not_json {
+            assert!(matches!(problem, ArgsError::NotJson(_)), "{problem:?}");
+        } else {
+            assert!(matches!(problem, ArgsError::NotAnObject { found: "array" }), "{problem:?}");
+        }
+        // The cause is the error's source, so the one-line chain names it.
+        assert!(error_chain(&err).ends_with(&error_chain(problem)), "{err:?}");
         assert_eq!(carried, raw);
         assert!(err.to_string().contains(raw), "{err}");
         // A model's bad arguments are not a transport fault: no retry.

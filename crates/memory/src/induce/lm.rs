@@ -10,8 +10,8 @@ use flowmem_model::{Provenance, Scope, Trajectory, Workflow, WorkflowStats, Work
 
 use crate::error::InduceError;
 use crate::induce::rule::one_line;
-use crate::induce::{Induction, SkipReason, Skipped, scope_of};
-use crate::render::parse_text;
+use crate::induce::{Induction, SkipReason, SkippedCandidate, scope_of};
+use crate::render::{TextError, parse_text};
 
 /// The name of the induction prompt template (`prompts/induce.j2`).
 pub const PROMPT_NAME: &str = "induce";
@@ -229,12 +229,13 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     let mut res = Induction::default();
     let parsed = match parse_reply(&content) {
         Ok(parsed) => parsed,
-        Err(message) => {
+        Err(err) => {
+            let message = err.to_string();
             let message = match client_problem {
                 Some(problem) => format!("{problem}; {message}"),
                 None => message,
             };
-            res.skipped.push(Skipped {
+            res.skipped.push(SkippedCandidate {
                 trajectory_ids,
                 description: None,
                 reason: SkipReason::Unparseable { message },
@@ -255,7 +256,7 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
     };
     res.proposed = parsed.workflows.len() + parsed.broken.len();
     for (description, message) in parsed.broken {
-        res.skipped.push(Skipped {
+        res.skipped.push(SkippedCandidate {
             trajectory_ids: trajectory_ids.clone(),
             description: Some(description),
             reason: SkipReason::Unparseable { message },
@@ -265,7 +266,7 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
         let workflow = Workflow { scope: scope.clone(), provenance: provenance.clone(), ..workflow };
         match validate(&workflow, trajectories, cfg.min_steps) {
             Ok(()) => res.workflows.push(workflow),
-            Err(reason) => res.skipped.push(Skipped {
+            Err(reason) => res.skipped.push(SkippedCandidate {
                 trajectory_ids: trajectory_ids.clone(),
                 description: Some(workflow.description),
                 reason,
@@ -292,8 +293,9 @@ pub struct ParsedReply {
 ///
 /// # Errors
 ///
-/// A message naming what both parsers found wrong, when neither yields a workflow.
-pub fn parse_reply(content: &str) -> Result<ParsedReply, String> {
+/// [`UnreadableReply`], naming what both parsers found wrong, when neither yields a
+/// workflow.
+pub fn parse_reply(content: &str) -> Result<ParsedReply, UnreadableReply> {
     let json_err = match parse_json_reply(content) {
         Ok(workflows) => return Ok(ParsedReply { workflows, broken: Vec::new() }),
         Err(err) => err,
@@ -320,26 +322,53 @@ pub fn parse_reply(content: &str) -> Result<ParsedReply, String> {
     if !parsed.workflows.is_empty() {
         return Ok(parsed);
     }
-    let text_err = match text_errors.first() {
-        Some(err) => err.to_string(),
-        None => "no block has an `Action:` line".to_owned(),
-    };
-    Err(format!("as JSON: {json_err}; as AWM text: {text_err}"))
+    Err(UnreadableReply { json: json_err, text: text_errors.into_iter().next() })
 }
 
-fn parse_json_reply(content: &str) -> Result<Vec<Workflow>, String> {
+/// An induction reply that neither the JSON parser nor the AWM text parser can read.
+#[derive(Debug, thiserror::Error)]
+#[error("as JSON: {json}; as AWM text: {}", text_problem(text.as_ref()))]
+pub struct UnreadableReply {
+    /// Why the reply is not the structured JSON form.
+    pub json: JsonReplyError,
+    /// The first unreadable line of the AWM text form; `None` when no block has an
+    /// `Action:` line at all.
+    pub text: Option<TextError>,
+}
+
+/// Why an induction reply is not the structured JSON form.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonReplyError {
+    /// The reply (without a code fence) does not start like a JSON object or array.
+    #[error("the reply is not a JSON object or array")]
+    NotJson,
+    /// The JSON does not parse, or does not have the reply's shape; the message names the
+    /// line, column and field.
+    #[error(transparent)]
+    Invalid(serde_json::Error),
+    /// The reply parsed but lists no workflow.
+    #[error("the reply holds no workflows")]
+    NoWorkflows,
+}
+
+fn text_problem(error: Option<&TextError>) -> String {
+    error.map_or_else(|| "no block has an `Action:` line".to_owned(), ToString::to_string)
+}
+
+fn parse_json_reply(content: &str) -> Result<Vec<Workflow>, JsonReplyError> {
     let trimmed = strip_fence(content.trim());
     if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-        return Err("the reply is not a JSON object or array".to_owned());
+        return Err(JsonReplyError::NotJson);
     }
-    let value: Value = serde_json::from_str(trimmed).map_err(|err| err.to_string())?;
+    let value: Value = serde_json::from_str(trimmed).map_err(JsonReplyError::Invalid)?;
     let proposed: Vec<ProposedWorkflow> = match value {
         Value::Array(_) => serde_json::from_value(value),
         other => serde_json::from_value::<Reply>(other).map(|reply| reply.workflows),
     }
-    .map_err(|err| err.to_string())?;
+    .map_err(JsonReplyError::Invalid)?;
     if proposed.is_empty() {
-        return Err("the reply holds no workflows".to_owned());
+        return Err(JsonReplyError::NoWorkflows);
     }
     Ok(proposed
         .into_iter()
@@ -499,7 +528,7 @@ mod tests {
 
     use flowmem_model::{Trajectory, Workflow};
 
-    use crate::induce::{SkipReason, parse_reply, validate};
+    use crate::induce::{JsonReplyError, SkipReason, parse_reply, validate};
 
     fn trajectory(id: &str, email: &str, order: &str) -> Trajectory {
         serde_json::from_value(json!({"id": id, "query": "q", "steps": [
@@ -574,8 +603,15 @@ mod tests {
         assert_eq!(parsed.broken.len(), 1);
         assert_eq!(parsed.broken[0].0, "e");
         assert!(parsed.broken[0].1.starts_with("line 6"), "{:?}", parsed.broken);
-        assert!(parse_reply("Workflow: e\nAction: g(oops").unwrap_err().contains("line 2"));
+        let err = parse_reply("Workflow: e\nAction: g(oops").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+        assert_eq!(err.text.as_ref().map(|text| text.line), Some(2));
         let err = parse_reply("I cannot help with that.").unwrap_err();
-        assert!(err.contains("as JSON") && err.contains("as AWM text"), "{err}");
+        assert!(matches!(err.json, JsonReplyError::NotJson), "{err:?}");
+        assert!(err.text.is_none(), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("as JSON") && message.contains("as AWM text"), "{message}");
+        let err = parse_reply("{\"workflows\": []}").unwrap_err();
+        assert!(matches!(err.json, JsonReplyError::NoWorkflows), "{err:?}");
     }
 }

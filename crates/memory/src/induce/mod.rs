@@ -20,7 +20,8 @@ use serde::Serialize;
 use flowmem_model::{Scope, Workflow};
 
 pub use crate::induce::lm::{
-    LmConfig, PROMPT_NAME, PROMPT_VERSION, ParsedReply, lm, parse_reply, reply_schema, validate,
+    JsonReplyError, LmConfig, PROMPT_NAME, PROMPT_VERSION, ParsedReply, UnreadableReply, lm, parse_reply, reply_schema,
+    validate,
 };
 pub use crate::induce::rule::{RuleConfig, rule};
 
@@ -31,7 +32,7 @@ pub struct Induction {
     /// The workflows that passed every check, in a deterministic order.
     pub workflows: Vec<Workflow>,
     /// Groups, trajectories or proposed workflows that were left out.
-    pub skipped: Vec<Skipped>,
+    pub skipped: Vec<SkippedCandidate>,
     /// How many candidate workflows the inducer considered before its checks: for LM
     /// induction the workflows of the reply plus its unreadable text blocks, for rule
     /// induction the tool-sequence groups. Each one ends up in `workflows` or, with its
@@ -41,7 +42,7 @@ pub struct Induction {
 
 /// One thing an inducer left out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Skipped {
+pub struct SkippedCandidate {
     /// The trajectories concerned.
     pub trajectory_ids: Vec<String>,
     /// The proposed workflow's description, for LM induction.
@@ -115,7 +116,7 @@ impl fmt::Display for SkipReason {
 
 /// Which inducer to run, for callers that pick one at run time.
 #[derive(Clone, Copy)]
-pub enum Variant<'a> {
+pub enum Inducer<'a> {
     /// Deterministic rule-based induction.
     Rule(&'a RuleConfig),
     /// LM-based induction.
@@ -130,11 +131,11 @@ pub enum Variant<'a> {
 /// reached (see [`lm()`]).
 pub async fn induce(
     trajectories: &[flowmem_model::Trajectory],
-    variant: Variant<'_>,
+    inducer: Inducer<'_>,
 ) -> Result<Induction, crate::InduceError> {
-    match variant {
-        Variant::Rule(cfg) => Ok(rule(trajectories, cfg)),
-        Variant::Lm(cfg) => lm(trajectories, cfg).await,
+    match inducer {
+        Inducer::Rule(cfg) => Ok(rule(trajectories, cfg)),
+        Inducer::Lm(cfg) => lm(trajectories, cfg).await,
     }
 }
 

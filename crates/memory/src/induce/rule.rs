@@ -8,7 +8,7 @@ use flowmem_model::{
     Provenance, Scope, ToolCall, Trajectory, Workflow, WorkflowAction, WorkflowStats, WorkflowStep, canonical_json,
 };
 
-use crate::induce::{Induction, SkipReason, Skipped, scope_of};
+use crate::induce::{Induction, SkipReason, SkippedCandidate, scope_of};
 
 /// Options of [`rule`].
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +82,7 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
     for group in groups {
         let trajectory_ids: Vec<String> = group.members.iter().map(|(t, _)| t.id.clone()).collect();
         if group.tools.len() < cfg.min_steps {
-            res.skipped.push(Skipped {
+            res.skipped.push(SkippedCandidate {
                 trajectory_ids,
                 description: None,
                 reason: SkipReason::TooFewSteps { tools: group.tools, min_steps: cfg.min_steps },

@@ -7,7 +7,7 @@ use flowmem_memory::{Arm, Judgement, ProgressLine, TaskRun, learning_curve, rend
 use crate::repo_root;
 
 fn run(index: usize, arm: Arm, success: bool) -> ProgressLine {
-    ProgressLine::Run(TaskRun {
+    ProgressLine::Run(Box::new(TaskRun {
         index,
         record_id: format!("r{index}"),
         arm,
@@ -20,7 +20,7 @@ fn run(index: usize, arm: Arm, success: bool) -> ProgressLine {
         used: Vec::new(),
         failed_workflow_steps: Vec::new(),
         trajectory: None,
-    })
+    }))
 }
 
 #[test]

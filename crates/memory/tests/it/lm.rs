@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use flowmem_memory::induce::{self, Induction, LmConfig, SkipReason, Variant};
+use flowmem_memory::induce::{self, Inducer, Induction, LmConfig, SkipReason};
 use flowmem_memory::{AddOutcome, MemoryStore, OfflineConfig, OfflineReport, StoreConfig, induce_offline, render};
 use flowmem_model::{Scope, Trajectory};
 use flowmem_testsupport::{RecordedRequest, Reply, Script, ScriptedLlmServer};
@@ -77,7 +77,7 @@ async fn store_with(
     let cfg = lm_cfg(&model, &prompts, structured);
     let dir = tempfile::tempdir().unwrap();
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
-    let offline = OfflineConfig { variant: Variant::Lm(&cfg), scope: None, batch_size };
+    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size };
     let report = induce_offline(&mut store, &trajectories(), &offline).await.unwrap();
     (report, store, server.chat_requests(), dir)
 }
@@ -283,7 +283,7 @@ async fn a_failing_model_is_an_error_and_stores_nothing() {
     let cfg = lm_cfg(&model, &prompts, true);
     let dir = tempfile::tempdir().unwrap();
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
-    let offline = OfflineConfig { variant: Variant::Lm(&cfg), scope: None, batch_size: 5 };
+    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size: 5 };
     let err = induce_offline(&mut store, &trajectories(), &offline).await.unwrap_err();
     assert!(
         matches!(err, flowmem_memory::InduceError::Llm(flowmem_llm::LlmError::Status { status: 400, .. })),

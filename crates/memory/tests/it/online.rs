@@ -201,7 +201,7 @@ async fn learn(
         evaluator: evaluator.as_ref(),
         prompts: &prompts,
         agent: agent_cfg(MemoryMode::Prompt, 2000),
-        inducer: induce::Variant::Rule(&rule),
+        inducer: induce::Inducer::Rule(&rule),
         batch_size: 1,
         limit,
         baseline: true,

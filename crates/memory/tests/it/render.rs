@@ -38,7 +38,7 @@ fn a_workflow_becomes_a_linear_plan_tools_synthesize_graph() {
     assert_eq!(ids, ["plan", "step_1", "step_2", "synthesize"]);
     assert!(matches!(graph.nodes[0].kind, NodeKind::Llm { role: LlmRole::Plan, .. }));
     assert!(matches!(graph.nodes[3].kind, NodeKind::Llm { role: LlmRole::Synthesize, .. }));
-    let NodeKind::Tool { hints, instruction } = &graph.nodes[1].kind else { panic!("step_1 is a tool node") };
+    let NodeKind::Tool { hints, instruction, .. } = &graph.nodes[1].kind else { panic!("step_1 is a tool node") };
     assert_eq!(hints, &["find_user_id_by_email"]);
     let instruction = instruction.as_deref().unwrap();
     assert!(instruction.contains("The user gave their email.") && instruction.contains("{email}"), "{instruction}");

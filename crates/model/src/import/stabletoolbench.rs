@@ -17,8 +17,8 @@ use serde_json::Value;
 use crate::import::Imported;
 use crate::import::input::Input;
 use crate::import::json::{Node, Problem};
-use crate::import::toolbench::{Finish, parse_finish};
-use crate::{Action, Item, Meta, Step, ToolCall, Trajectory};
+use crate::import::toolbench::{Run, final_answer};
+use crate::{Action, Item, Step, ToolCall, Trajectory};
 
 /// How many tool calls lost their arguments to the source's truncation.
 #[derive(Debug, Default)]
@@ -59,29 +59,14 @@ fn trajectory(
 ) -> Result<Trajectory, Problem> {
     let query = node.field("query")?.as_str()?.to_owned();
     let answer = node.field("answer")?;
-    let final_answer = match answer.opt_field("final_answer")? {
-        Some(text) => match parse_finish(text.as_str()?) {
-            Finish::Answer(answer) => Some(answer),
-            Finish::NoAnswer => None,
-        },
-        None => None,
-    };
+    let final_answer = final_answer(&answer)?;
     let mut walk = Walk { steps: Vec::new(), reasoning: None, truncation };
     walk.level(&answer.field("answer_details")?)?;
     let Walk { mut steps, reasoning, .. } = walk;
     if let Some(text) = reasoning {
         steps.push(Step { observation: None, reasoning: None, action: Action::Message { content: text } });
     }
-    Ok(Trajectory {
-        id: id.to_owned(),
-        attempt: None,
-        query,
-        steps,
-        final_answer,
-        reference: None,
-        success: None,
-        meta: Meta { site: None, domain: group.map(str::to_owned), source: Some(source.to_owned()) },
-    })
+    Ok(Run { id, group, source, query, steps, final_answer }.into_trajectory(None))
 }
 
 /// The state of a walk down the `answer_details` chain.

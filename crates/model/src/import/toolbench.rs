@@ -67,13 +67,7 @@ fn trajectory(node: &Node<'_, '_>, id: &str, group: Option<&str>, source: &str) 
             call.error = observation_error(call.result.as_ref());
         }
     }
-    let final_answer = match answer.opt_field("final_answer")? {
-        Some(text) => match parse_finish(text.as_str()?) {
-            Finish::Answer(answer) => Some(answer),
-            Finish::NoAnswer => None,
-        },
-        None => None,
-    };
+    let final_answer = final_answer(&answer)?;
     let success = match node.opt_field("win")? {
         Some(win) => match win.value {
             Value::Bool(win) => Some(Outcome::Bool(*win)),
@@ -81,16 +75,51 @@ fn trajectory(node: &Node<'_, '_>, id: &str, group: Option<&str>, source: &str) 
         },
         None => None,
     };
-    Ok(Trajectory {
-        id: id.to_owned(),
-        attempt: None,
-        query,
-        steps,
-        final_answer,
-        reference: None,
-        success,
-        meta: Meta { site: None, domain: group.map(str::to_owned), source: Some(source.to_owned()) },
+    let run = Run { id, group, source, query, steps, final_answer };
+    Ok(run.into_trajectory(success))
+}
+
+/// The answer `Finish` gave in the `final_answer` field of `answer`, when it gave one.
+pub(crate) fn final_answer(answer: &Node<'_, '_>) -> Result<Option<String>, Problem> {
+    let Some(text) = answer.opt_field("final_answer")? else {
+        return Ok(None);
+    };
+    Ok(match parse_finish(text.as_str()?) {
+        Finish::Answer(answer) => Some(answer),
+        Finish::NoAnswer => None,
     })
+}
+
+/// One run of a ToolBench-family file, as read.
+pub(crate) struct Run<'a> {
+    /// The query id.
+    pub(crate) id: &'a str,
+    /// The file's group (its directory or stem), which becomes the domain.
+    pub(crate) group: Option<&'a str>,
+    /// The import's source label.
+    pub(crate) source: &'a str,
+    /// The user's query.
+    pub(crate) query: String,
+    /// The steps of the run taken.
+    pub(crate) steps: Vec<Step>,
+    /// What `Finish` answered, if it gave an answer.
+    pub(crate) final_answer: Option<String>,
+}
+
+impl Run<'_> {
+    /// The run as a trajectory: no attempt and no reference, the group as the domain.
+    pub(crate) fn into_trajectory(self, success: Option<Outcome>) -> Trajectory {
+        Trajectory {
+            id: self.id.to_owned(),
+            attempt: None,
+            query: self.query,
+            steps: self.steps,
+            final_answer: self.final_answer,
+            reference: None,
+            success,
+            meta: Meta { site: None, domain: self.group.map(str::to_owned), source: Some(self.source.to_owned()) },
+        }
+    }
 }
 
 /// The steps along the first path (in child order) from the root to a `Finish` action

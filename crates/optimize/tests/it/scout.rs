@@ -7,13 +7,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
-use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, TcConfig};
+use flowmem_eval::{JUDGE_ES_PROMPT, ScoreConfig, TcConfig};
 use flowmem_exec::{ToolBox, ToolCatalog, check, exec_prompts};
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::{Record, ToolCall, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, Scoring, ScoutParts, ScoutSettings, StopReason, Strategy, prepare_run,
-    scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, StopReason, Strategy, prepare_run, scout,
 };
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -136,13 +135,12 @@ async fn run_scout(
             prompts: Arc::clone(&setup.prompts),
         },
         isolation: None,
-        scoring: Scoring {
-            alpha: Alpha::HALF,
+        scoring: ScoreConfig {
             tc: TcConfig::exact(),
-            judge: Some((Arc::clone(&setup.model), Arc::clone(&setup.prompts))),
+            judge: Some((setup.model.as_ref(), setup.prompts.as_ref())),
+            checker: None,
         },
         proposer: &proposer,
-        checker: None,
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
         on_test: &|_| {},

@@ -37,7 +37,8 @@ async fn replay_domain(domain: &str, records: &[Record]) -> ReplayReport {
         isolation: Some(StateIsolation {
             key_arg: "state_key".to_owned(),
             reset_tool: Some("reset_state".to_owned()),
-            key_prefix: format!("flowmem-test/{domain}/"),
+            hidden_tools: Vec::new(),
+            key: format!("flowmem-test/{domain}/"),
         }),
     };
     let report = replay(&registry, records, &cfg).await;
@@ -114,7 +115,8 @@ async fn a_failed_reset_skips_the_record_and_says_why() {
         isolation: Some(StateIsolation {
             key_arg: "state_key".to_owned(),
             reset_tool: Some("no_such_reset".to_owned()),
-            key_prefix: String::new(),
+            hidden_tools: Vec::new(),
+            key: String::new(),
         }),
     };
     let finished = std::sync::atomic::AtomicUsize::new(0);

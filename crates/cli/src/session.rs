@@ -1,0 +1,356 @@
+//! The one place where a command's resolved settings become live resources: the models
+//! by role, the tool registry, the prompt templates, the LLM cache and accounting, and
+//! the tool-state isolation.
+//!
+//! Every command that talks to a model or a tool opens a [`Session`] from a
+//! [`SessionSettings`] (built from its flags by [`crate::settings`]), takes what it needs
+//! through the accessors, and closes it. Closing stops the tool servers; a session
+//! dropped without [`Session::close`], as on an early `?` return, stops them too.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use flowmem_eval::TaskChecker;
+use flowmem_exec::Runtime;
+use flowmem_llm::{
+    AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, EmbeddedPrompt, HttpModel, LlmSettings,
+    LocalModelConfig, ModelChoice, Prompts, Purpose, ResponseCache, TextLimitModel,
+};
+use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
+use flowmem_tools::StateIsolation;
+use flowmem_tools::{Registry, ToolsConfig};
+
+use crate::args::StateArgs;
+use crate::commands::common;
+use crate::settings::{Config, ModelRoles};
+
+/// What a command needs from a session, resolved from its flags: no clap types but
+/// [`StateArgs`], whose translation into isolation lives in one function.
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    /// The configuration file and what it holds.
+    pub config: Config,
+    /// The model names the command asked for, by role.
+    pub models: ModelRoles,
+    /// Whether the command starts the configured tool servers.
+    pub tools: ToolsUse,
+    /// The executor's prompt templates, or `None` for a command that runs no workflow.
+    pub prompts: Option<PromptSettings>,
+    /// Which LLM response cache [`Session::cached_model`] goes through.
+    pub cache: CacheUse,
+    /// Per-run tool state and the task check: the flags, and the state key runs start at.
+    pub state: Option<(StateArgs, String)>,
+}
+
+/// Whether a command uses the configured tool servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolsUse {
+    /// No tools: the `[tools]` tables are not even read.
+    None,
+    /// The configured servers, if there is a configuration file; none otherwise.
+    Optional,
+    /// The configured servers; a missing configuration file is an error with a hint.
+    Required,
+}
+
+/// The executor's prompt templates: the built-in ones, overridden from a directory, plus
+/// further templates a command renders (the judge's, the optimizer's).
+#[derive(Debug, Clone)]
+pub struct PromptSettings {
+    /// `--prompts`: a directory of `NAME.j2` overrides.
+    pub dir: Option<PathBuf>,
+    /// Templates registered beside the executor's.
+    pub extra: Vec<EmbeddedPrompt>,
+}
+
+/// Where [`Session::cached_model`] caches replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheUse {
+    /// No cache: every call reaches the model.
+    Off,
+    /// The configured cache file (`[llm] cache_path`), in `mode`, or in the configured
+    /// mode (`[llm] cache`) when `None`.
+    Configured(Option<CacheMode>),
+    /// A cache file of the command's own (a scout run directory's), read and written.
+    At(PathBuf),
+}
+
+/// A command's live resources. See the module docs.
+///
+/// The accessors are what a long-lived command such as a server needs: models by role
+/// ([`Session::model`], [`Session::cached_model`]), the tools ([`Session::registry`]),
+/// the templates ([`Session::prompts`]), a [`Runtime`] over them, and the isolation
+/// settings ([`Session::isolation`], [`Session::task_checker`]).
+pub struct Session {
+    config: Config,
+    models: ModelRoles,
+    accounting: Accounting,
+    cache: Option<(Arc<ResponseCache>, CacheMode)>,
+    tools: ToolsConfig,
+    registry: Arc<Registry>,
+    prompts: Arc<Prompts>,
+    state: Option<StateArgs>,
+    isolation: Option<StateIsolation>,
+    // Invariant: true once the tool servers were asked to stop.
+    closed: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The configuration is left out: its models may carry API keys.
+        f.debug_struct("Session")
+            .field("config_path", &self.config.path())
+            .field("models", &self.models)
+            .field("n_tools", &self.registry.tools().len())
+            .field("isolation", &self.isolation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Opens the LLM cache, starts the tool servers and loads the prompt templates.
+    ///
+    /// # Errors
+    ///
+    /// When the tools are required and there is no configuration file, the `[tools]`
+    /// tables are invalid, a server does not start, the cache cannot be opened, or the
+    /// templates do not load.
+    pub async fn open(settings: SessionSettings) -> anyhow::Result<Session> {
+        let SessionSettings { config, models, tools, prompts, cache, state } = settings;
+        let tools_config = match tools {
+            ToolsUse::None => ToolsConfig::empty(),
+            ToolsUse::Optional => config.tools(false)?,
+            ToolsUse::Required => config.tools(true)?,
+        };
+        let cache = open_cache(config.llm(), &cache)?;
+        let registry = Arc::new(Registry::connect(&tools_config).await.context("starting the tool servers")?);
+        if !tools_config.servers.is_empty() {
+            tracing::info!(
+                servers = tools_config.servers.len(),
+                tools = registry.tools().len(),
+                "tool servers started"
+            );
+        }
+        let mut session = Session {
+            config,
+            models,
+            accounting: Accounting::new(),
+            cache,
+            tools: tools_config,
+            registry,
+            prompts: Arc::new(Prompts::new()),
+            state: None,
+            isolation: None,
+            closed: false,
+        };
+        // From here on, an error drops the session, which stops the servers.
+        if let Some(prompts) = prompts {
+            session.prompts = Arc::new(session.executor_prompts(&prompts).await?);
+        }
+        if let Some((flags, key)) = state {
+            session.isolation = common::state_isolation(&flags, &key);
+            session.state = Some(flags);
+        }
+        Ok(session)
+    }
+
+    /// The model for `purpose`, as the command's flags and the configuration choose it,
+    /// counted in [`Session::accounting`] and never cached.
+    ///
+    /// # Errors
+    ///
+    /// When the configuration does not resolve or the model cannot be built.
+    pub async fn model(&self, purpose: Purpose) -> anyhow::Result<Arc<dyn ChatModel>> {
+        let choice = self.model_choice(purpose).await?;
+        self.build_model(choice, None)
+    }
+
+    /// Like [`Session::model`], with replies going through the session's cache (when it
+    /// has one).
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::model`].
+    pub async fn cached_model(&self, purpose: Purpose) -> anyhow::Result<Arc<dyn ChatModel>> {
+        let choice = self.model_choice(purpose).await?;
+        self.build_model(choice, self.cache.clone())
+    }
+
+    /// Which model serves `purpose`, resolved but not built.
+    ///
+    /// # Errors
+    ///
+    /// When the configuration does not resolve.
+    pub async fn model_choice(&self, purpose: Purpose) -> anyhow::Result<ModelChoice> {
+        let requested = self.models.requested(purpose);
+        let choice = self.config.llm().resolve(purpose, requested, &flowmem_llm::std_env).await?;
+        let backend = match &choice {
+            ModelChoice::Local(_) => "embedded",
+            _ => "http",
+        };
+        // Names only: a model's configuration may carry an API key.
+        tracing::info!(role = purpose.as_str(), model = choice.name(), backend, "chose a model");
+        Ok(choice)
+    }
+
+    /// Builds `choice`, wrapped in the session's cache when `cached` and in its accounting.
+    ///
+    /// # Errors
+    ///
+    /// When the model cannot be built, such as a missing embedded-model file.
+    pub fn build_model(
+        &self,
+        choice: ModelChoice,
+        cache: Option<(Arc<ResponseCache>, CacheMode)>,
+    ) -> anyhow::Result<Arc<dyn ChatModel>> {
+        let mut model: Arc<dyn ChatModel> = match choice {
+            ModelChoice::Http(cfg) => Arc::new(HttpModel::new(cfg)?),
+            ModelChoice::Local(cfg) => local_model(&cfg)?,
+            other => bail!("model `{}` has a kind this build does not support", other.name()),
+        };
+        if let Some((cache, mode)) = cache {
+            model = Arc::new(CachedModel::new(model, cache, mode));
+        }
+        Ok(Arc::new(AccountedModel::new(model, self.accounting.clone())))
+    }
+
+    /// A runtime over `executor`, the session's tools and its templates.
+    #[must_use]
+    pub fn runtime(&self, executor: Arc<dyn ChatModel>) -> Runtime {
+        Runtime { executor, models: Default::default(), tools: self.registry.clone(), prompts: self.prompts.clone() }
+    }
+
+    /// The tool registry: every configured server's tools (none under [`ToolsUse::None`]).
+    #[must_use]
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The prompt templates: the executor's and the extra ones (empty without
+    /// [`PromptSettings`]).
+    #[must_use]
+    pub fn prompts(&self) -> &Arc<Prompts> {
+        &self.prompts
+    }
+
+    /// The per-run tool-state isolation the flags ask for, if any.
+    #[must_use]
+    pub fn isolation(&self) -> Option<&StateIsolation> {
+        self.isolation.as_ref()
+    }
+
+    /// τ-bench's task check, when `--task-check` asks for it.
+    ///
+    /// # Errors
+    ///
+    /// When the check is asked for without isolation, or no state directory is found.
+    pub fn task_checker(&self) -> anyhow::Result<Option<TaskChecker>> {
+        let Some(state) = &self.state else { return Ok(None) };
+        common::task_checker(state, &self.tools, &self.registry, self.isolation.as_ref())
+    }
+
+    /// The LLM calls and tokens of every model the session built.
+    #[must_use]
+    pub fn accounting(&self) -> &Accounting {
+        &self.accounting
+    }
+
+    /// The response cache [`Session::cached_model`] uses, if any.
+    #[must_use]
+    pub fn cache(&self) -> Option<&Arc<ResponseCache>> {
+        self.cache.as_ref().map(|(cache, _)| cache)
+    }
+
+    /// Stops the tool servers, waiting for them to exit.
+    pub async fn close(mut self) {
+        self.closed = true;
+        self.registry.shutdown().await;
+    }
+
+    /// The executor's templates with the overrides and extra templates of `settings`.
+    /// When the executor is the embedded model, each upstream result in a node's prompt
+    /// is bounded to [`LOCAL_CONTEXT_ITEM_CHARS`] and the optimizer's feedback to
+    /// [`LOCAL_FEEDBACK_CHARS`].
+    async fn executor_prompts(&self, settings: &PromptSettings) -> anyhow::Result<Prompts> {
+        let mut prompts =
+            flowmem_exec::exec_prompts(settings.dir.as_deref()).context("loading the prompt templates")?;
+        let requested = self.models.requested(Purpose::Executor);
+        let choice = self.config.llm().resolve(Purpose::Executor, requested, &flowmem_llm::std_env).await?;
+        if matches!(choice, ModelChoice::Local(_)) {
+            flowmem_exec::limit_context_items(&mut prompts, LOCAL_CONTEXT_ITEM_CHARS);
+            prompts.set_global(flowmem_optimize::FEEDBACK_CHARS, &LOCAL_FEEDBACK_CHARS);
+        }
+        for extra in &settings.extra {
+            prompts.register(*extra).with_context(|| format!("registering the `{}` template", extra.name))?;
+        }
+        Ok(prompts)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        // An early return skipped `close`: stop the servers here, so that none outlives
+        // the command. That needs a multi-threaded runtime to block on, which every
+        // command with tools runs on (`commands::common::block_on`).
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        let registry = self.registry.clone();
+        tokio::task::block_in_place(|| handle.block_on(registry.shutdown()));
+    }
+}
+
+/// How many characters of each upstream result the embedded model's prompts carry.
+///
+/// τ² lookups return up to 6,600 characters, and every downstream node of a workflow
+/// reads them again; for a 135M model on a CPU, prefill is where the time goes, and it
+/// makes little use of long contexts. The whole result stays in the trace.
+const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
+
+/// How many characters of feedback the embedded model's optimizer prompt carries. With
+/// the node-and-edge listing of a mined τ² skeleton, the whole prompt stays near 2,000
+/// tokens, well inside the model's 4,096-token window; unbounded, the feedback on a few
+/// queries alone runs to tens of thousands of characters.
+const LOCAL_FEEDBACK_CHARS: usize = 3000;
+
+/// The default length of the embedded model's free-text replies.
+///
+/// SmolLM2-135M says what it has to say in a few sentences and then repeats itself until
+/// the limit; 128 tokens keeps plans and answers whole while a workflow's LLM nodes stay
+/// quick. A request's own `max_tokens` wins.
+const LOCAL_TEXT_LIMIT: u32 = 128;
+
+/// Opens the cache `cache` names, unless it is off or its mode is.
+fn open_cache(settings: &LlmSettings, cache: &CacheUse) -> anyhow::Result<Option<(Arc<ResponseCache>, CacheMode)>> {
+    let (path, mode) = match cache {
+        CacheUse::Off => return Ok(None),
+        CacheUse::Configured(mode) => (settings.cache_path(), mode.unwrap_or_else(|| settings.cache_mode())),
+        CacheUse::At(path) => (path.clone(), CacheMode::ReadWrite),
+    };
+    if mode == CacheMode::Off {
+        return Ok(None);
+    }
+    let cache = ResponseCache::open(&path).with_context(|| format!("opening the LLM cache {}", path.display()))?;
+    Ok(Some((Arc::new(cache), mode)))
+}
+
+/// The embedded local model from `cfg` (its configured file, else the file the setup
+/// script installs), with free-text replies limited to [`LOCAL_TEXT_LIMIT`] tokens by
+/// default. The weights load on first use; a missing file is reported now, with the
+/// setup command to run.
+fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
+    let mut config = LocalConfig::standard();
+    if let Some(path) = &cfg.path {
+        config.path.clone_from(path);
+    }
+    if !config.path.is_file() {
+        let error = LocalError::ModelMissing { path: config.path };
+        return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
+    }
+    Ok(Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), LOCAL_TEXT_LIMIT)))
+}

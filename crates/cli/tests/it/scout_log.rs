@@ -1,0 +1,101 @@
+//! `flowmem -v scout` against the scripted LLM server and the real `server-everything`:
+//! the log lines show the optimizer's retried request and its rejected edit plan, and
+//! without `-v` only the warning remains.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, deps_dir, require_path};
+
+use crate::support::TestDir;
+
+/// The optimizer's first request fails with a 500 (retried), its first plan cuts the
+/// mined skeleton's only edge into `synthesize` (a graph whose exit cannot be reached:
+/// rejected, and the optimizer is asked again), and its second plan is a valid prompt
+/// rewrite.
+fn script() -> Script {
+    let plan = |edits: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edits": edits}));
+    let judge = Reply::json(
+        json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
+    );
+    Script::new()
+        .when_seq(
+            Match::any_message_contains("You improve a tool-using agent workflow"),
+            [
+                Reply::server_error(),
+                plan(json!([{"op": "remove_edge", "from": "tool_1", "to": "synthesize"}])),
+                plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}])),
+            ],
+        )
+        .when(Match::last_user_contains("You are evaluating the result"), judge)
+        .when(Match::after_tool_result(), Reply::text("The sum is 3."))
+        .when(Match::offers_tool("get-sum"), Reply::tool_call("get-sum", json!({"a": 1, "b": 2})))
+        .otherwise(Reply::text("The sum is 3."))
+}
+
+async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    if verbose {
+        command.arg("-v");
+    }
+    command.current_dir(dir.path(".")).args([
+        "scout",
+        "--records",
+        "records.jsonl",
+        "--out",
+        out,
+        "--iterations",
+        "1",
+        "--concurrency",
+        "1",
+    ]);
+    for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG", "RUST_LOG"] {
+        command.env_remove(var);
+    }
+    command.env("OPENAI_BASE_URL", server.base_url()).env("FLOWMEM_MODEL", "scripted-model");
+    tokio::time::timeout(Duration::from_secs(180), command.output()).await.expect("flowmem scout hung").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
+    let everything = require_path(
+        &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
+        "scripts/setup/20-mcp-servers.sh",
+    );
+    let dir = TestDir::new();
+    dir.write(
+        "flowmem.toml",
+        &format!(
+            "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"get-sum\"]\n",
+            everything.display()
+        ),
+    );
+    let records: Vec<String> = (0..5)
+        .map(|i| {
+            json!({"id": format!("sum-{i}"), "query": format!("add 1 and 2 (case {i})"),
+                "reference_result": "The sum is 3.", "orchestration": [{"tool": "get-sum", "args": {"a": 1, "b": 2}}]})
+            .to_string()
+        })
+        .collect();
+    dir.write("records.jsonl", &(records.join("\n") + "\n"));
+
+    let server = ScriptedLlmServer::start(script()).await;
+    let output = scout(&dir, &server, true, "run").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let line = |needle: &str| stderr.lines().find(|line| line.contains(needle)).map(str::to_owned);
+    let retry = line("retrying chat request").unwrap_or_else(|| panic!("no retry line in:\n{stderr}"));
+    assert!(retry.contains("WARN") && retry.contains("500"), "{retry}");
+    let rejected = line("edit plan rejected").unwrap_or_else(|| panic!("no rejected plan in:\n{stderr}"));
+    assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
+    assert!(line("re-asking the optimizer").is_some(), "{stderr}");
+
+    // Without -v the warning still shows; the info lines do not.
+    let server = ScriptedLlmServer::start(script()).await;
+    let output = scout(&dir, &server, false, "run-quiet").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("retrying chat request"), "{stderr}");
+    assert!(!stderr.contains("edit plan rejected"), "{stderr}");
+}

@@ -1,0 +1,385 @@
+//! Argument provenance mining: where every argument value of every reference call
+//! comes from.
+//!
+//! For each scalar argument value (each element of an array argument, each field of an
+//! object argument) of each call in a record's orchestration log, [`mine_dataflow`] looks
+//! for sources in order of evidence and keeps the first kind that finds any:
+//! 1. **query**: the value occurs verbatim in the record's query, as a whole token;
+//! 2. **result**: the value is a leaf of an earlier call's result, at a JSON path whose
+//!    array indices are generalised to `[*]` (`$.items[*].product_id`);
+//! 3. **argument**: the value is a leaf of an earlier call's arguments;
+//! 4. **constant**: none of the above, and the argument has this same value wherever it
+//!    occurs, in at least two records;
+//! 5. otherwise the value is **unexplained**.
+//!
+//! Within a kind every match counts (a value found in two earlier results has two
+//! sources). Values are compared after normalisation: strings are trimmed, lose one
+//! leading `#` and are lowercased; digit grouping (`1,000`, `1_000`, no-break or thin
+//! spaces) is dropped; integral numbers compare equal to their integer text, so `19122`
+//! matches `"19122"`; string results holding JSON are parsed. Booleans, nulls and empty
+//! strings are never matched, so they are constants or unexplained. Results of failed
+//! calls are not searched.
+//!
+//! The per-value findings are then aggregated per (tool, argument path) into a
+//! distribution of sources with support counts ([`ArgumentFlow`]). Mining is pure: calls
+//! without results (τ-bench and τ²-bench tasks record only the calls) simply offer no
+//! result sources, so the caller replays such logs through the real tools first.
+
+mod bind;
+mod values;
+
+use std::collections::{BTreeMap, HashMap};
+
+use flowmem_model::{Record, canonical_json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use crate::dataflow::bind::BindingConfig;
+pub(crate) use crate::dataflow::bind::{fill_bindings, order_parallels};
+use crate::dataflow::values::{argument_leaves, find_in_query, key, normalise_query, result_leaves};
+
+/// The version of the [`Dataflow`] document.
+pub const DATAFLOW_VERSION: u32 = 1;
+
+/// The most example values an [`ArgumentFlow`] keeps.
+const MAX_EXAMPLES: usize = 3;
+
+/// What [`mine_dataflow`] found: the `--json` document of `flowmem mine --output dataflow`.
+///
+/// Shape (version 1): `{"version": 1, "records", "calls", "calls_with_results", "values",
+/// "explained", "coverage", "by_kind": {"query", "result", "argument", "constant",
+/// "unexplained"}, "arguments": [ArgumentFlow], "per_record": [RecordFlow]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dataflow {
+    /// Always [`DATAFLOW_VERSION`].
+    pub version: u32,
+    /// Records mined.
+    pub records: usize,
+    /// Calls in their logs.
+    pub calls: usize,
+    /// Calls that carry a result (their results were searched for sources).
+    pub calls_with_results: usize,
+    /// Argument values (scalar leaves) in all calls.
+    pub values: u64,
+    /// Values with at least one source.
+    pub explained: u64,
+    /// `explained / values`, 0 when there are no values.
+    pub coverage: f64,
+    /// Values per kind of their sources.
+    pub by_kind: KindCounts,
+    /// One entry per (tool, argument path), sorted by tool then argument.
+    pub arguments: Vec<ArgumentFlow>,
+    /// What each record's values come from, in input order.
+    pub per_record: Vec<RecordFlow>,
+}
+
+/// How many values each kind of source explained.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindCounts {
+    /// Found in the query.
+    pub query: u64,
+    /// Found in an earlier call's result.
+    pub result: u64,
+    /// Found in an earlier call's arguments.
+    pub argument: u64,
+    /// The same in every record.
+    pub constant: u64,
+    /// No source found.
+    pub unexplained: u64,
+}
+
+/// The sources of one argument of one tool, over all records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArgumentFlow {
+    /// The tool.
+    pub tool: String,
+    /// The argument path: `order_id`, `item_ids[*]`, `passengers[*].first_name`.
+    pub arg: String,
+    /// How many values of it the logs hold.
+    pub observed: u64,
+    /// How many of them have a source.
+    pub explained: u64,
+    /// The sources, most supported first; a value with several sources counts for each.
+    pub sources: Vec<SourceSupport>,
+    /// Up to three distinct values seen, in log order.
+    pub examples: Vec<Value>,
+}
+
+/// A source and the number of values it explained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceSupport {
+    /// The source.
+    #[serde(flatten)]
+    pub source: Source,
+    /// How many values it explained.
+    pub support: u64,
+}
+
+/// Where one argument value came from, in the terms of the log (tools, not graph nodes).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum Source {
+    /// The record's query.
+    Query,
+    /// An earlier call's result.
+    Result {
+        /// The earlier call's tool.
+        tool: String,
+        /// The JSON path in its result, array indices as `[*]`.
+        path: String,
+    },
+    /// An earlier call's arguments.
+    Argument {
+        /// The earlier call's tool.
+        tool: String,
+        /// The argument path in that call.
+        arg: String,
+    },
+    /// The same value wherever the argument occurs.
+    Constant {
+        /// The value, as canonical JSON text (so sources order and compare).
+        value: String,
+    },
+}
+
+impl Source {
+    /// The kind's name: `query`, `result`, `argument` or `constant`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Query => "query",
+            Source::Result { .. } => "result",
+            Source::Argument { .. } => "argument",
+            Source::Constant { .. } => "constant",
+        }
+    }
+
+    /// The tool this source reads from, for result and argument sources.
+    #[must_use]
+    pub fn tool(&self) -> Option<&str> {
+        match self {
+            Source::Result { tool, .. } | Source::Argument { tool, .. } => Some(tool),
+            Source::Query | Source::Constant { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Query => f.write_str("query"),
+            Source::Result { tool, path } => write!(f, "{tool} → {path}"),
+            Source::Argument { tool, arg } => write!(f, "{tool}({arg})"),
+            Source::Constant { value } => write!(f, "constant {value}"),
+        }
+    }
+}
+
+/// The findings of one record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordFlow {
+    /// The record's id.
+    pub id: String,
+    /// Every argument value of its calls, in log order.
+    pub values: Vec<ValueFlow>,
+}
+
+/// One argument value and its sources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValueFlow {
+    /// The call's position in the log, from 0.
+    pub call: usize,
+    /// The call's tool.
+    pub tool: String,
+    /// The argument path.
+    pub arg: String,
+    /// The value.
+    pub value: Value,
+    /// Its sources, all of the strongest kind found; empty when unexplained.
+    pub sources: Vec<Source>,
+}
+
+impl Dataflow {
+    /// The flow of `tool`'s argument `arg`, if the logs hold it.
+    #[must_use]
+    pub fn argument(&self, tool: &str, arg: &str) -> Option<&ArgumentFlow> {
+        self.arguments.iter().find(|flow| flow.tool == tool && flow.arg == arg)
+    }
+
+    /// The findings of the record with `id`, if it was mined.
+    #[must_use]
+    pub fn record(&self, id: &str) -> Option<&RecordFlow> {
+        self.per_record.iter().find(|record| record.id == id)
+    }
+}
+
+/// Mines where every argument value of every call in `records` comes from.
+///
+/// See the [module documentation](self) for the order of evidence and the
+/// normalisation. Equal inputs give equal documents.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_mining::{Source, mine_dataflow};
+/// use flowmem_model::{Record, ToolCall};
+/// use serde_json::json;
+///
+/// let mut find = ToolCall::new("find_user", json!({"zip": "19122"}))?;
+/// find.result = Some(json!("yusuf_rossi_9620"));
+/// let details = ToolCall::new("get_user", json!({"user_id": "yusuf_rossi_9620"}))?;
+/// let record: Record = serde_json::from_value(json!({"id": "0", "query": "I live in 19122."}))?;
+/// let record = Record { orchestration: vec![find, details], ..record };
+/// let flow = mine_dataflow(&[record]);
+/// assert_eq!(flow.argument("find_user", "zip").unwrap().sources[0].source, Source::Query);
+/// let user_id = &flow.argument("get_user", "user_id").unwrap().sources[0].source;
+/// assert_eq!(user_id, &Source::Result { tool: "find_user".into(), path: "$".into() });
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn mine_dataflow(records: &[Record]) -> Dataflow {
+    let mut per_record: Vec<RecordFlow> = records.iter().map(mine_record).collect();
+    mark_constants(&mut per_record);
+    aggregate(records, per_record)
+}
+
+/// The findings of one record, before constants are known.
+fn mine_record(record: &Record) -> RecordFlow {
+    let query = normalise_query(&record.query);
+    // Per earlier call: normalised key -> the (tool, path) sources it offers.
+    let mut offered_results: HashMap<String, Vec<Source>> = HashMap::new();
+    let mut offered_args: HashMap<String, Vec<Source>> = HashMap::new();
+    let mut values = Vec::new();
+    for (call_idx, call) in record.orchestration.iter().enumerate() {
+        let leaves = argument_leaves(&call.args);
+        for leaf in &leaves {
+            let sources = match key(leaf.value) {
+                None => Vec::new(),
+                Some(key) if find_in_query(&query, &key) => vec![Source::Query],
+                Some(key) => offered_results.get(&key).or_else(|| offered_args.get(&key)).cloned().unwrap_or_default(),
+            };
+            values.push(ValueFlow {
+                call: call_idx,
+                tool: call.tool.clone(),
+                arg: leaf.path.clone(),
+                value: leaf.value.clone(),
+                sources,
+            });
+        }
+        // What this call offers to later calls.
+        for leaf in &leaves {
+            if let Some(key) = key(leaf.value) {
+                offer(&mut offered_args, key, Source::Argument { tool: call.tool.clone(), arg: leaf.path.clone() });
+            }
+        }
+        if let (Some(result), None) = (&call.result, &call.error) {
+            for (path, value) in result_leaves(result) {
+                if let Some(key) = key(&value) {
+                    offer(&mut offered_results, key, Source::Result { tool: call.tool.clone(), path });
+                }
+            }
+        }
+    }
+    RecordFlow { id: record.id.clone(), values }
+}
+
+fn offer(offered: &mut HashMap<String, Vec<Source>>, key: String, source: Source) {
+    let sources = offered.entry(key).or_default();
+    if !sources.contains(&source) {
+        sources.push(source);
+    }
+}
+
+/// Marks unexplained values of arguments that have one value everywhere, in at least two
+/// records, as constants.
+fn mark_constants(per_record: &mut [RecordFlow]) {
+    // (tool, arg) -> (the one canonical value so far, or None once two differ; records seen).
+    let mut seen: HashMap<(String, String), (Option<String>, usize)> = HashMap::new();
+    for record in per_record.iter() {
+        let mut in_record: Vec<(&str, &str)> = Vec::new();
+        for value in &record.values {
+            let text = canonical_json(&value.value);
+            let entry = seen.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| (Some(text.clone()), 0));
+            if entry.0.as_deref() != Some(text.as_str()) {
+                entry.0 = None;
+            }
+            if !in_record.contains(&(value.tool.as_str(), value.arg.as_str())) {
+                in_record.push((value.tool.as_str(), value.arg.as_str()));
+                entry.1 += 1;
+            }
+        }
+    }
+    for record in per_record.iter_mut() {
+        for value in record.values.iter_mut().filter(|value| value.sources.is_empty()) {
+            if let Some((Some(text), n_records)) = seen.get(&(value.tool.clone(), value.arg.clone()))
+                && *n_records >= 2
+            {
+                value.sources.push(Source::Constant { value: text.clone() });
+            }
+        }
+    }
+}
+
+fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
+    let mut by_kind = KindCounts::default();
+    let mut flows: BTreeMap<(String, String), (ArgumentFlow, BTreeMap<Source, u64>)> = BTreeMap::new();
+    let (mut n_values, mut n_explained) = (0u64, 0u64);
+    for value in per_record.iter().flat_map(|record| &record.values) {
+        n_values += 1;
+        let counter = match value.sources.first() {
+            None => &mut by_kind.unexplained,
+            Some(Source::Query) => &mut by_kind.query,
+            Some(Source::Result { .. }) => &mut by_kind.result,
+            Some(Source::Argument { .. }) => &mut by_kind.argument,
+            Some(Source::Constant { .. }) => &mut by_kind.constant,
+        };
+        *counter += 1;
+        let (flow, supports) = flows.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| {
+            let flow = ArgumentFlow {
+                tool: value.tool.clone(),
+                arg: value.arg.clone(),
+                observed: 0,
+                explained: 0,
+                sources: Vec::new(),
+                examples: Vec::new(),
+            };
+            (flow, BTreeMap::new())
+        });
+        flow.observed += 1;
+        if !value.sources.is_empty() {
+            flow.explained += 1;
+            n_explained += 1;
+        }
+        for source in &value.sources {
+            *supports.entry(source.clone()).or_default() += 1;
+        }
+        if flow.examples.len() < MAX_EXAMPLES && !flow.examples.contains(&value.value) {
+            flow.examples.push(value.value.clone());
+        }
+    }
+    let arguments = flows
+        .into_values()
+        .map(|(mut flow, supports)| {
+            flow.sources = supports.into_iter().map(|(source, support)| SourceSupport { source, support }).collect();
+            // Stable: equal supports keep the sources' own order.
+            flow.sources.sort_by_key(|source| std::cmp::Reverse(source.support));
+            flow
+        })
+        .collect();
+    Dataflow {
+        version: DATAFLOW_VERSION,
+        records: records.len(),
+        calls: records.iter().map(|record| record.orchestration.len()).sum(),
+        calls_with_results: records
+            .iter()
+            .flat_map(|record| &record.orchestration)
+            .filter(|call| call.result.is_some())
+            .count(),
+        values: n_values,
+        explained: n_explained,
+        coverage: if n_values == 0 { 0.0 } else { n_explained as f64 / n_values as f64 },
+        by_kind,
+        arguments,
+        per_record,
+    }
+}

@@ -1,0 +1,470 @@
+//! Data-flow mining recovers a known data flow: logs are generated from a random flow
+//! (random tools, random JSON results, values threaded from the query, from earlier
+//! results and arguments, constants and free values), and every binding must come back.
+
+use std::collections::{BTreeMap, HashSet};
+
+use flowmem_mining::{BindingConfig, Dataflow, ProcessTree, Source, mine_dataflow, tree_to_bound_skeleton};
+use flowmem_model::{EdgeKind, NodeKind, Record, ToolCall, canonical_json};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// A small deterministic generator, seeded by proptest.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*; the seed is never zero (see `new`).
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+}
+
+/// The shape of a tool's result: the same in every record, with fresh leaves each time.
+#[derive(Clone, Debug)]
+enum Shape {
+    Leaf { numeric: bool },
+    Object(Vec<(String, Shape)>),
+    Array { len: usize, item: Box<Shape> },
+}
+
+fn shape(rng: &mut Rng, depth: usize) -> Shape {
+    match if depth == 0 { 0 } else { rng.below(4) } {
+        0 | 1 => Shape::Leaf { numeric: rng.below(4) == 0 },
+        2 => {
+            let n_keys = 1 + rng.below(3);
+            Shape::Object((0..n_keys).map(|idx| (format!("k{idx}"), shape(rng, depth - 1))).collect())
+        }
+        _ => Shape::Array { len: 1 + rng.below(3), item: Box::new(shape(rng, depth - 1)) },
+    }
+}
+
+/// Where one generated argument value comes from.
+#[derive(Clone, Debug)]
+enum Origin {
+    Query,
+    /// A leaf of call `call`'s result at the generalised `path`.
+    Result {
+        call: usize,
+        path: String,
+    },
+    /// The free value of call `call`'s argument `arg` (each is copied at most once).
+    Argument {
+        call: usize,
+        arg: String,
+    },
+    Constant(String),
+    /// A fresh value that appears nowhere else.
+    Free,
+}
+
+#[derive(Clone, Debug)]
+struct CallSpec {
+    tool: String,
+    result: Shape,
+    // Argument name -> the origins of its elements; one origin is a scalar argument.
+    args: Vec<(String, Vec<Origin>, bool)>,
+}
+
+/// Every generalised leaf path of a shape.
+fn paths(shape: &Shape, prefix: &str, res: &mut Vec<String>) {
+    match shape {
+        Shape::Leaf { .. } => res.push(prefix.to_owned()),
+        Shape::Object(fields) => fields.iter().for_each(|(key, child)| paths(child, &format!("{prefix}.{key}"), res)),
+        Shape::Array { item, .. } => paths(item, &format!("{prefix}[*]"), res),
+    }
+}
+
+/// A fresh instance of `shape`, with each leaf's generalised path and value collected.
+fn instantiate(
+    shape: &Shape,
+    prefix: &str,
+    fresh: &mut impl FnMut(bool) -> Value,
+    leaves: &mut Vec<(String, Value)>,
+) -> Value {
+    match shape {
+        Shape::Leaf { numeric } => {
+            let value = fresh(*numeric);
+            leaves.push((prefix.to_owned(), value.clone()));
+            value
+        }
+        Shape::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(key, child)| (key.clone(), instantiate(child, &format!("{prefix}.{key}"), fresh, leaves)))
+                .collect(),
+        ),
+        Shape::Array { len, item } => {
+            Value::Array((0..*len).map(|_| instantiate(item, &format!("{prefix}[*]"), fresh, leaves)).collect())
+        }
+    }
+}
+
+fn flow_spec(rng: &mut Rng) -> Vec<CallSpec> {
+    let n_tools = 2 + rng.below(4);
+    let n_calls = 2 + rng.below(5);
+    let mut calls: Vec<CallSpec> = Vec::new();
+    let mut free_args: Vec<(usize, String)> = Vec::new();
+    for call_idx in 0..n_calls {
+        let tool = format!("tool_{}", rng.below(n_tools));
+        let result = shape(rng, 3);
+        let n_args = 1 + rng.below(3);
+        let mut args = Vec::new();
+        // This call's free arguments become copyable only by later calls.
+        let mut new_free = Vec::new();
+        for arg_idx in 0..n_args {
+            // Argument names are unique per position, so each (tool, argument) pair has one origin spec.
+            let name = format!("a{call_idx}_{arg_idx}");
+            let is_array = rng.below(3) == 0;
+            let n_elements = if is_array { 1 + rng.below(3) } else { 1 };
+            let mut origins = Vec::new();
+            for _ in 0..n_elements {
+                let origin = match rng.below(if is_array { 2 } else { 5 }) {
+                    0 => Origin::Query,
+                    1 if call_idx > 0 => {
+                        let source = rng.below(call_idx);
+                        let mut leaf_paths = Vec::new();
+                        paths(&calls[source].result, "$", &mut leaf_paths);
+                        Origin::Result { call: source, path: leaf_paths[rng.below(leaf_paths.len())].clone() }
+                    }
+                    1 => Origin::Query,
+                    2 if !free_args.is_empty() => {
+                        let (call, arg) = free_args.remove(rng.below(free_args.len()));
+                        Origin::Argument { call, arg }
+                    }
+                    2 | 3 => Origin::Constant(format!("const{call_idx}x{arg_idx}")),
+                    _ => Origin::Free,
+                };
+                origins.push(origin);
+            }
+            if matches!(origins.as_slice(), [Origin::Free]) {
+                new_free.push((call_idx, name.clone()));
+            }
+            args.push((name, origins, is_array));
+        }
+        free_args.extend(new_free);
+        calls.push(CallSpec { tool, result, args });
+    }
+    calls
+}
+
+/// The expected source of an origin, in the log's terms.
+fn expected_source(calls: &[CallSpec], origin: &Origin) -> Option<Source> {
+    match origin {
+        Origin::Query => Some(Source::Query),
+        Origin::Result { call, path } => Some(Source::Result { tool: calls[*call].tool.clone(), path: path.clone() }),
+        Origin::Argument { call, arg } => Some(Source::Argument { tool: calls[*call].tool.clone(), arg: arg.clone() }),
+        Origin::Constant(text) => Some(Source::Constant { value: canonical_json(&json!(text)) }),
+        Origin::Free => None,
+    }
+}
+
+/// One record of the flow, with fresh values everywhere but in constants.
+fn record(calls: &[CallSpec], record_idx: usize, rng: &mut Rng) -> Record {
+    let mut counter = 0u64;
+    let mut query_words: Vec<String> = vec!["please".into(), "handle".into()];
+    let mut results: Vec<Vec<(String, Value)>> = Vec::new();
+    let mut free_values: BTreeMap<(usize, String), Value> = BTreeMap::new();
+    let mut orchestration = Vec::new();
+    for (call_idx, spec) in calls.iter().enumerate() {
+        let mut args = serde_json::Map::new();
+        for (name, origins, is_array) in &spec.args {
+            let mut elements = Vec::new();
+            for origin in origins {
+                counter += 1;
+                let value = match origin {
+                    Origin::Query => {
+                        // Numbers are written with digit grouping, as people write them.
+                        if rng.below(3) == 0 {
+                            let number = 7_000_000 + record_idx as u64 * 100_000 + counter;
+                            let grouped =
+                                format!("{},{:03},{:03}", number / 1_000_000, number / 1000 % 1000, number % 1000);
+                            query_words.push(grouped);
+                            json!(number)
+                        } else {
+                            let word = format!("Q{record_idx}x{call_idx}x{counter}");
+                            query_words.push(format!("#{word}"));
+                            json!(word.to_lowercase())
+                        }
+                    }
+                    Origin::Result { call, path } => {
+                        let candidates: Vec<&Value> =
+                            results[*call].iter().filter(|(p, _)| p == path).map(|(_, v)| v).collect();
+                        candidates[rng.below(candidates.len())].clone()
+                    }
+                    Origin::Argument { call, arg } => free_values[&(*call, arg.clone())].clone(),
+                    Origin::Constant(text) => json!(text),
+                    Origin::Free => {
+                        let value = json!(format!("free{record_idx}x{call_idx}x{counter}"));
+                        free_values.insert((call_idx, name.clone()), value.clone());
+                        value
+                    }
+                };
+                elements.push(value);
+            }
+            let value = if *is_array { Value::Array(elements) } else { elements.remove(0) };
+            args.insert(name.clone(), value);
+        }
+        let mut leaves = Vec::new();
+        let mut fresh = |numeric: bool| {
+            counter += 1;
+            if numeric {
+                json!(9_000_000_000u64 + record_idx as u64 * 1_000_000 + counter)
+            } else {
+                json!(format!("r{record_idx}c{call_idx}l{counter}"))
+            }
+        };
+        let result = instantiate(&spec.result, "$", &mut fresh, &mut leaves);
+        results.push(leaves);
+        let mut call = ToolCall::new(spec.tool.clone(), Value::Object(args)).unwrap();
+        // MCP tools return JSON as text; mining must parse it.
+        call.result = Some(match result {
+            Value::Object(_) | Value::Array(_) => Value::String(result.to_string()),
+            scalar => scalar,
+        });
+        orchestration.push(call);
+    }
+    query_words.push("thanks".into());
+    Record {
+        id: format!("r{record_idx}"),
+        query: query_words.join(" "),
+        reference_result: String::new(),
+        required_outputs: Vec::new(),
+        orchestration,
+        meta: Default::default(),
+    }
+}
+
+/// The expected (tool, argument) → source → support, and the expected count of values.
+fn expected(calls: &[CallSpec], n_records: u64) -> BTreeMap<(String, String), (u64, BTreeMap<Source, u64>)> {
+    let mut res: BTreeMap<(String, String), (u64, BTreeMap<Source, u64>)> = BTreeMap::new();
+    for spec in calls {
+        for (name, origins, is_array) in &spec.args {
+            let arg = if *is_array { format!("{name}[*]") } else { name.clone() };
+            let entry = res.entry((spec.tool.clone(), arg)).or_default();
+            for origin in origins {
+                entry.0 += n_records;
+                if let Some(source) = expected_source(calls, origin) {
+                    *entry.1.entry(source).or_default() += n_records;
+                }
+            }
+        }
+    }
+    res
+}
+
+fn check_recovered(calls: &[CallSpec], records: &[Record], flow: &Dataflow) {
+    // Every value's sources are exactly the one it was threaded from.
+    for (record, found) in records.iter().zip(&flow.per_record) {
+        assert_eq!(record.id, found.id);
+        let mut values = found.values.iter();
+        for (call_idx, spec) in calls.iter().enumerate() {
+            for (name, origins, _) in &spec.args {
+                for origin in origins {
+                    let value = values.next().expect("one finding per value");
+                    assert_eq!((value.call, value.arg.starts_with(name.as_str())), (call_idx, true), "{value:?}");
+                    let expected: Vec<Source> = expected_source(calls, origin).into_iter().collect();
+                    assert_eq!(
+                        value.sources, expected,
+                        "record {} call {call_idx} `{name}` from {origin:?}",
+                        record.id
+                    );
+                }
+            }
+        }
+        assert!(values.next().is_none());
+    }
+    // Aggregated per (tool, argument): the distribution is the generating one.
+    let expected = expected(calls, records.len() as u64);
+    let mined: BTreeMap<(String, String), (u64, BTreeMap<Source, u64>)> = flow
+        .arguments
+        .iter()
+        .map(|arg| {
+            let sources = arg.sources.iter().map(|s| (s.source.clone(), s.support)).collect();
+            ((arg.tool.clone(), arg.arg.clone()), (arg.observed, sources))
+        })
+        .collect();
+    assert_eq!(mined, expected);
+    let n_values: u64 = expected.values().map(|(n, _)| n).sum();
+    assert_eq!(flow.values, n_values);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn mining_recovers_every_binding_of_a_generated_flow(seed in any::<u64>(), n_records in 2usize..5) {
+        let mut rng = Rng::new(seed);
+        let calls = flow_spec(&mut rng);
+        let records: Vec<Record> = (0..n_records).map(|idx| record(&calls, idx, &mut rng)).collect();
+        let flow = mine_dataflow(&records);
+        check_recovered(&calls, &records, &flow);
+    }
+
+    #[test]
+    fn bound_skeletons_bind_only_upstream_nodes(seed in any::<u64>(), n_records in 2usize..4) {
+        let mut rng = Rng::new(seed);
+        let calls = flow_spec(&mut rng);
+        let records: Vec<Record> = (0..n_records).map(|idx| record(&calls, idx, &mut rng)).collect();
+        let flow = mine_dataflow(&records);
+        // The control flow as a sequence, or everything in parallel: data must order the latter.
+        let activities: Vec<ProcessTree> = calls.iter().map(|c| ProcessTree::activity(c.tool.clone())).collect();
+        for operator in [flowmem_mining::Operator::Sequence, flowmem_mining::Operator::Parallel] {
+            let tree = ProcessTree::operator(operator, activities.clone());
+            let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig { max_sources: 3, min_share: 0.0 });
+            for node in &graph.nodes {
+                let NodeKind::Tool { bindings, .. } = &node.kind else { continue };
+                for binding in bindings.values() {
+                    for source in binding.sources.iter().filter_map(|s| s.source.node()) {
+                        prop_assert!(upstream(&graph, &node.id).contains(source), "{} reads {source}", node.id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The ancestors of `id` over non-`back` edges.
+fn upstream(graph: &flowmem_model::WorkflowGraph, id: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![id.to_owned()];
+    while let Some(at) = stack.pop() {
+        for edge in graph.incoming(&at).filter(|edge| edge.kind != EdgeKind::Back) {
+            if seen.insert(edge.from.clone()) {
+                stack.push(edge.from.clone());
+            }
+        }
+    }
+    seen
+}
+
+fn call(tool: &str, args: Value, result: Option<Value>) -> ToolCall {
+    let mut call = ToolCall::new(tool, args).unwrap();
+    call.result = result;
+    call
+}
+
+fn records_of(logs: Vec<(&str, Vec<ToolCall>)>) -> Vec<Record> {
+    logs.into_iter()
+        .enumerate()
+        .map(|(idx, (query, orchestration))| Record {
+            id: idx.to_string(),
+            query: query.to_owned(),
+            reference_result: String::new(),
+            required_outputs: Vec::new(),
+            orchestration,
+            meta: Default::default(),
+        })
+        .collect()
+}
+
+#[test]
+fn data_orders_a_parallel_block_and_binds_the_dependent_member() {
+    let records = records_of(vec![
+        (
+            "exchange items of order #W1",
+            vec![
+                call("get_order", json!({"order_id": "#W1"}), Some(json!("{\"items\": [{\"product_id\": \"p1\"}]}"))),
+                call("get_user", json!({"user_id": "u1"}), Some(json!("{\"name\": \"a\"}"))),
+                call("get_product", json!({"product_id": "p1"}), Some(json!("{}"))),
+            ],
+        ),
+        (
+            "order W2 please",
+            vec![
+                call("get_user", json!({"user_id": "u2"}), Some(json!("{\"name\": \"b\"}"))),
+                call("get_order", json!({"order_id": "W2"}), Some(json!("{\"items\": [{\"product_id\": \"p2\"}]}"))),
+                call("get_product", json!({"product_id": "p2"}), Some(json!("{}"))),
+            ],
+        ),
+    ]);
+    let flow = mine_dataflow(&records);
+    assert_eq!(flow.by_kind.query, 2);
+    assert_eq!(flow.by_kind.result, 2);
+    assert_eq!(flow.by_kind.unexplained, 2, "the user ids come from nowhere");
+    assert!((flow.coverage - 4.0 / 6.0).abs() < 1e-9);
+
+    let tree = ProcessTree::parse("+( 'get_order', 'get_product', 'get_user' )").unwrap();
+    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let hint = |id: &str| match &graph.node(id).unwrap().kind {
+        NodeKind::Tool { hints, .. } => hints[0].clone(),
+        other => panic!("{id} is {other:?}"),
+    };
+    // ->( +( get_order, get_user ), get_product ): the product waits for the order only.
+    let product = graph
+        .nodes
+        .iter()
+        .find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == "get_product"))
+        .unwrap();
+    let order = graph
+        .nodes
+        .iter()
+        .find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == "get_order"))
+        .unwrap();
+    let user =
+        graph.nodes.iter().find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == "get_user")).unwrap();
+    assert!(upstream(&graph, &product.id).contains(&order.id));
+    assert!(!upstream(&graph, &user.id).contains(&order.id) && !upstream(&graph, &order.id).contains(&user.id));
+    assert_eq!(hint(&order.id), "get_order");
+    let NodeKind::Tool { bindings, .. } = &product.kind else { unreachable!() };
+    let sources = &bindings["product_id"].sources;
+    assert_eq!(sources.len(), 1);
+    assert_eq!(sources[0].support, 2);
+    assert_eq!(
+        sources[0].source,
+        flowmem_model::ValueSource::Result { node: order.id.clone(), path: "$.items[*].product_id".into() }
+    );
+    let NodeKind::Tool { bindings, .. } = &order.kind else { unreachable!() };
+    assert_eq!(bindings["order_id"].sources[0].source, flowmem_model::ValueSource::Query);
+    let NodeKind::Tool { bindings, .. } = &user.kind else { unreachable!() };
+    assert!(bindings.is_empty(), "unexplained arguments carry no binding: {bindings:?}");
+}
+
+#[test]
+fn constants_need_the_same_value_in_two_records() {
+    let one = records_of(vec![("q", vec![call("pay", json!({"method": "card", "amount": 3}), None)])]);
+    assert_eq!(mine_dataflow(&one).by_kind.unexplained, 2);
+    let two = records_of(vec![
+        ("q", vec![call("pay", json!({"method": "card", "amount": 3, "urgent": true}), None)]),
+        ("q", vec![call("pay", json!({"method": "card", "amount": 4, "urgent": true}), None)]),
+    ]);
+    let flow = mine_dataflow(&two);
+    assert_eq!(
+        flow.argument("pay", "method").unwrap().sources[0].source,
+        Source::Constant { value: "\"card\"".into() }
+    );
+    assert_eq!(flow.argument("pay", "urgent").unwrap().sources[0].source, Source::Constant { value: "true".into() });
+    assert!(flow.argument("pay", "amount").unwrap().sources.is_empty());
+}
+
+#[test]
+fn query_beats_results_and_results_beat_arguments() {
+    let records = records_of(vec![(
+        "user ada",
+        vec![
+            call("find", json!({"name": "ada", "token": "t9"}), Some(json!("{\"user\": \"ada\", \"token\": \"t9\"}"))),
+            call("get", json!({"name": "ada", "token": "t9"}), None),
+        ],
+    )]);
+    let flow = mine_dataflow(&records);
+    assert_eq!(flow.argument("get", "name").unwrap().sources[0].source, Source::Query);
+    let token = &flow.argument("get", "token").unwrap().sources;
+    assert_eq!(token.len(), 1, "the earlier argument is weaker evidence than the result: {token:?}");
+    assert_eq!(token[0].source, Source::Result { tool: "find".into(), path: "$.token".into() });
+    // A failed call's result is not searched.
+    let mut failed = records.clone();
+    failed[0].orchestration[0].error = Some("boom".into());
+    let flow = mine_dataflow(&failed);
+    let token = &flow.argument("get", "token").unwrap().sources;
+    assert_eq!(token[0].source, Source::Argument { tool: "find".into(), arg: "token".into() });
+}
