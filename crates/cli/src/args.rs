@@ -71,6 +71,18 @@ pub enum Command {
     /// Example: `flowmem serve-llm --port 8088`, then point any OpenAI client at
     /// `http://127.0.0.1:8088/v1`.
     ServeLlm(ServeLlmArgs),
+    /// Serve the workflow memory to any agent over MCP (streamable HTTP at `/mcp`, or stdio).
+    ///
+    /// Tools: `find_workflows` (prompt memory), `get_workflow`, every stored workflow as
+    /// a `wf_*` tool (top `--max-workflow-tools` by retention score), every graph of
+    /// `--workflows DIR` as `run_<name>`, and `report_run` (hand a finished run back; needs
+    /// a write token). Workflows are also resources `flowmem://workflow/{id}`. Models and
+    /// `[[tools.mcp]]` come from `flowmem.toml`, as for `flowmem run`. Over HTTP, once a
+    /// token exists (`flowmem serve token create`), every request needs
+    /// `Authorization: Bearer TOKEN`; a non-loopback `--listen` needs one.
+    ///
+    /// Example: `flowmem serve --memory memory.db --listen 127.0.0.1:8700`
+    Serve(ServeArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
     /// Induce AWM workflows from trajectories into a workflow memory.
@@ -1073,6 +1085,79 @@ pub struct PromptsArgs {
     /// A directory of `NAME.j2` files replacing the built-in prompt templates.
     #[arg(long, value_name = "DIR")]
     pub prompts: Option<PathBuf>,
+}
+
+/// Arguments of `flowmem serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The workflow memory (SQLite file, created if missing) to serve.
+    #[arg(long, value_name = "DB", global = true, env = "FLOWMEM_MEMORY")]
+    pub memory: Option<PathBuf>,
+    /// A directory of `*.workflow.json` graphs (such as a scout run's
+    /// `best.workflow.json`), each served as `run_<name>`.
+    #[arg(long, value_name = "DIR")]
+    pub workflows: Option<PathBuf>,
+    /// The address of the HTTP server (MCP at `/mcp`); port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8700")]
+    pub listen: std::net::SocketAddr,
+    /// Serve one MCP session on stdin/stdout instead of HTTP, as desktop clients start
+    /// servers. Needs no token.
+    #[arg(long)]
+    pub stdio: bool,
+    /// The most stored workflows offered as tools, the top ones by retention score.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub max_workflow_tools: usize,
+    /// Where models and tools come from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The executor model of `run_<name>` graphs and workflow tools.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The judge of handed-back runs that come without an `outcome`.
+    #[command(flatten)]
+    pub judge: JudgeModelArgs,
+    /// Per-call tool state for stateful tool servers (τ²-bench: `--state-key-arg
+    /// state_key --reset-tool reset_state`): each call runs in a fresh state unless the
+    /// client names one.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Manage access tokens instead of serving.
+    #[command(subcommand)]
+    pub command: Option<ServeCommand>,
+}
+
+/// `flowmem serve` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// Manage the bearer tokens HTTP clients authenticate with.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// `flowmem serve token` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token, store its hash in the memory database, and print it (once).
+    ///
+    /// Example: `flowmem serve token create --memory memory.db --scope write`
+    Create(TokenCreateArgs),
+}
+
+/// Arguments of `flowmem serve token create`.
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// What the token may do: `read` (every tool but `report_run`) or `write`.
+    #[arg(long, value_enum)]
+    pub scope: TokenScopeArg,
+}
+
+/// The scope of a new token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenScopeArg {
+    /// Read memory and run workflows.
+    Read,
+    /// Also hand runs back with `report_run`.
+    Write,
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Import(args) => commands::import::run(&args, printer),
         Command::Stats(args) => commands::stats::run(&args, printer),
         Command::ServeLlm(args) => commands::serve_llm::run(&args, printer),
+        Command::Serve(args) => commands::serve::run(&args, printer),
         Command::Llm(args) => commands::llm::run(&args, printer),
         Command::Run(args) => commands::run::run_workflow(&args, printer),
         Command::Agent(args) => commands::run::run_baseline(&args, printer),

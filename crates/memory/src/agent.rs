@@ -200,6 +200,14 @@ impl WorkflowTools {
         WorkflowTools { inner, workflows, uses: Mutex::new(Vec::new()) }
     }
 
+    /// Offers each workflow of `named` in front of `inner`'s tools under the name paired
+    /// with it, for callers with their own naming (`flowmem serve` derives names from
+    /// descriptions). Names must be unique and must not clash with `inner`'s tools.
+    #[must_use]
+    pub fn with_names(inner: Arc<dyn ToolBox>, named: Vec<(String, Workflow)>) -> WorkflowTools {
+        WorkflowTools { inner, workflows: named, uses: Mutex::new(Vec::new()) }
+    }
+
     /// The workflow calls made so far, in order.
     #[must_use]
     pub fn uses(&self) -> Vec<WorkflowUse> {

@@ -80,4 +80,5 @@ pub use crate::online::{
 pub use crate::store::{
     AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
 };
+pub use crate::templates::prompts;
 pub use crate::text::description_similarity;

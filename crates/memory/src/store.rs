@@ -343,14 +343,49 @@ impl MemoryStore {
     /// As [`MemoryStore::search`], and [`MemoryError::Sqlite`] when the update fails.
     pub fn retrieve(&mut self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
         let mut hits = self.search(query, filter, limit)?;
-        let tx = self.write_tx()?;
+        let ids: Vec<&str> = hits.iter().map(|hit| hit.workflow.id.as_str()).collect();
+        self.count_retrievals(&ids)?;
         for hit in &mut hits {
-            tx.execute("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1", [&hit.workflow.id])
-                .map_err(self.sqlite("counting a retrieval"))?;
             hit.workflow.stats.retrieved += 1;
         }
-        tx.commit().map_err(self.sqlite("counting retrievals"))?;
         Ok(hits)
+    }
+
+    /// Counts each of `ids` as retrieved once (an id given twice counts twice), in one
+    /// transaction; ids no longer stored are skipped.
+    ///
+    /// [`MemoryStore::retrieve`] searches and counts at once. A server that searches on
+    /// read-only connections with [`MemoryStore::search`] counts its hits later with
+    /// this, many searches per transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the update fails; then nothing is counted.
+    pub fn count_retrievals(&mut self, ids: &[&str]) -> Result<(), MemoryError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let tx = self.write_tx()?;
+        for id in ids {
+            tx.execute("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1", [id])
+                .map_err(self.sqlite("counting a retrieval"))?;
+        }
+        tx.commit().map_err(self.sqlite("counting retrievals"))
+    }
+
+    /// A number that changes whenever a workflow is inserted or deleted, by this or any
+    /// other process: the last sequence number of the search index's log. Usage counts
+    /// and merged provenance do not change it.
+    ///
+    /// A server polls it to tell its clients that the list of workflows changed.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when reading fails.
+    pub fn revision(&self) -> Result<i64, MemoryError> {
+        self.conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM index_log", [], |row| row.get(0))
+            .map_err(self.sqlite("reading the revision"))
     }
 
     /// Records that the workflow `id` was used in a run that ended with `outcome`.

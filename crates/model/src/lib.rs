@@ -55,7 +55,7 @@ pub use crate::fs::{AtomicFile, WriteError, write_atomic, write_json_atomic, wri
 pub use crate::graph::{
     ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph,
 };
-pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import};
+pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import, import_text};
 pub use crate::item::{Item, ItemKind};
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;

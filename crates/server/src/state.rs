@@ -1,0 +1,363 @@
+//! The one state every surface shares: the memory (a pool of read connections and one
+//! writer), the tools and models handed over by the caller, the deployed graphs, the
+//! token store, the catalog of workflow tools, and the server's own background tasks.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use flowmem_exec::{Runtime, ToolBox, ValidatedGraph};
+use flowmem_llm::ChatModel;
+use flowmem_memory::{MemoryError, MemoryStore, StoreConfig};
+use flowmem_model::Trace;
+use flowmem_tools::StateIsolation;
+
+use crate::auth::TokenStore;
+use crate::catalog::Catalog;
+use crate::error::ServerError;
+
+/// How the server behaves; every field is a policy of the caller.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The memory database file.
+    pub memory: PathBuf,
+    /// The memory's store policy (dedup, bound per scope).
+    pub store: StoreConfig,
+    /// Read-only connections searches run on, at most this many at once.
+    pub readers: usize,
+    /// The most stored workflows offered as tools, the top ones by retention score.
+    pub max_workflow_tools: usize,
+    /// `find_workflows`' `k` when the client gives none.
+    pub default_k: usize,
+    /// The largest `k` a client may ask for.
+    pub max_k: usize,
+    /// Per-call tool state for stateful tool servers (τ²: `state_key`, `reset_state`).
+    /// With it, each workflow call and graph run gets a freshly reset state of its own
+    /// unless the client names one with the key argument.
+    pub isolation: Option<StateIsolation>,
+    /// How often the server looks for changes other processes made to the memory.
+    pub poll_interval: Duration,
+    /// How long Ctrl-C waits for calls in flight before closing the sessions.
+    pub drain_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
+    /// isolation, a 1 s poll, a 30 s drain.
+    #[must_use]
+    pub fn standard(memory: PathBuf) -> ServerConfig {
+        ServerConfig {
+            memory,
+            store: StoreConfig::standard(),
+            readers: 2,
+            max_workflow_tools: 50,
+            default_k: 5,
+            max_k: 50,
+            isolation: None,
+            poll_interval: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A FlowScout graph served as `run_<name>`.
+#[derive(Debug, Clone)]
+pub struct DeployedGraph {
+    /// The tool name, `run_<name>`.
+    pub tool: String,
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The graph, validated against the tools it binds to.
+    pub graph: ValidatedGraph,
+}
+
+/// What the caller builds and hands over: tools, models and graphs. The server never
+/// builds a model or starts a tool server itself.
+#[derive(Clone)]
+pub struct Parts {
+    /// The tools workflows run against (the MCP registry of `[[tools.mcp]]`).
+    pub tools: Arc<dyn ToolBox>,
+    /// The executor of deployed graphs (its tools are replaced per call when isolation
+    /// is on); `None` serves no graphs.
+    pub runtime: Option<Runtime>,
+    /// The evaluator that judges reported runs; `None` makes `outcome` required.
+    pub evaluator: Option<Arc<dyn ChatModel>>,
+    /// The deployed graphs, from [`load_graphs`](crate::load_graphs).
+    pub graphs: Vec<DeployedGraph>,
+}
+
+/// The number of finished graph traces kept for `flowmem://trace/{id}`.
+const KEPT_TRACES: usize = 200;
+
+/// The state shared by every surface and session of one server process.
+pub struct AppState {
+    pub(crate) cfg: ServerConfig,
+    pub(crate) parts: Parts,
+    pub(crate) tokens: TokenStore,
+    /// Memory's templates: AWM's workflow text and the evaluator's prompt.
+    pub(crate) prompts: flowmem_llm::Prompts,
+    // Invariant: `readers` holds at most `cfg.readers` stores, and a store is taken only
+    // with a permit of `reader_permits`, so a taker always finds one.
+    readers: Mutex<Vec<MemoryStore>>,
+    reader_permits: Semaphore,
+    // All writes go through this one store, on blocking threads. A std mutex: it is held
+    // only inside `spawn_blocking`.
+    writer: Arc<Mutex<MemoryStore>>,
+    pub(crate) catalog: watch::Sender<Arc<Catalog>>,
+    retrievals: mpsc::UnboundedSender<Vec<String>>,
+    retrievals_rx: Mutex<Option<mpsc::UnboundedReceiver<Vec<String>>>>,
+    /// Calls in flight (tools/call bodies), drained at shutdown.
+    pub(crate) calls: TaskTracker,
+    /// The server's own tasks: the change poller, the retrieval counter, the
+    /// per-session notifiers.
+    pub(crate) background: TaskTracker,
+    /// Cancelled when the server stops; background tasks end on it.
+    pub(crate) stop: CancellationToken,
+    stopping: AtomicBool,
+    open_access: AtomicBool,
+    traces: Mutex<VecDeque<(String, Arc<Trace>)>>,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    /// Opens the memory at `cfg.memory` (a writer and `cfg.readers` readers), the token
+    /// table, and builds the catalog of workflow tools.
+    ///
+    /// # Errors
+    ///
+    /// [`ServerError::Memory`] or [`ServerError::Tokens`] when the database cannot be
+    /// opened or read.
+    pub fn open(cfg: ServerConfig, parts: Parts) -> Result<Arc<AppState>, ServerError> {
+        let writer = MemoryStore::open(&cfg.memory, cfg.store.clone())?;
+        let tokens = TokenStore::open(&cfg.memory)?;
+        let n_readers = cfg.readers.max(1);
+        let readers =
+            (0..n_readers).map(|_| MemoryStore::open(&cfg.memory, cfg.store.clone())).collect::<Result<Vec<_>, _>>()?;
+        let catalog = Catalog::build(&writer, &cfg, &parts)?;
+        let (retrievals, retrievals_rx) = mpsc::unbounded_channel();
+        let open_access = tokens.count()? == 0;
+        let prompts = flowmem_memory::prompts().map_err(|err| ServerError::Prompt(err.to_string()))?;
+        Ok(Arc::new(AppState {
+            tokens,
+            prompts,
+            readers: Mutex::new(readers),
+            reader_permits: Semaphore::new(n_readers),
+            writer: Arc::new(Mutex::new(writer)),
+            catalog: watch::Sender::new(Arc::new(catalog)),
+            retrievals,
+            retrievals_rx: Mutex::new(Some(retrievals_rx)),
+            calls: TaskTracker::new(),
+            background: TaskTracker::new(),
+            stop: CancellationToken::new(),
+            stopping: AtomicBool::new(false),
+            open_access: AtomicBool::new(open_access),
+            traces: Mutex::new(VecDeque::new()),
+            next_id: AtomicU64::new(1),
+            cfg,
+            parts,
+        }))
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// The token store of this memory.
+    #[must_use]
+    pub fn tokens(&self) -> &TokenStore {
+        &self.tokens
+    }
+
+    /// Whether requests without a token pass: true only when the memory had no token
+    /// when the server started (and then the server listens on loopback only).
+    pub(crate) fn open_access(&self) -> bool {
+        self.open_access.load(Ordering::Relaxed)
+    }
+
+    /// Refuses a non-loopback `addr` when the memory has no token; from then on, tokens
+    /// are required if any exists.
+    pub(crate) fn check_bind(&self, addr: SocketAddr) -> Result<(), ServerError> {
+        let n_tokens = self.tokens.count()?;
+        if n_tokens == 0 && !addr.ip().is_loopback() {
+            return Err(ServerError::UnprotectedBind { addr, memory: self.cfg.memory.clone() });
+        }
+        self.open_access.store(n_tokens == 0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the server is shutting down and refuses new calls.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Starts the background tasks: the retrieval counter and the change poller. Call
+    /// once per process, before serving.
+    pub fn start_background(self: &Arc<Self>) {
+        let receiver = self.retrievals_rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(receiver) = receiver {
+            self.background.spawn(count_retrievals(self.clone(), receiver));
+        }
+        self.background.spawn(poll_changes(self.clone()));
+    }
+
+    /// Stops taking calls, waits up to the drain timeout for the calls in flight, then
+    /// ends the background tasks (the retrieval counter writes what it holds first).
+    pub async fn drain(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.calls.close();
+        tracing::info!(in_flight = self.calls.len(), "waiting for the calls in flight");
+        if tokio::time::timeout(self.cfg.drain_timeout, self.calls.wait()).await.is_err() {
+            tracing::warn!("calls still in flight after the drain timeout; closing anyway");
+        }
+        self.stop.cancel();
+        self.background.close();
+        self.background.wait().await;
+    }
+
+    /// Runs `work` on a reader store on a blocking thread.
+    pub(crate) async fn read<T, F>(self: &Arc<Self>, work: F) -> Result<T, ServerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&MemoryStore) -> Result<T, MemoryError> + Send + 'static,
+    {
+        // The semaphore is never closed.
+        let _permit = self.reader_permits.acquire().await.map_err(|err| ServerError::Join(err.to_string()))?;
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+            // Invariant (see `readers`): a permit holder always finds a store.
+            let Some(store) = store else { return Err(ServerError::Join("no free memory reader".to_owned())) };
+            let res = work(&store);
+            state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+            res.map_err(ServerError::from)
+        })
+        .await
+        .map_err(|err| ServerError::Join(err.to_string()))?
+    }
+
+    /// Runs `work` on the writer store on a blocking thread. Each store write is one
+    /// SQLite transaction.
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T, ServerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut MemoryStore) -> Result<T, ServerError> + Send + 'static,
+    {
+        let writer = self.writer.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            work(&mut store)
+        })
+        .await
+        .map_err(|err| ServerError::Join(err.to_string()))?
+    }
+
+    /// Queues `ids` to be counted as retrieved; the counter writes them in batches.
+    pub(crate) fn count_retrieved(&self, ids: Vec<String>) {
+        if !ids.is_empty() {
+            // The receiver lives until the counter stops at shutdown; later hits are not
+            // counted.
+            let _ = self.retrievals.send(ids);
+        }
+    }
+
+    /// Rebuilds the catalog from the memory and, if the tool list changed, publishes it,
+    /// which sends `notifications/tools/list_changed` to every session.
+    pub(crate) async fn refresh_catalog(self: &Arc<Self>) -> Result<(), ServerError> {
+        let state = self.clone();
+        let catalog = self.write(move |store| Catalog::build(store, &state.cfg, &state.parts)).await?;
+        self.catalog.send_if_modified(|current| {
+            if current.same_tools(&catalog) {
+                false
+            } else {
+                *current = Arc::new(catalog);
+                true
+            }
+        });
+        Ok(())
+    }
+
+    /// A fresh id for a trace or a state key: process-unique, time-prefixed.
+    pub(crate) fn fresh_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let millis = chrono::Utc::now().timestamp_millis();
+        format!("{prefix}-{millis:x}-{n}")
+    }
+
+    pub(crate) fn keep_trace(&self, id: String, trace: Arc<Trace>) {
+        let mut traces = self.traces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if traces.len() == KEPT_TRACES {
+            traces.pop_front();
+        }
+        traces.push_back((id, trace));
+    }
+
+    pub(crate) fn trace(&self, id: &str) -> Option<Arc<Trace>> {
+        let traces = self.traces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        traces.iter().find(|(known, _)| known == id).map(|(_, trace)| trace.clone())
+    }
+}
+
+/// Writes queued retrieval counts, every batch that piled up in one transaction, until
+/// the server stops; what is queued at the stop is still written.
+async fn count_retrievals(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Vec<String>>) {
+    loop {
+        let first = tokio::select! {
+            ids = receiver.recv() => ids,
+            () = state.stop.cancelled() => None,
+        };
+        let mut batch = first.unwrap_or_default();
+        while let Ok(more) = receiver.try_recv() {
+            batch.extend(more);
+        }
+        let stopping = state.stop.is_cancelled();
+        if !batch.is_empty() {
+            let res = state
+                .write(move |store| {
+                    let ids: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    store.count_retrievals(&ids).map_err(ServerError::from)
+                })
+                .await;
+            if let Err(err) = res {
+                tracing::warn!(error = %err, "counting retrievals failed");
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// Watches the memory's revision and refreshes the catalog when another process (or
+/// this one) inserted or deleted workflows.
+async fn poll_changes(state: Arc<AppState>) {
+    let mut seen = state.catalog.borrow().revision;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(state.cfg.poll_interval) => {}
+            () = state.stop.cancelled() => return,
+        }
+        let revision = match state.read(MemoryStore::revision).await {
+            Ok(revision) => revision,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading the memory revision failed");
+                continue;
+            }
+        };
+        if revision != seen {
+            if let Err(err) = state.refresh_catalog().await {
+                tracing::warn!(error = %err, "refreshing the workflow tools failed");
+                continue;
+            }
+            seen = revision;
+        }
+    }
+}

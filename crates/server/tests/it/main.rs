@@ -1,0 +1,1 @@
+//! Integration tests of `flowmem serve` with MCP clients flowmem did not write.
