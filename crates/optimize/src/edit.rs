@@ -345,9 +345,12 @@ fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), EditProblem> {
     if graph.entry == id || graph.exit == id {
         return Err(EditProblem::RemovesEndpoint { node: id.to_owned() });
     }
-    let incoming: Vec<Edge> = graph.edges.iter().filter(|e| e.to == id && e.kind != EdgeKind::Back).cloned().collect();
+    // A self-edge is neither a way in nor a way out: bridging it would point the
+    // predecessors back at the removed node.
+    let incoming: Vec<Edge> =
+        graph.edges.iter().filter(|e| e.to == id && e.from != id && e.kind != EdgeKind::Back).cloned().collect();
     let outgoing: Vec<Edge> =
-        graph.edges.iter().filter(|e| e.from == id && e.kind != EdgeKind::Back).cloned().collect();
+        graph.edges.iter().filter(|e| e.from == id && e.to != id && e.kind != EdgeKind::Back).cloned().collect();
     graph.edges.retain(|e| e.from != id && e.to != id);
     graph.nodes.retain(|n| n.id != id);
     for pred in &incoming {
@@ -698,6 +701,21 @@ mod tests {
         .unwrap();
         assert_eq!(plan.edits.len(), 2);
         assert!(apply_plan(&chain(), &plan).is_ok());
+    }
+
+    #[test]
+    fn removing_a_node_with_a_self_edge_leaves_no_edge_to_it() {
+        let plan = EditPlan {
+            rationale: String::new(),
+            edits: vec![
+                GraphEdit::AddEdge { from: "t2".into(), to: "t2".into(), label: None },
+                GraphEdit::RemoveNode { id: "t2".into() },
+            ],
+        };
+        let graph = apply_plan(&chain(), &plan).expect("both edits apply");
+        assert!(graph.node("t2").is_none());
+        assert!(graph.edges.iter().all(|edge| edge.from != "t2" && edge.to != "t2"), "{:?}", graph.edges);
+        assert!(graph.edges.iter().any(|edge| edge.from == "t1" && edge.to == "synth"), "{:?}", graph.edges);
     }
 
     fn arb_edit() -> impl Strategy<Value = GraphEdit> {
