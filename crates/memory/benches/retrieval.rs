@@ -14,96 +14,25 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::{Value, json};
 
 use flowmem_memory::{MemoryStore, StoreConfig};
-use flowmem_model::{Scope, Workflow};
+use flowmem_model::Scope;
+use flowmem_testsupport::{Latencies, Lcg, retail_queries, synthetic_workflows};
 
 const N_WORKFLOWS: usize = 100_000;
 const N_TIMED_QUERIES: usize = 2_000;
-
-/// A small deterministic generator (64-bit LCG); the bench needs no statistical quality.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.next() % items.len()]
-    }
-}
-
-fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/tau-bench/retail")
-}
-
-fn read_instructions(file: &str) -> Vec<String> {
-    let path = data_dir().join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            let value: Value = serde_json::from_str(line).expect("the task file is JSONL");
-            value["instruction"].as_str().unwrap_or_default().to_owned()
-        })
-        .collect()
-}
-
-fn tool_names() -> Vec<String> {
-    let path = data_dir().join("tools.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
-    let tools: Vec<Value> = serde_json::from_str(&text).expect("tools.json is a JSON array");
-    tools.iter().filter_map(|tool| tool["function"]["name"].as_str().map(str::to_owned)).collect()
-}
-
-fn corpus() -> Vec<Workflow> {
-    let instructions = read_instructions("tasks_train.jsonl");
-    let words: Vec<String> = instructions
-        .iter()
-        .flat_map(|text| text.split_whitespace())
-        .map(|word| word.trim_matches(|ch: char| !ch.is_alphanumeric()).to_lowercase())
-        .filter(|word| word.len() > 2)
-        .collect();
-    let tools = tool_names();
-    let domains = ["retail", "airline", "telecom", "shopping"];
-    let mut rng = Lcg(7);
-    (0..N_WORKFLOWS)
-        .map(|idx| {
-            let n_words = 6 + rng.next() % 10;
-            let description: Vec<&str> = (0..n_words).map(|_| rng.pick(&words).as_str()).collect();
-            let n_steps = 2 + rng.next() % 5;
-            let steps: Vec<Value> = (0..n_steps)
-                .map(|_| {
-                    let reasoning: Vec<&str> = (0..5).map(|_| rng.pick(&words).as_str()).collect();
-                    json!({"state": "", "reasoning": reasoning.join(" "),
-                           "action": {"tool": rng.pick(&tools), "args": {"order_id": "{order_id}"}}})
-                })
-                .collect();
-            let mut workflow: Workflow = serde_json::from_value(json!({
-                "description": format!("{} #{idx}", description.join(" ")),
-                "steps": steps,
-            }))
-            .expect("the generated workflow is valid");
-            workflow.scope = Scope { site: None, domain: Some(rng.pick(&domains).to_string()) };
-            workflow
-        })
-        .collect()
-}
 
 fn retrieval(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("bench.db");
     let built = Instant::now();
     let mut store = MemoryStore::open(&path, StoreConfig::standard()).expect("the store opens");
-    for chunk in corpus().chunks(10_000) {
+    for chunk in synthetic_workflows(N_WORKFLOWS, 7).chunks(10_000) {
         store.add_all(chunk).expect("the corpus stores");
     }
     println!("built {N_WORKFLOWS} workflows in {:.1} s", built.elapsed().as_secs_f64());
 
-    let queries = read_instructions("tasks_test.jsonl");
+    let queries = retail_queries();
     let retail = Scope { site: None, domain: Some("retail".to_owned()) };
     let mut rng = Lcg(11);
 
@@ -124,15 +53,14 @@ fn retrieval(c: &mut Criterion) {
         latencies_ms.push(start.elapsed().as_secs_f64() * 1000.0);
         n_hits += hits.len();
     }
-    let mut sorted = latencies_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    let pct = |p: f64| sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)];
+    let summary = Latencies::new(latencies_ms.clone());
+    let pct = |p: f64| summary.quantile(p);
     println!(
         "retrieval over {N_WORKFLOWS} workflows, {N_TIMED_QUERIES} queries (top 5, scope retail): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean hits {:.1}; target p99 < 20 ms: {}",
         pct(0.50),
         pct(0.90),
         pct(0.99),
-        sorted[sorted.len() - 1],
+        summary.max(),
         n_hits as f64 / N_TIMED_QUERIES as f64,
         if pct(0.99) < 20.0 { "met" } else { "MISSED" }
     );

@@ -63,7 +63,9 @@ pub(crate) type Ranked = (i64, f64);
 impl SearchIndex {
     /// Applies every `index_log` entry after the last one seen.
     pub(crate) fn sync(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let max_seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM index_log", [], |row| row.get(0))?;
+        // Runs before every search: a cached statement saves parsing it each time.
+        let max_seq: i64 =
+            conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM index_log")?.query_row([], |row| row.get(0))?;
         if max_seq == self.last_seq {
             return Ok(());
         }

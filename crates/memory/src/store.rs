@@ -320,13 +320,10 @@ impl MemoryStore {
             index.search(query, (filter.site.as_deref(), filter.domain.as_deref()), limit)
         };
         let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk = ?1");
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sqlite("reading a search hit"))?;
         let mut hits = Vec::with_capacity(ranked.len());
         for (pk, score) in ranked {
-            let row = self
-                .conn
-                .query_row(&sql, [pk], RawRow::read)
-                .optional()
-                .map_err(self.sqlite("reading a search hit"))?;
+            let row = stmt.query_row([pk], RawRow::read).optional().map_err(self.sqlite("reading a search hit"))?;
             // A row deleted by another process since the sync is simply no longer a hit.
             if let Some(row) = row {
                 hits.push(Hit { score, workflow: self.decode(row)? });
@@ -366,9 +363,13 @@ impl MemoryStore {
             return Ok(());
         }
         let tx = self.write_tx()?;
-        for id in ids {
-            tx.execute("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1", [id])
+        {
+            let mut stmt = tx
+                .prepare_cached("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1")
                 .map_err(self.sqlite("counting a retrieval"))?;
+            for id in ids {
+                stmt.execute([id]).map_err(self.sqlite("counting a retrieval"))?;
+            }
         }
         tx.commit().map_err(self.sqlite("counting retrievals"))
     }

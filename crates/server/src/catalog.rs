@@ -13,7 +13,7 @@ use flowmem_memory::{MemoryStore, WorkflowTools, retention_score};
 use flowmem_model::{Scope, Workflow};
 
 use crate::error::ServerError;
-use crate::state::{Parts, ServerConfig};
+use crate::state::{Parts, ServeConfig};
 
 /// The name of the prompt-memory tool.
 pub const FIND_WORKFLOWS: &str = "find_workflows";
@@ -38,7 +38,7 @@ pub(crate) struct Catalog {
 
 impl Catalog {
     /// Lists the memory and builds the tool list.
-    pub(crate) fn build(store: &MemoryStore, cfg: &ServerConfig, parts: &Parts) -> Result<Catalog, ServerError> {
+    pub(crate) fn build(store: &MemoryStore, cfg: &ServeConfig, parts: &Parts) -> Result<Catalog, ServerError> {
         let revision = store.revision()?;
         let mut workflows = store.list(&Scope::default())?;
         // Best retention score first; ties by id, so the order is the same every time.

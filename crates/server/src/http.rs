@@ -8,7 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
+use futures::StreamExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
@@ -40,13 +46,17 @@ pub fn router(state: Arc<AppState>, mcp_cancel: CancellationToken, listen: Socke
     );
     let authenticated = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), track_replies))
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new().route("/healthz", get(|| async { "ok" })).merge(authenticated)
 }
 
-/// Serves every HTTP surface on `listener` until `shutdown` completes, then drains:
-/// new connections are refused, calls in flight finish (bounded by the drain timeout),
-/// background work is written, and the sessions close.
+/// Serves every HTTP surface on `listener` until `shutdown` completes, then drains: new
+/// tool calls are refused with a result that says the server is stopping, calls in
+/// flight finish and their replies are sent (bounded by the drain timeout), background
+/// work is written, and only then does the listener close and the sessions end. The
+/// listener stays open while draining because a client may need a new connection to
+/// finish its call (the MCP Python SDK lists tools after a call, to check its result).
 ///
 /// # Errors
 ///
@@ -73,8 +83,15 @@ pub async fn serve_http(
         () = shutdown => {}
     }
     tracing::info!("shutting down: draining calls in flight");
+    // Keep serving while draining: `drain` makes new calls fail fast.
+    tokio::select! {
+        res = &mut server => {
+            state.drain().await;
+            return res.map_err(|source| ServerError::Io { what: "serving HTTP", source });
+        }
+        () = state.drain() => {}
+    }
     stop_accepting.cancel();
-    state.drain().await;
     mcp_cancel.cancel();
     match tokio::time::timeout(CLOSE_TIMEOUT, &mut server).await {
         Ok(res) => res.map_err(|source| ServerError::Io { what: "serving HTTP", source }),
@@ -83,4 +100,36 @@ pub async fn serve_http(
             Ok(())
         }
     }
+}
+
+/// Put on every MCP POST request; cancelled when the request's reply is dropped: when it
+/// was sent, or when the client went away first. A call still running then is abandoned.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplyDropped(pub(crate) CancellationToken);
+
+/// Tracks each MCP POST until its reply stream ends, for the drain, and tells the call
+/// behind it when the reply is dropped ([`ReplyDropped`]).
+async fn track_replies(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let dropped = CancellationToken::new();
+    request.extensions_mut().insert(ReplyDropped(dropped.clone()));
+    // Both parts of the guard end with it: the tracker's count, and the token.
+    let guard = (state.replies.token(), dropped.drop_guard());
+    let response = next.run(request).await;
+    let streams = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if !streams {
+        // A whole reply (an error, or 202 for a notification): nothing runs behind it.
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held_until_the_stream_is_dropped = &guard;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
 }

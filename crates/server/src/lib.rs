@@ -9,7 +9,7 @@
 //!
 //! - [`AppState`] is the one state of a server process: the memory (read connections
 //!   and one writer), the [`Parts`] the caller built (tools, models, deployed graphs),
-//!   the [`TokenStore`], and the catalog of tools every session sees. [`ServerConfig`]
+//!   the [`TokenStore`], and the catalog of tools every session sees. [`ServeConfig`]
 //!   holds the policies.
 //! - [`router`] is the one axum `Router` over it, with each surface nested under its
 //!   own path behind the token layer; [`serve_http`] serves it with graceful shutdown.
@@ -52,5 +52,5 @@ pub use crate::error::ServerError;
 pub use crate::graphs::{GRAPH_SUFFIX, load_graphs};
 pub use crate::http::{router, serve_http};
 pub use crate::mcp::{FlowmemMcp, TRACE_URI, WORKFLOW_URI};
-pub use crate::state::{AppState, DeployedGraph, Parts, ServerConfig};
+pub use crate::state::{AppState, DeployedGraph, Parts, ServeConfig};
 pub use crate::stdio::serve_stdio;

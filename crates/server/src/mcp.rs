@@ -14,6 +14,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use crate::auth::{Caller, TokenScope};
 use crate::calls;
 use crate::catalog::{FIND_WORKFLOWS, GET_WORKFLOW, REPORT_RUN};
+use crate::http::ReplyDropped;
 use crate::state::AppState;
 
 /// The URI prefix of workflow resources.
@@ -125,16 +126,28 @@ impl ServerHandler for FlowmemMcp {
             return Err(ErrorData::invalid_params(format!("unknown tool `{name}`"), None));
         }
         let scope = self.scope_of(&ctx);
+        // Over HTTP, the reply stream of this request; dropped early when the client
+        // disconnects. Stdio has none: its client going away ends the process.
+        let reply_dropped = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<ReplyDropped>())
+            .map(|dropped| dropped.0.clone())
+            .unwrap_or_default();
         let args = request.arguments.unwrap_or_default();
         let span = tracing::info_span!("tool_call", tool = %name);
         let work = self.state.calls.track_future(self.dispatch(&name, args, scope));
-        // A client that cancels the request, or whose session ends, cancels its work:
-        // dropping the future stops it at its next await.
+        // A client that cancels the request, whose session ends, or that disconnects,
+        // cancels its work: dropping the future stops it at its next await.
         let result = tokio::select! {
             result = work => result,
             () = ctx.ct.cancelled() => {
                 tracing::info!(parent: &span, "call cancelled by the client");
                 calls::failure("cancelled")
+            }
+            () = reply_dropped.cancelled() => {
+                tracing::info!(parent: &span, "call cancelled: the client went away");
+                calls::failure("cancelled: the client went away")
             }
         };
         Ok(result.into())

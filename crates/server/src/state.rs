@@ -25,7 +25,7 @@ use crate::error::ServerError;
 
 /// How the server behaves; every field is a policy of the caller.
 #[derive(Debug, Clone)]
-pub struct ServerConfig {
+pub struct ServeConfig {
     /// The memory database file.
     pub memory: PathBuf,
     /// The memory's store policy (dedup, bound per scope).
@@ -48,12 +48,12 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
 }
 
-impl ServerConfig {
+impl ServeConfig {
     /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
     /// isolation, a 1 s poll, a 30 s drain.
     #[must_use]
-    pub fn standard(memory: PathBuf) -> ServerConfig {
-        ServerConfig {
+    pub fn standard(memory: PathBuf) -> ServeConfig {
+        ServeConfig {
             memory,
             store: StoreConfig::standard(),
             readers: 2,
@@ -93,12 +93,15 @@ pub struct Parts {
     pub graphs: Vec<DeployedGraph>,
 }
 
+/// How long retrieval counts gather before they are written in one transaction.
+const RETRIEVAL_BATCH: Duration = Duration::from_millis(50);
+
 /// The number of finished graph traces kept for `flowmem://trace/{id}`.
 const KEPT_TRACES: usize = 200;
 
 /// The state shared by every surface and session of one server process.
 pub struct AppState {
-    pub(crate) cfg: ServerConfig,
+    pub(crate) cfg: ServeConfig,
     pub(crate) parts: Parts,
     pub(crate) tokens: TokenStore,
     /// Memory's templates: AWM's workflow text and the evaluator's prompt.
@@ -115,6 +118,9 @@ pub struct AppState {
     retrievals_rx: Mutex<Option<mpsc::UnboundedReceiver<Vec<String>>>>,
     /// Calls in flight (tools/call bodies), drained at shutdown.
     pub(crate) calls: TaskTracker,
+    /// HTTP replies still streaming (one per MCP POST), drained after the calls so that
+    /// a finished call's answer reaches its client before the sessions close.
+    pub(crate) replies: TaskTracker,
     /// The server's own tasks: the change poller, the retrieval counter, the
     /// per-session notifiers.
     pub(crate) background: TaskTracker,
@@ -134,7 +140,7 @@ impl AppState {
     ///
     /// [`ServerError::Memory`] or [`ServerError::Tokens`] when the database cannot be
     /// opened or read.
-    pub fn open(cfg: ServerConfig, parts: Parts) -> Result<Arc<AppState>, ServerError> {
+    pub fn open(cfg: ServeConfig, parts: Parts) -> Result<Arc<AppState>, ServerError> {
         let writer = MemoryStore::open(&cfg.memory, cfg.store.clone())?;
         let tokens = TokenStore::open(&cfg.memory)?;
         let n_readers = cfg.readers.max(1);
@@ -154,6 +160,7 @@ impl AppState {
             retrievals,
             retrievals_rx: Mutex::new(Some(retrievals_rx)),
             calls: TaskTracker::new(),
+            replies: TaskTracker::new(),
             background: TaskTracker::new(),
             stop: CancellationToken::new(),
             stopping: AtomicBool::new(false),
@@ -167,7 +174,7 @@ impl AppState {
 
     /// The configuration.
     #[must_use]
-    pub fn config(&self) -> &ServerConfig {
+    pub fn config(&self) -> &ServeConfig {
         &self.cfg
     }
 
@@ -209,14 +216,19 @@ impl AppState {
         self.background.spawn(poll_changes(self.clone()));
     }
 
-    /// Stops taking calls, waits up to the drain timeout for the calls in flight, then
-    /// ends the background tasks (the retrieval counter writes what it holds first).
+    /// Stops taking calls, waits up to the drain timeout for the calls in flight and then
+    /// for their replies to be sent, then ends the background tasks (the retrieval
+    /// counter writes what it holds first).
     pub async fn drain(&self) {
         self.stopping.store(true, Ordering::Relaxed);
         self.calls.close();
+        self.replies.close();
         tracing::info!(in_flight = self.calls.len(), "waiting for the calls in flight");
-        if tokio::time::timeout(self.cfg.drain_timeout, self.calls.wait()).await.is_err() {
+        let deadline = tokio::time::Instant::now() + self.cfg.drain_timeout;
+        if tokio::time::timeout_at(deadline, self.calls.wait()).await.is_err() {
             tracing::warn!("calls still in flight after the drain timeout; closing anyway");
+        } else if tokio::time::timeout_at(deadline, self.replies.wait()).await.is_err() {
+            tracing::warn!("replies still being sent after the drain timeout; closing anyway");
         }
         self.stop.cancel();
         self.background.close();
@@ -315,6 +327,14 @@ async fn count_retrievals(state: Arc<AppState>, mut receiver: mpsc::UnboundedRec
             () = state.stop.cancelled() => None,
         };
         let mut batch = first.unwrap_or_default();
+        // Gather a moment's worth into one transaction: every write makes the readers
+        // drop their page caches, and counts need not be instant.
+        if !state.stop.is_cancelled() {
+            tokio::select! {
+                () = tokio::time::sleep(RETRIEVAL_BATCH) => {}
+                () = state.stop.cancelled() => {}
+            }
+        }
         while let Ok(more) = receiver.try_recv() {
             batch.extend(more);
         }

@@ -11,6 +11,9 @@
 //! - [`repo_root`], [`deps_dir`], [`shared_data_dir`] and [`require_path`] find the
 //!   repository, the external test dependencies installed by `scripts/setup/`, and the
 //!   shared test data.
+//! - [`synthetic_workflows`] builds a workflow memory of any size shaped like τ-bench
+//!   retail, with [`retail_queries`] to search it and [`Latencies`] to summarise the
+//!   timings, for benches.
 //!
 //! Use it as a dev-dependency only.
 //!
@@ -38,10 +41,12 @@
 //! # }
 //! ```
 
+mod corpus;
 mod paths;
 mod script;
 mod server;
 
+pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
 pub use crate::script::{Match, Reply, Script};
 pub use crate::server::{RecordedRequest, ScriptedLlmServer};

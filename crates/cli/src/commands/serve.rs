@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use flowmem_exec::{ToolBox, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryStore, StoreConfig};
-use flowmem_server::{AppState, Parts, ServerConfig, TokenScope, TokenStore, load_graphs, serve_http, serve_stdio};
+use flowmem_server::{AppState, Parts, ServeConfig, TokenScope, TokenStore, load_graphs, serve_http, serve_stdio};
 
 use crate::args::{ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg};
 use crate::commands::ExitStatus;
@@ -87,7 +87,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
             None
         }
     };
-    let mut cfg = ServerConfig::standard(memory.to_path_buf());
+    let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
     cfg.isolation = isolation;
     let n_graphs = graphs.len();

@@ -478,3 +478,152 @@ fn serve_runs_a_stored_workflow_against_the_tau2_retail_server_and_survives_its_
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("restarted"), "the registry restarted the retail server: {stderr}");
 }
+
+/// Starts the Python client on `program` without waiting for it.
+fn spawn_client(program: &Value) -> Child {
+    Command::new(python())
+        .arg(client_script())
+        .arg(program.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running python")
+}
+
+/// Waits for a client started by [`spawn_client`] and returns its JSON document.
+fn finish_client(child: Child) -> Value {
+    let output = child.wait_with_output().expect("waiting for python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| {
+        panic!("the client printed no JSON ({err}): {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+/// Waits until `done` holds, checking every 10 ms, or fails naming `what`.
+fn wait_for(what: &str, timeout: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_cancels_the_call_of_a_client_that_went_away_and_drains_calls_in_flight_on_sigterm() {
+    use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+
+    // Two graphs: one whose model never answers in time, one that answers after 2 s.
+    let server = ScriptedLlmServer::start(
+        Script::new()
+            .when(Match::last_user_contains("NODE-hang"), Reply::text("too late").delay(Duration::from_secs(120)))
+            .when(Match::last_user_contains("NODE-slow"), Reply::text("slow but sure").delay(Duration::from_secs(2)))
+            .otherwise(Reply::text("unexpected request")),
+    )
+    .await;
+    let server = Arc::new(server);
+    let dir = TestDir::new();
+    std::fs::create_dir(dir.path("graphs")).unwrap();
+    for name in ["hang", "slow"] {
+        let graph = json!({
+            "name": name,
+            "nodes": [{"id": "answer", "kind": "llm", "role": "synthesize", "instruction": format!("NODE-{name}: {{{{ query }}}}")}],
+            "edges": [],
+            "entry": "answer",
+            "exit": "answer"
+        });
+        dir.write(&format!("graphs/{name}.workflow.json"), &graph.to_string());
+    }
+    let base_url = server.base_url();
+    let served = Served::start(
+        &dir,
+        &["-v", "--memory", "memory.db", "--workflows", "graphs"],
+        &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")],
+    );
+
+    // A client that disconnects mid-call: its model request is abandoned at once, not
+    // after the model's 120 s.
+    let hang = spawn_client(&served.program(None, json!([{"op": "call", "name": "run_hang", "args": {"query": "q"}}])));
+    let watched = server.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the hanging call reached the model", Duration::from_secs(60), || watched.in_flight() == 1);
+    })
+    .await
+    .unwrap();
+    let mut hang = hang;
+    hang.kill().unwrap();
+    hang.wait().unwrap();
+    let watched = server.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the abandoned model request was dropped", Duration::from_secs(20), || watched.in_flight() == 0);
+    })
+    .await
+    .unwrap();
+    let stderr = served.stderr.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the server logged the cancellation", Duration::from_secs(10), || {
+            stderr.lock().unwrap().contains("call cancelled: the client went away")
+        });
+    })
+    .await
+    .unwrap();
+
+    // SIGTERM while a call is in flight: the call finishes and its answer reaches the
+    // client, then the server exits 0. (The client lists tools first, as real clients
+    // do: the SDK otherwise lists them after the call, racing the server's exit.)
+    let slow = spawn_client(
+        &served
+            .program(None, json!([{"op": "list_tools"}, {"op": "call", "name": "run_slow", "args": {"query": "q"}}])),
+    );
+    let watched = server.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the slow call reached the model", Duration::from_secs(60), || watched.in_flight() == 1);
+    })
+    .await
+    .unwrap();
+    let signalled = std::time::Instant::now();
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    let document = tokio::task::spawn_blocking(move || finish_client(slow)).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    let ran = &document["steps"][1];
+    assert_eq!(ran["is_error"], false, "the call in flight finished and was answered: {document}\n{stderr}");
+    assert_eq!(ran["structured"]["answer"], "slow but sure", "{document}");
+    assert!(stderr.contains("draining calls in flight"), "{stderr}");
+    assert!(signalled.elapsed() < Duration::from_secs(30), "the drain did not wait for the timeout: {stderr}");
+}
+
+#[test]
+fn serve_answers_many_clients_at_once_with_the_same_results() {
+    let dir = TestDir::new();
+    tau_bench_memory(&dir);
+    let served = Served::start(&dir, &["--memory", "memory.db"], &[]);
+    let tasks = ["return delivered order items via credit card", "cancel a pending order", "exchange a delivered item"];
+    let steps: Vec<Value> = (0..10)
+        .flat_map(|round| {
+            let task = tasks[round % tasks.len()];
+            [json!({"op": "call", "name": "find_workflows", "args": {"task": task, "k": 3}})]
+        })
+        .chain([json!({"op": "list_tools"})])
+        .collect();
+    let program = served.program(None, Value::Array(steps));
+    let clients: Vec<Child> = (0..8).map(|_| spawn_client(&program)).collect();
+    let documents: Vec<Value> = clients.into_iter().map(finish_client).collect();
+    let ids = |document: &Value| -> Vec<Vec<String>> {
+        let steps = document["steps"].as_array().unwrap_or_else(|| panic!("{document}"));
+        steps[..10]
+            .iter()
+            .map(|step| {
+                assert_eq!(step["is_error"], false, "{step}");
+                let listed = step["structured"]["workflows"].as_array().unwrap_or_else(|| panic!("{step}"));
+                listed.iter().map(|workflow| workflow["id"].as_str().unwrap().to_owned()).collect()
+            })
+            .collect()
+    };
+    let first = ids(&documents[0]);
+    assert!(first.iter().all(|found| !found.is_empty()), "every search found workflows: {first:?}");
+    for document in &documents[1..] {
+        assert_eq!(ids(document), first, "every client got the same answers");
+        assert_eq!(tool_names(&document["steps"][10]), tool_names(&documents[0]["steps"][10]));
+    }
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+}
