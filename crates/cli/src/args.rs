@@ -1107,6 +1107,26 @@ pub struct ServeArgs {
     /// The most stored workflows offered as tools, the top ones by retention score.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub max_workflow_tools: usize,
+    /// Also serve the OpenAI-compatible memory gateway at `/v1` (an agent then sets
+    /// `OPENAI_BASE_URL=http://ADDR/v1`). It forwards to `--upstream`, or to
+    /// `[gateway] upstream` in flowmem.toml, or else to the executor model (the
+    /// embedded one by default).
+    #[arg(long)]
+    pub gateway: bool,
+    /// The OpenAI-compatible endpoint the gateway forwards to, such as
+    /// `https://api.example.com/v1`; implies `--gateway`. Its key comes from the
+    /// variable `[gateway] api_key_env` names (default `FLOWMEM_UPSTREAM_API_KEY`).
+    #[arg(long, value_name = "URL", env = "FLOWMEM_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// What the gateway does with memory: `prompt` adds the fitting workflows to the
+    /// system message, `shadow` retrieves and records them but adds nothing (for A/B
+    /// tests), `off` neither. Default: `[gateway] memory`, else `prompt`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub gateway_memory: Option<GatewayMemoryArg>,
+    /// Seconds an answered conversation stays open for another turn before it is
+    /// judged and learned from. Default: `[gateway] quiet_secs`, else 30.
+    #[arg(long, value_name = "SECS")]
+    pub quiet_secs: Option<f64>,
     /// Where models and tools come from.
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -1124,6 +1144,18 @@ pub struct ServeArgs {
     /// Manage access tokens instead of serving.
     #[command(subcommand)]
     pub command: Option<ServeCommand>,
+}
+
+/// `--gateway-memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatewayMemoryArg {
+    /// Forward and record only.
+    Off,
+    /// Add the fitting workflows to the system message.
+    Prompt,
+    /// Retrieve and record, add nothing.
+    Shadow,
 }
 
 /// `flowmem serve` subcommands.

@@ -101,6 +101,86 @@ impl Config {
     }
 }
 
+/// The `[gateway]` table of `flowmem.toml`: the memory gateway of `flowmem serve`.
+///
+/// ```toml
+/// [gateway]
+/// upstream = "https://api.example.com/v1"
+/// api_key_env = "UPSTREAM_KEY"      # the variable holding the upstream key
+/// memory = "prompt"                  # or "shadow", "off"
+/// top_k = 3
+/// budget_tokens = 1000
+/// quiet_secs = 30
+/// record = true
+/// unrecorded_domains = ["health"]
+/// unrecorded_tokens = [3]            # token ids, as `flowmem serve token create` prints
+/// redact_fields = ["email", "payment_method_id"]
+/// redact_patterns = ['\b\d{16}\b']
+/// max_field_chars = 20000
+///
+/// [gateway.models]                   # the scope of requests by model name
+/// "gpt-4o-mini" = "retail"
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// The upstream base URL.
+    pub upstream: Option<String>,
+    /// The environment variable holding the upstream key.
+    pub api_key_env: Option<String>,
+    /// `prompt`, `shadow` or `off`.
+    pub memory: Option<crate::args::GatewayMemoryArg>,
+    /// Workflows retrieved per conversation.
+    pub top_k: Option<usize>,
+    /// The token budget of the injected workflows.
+    pub budget_tokens: Option<usize>,
+    /// Seconds an answered conversation stays open.
+    pub quiet_secs: Option<f64>,
+    /// Whether conversations are recorded.
+    pub record: Option<bool>,
+    /// Domains not recorded.
+    #[serde(default)]
+    pub unrecorded_domains: Vec<String>,
+    /// Token ids not recorded.
+    #[serde(default)]
+    pub unrecorded_tokens: Vec<i64>,
+    /// Field names redacted before storage.
+    #[serde(default)]
+    pub redact_fields: Vec<String>,
+    /// Regular expressions redacted before storage.
+    #[serde(default)]
+    pub redact_patterns: Vec<String>,
+    /// The most characters stored of one string.
+    pub max_field_chars: Option<usize>,
+    /// Scope (a domain, or `site/domain`) by model name.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, String>,
+}
+
+impl Config {
+    /// The `[gateway]` table, or the defaults when the file has none.
+    ///
+    /// # Errors
+    ///
+    /// When the table is not valid, naming the file and the field.
+    pub fn gateway(&self) -> anyhow::Result<GatewaySettings> {
+        #[derive(serde::Deserialize)]
+        struct File {
+            #[serde(default)]
+            gateway: Option<GatewaySettings>,
+        }
+        let (Some(path), Some(text)) = (&self.path, &self.text) else { return Ok(GatewaySettings::default()) };
+        // Only the `[gateway]` table is read here; the other tables have their readers.
+        let value: toml::Value =
+            toml::from_str(text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
+        let Some(table) = value.get("gateway") else { return Ok(GatewaySettings::default()) };
+        let file: File = toml::Value::Table(toml::map::Map::from_iter([("gateway".to_owned(), table.clone())]))
+            .try_into()
+            .with_context(|| format!("`{}`: invalid [gateway] table", path.display()))?;
+        Ok(file.gateway.unwrap_or_default())
+    }
+}
+
 /// The model names a command's flags ask for, by role; `None` leaves the choice to the
 /// configuration (see [`LlmSettings::resolve`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -374,6 +374,44 @@ impl MemoryStore {
         tx.commit().map_err(self.sqlite("counting retrievals"))
     }
 
+    /// Whether the trajectory `trajectory_id` is in some workflow's provenance: it was
+    /// induced from (stored or merged). A learner that may see the same run twice (a
+    /// queue replayed after a crash) asks this first.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the query fails, and [`MemoryError::Corrupt`] when a
+    /// provenance row is not valid JSON.
+    pub fn learned_from(&self, trajectory_id: &str) -> Result<bool, MemoryError> {
+        // A LIKE over the JSON text narrows the rows; parsing them decides.
+        let quoted = serde_json::to_string(trajectory_id).unwrap_or_default();
+        let escaped = quoted.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        let pattern = format!("%{escaped}%");
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT w.id, p.trajectory_ids FROM provenance AS p JOIN workflows AS w ON w.pk = p.workflow_pk
+                 WHERE p.trajectory_ids LIKE ?1 ESCAPE '\\'",
+            )
+            .map_err(self.sqlite("looking up a trajectory"))?;
+        let candidates: Vec<(String, String)> = stmt
+            .query_map([pattern], |row| Ok((row.get(0)?, row.get(1)?)))
+            .and_then(Iterator::collect)
+            .map_err(self.sqlite("looking up a trajectory"))?;
+        for (workflow_id, text) in candidates {
+            let ids: Vec<String> = serde_json::from_str(&text).map_err(|source| MemoryError::Corrupt {
+                path: self.path.clone(),
+                id: workflow_id,
+                column: "provenance.trajectory_ids",
+                source,
+            })?;
+            if ids.iter().any(|id| id == trajectory_id) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// A number that changes whenever a workflow is inserted or deleted, by this or any
     /// other process: the last sequence number of the search index's log. Usage counts
     /// and merged provenance do not change it.

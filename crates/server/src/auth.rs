@@ -79,7 +79,7 @@ pub struct TokenStore {
     path: PathBuf,
     // A std mutex: every use is a short synchronous query, never held across an await.
     conn: Mutex<Connection>,
-    known: Mutex<HashMap<[u8; 32], TokenScope>>,
+    known: Mutex<HashMap<[u8; 32], (i64, TokenScope)>>,
 }
 
 impl std::fmt::Debug for TokenStore {
@@ -102,9 +102,9 @@ impl TokenStore {
     ///
     /// # Errors
     ///
-    /// [`ServerError::Tokens`] when the file cannot be opened or the table created.
+    /// [`ServerError::Database`] when the file cannot be opened or the table created.
     pub fn open(path: &Path) -> Result<TokenStore, ServerError> {
-        let sqlite = |what| move |source| ServerError::Tokens { path: path.to_path_buf(), what, source };
+        let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
         let conn = Connection::open(path).map_err(sqlite("opening the token table"))?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
         conn.execute_batch(CREATE_TABLE).map_err(sqlite("creating the token table"))?;
@@ -115,7 +115,7 @@ impl TokenStore {
     ///
     /// # Errors
     ///
-    /// [`ServerError::Tokens`] when the insert fails.
+    /// [`ServerError::Database`] when the insert fails.
     pub fn create(&self, scope: TokenScope) -> Result<NewToken, ServerError> {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
@@ -130,7 +130,11 @@ impl TokenStore {
             "INSERT INTO server_tokens (sha256, scope, created_at) VALUES (?1, ?2, ?3)",
             params![&hash[..], scope.name(), now],
         )
-        .map_err(|source| ServerError::Tokens { path: self.path.clone(), what: "storing a token", source })?;
+        .map_err(|source| ServerError::Database {
+            path: self.path.clone(),
+            what: "storing a token",
+            source,
+        })?;
         Ok(NewToken { secret, scope, id: conn.last_insert_rowid() })
     }
 
@@ -138,35 +142,47 @@ impl TokenStore {
     ///
     /// # Errors
     ///
-    /// [`ServerError::Tokens`] when the count fails.
+    /// [`ServerError::Database`] when the count fails.
     pub fn count(&self) -> Result<u64, ServerError> {
         let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         conn.query_row("SELECT COUNT(*) FROM server_tokens", [], |row| row.get::<_, i64>(0))
             .map(|n| u64::try_from(n).unwrap_or(0))
-            .map_err(|source| ServerError::Tokens { path: self.path.clone(), what: "counting tokens", source })
+            .map_err(|source| ServerError::Database { path: self.path.clone(), what: "counting tokens", source })
     }
 
     /// The scope of the token `secret`, or `None` when it is not a token of this memory.
     ///
     /// # Errors
     ///
-    /// [`ServerError::Tokens`] when the lookup fails.
+    /// [`ServerError::Database`] when the lookup fails.
     pub fn check(&self, secret: &str) -> Result<Option<TokenScope>, ServerError> {
+        Ok(self.grant(secret)?.map(|(_, scope)| scope))
+    }
+
+    /// The row id and scope of the token `secret`, or `None` when it is not a token of
+    /// this memory. The id names the token in settings and records without revealing it.
+    ///
+    /// # Errors
+    ///
+    /// [`ServerError::Database`] when the lookup fails.
+    pub fn grant(&self, secret: &str) -> Result<Option<(i64, TokenScope)>, ServerError> {
         let hash = digest(secret);
-        if let Some(scope) = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&hash) {
-            return Ok(Some(*scope));
+        if let Some(grant) = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&hash) {
+            return Ok(Some(*grant));
         }
         let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let scope: Option<String> = conn
-            .query_row("SELECT scope FROM server_tokens WHERE sha256 = ?1", [&hash[..]], |row| row.get(0))
+        let row: Option<(i64, String)> = conn
+            .query_row("SELECT id, scope FROM server_tokens WHERE sha256 = ?1", [&hash[..]], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
             .optional()
-            .map_err(|source| ServerError::Tokens { path: self.path.clone(), what: "looking up a token", source })?;
+            .map_err(|source| ServerError::Database { path: self.path.clone(), what: "looking up a token", source })?;
         drop(conn);
-        let scope = scope.as_deref().and_then(TokenScope::parse);
-        if let Some(scope) = scope {
-            self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(hash, scope);
+        let grant = row.and_then(|(id, scope)| TokenScope::parse(&scope).map(|scope| (id, scope)));
+        if let Some(grant) = grant {
+            self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(hash, grant);
         }
-        Ok(scope)
+        Ok(grant)
     }
 }
 
@@ -180,6 +196,8 @@ fn digest(secret: &str) -> [u8; 32] {
 pub struct Caller {
     /// The scope granted.
     pub scope: TokenScope,
+    /// The token's row id; `None` for open access (a memory without tokens).
+    pub token_id: Option<i64>,
 }
 
 /// The tower middleware of every authenticated route: a request needs
@@ -201,18 +219,22 @@ pub(crate) async fn require_token(
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
         .map(str::trim)
         .map(str::to_owned);
-    let scope = match presented {
-        Some(secret) => match state.tokens.check(&secret) {
-            Ok(scope) => scope,
-            Err(err) => {
-                tracing::error!(error = %err, "token lookup failed");
-                return (StatusCode::INTERNAL_SERVER_ERROR, "token lookup failed").into_response();
-            }
-        },
-        None if state.open_access() => Some(TokenScope::Write),
-        None => None,
+    // Open access ignores whatever token a client sends: SDKs send their API key always.
+    let grant = if state.open_access() {
+        Some((None, TokenScope::Write))
+    } else {
+        match presented {
+            Some(secret) => match state.tokens.grant(&secret) {
+                Ok(grant) => grant.map(|(id, scope)| (Some(id), scope)),
+                Err(err) => {
+                    tracing::error!(error = %err, "token lookup failed");
+                    return (StatusCode::INTERNAL_SERVER_ERROR, "token lookup failed").into_response();
+                }
+            },
+            None => None,
+        }
     };
-    let Some(scope) = scope else {
+    let Some((token_id, scope)) = grant else {
         tracing::info!(path = %request.uri().path(), "request refused: missing or unknown bearer token");
         let mut response =
             (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "missing or invalid bearer token"})))
@@ -220,7 +242,7 @@ pub(crate) async fn require_token(
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     };
-    request.extensions_mut().insert(Caller { scope });
+    request.extensions_mut().insert(Caller { scope, token_id });
     next.run(request).await
 }
 

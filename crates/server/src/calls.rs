@@ -9,16 +9,13 @@ use serde_json::{Value, json};
 
 use flowmem_exec::IsolatedTools;
 use flowmem_exec::{NoObserver, RunInput, Runtime, ToolBox, compile, run};
-use flowmem_memory::induce::{Inducer, RuleConfig};
-use flowmem_memory::{
-    AddOutcome, OfflineConfig, RunToJudge, UseOutcome, WorkflowTools, judge_run, prompt_memory, retention_score,
-    success_rate, workflow_variables,
-};
-use flowmem_model::{ImportFormat, Item, JsonObject, Outcome, Scope, import_text};
+use flowmem_memory::{UseOutcome, WorkflowTools, prompt_memory, retention_score, success_rate, workflow_variables};
+use flowmem_model::{JsonObject, Scope};
 use flowmem_tools::StateIsolation;
 
 use crate::auth::TokenScope;
 use crate::catalog::Catalog;
+use crate::learn::{RunToLearn, learn};
 use crate::state::AppState;
 
 /// A tool result: the JSON as text (every client reads text) and as structured content.
@@ -231,90 +228,16 @@ pub(crate) async fn report_run(state: &Arc<AppState>, args: &JsonObject, scope: 
     let Some(messages) = args.get("messages").filter(|messages| messages.is_array()) else {
         return failure("`messages` is required: the run as an array of OpenAI chat messages");
     };
-    let imported = import_text(ImportFormat::OpenAi, "report_run.json".as_ref(), &messages.to_string());
-    let mut trajectory = match imported.items.into_iter().next() {
-        Some(Item::Trajectory(trajectory)) => trajectory,
-        _ => {
-            let reasons: Vec<String> = imported.skipped.iter().map(|skipped| skipped.reason.clone()).collect();
-            return failure(format!("the messages are not a run: {}", reasons.join("; ")));
-        }
+    let run = RunToLearn {
+        messages,
+        id: state.fresh_id("report"),
+        scope: scope_arg(args),
+        outcome: args.get("outcome").and_then(Value::as_bool),
+        source: Some("report_run".to_owned()),
+        shown: &[],
     };
-    trajectory.id = state.fresh_id("report");
-    let scope = scope_arg(args);
-    trajectory.meta.site = scope.site;
-    trajectory.meta.domain = scope.domain;
-    let judgement = match args.get("outcome").and_then(Value::as_bool) {
-        Some(success) => json!({"success": success, "by": "client"}),
-        None => {
-            let Some(evaluator) = &state.parts.evaluator else {
-                return failure("`outcome` is required: this server has no evaluator model to judge the run");
-            };
-            let calls: Vec<_> = trajectory.tool_calls().cloned().collect();
-            let run = RunToJudge {
-                query: &trajectory.query,
-                calls: &calls,
-                answer: trajectory.final_answer.as_deref(),
-                error: None,
-            };
-            match judge_run(evaluator.as_ref(), &state.prompts, &run).await {
-                Ok(judgement) => {
-                    json!({"success": judgement.success, "reason": judgement.reason, "by": evaluator.name()})
-                }
-                Err(err) => return failure(format!("the evaluator could not judge the run: {err}")),
-            }
-        }
-    };
-    let success = judgement["success"].as_bool().unwrap_or(false);
-    trajectory.success = Some(Outcome::Bool(success));
-    let trajectory_id = trajectory.id.clone();
-    let handle = tokio::runtime::Handle::current();
-    let report = state
-        .write(move |store| {
-            let rule = RuleConfig::standard();
-            let cfg = OfflineConfig { inducer: Inducer::Rule(&rule), scope: None, batch_size: 1 };
-            // Rule induction never awaits; the store is written in one transaction.
-            handle.block_on(flowmem_memory::induce_offline(store, std::slice::from_ref(&trajectory), &cfg)).map_err(
-                |err| match err {
-                    flowmem_memory::InduceError::Memory(err) => err.into(),
-                    other => crate::error::ServerError::Join(other.to_string()),
-                },
-            )
-        })
-        .await;
-    let report = match report {
-        Ok(report) => report,
-        Err(err) => return failure(format!("storing the run's workflows failed: {err}")),
-    };
-    let mut stored = Vec::new();
-    let mut merged = Vec::new();
-    for added in &report.added {
-        match &added.outcome {
-            AddOutcome::Inserted { id, evicted } => {
-                stored.push(json!({"id": id, "description": added.description, "evicted": evicted}));
-            }
-            AddOutcome::Merged { id, similarity } => {
-                merged.push(json!({"id": id, "description": added.description, "similarity": similarity}));
-            }
-        }
+    match learn(state, run).await {
+        Ok(report) => json_result(report, false),
+        Err(message) => failure(message),
     }
-    let rejected: Vec<Value> = report
-        .skipped
-        .iter()
-        .map(|skipped| json!({"reason": skipped.reason, "message": skipped.reason.to_string(), "description": skipped.description}))
-        .collect();
-    if !stored.is_empty()
-        && let Err(err) = state.refresh_catalog().await
-    {
-        tracing::warn!(error = %err, "refreshing the workflow tools failed");
-    }
-    json_result(
-        json!({
-            "trajectory_id": trajectory_id,
-            "judgement": judgement,
-            "stored": stored,
-            "merged": merged,
-            "rejected": rejected,
-        }),
-        false,
-    )
 }

@@ -13,12 +13,12 @@ pub enum ServerError {
     /// The memory database could not be opened or read.
     #[error(transparent)]
     Memory(#[from] flowmem_memory::MemoryError),
-    /// The token table in the memory database failed.
+    /// A server table in the memory database (tokens, the gateway queue) failed.
     #[error("memory database `{path}`: {what}")]
-    Tokens {
+    Database {
         /// The database file.
         path: PathBuf,
-        /// What the token store was doing.
+        /// What the server was doing.
         what: &'static str,
         /// The SQLite error.
         #[source]

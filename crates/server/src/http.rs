@@ -44,10 +44,13 @@ pub fn router(state: Arc<AppState>, mcp_cancel: CancellationToken, listen: Socke
         Arc::new(LocalSessionManager::default()),
         mcp_cfg,
     );
-    let authenticated = Router::new()
+    let mut authenticated = Router::new()
         .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), track_replies))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+        .layer(axum::middleware::from_fn_with_state(state.clone(), track_replies));
+    if state.gateway.is_some() {
+        authenticated = authenticated.nest("/v1", crate::gateway::routes(state.clone()));
+    }
+    let authenticated = authenticated.layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new().route("/healthz", get(|| async { "ok" })).merge(authenticated)
 }
 

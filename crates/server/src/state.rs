@@ -22,6 +22,7 @@ use flowmem_tools::StateIsolation;
 use crate::auth::TokenStore;
 use crate::catalog::Catalog;
 use crate::error::ServerError;
+use crate::gateway::{Gateway, GatewayConfig};
 
 /// How the server behaves; every field is a policy of the caller.
 #[derive(Debug, Clone)]
@@ -46,11 +47,13 @@ pub struct ServeConfig {
     pub poll_interval: Duration,
     /// How long Ctrl-C waits for calls in flight before closing the sessions.
     pub drain_timeout: Duration,
+    /// The OpenAI-compatible memory gateway at `/v1`; `None` serves none.
+    pub gateway: Option<GatewayConfig>,
 }
 
 impl ServeConfig {
     /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
-    /// isolation, a 1 s poll, a 30 s drain.
+    /// isolation, a 1 s poll, a 30 s drain, no gateway.
     #[must_use]
     pub fn standard(memory: PathBuf) -> ServeConfig {
         ServeConfig {
@@ -63,6 +66,7 @@ impl ServeConfig {
             isolation: None,
             poll_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
+            gateway: None,
         }
     }
 }
@@ -130,6 +134,8 @@ pub struct AppState {
     open_access: AtomicBool,
     traces: Mutex<VecDeque<(String, Arc<Trace>)>>,
     next_id: AtomicU64,
+    /// The memory gateway, when configured.
+    pub(crate) gateway: Option<Arc<Gateway>>,
 }
 
 impl AppState {
@@ -138,7 +144,7 @@ impl AppState {
     ///
     /// # Errors
     ///
-    /// [`ServerError::Memory`] or [`ServerError::Tokens`] when the database cannot be
+    /// [`ServerError::Memory`] or [`ServerError::Database`] when the database cannot be
     /// opened or read.
     pub fn open(cfg: ServeConfig, parts: Parts) -> Result<Arc<AppState>, ServerError> {
         let writer = MemoryStore::open(&cfg.memory, cfg.store.clone())?;
@@ -150,7 +156,12 @@ impl AppState {
         let (retrievals, retrievals_rx) = mpsc::unbounded_channel();
         let open_access = tokens.count()? == 0;
         let prompts = flowmem_memory::prompts().map_err(|err| ServerError::Prompt(err.to_string()))?;
+        let gateway = match &cfg.gateway {
+            Some(gateway) => Some(Arc::new(Gateway::open(gateway.clone(), &cfg.memory)?)),
+            None => None,
+        };
         Ok(Arc::new(AppState {
+            gateway,
             tokens,
             prompts,
             readers: Mutex::new(readers),
@@ -214,6 +225,7 @@ impl AppState {
             self.background.spawn(count_retrievals(self.clone(), receiver));
         }
         self.background.spawn(poll_changes(self.clone()));
+        crate::gateway::start(self);
     }
 
     /// Stops taking calls, waits up to the drain timeout for the calls in flight and then

@@ -6,7 +6,8 @@
 //!   chat-completions API (`POST /v1/chat/completions`, `GET /v1/models`). It answers
 //!   from a [`Script`] of [`Reply`] values, in request order or matched on content with
 //!   [`Match`], injects faults (429 with `Retry-After`, 500, slow replies, malformed
-//!   JSON, missing fields), records every request, and tracks the most requests it had
+//!   JSON, missing fields), streams a reply as SSE chunks when the request asks for
+//!   `stream: true`, records every request, and tracks the most requests it had
 //!   in flight at once.
 //! - [`repo_root`], [`deps_dir`], [`shared_data_dir`] and [`require_path`] find the
 //!   repository, the external test dependencies installed by `scripts/setup/`, and the

@@ -342,7 +342,55 @@ fn render(reply: &Reply, request: &Value, n: usize) -> Response {
     for pointer in &reply.remove {
         remove_pointer(&mut body, pointer);
     }
+    if request["stream"].as_bool() == Some(true) {
+        return stream_response(&body);
+    }
     json_response(StatusCode::OK, body.to_string())
+}
+
+/// A completion as OpenAI streams it: `chat.completion.chunk` events (the role, the
+/// text in pieces of a few characters, each tool call's id and name then its arguments
+/// in pieces, the finish reason, the usage), then `data: [DONE]`.
+fn stream_response(body: &Value) -> Response {
+    let chunk = |delta: Value, finish: Value| {
+        json!({
+            "id": body["id"], "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    };
+    let message = &body["choices"][0]["message"];
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    if let Some(text) = message["content"].as_str() {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(5) {
+            events.push(chunk(json!({"content": piece.iter().collect::<String>()}), Value::Null));
+        }
+    }
+    for (idx, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        events.push(chunk(
+            json!({"tool_calls": [{"index": idx, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}]}),
+            Value::Null,
+        ));
+        let arguments: Vec<char> = call["function"]["arguments"].as_str().unwrap_or("").chars().collect();
+        for piece in arguments.chunks(7) {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": idx, "function": {"arguments": piece.iter().collect::<String>()}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    events.push(chunk(json!({}), body["choices"][0]["finish_reason"].clone()));
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&format!("data: {event}\n\n"));
+    }
+    text.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(text))
+        .expect("valid response")
 }
 
 /// Removes the value at a JSON pointer, if present.

@@ -9,14 +9,18 @@ use anyhow::{Context, bail};
 use flowmem_exec::{ToolBox, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryStore, StoreConfig};
-use flowmem_server::{AppState, Parts, ServeConfig, TokenScope, TokenStore, load_graphs, serve_http, serve_stdio};
+use flowmem_server::{
+    AppState, GatewayConfig, InjectMode, Parts, Privacy, ServeConfig, TokenScope, TokenStore, load_graphs, serve_http,
+    serve_stdio,
+};
 
-use crate::args::{ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg};
+use crate::args::{GatewayMemoryArg, ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg};
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
-use crate::settings::{Config, ModelRoles};
+use crate::settings::{Config, GatewaySettings, ModelRoles};
+use flowmem_model::Scope;
 
 /// The state key prefix of calls that name no state of their own.
 const STATE_KEY: &str = "flowmem-serve";
@@ -59,8 +63,10 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     if args.state.task_check {
         bail!("--task-check does not apply to `flowmem serve`");
     }
+    let config = Config::load(&args.config)?;
+    let gateway_settings = config.gateway()?;
     let settings = SessionSettings {
-        config: Config::load(&args.config)?,
+        config,
         models: ModelRoles::new(&args.model).with_judge(&args.judge),
         tools: ToolsUse::Optional,
         prompts: args.workflows.as_ref().map(|_| PromptSettings { dir: None, extra: Vec::new() }),
@@ -90,7 +96,31 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
     cfg.isolation = isolation;
+    // The embedded upstream's server, when the gateway has no upstream of its own.
+    let mut embedded_upstream = None;
+    if args.gateway || args.upstream.is_some() {
+        if args.stdio {
+            bail!("the gateway is served over HTTP; drop --stdio or --gateway/--upstream");
+        }
+        let settings = &gateway_settings;
+        let upstream = match args.upstream.clone().or_else(|| settings.upstream.clone()) {
+            Some(upstream) => upstream,
+            None => {
+                let model = session.model(Purpose::Executor).await.context("the gateway needs an upstream model")?;
+                let listener =
+                    tokio::net::TcpListener::bind("127.0.0.1:0").await.context("binding the embedded upstream")?;
+                let addr = listener.local_addr()?;
+                embedded_upstream = Some(tokio::spawn(async move {
+                    let _ = axum_serve_model(listener, model).await;
+                }));
+                tracing::info!(%addr, "gateway: forwarding to the session's model (no upstream configured)");
+                format!("http://{addr}/v1")
+            }
+        };
+        cfg.gateway = Some(gateway_config(upstream, settings, args)?);
+    }
     let n_graphs = graphs.len();
+    let has_gateway = cfg.gateway.is_some();
     let state = AppState::open(cfg, Parts { tools, runtime, evaluator, graphs })
         .with_context(|| format!("cannot serve the memory `{}`", memory.display()))?;
     let res = if args.stdio {
@@ -107,13 +137,78 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
             printer.result(&serde_json::json!({"listening": url}).to_string())?;
         }
         printer.info(&format!("listening on {url}"));
+        if has_gateway {
+            printer.info(&format!("gateway at http://{bound}/v1 (set OPENAI_BASE_URL to it)"));
+        }
         tracing::info!(memory = %memory.display(), graphs = n_graphs, "serving over HTTP; Ctrl-C stops");
         serve_http(state, listener, shutdown_signal()).await
     };
+    if let Some(task) = embedded_upstream {
+        task.abort();
+    }
     session.close().await;
     res?;
     printer.info("stopped");
     Ok(ExitStatus::Success)
+}
+
+/// Serves `model` as an OpenAI-compatible endpoint on `listener` (the gateway's
+/// upstream when none is configured).
+async fn axum_serve_model(
+    listener: tokio::net::TcpListener,
+    model: Arc<dyn flowmem_llm::ChatModel>,
+) -> std::io::Result<()> {
+    flowmem_llm_local::serve(listener, model, std::future::pending()).await
+}
+
+/// The gateway's settings: flags over `[gateway]` over the defaults.
+fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
+    let mut cfg = GatewayConfig::standard(upstream);
+    let key_env = settings.api_key_env.as_deref().unwrap_or("FLOWMEM_UPSTREAM_API_KEY");
+    cfg.upstream_key = std::env::var(key_env).ok().filter(|key| !key.is_empty());
+    cfg.memory = match args.gateway_memory.or(settings.memory) {
+        None | Some(GatewayMemoryArg::Prompt) => InjectMode::Prompt,
+        Some(GatewayMemoryArg::Shadow) => InjectMode::Shadow,
+        Some(GatewayMemoryArg::Off) => InjectMode::Off,
+    };
+    if let Some(k) = settings.top_k {
+        cfg.top_k = k;
+    }
+    if let Some(budget) = settings.budget_tokens {
+        cfg.budget_tokens = budget;
+    }
+    if let Some(secs) = args.quiet_secs.or(settings.quiet_secs) {
+        if !(secs.is_finite() && secs >= 0.0) {
+            bail!("the quiet period must be a number of seconds, not {secs}");
+        }
+        cfg.quiet = std::time::Duration::from_secs_f64(secs);
+    }
+    cfg.model_scopes = settings
+        .models
+        .iter()
+        .map(|(model, scope)| {
+            let scope = match scope.split_once('/') {
+                Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
+                None => Scope { site: None, domain: Some(scope.clone()) },
+            };
+            (model.clone(), scope)
+        })
+        .collect();
+    let mut patterns = Vec::with_capacity(settings.redact_patterns.len());
+    for (idx, pattern) in settings.redact_patterns.iter().enumerate() {
+        let compiled = regex::Regex::new(pattern)
+            .with_context(|| format!("[gateway] redact_patterns[{idx}] is not a valid regular expression"))?;
+        patterns.push(compiled);
+    }
+    cfg.privacy = Privacy {
+        record: settings.record.unwrap_or(true),
+        unrecorded_domains: settings.unrecorded_domains.clone(),
+        unrecorded_tokens: settings.unrecorded_tokens.clone(),
+        redact_fields: settings.redact_fields.clone(),
+        redact_patterns: patterns,
+        max_field_chars: settings.max_field_chars.unwrap_or(Privacy::default().max_field_chars),
+    };
+    Ok(cfg)
 }
 
 /// Completes on the first Ctrl-C, or SIGTERM on Unix.

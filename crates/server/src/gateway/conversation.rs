@@ -1,0 +1,228 @@
+//! Which conversation a chat request belongs to, and what each open conversation holds.
+//!
+//! A request belongs to, in order: the conversation named by its
+//! `X-Flowmem-Conversation` header; the one keyed by its `user` field and a hash of its
+//! first messages; else the open conversation whose transcript so far (requests and
+//! the model's answers) is the longest prefix of its messages, so that turn n+1
+//! extends turn n. Messages are compared in a normal form (role, text, tool calls,
+//! tool-call id), because SDKs resend the model's answers with fields added or dropped.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use flowmem_model::Scope;
+
+/// A message in the form used for matching: what the model and the tools said, not how
+/// a client spelled it.
+pub(crate) fn normal_form(message: &Value) -> Value {
+    let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+    let role = if role == "developer" { "system" } else { role };
+    let calls: Vec<Value> = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
+                        "name": call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
+                        "arguments": call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or(""),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "role": role,
+        "content": content_text(message.get("content")),
+        "tool_calls": calls,
+        "tool_call_id": message.get("tool_call_id").and_then(Value::as_str).unwrap_or(""),
+    })
+}
+
+/// The text of a message's `content`: a string, or the text parts of an array.
+pub(crate) fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|part| part.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The hash of each prefix of `messages`: `prefix_hashes(t, m)[k]` covers `m[..=k]`.
+/// The caller's token id `seed` goes first, so one client never continues another's
+/// conversation.
+pub(crate) fn prefix_hashes(seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
+    let mut hasher = rustc_hash::FxHasher::default();
+    seed.hash(&mut hasher);
+    messages
+        .iter()
+        .map(|message| {
+            normal_form(message).to_string().hash(&mut hasher);
+            hasher.finish()
+        })
+        .collect()
+}
+
+/// The key of a conversation named by the client.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Named {
+    /// By the `X-Flowmem-Conversation` header.
+    Header(String),
+    /// By the `user` field and the hash of the first two messages.
+    User(String, u64),
+}
+
+/// One open conversation.
+#[derive(Debug, Clone)]
+pub(crate) struct Open {
+    pub id: String,
+    pub named: Option<Named>,
+    /// The transcript so far: the last request's messages, then the model's answer.
+    pub messages: Vec<Value>,
+    /// The hash of the whole transcript, for prefix matching.
+    pub hash: Option<u64>,
+    pub scope: Scope,
+    pub model: String,
+    pub token_id: Option<i64>,
+    /// Workflows put into the system message (mode `prompt`) or only retrieved
+    /// (mode `shadow`), chosen on the first turn.
+    pub shown: Vec<String>,
+    pub shadow: Vec<String>,
+    /// The rendered memory, injected again on every turn so the prompt stays the same.
+    pub memory_text: String,
+    /// Whether to record it (privacy settings of its token and scope).
+    pub record: bool,
+    /// The model answered without tool calls: the conversation ends after the quiet
+    /// period unless a request extends it.
+    pub answered: bool,
+    pub last_activity: Instant,
+}
+
+/// The open conversations of the gateway.
+#[derive(Debug, Default)]
+pub(crate) struct Conversations {
+    open: HashMap<String, Open>,
+    by_name: HashMap<Named, String>,
+    by_hash: HashMap<u64, String>,
+}
+
+impl Conversations {
+    /// The id of the open conversation `messages` continues, if any.
+    pub(crate) fn find(&self, named: Option<&Named>, hashes: &[u64]) -> Option<String> {
+        if let Some(named) = named {
+            return self.by_name.get(named).cloned();
+        }
+        hashes.iter().rev().find_map(|hash| self.by_hash.get(hash).cloned())
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&Open> {
+        self.open.get(id)
+    }
+
+    pub(crate) fn insert(&mut self, conversation: Open) {
+        if let Some(named) = &conversation.named {
+            self.by_name.insert(named.clone(), conversation.id.clone());
+        }
+        if let Some(hash) = conversation.hash {
+            self.by_hash.insert(hash, conversation.id.clone());
+        }
+        self.open.insert(conversation.id.clone(), conversation);
+    }
+
+    /// Records a finished turn: the request's messages and the model's answer become the
+    /// transcript. Returns the updated conversation.
+    pub(crate) fn record_turn(&mut self, id: &str, mut messages: Vec<Value>, answer: Value) -> Option<Open> {
+        let conversation = self.open.get_mut(id)?;
+        if let Some(old) = conversation.hash.take() {
+            self.by_hash.remove(&old);
+        }
+        conversation.answered = answer.get("tool_calls").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        messages.push(answer);
+        conversation.hash = prefix_hashes(conversation.token_id, &messages).last().copied();
+        conversation.messages = messages;
+        conversation.last_activity = Instant::now();
+        if let Some(hash) = conversation.hash {
+            self.by_hash.insert(hash, id.to_owned());
+        }
+        Some(conversation.clone())
+    }
+
+    /// Marks a request on the conversation as started: it is not quiet now.
+    pub(crate) fn touch(&mut self, id: &str) {
+        if let Some(conversation) = self.open.get_mut(id) {
+            conversation.answered = false;
+            conversation.last_activity = Instant::now();
+        }
+    }
+
+    /// Removes and returns the conversation `id`.
+    pub(crate) fn end(&mut self, id: &str) -> Option<Open> {
+        let conversation = self.open.remove(id)?;
+        if let Some(named) = &conversation.named {
+            self.by_name.remove(named);
+        }
+        if let Some(hash) = conversation.hash {
+            self.by_hash.remove(&hash);
+        }
+        Some(conversation)
+    }
+
+    /// The ids of the conversations to end: answered and then quiet for `quiet`, or
+    /// silent for `abandon` whatever their state (a client that went away mid-loop).
+    pub(crate) fn ended(&self, quiet: std::time::Duration, abandon: std::time::Duration) -> Vec<String> {
+        self.open
+            .values()
+            .filter(|conversation| {
+                let idle = conversation.last_activity.elapsed();
+                (conversation.answered && idle >= quiet) || idle >= abandon
+            })
+            .map(|conversation| conversation.id.clone())
+            .collect()
+    }
+
+    /// How many conversations are open.
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{normal_form, prefix_hashes};
+
+    #[test]
+    fn a_resent_answer_matches_the_answer_the_model_gave() {
+        let from_model = json!({"role": "assistant", "content": null, "refusal": null, "annotations": [],
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        let resent = json!({"role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        assert_eq!(normal_form(&from_model), normal_form(&resent));
+        let parts = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+        assert_eq!(normal_form(&parts), normal_form(&json!({"role": "user", "content": "hi"})));
+        let other =
+            json!({"role": "assistant", "tool_calls": [{"id": "c2", "function": {"name": "f", "arguments": "{}"}}]});
+        assert_ne!(normal_form(&from_model), normal_form(&other));
+    }
+
+    #[test]
+    fn prefix_hashes_extend_and_differ() {
+        let a = vec![json!({"role": "user", "content": "a"}), json!({"role": "assistant", "content": "b"})];
+        let mut longer = a.clone();
+        longer.push(json!({"role": "user", "content": "c"}));
+        let short = prefix_hashes(None, &a);
+        let long = prefix_hashes(None, &longer);
+        assert_eq!(short[..], long[..2]);
+        assert_ne!(long[1], long[2]);
+        assert_ne!(prefix_hashes(None, &[json!({"role": "user", "content": "x"})])[0], short[0]);
+        assert_ne!(prefix_hashes(Some(1), &a), short, "another token, another conversation");
+    }
+}

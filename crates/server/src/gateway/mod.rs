@@ -1,0 +1,908 @@
+//! The OpenAI-compatible memory gateway: `/v1/chat/completions` and `/v1/models`
+//! forwarded to an upstream endpoint, with Agent Workflow Memory added on the way and
+//! the conversations recorded and learned from in the background (online AWM for an
+//! agent that only changes its `OPENAI_BASE_URL`).
+//!
+//! - A request is matched to its conversation ([`conversation`]). On the first turn the
+//!   workflows that fit its first user message are retrieved and, in mode `prompt`,
+//!   appended to its system message; later turns get the same text again, so the prompt
+//!   prefix stays stable. The response says which in `X-Flowmem-Workflows`.
+//! - The upstream reply is passed through unchanged (streamed replies chunk by chunk)
+//!   and assembled for the record ([`sse`]).
+//! - A conversation ends when its model answered without tool calls and nothing
+//!   extended it for the quiet period, or on `POST /v1/flowmem/conversations/{id}/end`.
+//!   Ended conversations wait in a durable queue ([`store`]); one worker judges each
+//!   (unless the app gave its outcome) and induces the successful ones into memory.
+//!   Recording and learning never delay or fail a response.
+
+mod conversation;
+mod privacy;
+mod sse;
+mod store;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use futures::{Stream, StreamExt as _};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use flowmem_memory::prompt_memory;
+use flowmem_model::Scope;
+
+use crate::auth::Caller;
+use crate::error::ServerError;
+use crate::learn::{RunToLearn, learn};
+use crate::state::AppState;
+
+use self::conversation::{Conversations, Named, Open, content_text, prefix_hashes};
+pub use self::privacy::Privacy;
+use self::sse::Assembler;
+use self::store::GatewayStore;
+
+/// What the gateway does with memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InjectMode {
+    /// Neither retrieve nor inject; only forward and record.
+    Off,
+    /// Retrieve on the first turn and add the workflows to the system message.
+    Prompt,
+    /// Retrieve and record which workflows fit, but inject nothing (for A/B tests).
+    Shadow,
+}
+
+/// The gateway's settings.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    /// The upstream base URL, such as `https://host/v1` (requests go to
+    /// `{upstream}/chat/completions`).
+    pub upstream: String,
+    /// The upstream API key, sent as a bearer token; never logged or stored.
+    pub upstream_key: Option<String>,
+    /// What to do with memory.
+    pub memory: InjectMode,
+    /// How many workflows to retrieve.
+    pub top_k: usize,
+    /// The token budget of the injected text.
+    pub budget_tokens: usize,
+    /// How long an answered conversation stays open for another turn.
+    pub quiet: Duration,
+    /// How long a conversation that stopped mid-way (its last request unanswered, or
+    /// answered with tool calls nobody followed up) stays open.
+    pub abandon: Duration,
+    /// The scope of requests without `X-Flowmem-Scope`, by model name.
+    pub model_scopes: Vec<(String, Scope)>,
+    /// What is recorded and how.
+    pub privacy: Privacy,
+    /// Attempts at learning from one conversation before it is marked failed.
+    pub max_attempts: u32,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("upstream", &self.upstream)
+            .field("upstream_key", &self.upstream_key.as_ref().map(|_| "<redacted>"))
+            .field("memory", &self.memory)
+            .field("quiet", &self.quiet)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayConfig {
+    /// Defaults for `upstream`: mode `prompt`, 3 workflows within 1,000 tokens, a 30 s
+    /// quiet period, 10 minutes before a silent conversation counts as abandoned,
+    /// recording on, 3 attempts.
+    #[must_use]
+    pub fn standard(upstream: String) -> GatewayConfig {
+        GatewayConfig {
+            upstream: upstream.trim_end_matches('/').to_owned(),
+            upstream_key: None,
+            memory: InjectMode::Prompt,
+            top_k: 3,
+            budget_tokens: 1_000,
+            quiet: Duration::from_secs(30),
+            abandon: Duration::from_secs(600),
+            model_scopes: Vec::new(),
+            privacy: Privacy::default(),
+            max_attempts: 3,
+        }
+    }
+}
+
+/// A write for the queue's one writer task, in order.
+enum Write {
+    Open { id: String, record: Value },
+    Queue { id: String, record: Value, outcome: Option<bool> },
+}
+
+/// The gateway's part of the server state.
+pub(crate) struct Gateway {
+    cfg: GatewayConfig,
+    http: reqwest::Client,
+    conversations: Mutex<Conversations>,
+    store: Arc<GatewayStore>,
+    writes: mpsc::UnboundedSender<Write>,
+    writes_rx: Mutex<Option<mpsc::UnboundedReceiver<Write>>>,
+    queued: Notify,
+    next_id: AtomicU64,
+    /// Part of every conversation id: the process's start time, so ids from different
+    /// runs over one memory never collide.
+    run_id: String,
+    /// Recording or learning failures since start, logged each time.
+    failures: AtomicU64,
+}
+
+impl Gateway {
+    /// Opens the queue in the memory database and resumes the conversations a previous
+    /// run left open.
+    pub(crate) fn open(cfg: GatewayConfig, memory: &std::path::Path) -> Result<Gateway, ServerError> {
+        let store = Arc::new(GatewayStore::open(memory)?);
+        let mut conversations = Conversations::default();
+        for (id, record) in store.open_records()? {
+            if let Some(open) = resume(&id, &record) {
+                conversations.insert(open);
+            }
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|err| ServerError::Join(format!("building the upstream client: {err}")))?;
+        let (writes, writes_rx) = mpsc::unbounded_channel();
+        Ok(Gateway {
+            cfg,
+            http,
+            conversations: Mutex::new(conversations),
+            store,
+            writes,
+            writes_rx: Mutex::new(Some(writes_rx)),
+            queued: Notify::new(),
+            next_id: AtomicU64::new(1),
+            run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
+            failures: AtomicU64::new(0),
+        })
+    }
+
+    fn conversations(&self) -> std::sync::MutexGuard<'_, Conversations> {
+        self.conversations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn failed(&self, what: &str, err: &dyn std::fmt::Display) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(error = %err, "gateway: {what} failed");
+    }
+
+    fn fresh_id(&self) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("conv-{}-{n}", self.run_id)
+    }
+}
+
+/// An open conversation from its stored record, answered and quiet from now on.
+fn resume(id: &str, record: &Value) -> Option<Open> {
+    let messages = record.get("messages")?.as_array()?.clone();
+    let token_id = record.get("token_id").and_then(Value::as_i64);
+    let strings = |key: &str| -> Vec<String> {
+        record
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    Some(Open {
+        id: id.to_owned(),
+        named: None,
+        hash: prefix_hashes(token_id, &messages).last().copied(),
+        messages,
+        scope: serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default(),
+        model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
+        token_id,
+        shown: strings("shown"),
+        shadow: strings("shadow"),
+        memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").to_owned(),
+        record: true,
+        answered: true,
+        last_activity: Instant::now(),
+    })
+}
+
+/// The record of a conversation as stored: its messages redacted and bounded.
+fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
+    let messages: Vec<Value> = conversation.messages.iter().map(|message| gateway.cfg.privacy.clean(message)).collect();
+    json!({
+        "messages": messages,
+        "scope": conversation.scope,
+        "model": conversation.model,
+        "token_id": conversation.token_id,
+        "shown": conversation.shown,
+        "shadow": conversation.shadow,
+        "memory_text": conversation.memory_text,
+        "source": "gateway",
+        "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    })
+}
+
+/// The gateway's routes, nested under `/v1` by the server's router.
+pub(crate) fn routes(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/chat/completions", post(chat_completions))
+        .route("/models", get(models))
+        .route("/flowmem/conversations/{id}/end", post(end_conversation))
+        .route("/flowmem/conversations", get(recent_conversations))
+        .route("/flowmem/conversations/{id}", get(conversation))
+        .route("/flowmem/status", get(status))
+        .with_state(state)
+}
+
+/// An error in OpenAI's shape, so SDKs show its message.
+struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    param: Option<String>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": null}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+fn bad_request(message: impl Into<String>, param: Option<&str>) -> ApiError {
+    ApiError {
+        status: StatusCode::BAD_REQUEST,
+        kind: "invalid_request_error",
+        message: message.into(),
+        param: param.map(str::to_owned),
+    }
+}
+
+fn api_error(status: StatusCode, kind: &'static str, message: impl Into<String>, param: Option<&str>) -> Response {
+    ApiError { status, kind, message: message.into(), param: param.map(str::to_owned) }.into_response()
+}
+
+fn gateway_of(state: &AppState) -> Result<&Gateway, ApiError> {
+    state.gateway.as_deref().ok_or_else(|| ApiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "not_found",
+        message: "this server has no gateway (start it with --gateway or --upstream)".to_owned(),
+        param: None,
+    })
+}
+
+/// Checks the request the way the upstream would, so a malformed one gets a message
+/// naming its field before anything is forwarded or recorded.
+fn check_request(body: &Bytes) -> Result<Value, ApiError> {
+    let request: Value = serde_json::from_slice(body)
+        .map_err(|err| bad_request(format!("the request body is not JSON: {err}"), None))?;
+    if !request.is_object() {
+        return Err(bad_request("the request body must be a JSON object", None));
+    }
+    let Some(messages) = request.get("messages").and_then(Value::as_array) else {
+        return Err(bad_request("`messages` is required: an array of chat messages", Some("messages")));
+    };
+    for (idx, message) in messages.iter().enumerate() {
+        if message.get("role").and_then(Value::as_str).is_none() {
+            let param = format!("messages[{idx}].role");
+            return Err(bad_request(format!("`{param}` is required: a string such as `user`"), Some(&param)));
+        }
+    }
+    Ok(request)
+}
+
+/// The scope of a request: `X-Flowmem-Scope` (`domain`, or `site/domain`), else the
+/// model's configured scope.
+fn scope_of(cfg: &GatewayConfig, headers: &HeaderMap, model: &str) -> Scope {
+    if let Some(value) = headers.get("x-flowmem-scope").and_then(|value| value.to_str().ok()) {
+        let value = value.trim();
+        return match value.split_once('/') {
+            Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
+            None => Scope { site: None, domain: Some(value.to_owned()) },
+        };
+    }
+    cfg.model_scopes.iter().find(|(name, _)| name == model).map(|(_, scope)| scope.clone()).unwrap_or_default()
+}
+
+/// The conversation name a request gives, if any.
+fn named_of(headers: &HeaderMap, request: &Value, token_id: Option<i64>) -> Result<Option<Named>, ApiError> {
+    if let Some(value) = headers.get("x-flowmem-conversation") {
+        let name = value.to_str().unwrap_or("");
+        let valid = !name.is_empty()
+            && name.len() <= 128
+            && name.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.' | ':'));
+        if !valid {
+            return Err(bad_request("`X-Flowmem-Conversation` must be 1 to 128 letters, digits or `-_.:`", None));
+        }
+        return Ok(Some(Named::Header(format!("{}:{name}", token_id.unwrap_or(0)))));
+    }
+    if let Some(user) = request.get("user").and_then(Value::as_str) {
+        let messages = request.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let first = &messages[..messages.len().min(2)];
+        let hash = prefix_hashes(token_id, first).last().copied().unwrap_or(0);
+        return Ok(Some(Named::User(user.to_owned(), hash)));
+    }
+    Ok(None)
+}
+
+/// The first user message's text: what retrieval searches with.
+fn first_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .find(|message| message.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|message| content_text(message.get("content")))
+        .unwrap_or_default()
+}
+
+/// Adds `memory` to the request's system message (a new one first when it has none).
+fn inject(request: &mut Value, memory: &str) {
+    let Some(messages) = request.get_mut("messages").and_then(Value::as_array_mut) else { return };
+    let is_system =
+        |message: &Value| matches!(message.get("role").and_then(Value::as_str), Some("system" | "developer"));
+    match messages.first_mut().filter(|first| is_system(first)) {
+        Some(system) => match system.get_mut("content") {
+            Some(Value::String(text)) => {
+                text.push_str("\n\n");
+                text.push_str(memory);
+            }
+            Some(Value::Array(parts)) => parts.push(json!({"type": "text", "text": format!("\n\n{memory}")})),
+            _ => system["content"] = json!(memory),
+        },
+        None => messages.insert(0, json!({"role": "system", "content": memory})),
+    }
+}
+
+/// Starts a conversation: retrieval (unless mode `off`) and the privacy decision.
+async fn start_conversation(
+    state: &Arc<AppState>,
+    gateway: &Gateway,
+    named: Option<Named>,
+    messages: &[Value],
+    scope: Scope,
+    model: &str,
+    token_id: Option<i64>,
+) -> Open {
+    let mut shown = Vec::new();
+    let mut shadow = Vec::new();
+    let mut memory_text = String::new();
+    let task = first_user_text(messages);
+    if gateway.cfg.memory != InjectMode::Off && !task.trim().is_empty() {
+        let (k, filter) = (gateway.cfg.top_k, scope.clone());
+        match state.read(move |store| store.search(&task, &filter, k)).await {
+            Ok(hits) => {
+                let workflows: Vec<_> = hits.into_iter().map(|hit| hit.workflow).collect();
+                match prompt_memory(&state.prompts, &workflows, gateway.cfg.budget_tokens) {
+                    Ok(memory) => {
+                        state.count_retrieved(memory.included.clone());
+                        if gateway.cfg.memory == InjectMode::Prompt {
+                            memory_text = memory.text;
+                            shown = memory.included;
+                        } else {
+                            shadow = memory.included;
+                        }
+                    }
+                    Err(err) => gateway.failed("rendering workflows", &err),
+                }
+            }
+            Err(err) => gateway.failed("retrieving workflows", &err),
+        }
+    }
+    let record = gateway.cfg.privacy.records(&scope, token_id);
+    Open {
+        id: gateway.fresh_id(),
+        named,
+        messages: Vec::new(),
+        hash: None,
+        scope,
+        model: model.to_owned(),
+        token_id,
+        shown,
+        shadow,
+        memory_text,
+        record,
+        answered: false,
+        last_activity: Instant::now(),
+    }
+}
+
+/// Headers of an upstream reply that a client may need: its type and the rate limits.
+fn passed_headers(upstream: &reqwest::header::HeaderMap, response: &mut Response) {
+    for (name, value) in upstream {
+        let keep = name == reqwest::header::CONTENT_TYPE
+            || name.as_str().starts_with("retry-after")
+            || name.as_str().starts_with("x-ratelimit-")
+            || name.as_str() == "x-request-id"
+            || name.as_str() == "openai-processing-ms";
+        if keep
+            && let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name.as_str().as_bytes()), HeaderValue::from_bytes(value.as_bytes()))
+        {
+            response.headers_mut().insert(name, value);
+        }
+    }
+}
+
+fn flowmem_headers(response: &mut Response, conversation: &Open) {
+    if let Ok(value) = HeaderValue::from_str(&conversation.id) {
+        response.headers_mut().insert("x-flowmem-conversation", value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&conversation.shown.join(",")) {
+        response.headers_mut().insert("x-flowmem-workflows", value);
+    }
+    if !conversation.shadow.is_empty()
+        && let Ok(value) = HeaderValue::from_str(&conversation.shadow.join(","))
+    {
+        response.headers_mut().insert("x-flowmem-shadow-workflows", value);
+    }
+}
+
+/// Records a finished turn: the request's own messages (without the injected memory)
+/// and the model's answer.
+fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value) {
+    let updated = gateway.conversations().record_turn(id, messages, answer);
+    if let Some(conversation) = updated
+        && conversation.record
+    {
+        let record = record_of(gateway, &conversation);
+        let _ = gateway.writes.send(Write::Open { id: conversation.id.clone(), record });
+    }
+}
+
+/// `POST /v1/chat/completions`.
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let mut request = match check_request(&body) {
+        Ok(request) => request,
+        Err(err) => return err.into_response(),
+    };
+    let named = match named_of(&headers, &request, caller.token_id) {
+        Ok(named) => named,
+        Err(err) => return err.into_response(),
+    };
+    let messages: Vec<Value> = request["messages"].as_array().cloned().unwrap_or_default();
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
+    let hashes = prefix_hashes(caller.token_id, &messages);
+    let existing = gateway.conversations().find(named.as_ref(), &hashes);
+    let is_new = existing.is_none();
+    let conversation = match existing.and_then(|id| gateway.conversations().get(&id).cloned()) {
+        Some(conversation) => {
+            gateway.conversations().touch(&conversation.id);
+            conversation
+        }
+        None => {
+            let scope = scope_of(&gateway.cfg, &headers, &model);
+            let started = start_conversation(&state, gateway, named, &messages, scope, &model, caller.token_id).await;
+            gateway.conversations().insert(started.clone());
+            started
+        }
+    };
+    if !conversation.memory_text.is_empty() {
+        inject(&mut request, &conversation.memory_text);
+    }
+    let streaming = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let mut upstream = gateway
+        .http
+        .post(format!("{}/chat/completions", gateway.cfg.upstream))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&request).unwrap_or_default());
+    if let Some(key) = &gateway.cfg.upstream_key {
+        upstream = upstream.bearer_auth(key);
+    }
+    // A conversation whose first request fails never started.
+    let discard = || {
+        if is_new {
+            gateway.conversations().end(&conversation.id);
+        }
+    };
+    let reply = match upstream.send().await {
+        Ok(reply) => reply,
+        Err(err) => {
+            discard();
+            let err = err.without_url();
+            tracing::warn!(error = %err, "gateway: the upstream model could not be reached");
+            return api_error(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!("the upstream model could not be reached: {err}"),
+                None,
+            );
+        }
+    };
+    let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let upstream_headers = reply.headers().clone();
+    let is_stream = upstream_headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"));
+    let mut response = if status.is_success() && streaming && is_stream {
+        let state = state.clone();
+        let id = conversation.id.clone();
+        let recorded = Recorded {
+            inner: Box::pin(reply.bytes_stream()),
+            assembler: Assembler::default(),
+            on_end: Some(Box::new(move |answer: Option<Value>| match (answer, state.gateway.as_deref()) {
+                (Some(answer), Some(gateway)) => finish_turn(gateway, &id, messages, answer),
+                (None, Some(gateway)) => gateway.failed("recording a stream cut short", &"no [DONE]"),
+                _ => {}
+            })),
+        };
+        Body::from_stream(recorded).into_response()
+    } else {
+        let bytes = match reply.bytes().await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                return api_error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    format!("the upstream reply broke off: {}", err.without_url()),
+                    None,
+                );
+            }
+        };
+        if !status.is_success() {
+            discard();
+        }
+        if status.is_success() {
+            let answer = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|reply| reply.pointer("/choices/0/message").cloned());
+            match answer {
+                Some(answer) => finish_turn(gateway, &conversation.id, messages, answer),
+                None => gateway.failed("recording a reply", &"the upstream reply has no choices[0].message"),
+            }
+        }
+        let mut response = Response::new(Body::from(bytes));
+        *response.status_mut() = status;
+        response
+    };
+    passed_headers(&upstream_headers, &mut response);
+    flowmem_headers(&mut response, &conversation);
+    response
+}
+
+/// A streamed upstream reply passed through as it comes, assembled for the record.
+struct Recorded {
+    inner: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    assembler: Assembler,
+    on_end: Option<Box<dyn FnOnce(Option<Value>) + Send>>,
+}
+
+impl Stream for Recorded {
+    type Item = reqwest::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.poll_next_unpin(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(bytes))) => self.assembler.feed(bytes),
+            Poll::Ready(None) => {
+                let answer = self.assembler.finished().then(|| self.assembler.message());
+                if let Some(on_end) = self.on_end.take() {
+                    on_end(answer);
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        // The client went away, or the upstream broke off: a finished stream is still
+        // recorded; a cut one is not.
+        if let Some(on_end) = self.on_end.take() {
+            on_end(self.assembler.finished().then(|| self.assembler.message()));
+        }
+    }
+}
+
+/// `GET /v1/models`: the upstream's list, passed through.
+async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let mut upstream = gateway.http.get(format!("{}/models", gateway.cfg.upstream));
+    if let Some(key) = &gateway.cfg.upstream_key {
+        upstream = upstream.bearer_auth(key);
+    }
+    match upstream.send().await {
+        Ok(reply) => {
+            let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let upstream_headers = reply.headers().clone();
+            let bytes = reply.bytes().await.unwrap_or_default();
+            let mut response = Response::new(Body::from(bytes));
+            *response.status_mut() = status;
+            passed_headers(&upstream_headers, &mut response);
+            response
+        }
+        Err(err) => api_error(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!("the upstream model could not be reached: {}", err.without_url()),
+            None,
+        ),
+    }
+}
+
+/// Ends conversation `id` now and queues it, with the app's outcome if given.
+fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
+    let conversation = gateway.conversations().end(id)?;
+    if !conversation.record || conversation.messages.is_empty() {
+        return Some(false);
+    }
+    let record = record_of(gateway, &conversation);
+    let _ = gateway.writes.send(Write::Queue { id: conversation.id, record, outcome });
+    Some(true)
+}
+
+/// `POST /v1/flowmem/conversations/{id}/end {outcome?}`: `outcome` is `true`/`false`
+/// or a reward in `[0, 1]` (success when at least 0.5).
+async fn end_conversation(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let request: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(request) => request,
+            Err(err) => {
+                return api_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("the body is not JSON: {err}"),
+                    None,
+                );
+            }
+        }
+    };
+    let outcome = match request.get("outcome") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(success)) => Some(*success),
+        Some(Value::Number(reward)) if reward.as_f64().is_some_and(|r| (0.0..=1.0).contains(&r)) => {
+            reward.as_f64().map(|reward| reward >= 0.5)
+        }
+        Some(_) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "`outcome` must be true, false, or a reward between 0 and 1",
+                Some("outcome"),
+            );
+        }
+    };
+    match end_now(gateway, &id, outcome) {
+        Some(queued) => axum::Json(json!({"id": id, "ended": true, "queued": queued})).into_response(),
+        None => api_error(StatusCode::NOT_FOUND, "not_found", format!("no open conversation `{id}`"), None),
+    }
+}
+
+/// `GET /v1/flowmem/conversations/{id}`: a recorded conversation and what was learned.
+async fn conversation(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let store = gateway.store.clone();
+    let looked_up = id.clone();
+    match tokio::task::spawn_blocking(move || store.get(&looked_up)).await {
+        Ok(Ok(Some(row))) => axum::Json(row).into_response(),
+        Ok(Ok(None)) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
+        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+    }
+}
+
+/// `GET /v1/flowmem/conversations`: the 100 most recently updated recorded
+/// conversations, newest first.
+async fn recent_conversations(State(state): State<Arc<AppState>>) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let store = gateway.store.clone();
+    match tokio::task::spawn_blocking(move || store.recent(100)).await {
+        Ok(Ok(rows)) => axum::Json(json!({"conversations": rows})).into_response(),
+        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+    }
+}
+
+/// `GET /v1/flowmem/status`: the queue's counts and the failures since start.
+async fn status(State(state): State<Arc<AppState>>) -> Response {
+    let gateway = match gateway_of(&state) {
+        Ok(gateway) => gateway,
+        Err(err) => return err.into_response(),
+    };
+    let store = gateway.store.clone();
+    let counts = tokio::task::spawn_blocking(move || store.counts()).await;
+    let open = gateway.conversations().len();
+    match counts {
+        Ok(Ok(counts)) => axum::Json(json!({
+            "conversations": counts,
+            "open_in_memory": open,
+            "failures": gateway.failures.load(Ordering::Relaxed),
+        }))
+        .into_response(),
+        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+    }
+}
+
+/// Starts the gateway's tasks: the queue writer, the quiet-period ender, the learner.
+pub(crate) fn start(state: &Arc<AppState>) {
+    let Some(gateway) = state.gateway.as_deref() else { return };
+    let receiver = gateway.writes_rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(receiver) = receiver {
+        state.background.spawn(write_queue(state.clone(), receiver));
+    }
+    state.background.spawn(end_quiet(state.clone()));
+    state.background.spawn(learn_queued(state.clone()));
+}
+
+/// The one writer of the queue table, so turns are stored in order. Ends once the
+/// server stops and every write sent before is stored.
+async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Write>) {
+    let Some(gateway) = state.gateway.as_deref() else { return };
+    loop {
+        let write = tokio::select! {
+            write = receiver.recv() => write,
+            () = state.stop.cancelled() => receiver.try_recv().ok(),
+        };
+        let Some(write) = write else { return };
+        let store = gateway.store.clone();
+        let queued = matches!(write, Write::Queue { .. });
+        let res = tokio::task::spawn_blocking(move || match write {
+            Write::Open { id, record } => store.save_open(&id, &record),
+            Write::Queue { id, record, outcome } => store.enqueue(&id, &record, outcome),
+        })
+        .await;
+        match res {
+            Ok(Ok(())) if queued => gateway.queued.notify_one(),
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => gateway.failed("storing a conversation", &err),
+            Err(err) => gateway.failed("storing a conversation", &err),
+        }
+    }
+}
+
+/// Ends the conversations that were answered and then quiet for the quiet period.
+async fn end_quiet(state: Arc<AppState>) {
+    let Some(gateway) = state.gateway.as_deref() else { return };
+    let tick = (gateway.cfg.quiet / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(tick) => {}
+            () = state.stop.cancelled() => return,
+        }
+        let ended = gateway.conversations().ended(gateway.cfg.quiet, gateway.cfg.abandon.max(gateway.cfg.quiet));
+        for id in ended {
+            tracing::debug!(conversation = %id, "gateway: conversation ended (quiet)");
+            end_now(gateway, &id, None);
+        }
+    }
+}
+
+/// Learns from queued conversations one at a time, oldest first, until the server stops.
+async fn learn_queued(state: Arc<AppState>) {
+    let Some(gateway) = state.gateway.as_deref() else { return };
+    loop {
+        if state.stop.is_cancelled() {
+            return;
+        }
+        let store = gateway.store.clone();
+        let next = tokio::task::spawn_blocking(move || store.take_next()).await;
+        let queued = match next {
+            Ok(Ok(Some(queued))) => queued,
+            Ok(Ok(None)) => {
+                tokio::select! {
+                    () = gateway.queued.notified() => {}
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    () = state.stop.cancelled() => return,
+                }
+                continue;
+            }
+            Ok(Err(err)) => {
+                gateway.failed("reading the queue", &err);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(err) => {
+                gateway.failed("reading the queue", &err);
+                continue;
+            }
+        };
+        let outcome = learn_one(&state, &queued).await;
+        let (final_state, result) = match outcome {
+            Ok(result) => (Some("done"), result),
+            Err(message) => {
+                gateway.failed("learning from a conversation", &message);
+                let state_after = (queued.attempts >= gateway.cfg.max_attempts).then_some("failed");
+                (state_after, json!({"error": message, "attempts": queued.attempts}))
+            }
+        };
+        let store = gateway.store.clone();
+        let id = queued.id.clone();
+        let res = tokio::task::spawn_blocking(move || store.finish(&id, final_state, &result)).await;
+        if let Ok(Err(err)) = res {
+            gateway.failed("finishing a queued conversation", &err);
+        }
+        if final_state.is_none() {
+            // Give a failing judge a moment before the next attempt.
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = state.stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+async fn learn_one(state: &Arc<AppState>, queued: &store::Queued) -> Result<Value, String> {
+    let record = &queued.record;
+    let messages = record.get("messages").cloned().unwrap_or(Value::Null);
+    let scope: Scope = serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default();
+    let shown: Vec<String> = record
+        .get("shown")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let source = format!(
+        "gateway model={} token={} at={}",
+        record.get("model").and_then(Value::as_str).unwrap_or(""),
+        record.get("token_id").and_then(Value::as_i64).map_or_else(|| "none".to_owned(), |id| id.to_string()),
+        record.get("recorded_at").and_then(Value::as_str).unwrap_or(""),
+    );
+    let run = RunToLearn {
+        messages: &messages,
+        id: queued.id.clone(),
+        scope,
+        outcome: queued.outcome,
+        source: Some(source),
+        shown: &shown,
+    };
+    learn(state, run).await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::inject;
+
+    #[test]
+    fn memory_goes_into_the_system_message_or_a_new_one() {
+        let mut request = json!({"messages": [{"role": "system", "content": "You help."}, {"role": "user", "content": "hi"}], "temperature": 0});
+        inject(&mut request, "WORKFLOWS");
+        assert_eq!(request["messages"][0]["content"], "You help.\n\nWORKFLOWS");
+        assert_eq!(request["temperature"], 0, "other fields stay");
+        let mut request = json!({"messages": [{"role": "user", "content": "hi"}]});
+        inject(&mut request, "WORKFLOWS");
+        assert_eq!(request["messages"][0], json!({"role": "system", "content": "WORKFLOWS"}));
+        assert_eq!(request["messages"][1]["role"], "user");
+    }
+}

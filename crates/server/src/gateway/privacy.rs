@@ -1,0 +1,136 @@
+//! What the gateway records, and how: recording can be turned off for the whole
+//! gateway, a domain, or a token; configured fields and patterns are redacted before
+//! anything is stored, and every stored string is bounded.
+
+use serde_json::{Map, Value};
+
+use flowmem_model::Scope;
+
+/// The replacement of a redacted value.
+pub const REDACTED: &str = "[redacted]";
+
+/// The privacy settings of the gateway.
+#[derive(Debug, Clone)]
+pub struct Privacy {
+    /// Whether conversations are recorded at all.
+    pub record: bool,
+    /// Domains whose conversations are not recorded.
+    pub unrecorded_domains: Vec<String>,
+    /// Token ids whose conversations are not recorded.
+    pub unrecorded_tokens: Vec<i64>,
+    /// JSON field names whose values are replaced by `[redacted]`, wherever they appear
+    /// (also inside tool arguments and results that are JSON text).
+    pub redact_fields: Vec<String>,
+    /// Patterns whose matches in any stored string are replaced by `[redacted]`.
+    pub redact_patterns: Vec<regex::Regex>,
+    /// The most characters kept of one stored string; the rest is cut with a note.
+    pub max_field_chars: usize,
+}
+
+impl Default for Privacy {
+    /// Record everything, redact nothing, keep strings up to 20,000 characters.
+    fn default() -> Privacy {
+        Privacy {
+            record: true,
+            unrecorded_domains: Vec::new(),
+            unrecorded_tokens: Vec::new(),
+            redact_fields: Vec::new(),
+            redact_patterns: Vec::new(),
+            max_field_chars: 20_000,
+        }
+    }
+}
+
+impl Privacy {
+    /// Whether a conversation in `scope`, by token `token_id`, is recorded.
+    #[must_use]
+    pub fn records(&self, scope: &Scope, token_id: Option<i64>) -> bool {
+        self.record
+            && !scope.domain.as_ref().is_some_and(|domain| self.unrecorded_domains.contains(domain))
+            && !token_id.is_some_and(|id| self.unrecorded_tokens.contains(&id))
+    }
+
+    /// `value` as it may be stored: redacted and bounded.
+    #[must_use]
+    pub fn clean(&self, value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut cleaned = Map::with_capacity(map.len());
+                for (key, item) in map {
+                    let item = if self.redact_fields.iter().any(|field| field == key) {
+                        Value::String(REDACTED.to_owned())
+                    } else {
+                        self.clean(item)
+                    };
+                    cleaned.insert(key.clone(), item);
+                }
+                Value::Object(cleaned)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(|item| self.clean(item)).collect()),
+            Value::String(text) => Value::String(self.clean_text(text)),
+            other => other.clone(),
+        }
+    }
+
+    fn clean_text(&self, text: &str) -> String {
+        // Tool arguments and results are JSON inside a string: redact their fields too.
+        let trimmed = text.trim_start();
+        let mut cleaned = if !self.redact_fields.is_empty()
+            && (trimmed.starts_with('{') || trimmed.starts_with('['))
+            && let Ok(inner) = serde_json::from_str::<Value>(text)
+        {
+            self.clean(&inner).to_string()
+        } else {
+            text.to_owned()
+        };
+        for pattern in &self.redact_patterns {
+            if pattern.is_match(&cleaned) {
+                cleaned = pattern.replace_all(&cleaned, REDACTED).into_owned();
+            }
+        }
+        let n_chars = cleaned.chars().count();
+        if n_chars > self.max_field_chars {
+            let kept: String = cleaned.chars().take(self.max_field_chars).collect();
+            cleaned = format!("{kept}…[cut {} characters]", n_chars - self.max_field_chars);
+        }
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Privacy;
+    use flowmem_model::Scope;
+
+    #[test]
+    fn fields_and_patterns_are_redacted_even_inside_json_text_and_strings_are_bounded() {
+        let privacy = Privacy {
+            redact_fields: vec!["email".to_owned()],
+            redact_patterns: vec![regex::Regex::new(r"\b\d{4}-\d{4}-\d{4}-\d{4}\b").unwrap()],
+            max_field_chars: 200,
+            ..Privacy::default()
+        };
+        let message = json!({"role": "tool", "email": "a@b.c",
+            "content": "{\"email\": \"x@y.z\", \"card\": \"1234-5678-9012-3456\"}"});
+        let cleaned = privacy.clean(&message);
+        assert_eq!(cleaned["email"], "[redacted]");
+        let inner: serde_json::Value = serde_json::from_str(cleaned["content"].as_str().unwrap()).unwrap();
+        assert_eq!(inner["email"], "[redacted]");
+        assert_eq!(inner["card"], "[redacted]");
+        let long = privacy.clean(&json!("a".repeat(300)));
+        assert!(long.as_str().unwrap().ends_with("…[cut 100 characters]"), "{long}");
+    }
+
+    #[test]
+    fn recording_can_be_off_per_domain_and_token() {
+        let privacy =
+            Privacy { unrecorded_domains: vec!["health".into()], unrecorded_tokens: vec![7], ..Privacy::default() };
+        let health = Scope { site: None, domain: Some("health".into()) };
+        assert!(!privacy.records(&health, None));
+        assert!(!privacy.records(&Scope::default(), Some(7)));
+        assert!(privacy.records(&Scope::default(), Some(8)));
+        assert!(!Privacy { record: false, ..Privacy::default() }.records(&Scope::default(), None));
+    }
+}

@@ -1,0 +1,194 @@
+//! The gateway's durable queue: one row per recorded conversation in the memory
+//! database's `gateway_conversations` table (the server's own, outside memory's
+//! migrations). A conversation is `open` while it runs, `queued` once it ended, and
+//! `done` or `failed` once learned from, so a restart loses no recorded conversation
+//! and learns from none twice.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use crate::error::ServerError;
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN ('open', 'queued', 'done', 'failed')),
+    record TEXT NOT NULL,
+    outcome INTEGER,
+    result TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL
+)";
+
+/// A queued conversation, as the worker takes it.
+#[derive(Debug, Clone)]
+pub(crate) struct Queued {
+    pub id: String,
+    pub record: Value,
+    pub outcome: Option<bool>,
+    pub attempts: u32,
+}
+
+/// The conversations table.
+pub(crate) struct GatewayStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl GatewayStore {
+    /// Opens the table in the memory database at `path`, creating it if needed.
+    pub(crate) fn open(path: &Path) -> Result<GatewayStore, ServerError> {
+        let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
+        let conn = Connection::open(path).map_err(sqlite("opening the gateway queue"))?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
+        conn.execute_batch(CREATE_TABLE).map_err(sqlite("creating the gateway queue"))?;
+        Ok(GatewayStore { path: path.to_path_buf(), conn: Mutex::new(conn) })
+    }
+
+    fn run<T>(
+        &self,
+        what: &'static str,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, ServerError> {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        work(&conn).map_err(|source| ServerError::Database { path: self.path.clone(), what, source })
+    }
+
+    /// Saves an open conversation's record (a turn finished).
+    pub(crate) fn save_open(&self, id: &str, record: &Value) -> Result<(), ServerError> {
+        self.run("saving a conversation", |conn| {
+            conn.prepare_cached(
+                "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES (?1, 'open', ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
+                 WHERE state = 'open'",
+            )?
+            .execute(params![id, record.to_string(), now()])
+            .map(drop)
+        })
+    }
+
+    /// Queues an ended conversation for learning, with the app's outcome if it gave one.
+    pub(crate) fn enqueue(&self, id: &str, record: &Value, outcome: Option<bool>) -> Result<(), ServerError> {
+        self.run("queueing a conversation", |conn| {
+            conn.prepare_cached(
+                "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at) VALUES (?1, 'queued', ?2, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
+                     outcome = excluded.outcome, updated_at = excluded.updated_at
+                 WHERE state = 'open'",
+            )?
+            .execute(params![id, record.to_string(), outcome, now()])
+            .map(drop)
+        })
+    }
+
+    /// The oldest queued conversation, its attempt counted before any work is done, so a
+    /// conversation that crashes the server every time is given up after a few tries.
+    pub(crate) fn take_next(&self) -> Result<Option<Queued>, ServerError> {
+        self.run("taking the next queued conversation", |conn| {
+            let row: Option<(String, String, Option<bool>, u32)> = conn
+                .prepare_cached(
+                    "SELECT id, record, outcome, attempts FROM gateway_conversations WHERE state = 'queued'
+                     ORDER BY updated_at, id LIMIT 1",
+                )?
+                .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+                .optional()?;
+            let Some((id, record, outcome, attempts)) = row else { return Ok(None) };
+            conn.prepare_cached("UPDATE gateway_conversations SET attempts = attempts + 1 WHERE id = ?1")?
+                .execute([&id])?;
+            let record = serde_json::from_str(&record).unwrap_or(Value::Null);
+            Ok(Some(Queued { id, record, outcome, attempts: attempts + 1 }))
+        })
+    }
+
+    /// Ends a queued conversation's life: `done` with what learning did, or `failed`
+    /// with why; `None` leaves it queued for another attempt.
+    pub(crate) fn finish(&self, id: &str, state: Option<&str>, result: &Value) -> Result<(), ServerError> {
+        self.run("finishing a queued conversation", |conn| {
+            match state {
+                Some(state) => conn
+                    .prepare_cached(
+                        "UPDATE gateway_conversations SET state = ?2, result = ?3, updated_at = ?4 WHERE id = ?1",
+                    )?
+                    .execute(params![id, state, result.to_string(), now()]),
+                None => conn
+                    .prepare_cached("UPDATE gateway_conversations SET result = ?2, updated_at = ?3 WHERE id = ?1")?
+                    .execute(params![id, result.to_string(), now()]),
+            }
+            .map(drop)
+        })
+    }
+
+    /// The open conversations a previous run left, to resume.
+    pub(crate) fn open_records(&self) -> Result<Vec<(String, Value)>, ServerError> {
+        self.run("reading open conversations", |conn| {
+            let mut stmt = conn.prepare("SELECT id, record FROM gateway_conversations WHERE state = 'open'")?;
+            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+            let mut open = Vec::new();
+            for row in rows {
+                let (id, record) = row?;
+                open.push((id, serde_json::from_str(&record).unwrap_or(Value::Null)));
+            }
+            Ok(open)
+        })
+    }
+
+    /// How many conversations are in each state.
+    pub(crate) fn counts(&self) -> Result<Value, ServerError> {
+        self.run("counting conversations", |conn| {
+            let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM gateway_conversations GROUP BY state")?;
+            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+            let mut counts = serde_json::Map::new();
+            for state in ["open", "queued", "done", "failed"] {
+                counts.insert(state.to_owned(), Value::from(0));
+            }
+            for row in rows {
+                let (state, n) = row?;
+                counts.insert(state, Value::from(n));
+            }
+            Ok(Value::Object(counts))
+        })
+    }
+
+    /// The most recently updated conversations, newest first: id, state, updated_at.
+    pub(crate) fn recent(&self, limit: usize) -> Result<Vec<Value>, ServerError> {
+        self.run("listing conversations", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, state, updated_at FROM gateway_conversations ORDER BY updated_at DESC, id DESC LIMIT ?1",
+            )?;
+            let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
+                Ok(serde_json::json!({"id": row.get::<_, String>(0)?, "state": row.get::<_, String>(1)?,
+                    "updated_at": row.get::<_, String>(2)?}))
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// A conversation's row as JSON: state, record, outcome, result, attempts.
+    pub(crate) fn get(&self, id: &str) -> Result<Option<Value>, ServerError> {
+        self.run("reading a conversation", |conn| {
+            conn.prepare_cached(
+                "SELECT state, record, outcome, result, attempts FROM gateway_conversations WHERE id = ?1",
+            )?
+            .query_row([id], |row| {
+                let record: String = row.get(1)?;
+                let result: Option<String> = row.get(3)?;
+                Ok(serde_json::json!({
+                    "id": id,
+                    "state": row.get::<_, String>(0)?,
+                    "record": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null),
+                    "outcome": row.get::<_, Option<bool>>(2)?,
+                    "result": result.and_then(|text| serde_json::from_str::<Value>(&text).ok()),
+                    "attempts": row.get::<_, u32>(4)?,
+                }))
+            })
+            .optional()
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! Online AWM on the server: a finished run, as OpenAI chat messages, is imported,
+//! judged by the evaluator unless the caller gave its outcome, and induced by rules into
+//! memory when successful. `report_run` (MCP) and the gateway's queue both learn here.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use flowmem_memory::induce::{Inducer, RuleConfig};
+use flowmem_memory::{AddOutcome, OfflineConfig, RunToJudge, UseOutcome, judge_run, record_uses};
+use flowmem_model::{ImportFormat, Item, Outcome, Scope, Trajectory, import_text};
+
+use crate::state::AppState;
+
+/// One run to learn from.
+pub(crate) struct RunToLearn<'a> {
+    /// The run: OpenAI chat messages with tool calls and results.
+    pub messages: &'a Value,
+    /// The trajectory id to store it under.
+    pub id: String,
+    /// Where its workflows apply.
+    pub scope: Scope,
+    /// The caller's own verdict; `None` asks the evaluator.
+    pub outcome: Option<bool>,
+    /// Where the run came from, kept in the trajectory's `meta.source`.
+    pub source: Option<String>,
+    /// Workflows the agent was shown: each gets this run's outcome as a use.
+    pub shown: &'a [String],
+}
+
+/// The run as a trajectory, or why the messages are not one.
+pub(crate) fn trajectory_of(messages: &Value, file: &str) -> Result<Trajectory, String> {
+    let imported = import_text(ImportFormat::OpenAi, file.as_ref(), &messages.to_string());
+    match imported.items.into_iter().next() {
+        Some(Item::Trajectory(trajectory)) => Ok(trajectory),
+        _ => {
+            let reasons: Vec<String> = imported.skipped.iter().map(|skipped| skipped.reason.clone()).collect();
+            Err(format!("the messages are not a run: {}", reasons.join("; ")))
+        }
+    }
+}
+
+/// Learns from one run and returns what happened, as the JSON `report_run` gives:
+/// `{trajectory_id, judgement, stored, merged, rejected}`; `Err` says why nothing was
+/// learned (bad messages, no evaluator, the evaluator failed, the store failed).
+pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<Value, String> {
+    let mut trajectory = trajectory_of(run.messages, "report_run.json")?;
+    trajectory.id = run.id;
+    trajectory.meta.site = run.scope.site;
+    trajectory.meta.domain = run.scope.domain;
+    trajectory.meta.source = run.source;
+    // Learning the same run twice (a queue replayed after a crash) must not count it
+    // twice: skip the judge when it was induced from already, and check again in the
+    // writer, which is the one that decides.
+    let id = trajectory.id.clone();
+    if state.read(move |store| store.learned_from(&id)).await.unwrap_or(false) {
+        return Ok(already_learned(&trajectory.id));
+    }
+    let judgement = match run.outcome {
+        Some(success) => json!({"success": success, "by": "client"}),
+        None => {
+            let Some(evaluator) = &state.parts.evaluator else {
+                return Err("`outcome` is required: this server has no evaluator model to judge the run".to_owned());
+            };
+            let calls: Vec<_> = trajectory.tool_calls().cloned().collect();
+            let to_judge = RunToJudge {
+                query: &trajectory.query,
+                calls: &calls,
+                answer: trajectory.final_answer.as_deref(),
+                error: None,
+            };
+            match judge_run(evaluator.as_ref(), &state.prompts, &to_judge).await {
+                Ok(judgement) => {
+                    json!({"success": judgement.success, "reason": judgement.reason, "by": evaluator.name()})
+                }
+                Err(err) => return Err(format!("the evaluator could not judge the run: {err}")),
+            }
+        }
+    };
+    let success = judgement["success"].as_bool().unwrap_or(false);
+    trajectory.success = Some(Outcome::Bool(success));
+    let trajectory_id = trajectory.id.clone();
+    let shown = run.shown.to_vec();
+    let handle = tokio::runtime::Handle::current();
+    let report = state
+        .write(move |store| {
+            if store.learned_from(&trajectory.id)? {
+                return Ok(None);
+            }
+            let rule = RuleConfig::standard();
+            let cfg = OfflineConfig { inducer: Inducer::Rule(&rule), scope: None, batch_size: 1 };
+            // Rule induction never awaits; the store is written in one transaction.
+            let report = handle
+                .block_on(flowmem_memory::induce_offline(store, std::slice::from_ref(&trajectory), &cfg))
+                .map_err(|err| match err {
+                    flowmem_memory::InduceError::Memory(err) => err.into(),
+                    other => crate::error::ServerError::Join(other.to_string()),
+                })?;
+            let outcome = if success { UseOutcome::Success } else { UseOutcome::Failure };
+            // A workflow deleted since it was shown has no use to count.
+            let alive: Vec<String> = shown.into_iter().filter(|id| store.get(id).is_ok()).collect();
+            record_uses(store, &alive, outcome)?;
+            Ok(Some(report))
+        })
+        .await
+        .map_err(|err| format!("storing the run's workflows failed: {err}"))?;
+    let Some(report) = report else { return Ok(already_learned(&trajectory_id)) };
+    let mut stored = Vec::new();
+    let mut merged = Vec::new();
+    for added in &report.added {
+        match &added.outcome {
+            AddOutcome::Inserted { id, evicted } => {
+                stored.push(json!({"id": id, "description": added.description, "evicted": evicted}));
+            }
+            AddOutcome::Merged { id, similarity } => {
+                merged.push(json!({"id": id, "description": added.description, "similarity": similarity}));
+            }
+        }
+    }
+    let rejected: Vec<Value> = report
+        .skipped
+        .iter()
+        .map(|skipped| json!({"reason": skipped.reason, "message": skipped.reason.to_string(), "description": skipped.description}))
+        .collect();
+    if !stored.is_empty()
+        && let Err(err) = state.refresh_catalog().await
+    {
+        tracing::warn!(error = %err, "refreshing the workflow tools failed");
+    }
+    Ok(json!({
+        "trajectory_id": trajectory_id,
+        "judgement": judgement,
+        "stored": stored,
+        "merged": merged,
+        "rejected": rejected,
+    }))
+}
+
+fn already_learned(id: &str) -> Value {
+    json!({"trajectory_id": id, "already_learned": true, "stored": [], "merged": [], "rejected": []})
+}
