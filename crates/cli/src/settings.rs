@@ -120,6 +120,9 @@ impl Config {
 ///
 /// [gateway.models]                   # the scope of requests by model name
 /// "gpt-4o-mini" = "retail"
+///
+/// [gateway.tokens]                   # ... and by token id, which comes first
+/// "3" = "airline"
 /// ```
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,6 +158,9 @@ pub struct GatewaySettings {
     /// Scope (a domain, or `site/domain`) by model name.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, String>,
+    /// Scope by token id (written as a string key).
+    #[serde(default)]
+    pub tokens: std::collections::BTreeMap<String, String>,
 }
 
 impl Config {

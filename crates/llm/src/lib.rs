@@ -54,6 +54,7 @@ mod config;
 mod error;
 mod limit;
 mod openai;
+mod passthrough;
 mod prompt;
 mod retry;
 
@@ -70,6 +71,7 @@ pub use crate::config::{
 pub use crate::error::LlmError;
 pub use crate::limit::TextLimitModel;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};
+pub use crate::passthrough::{CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawReply, RawStream};
 pub use crate::prompt::{
     EmbeddedPrompt, HeaderError, PromptError, PromptHeader, PromptId, Prompts, RenderedPrompt, clip, parse_header,
 };

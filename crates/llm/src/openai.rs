@@ -26,6 +26,12 @@ impl ApiKey {
         ApiKey(Arc::from(key.into()))
     }
 
+    /// The `Authorization: Bearer` value, marked sensitive; `None` when the key is not
+    /// a valid header value.
+    pub(crate) fn bearer_header(&self) -> Option<HeaderValue> {
+        self.bearer()
+    }
+
     fn bearer(&self) -> Option<HeaderValue> {
         let mut value = HeaderValue::from_str(&format!("Bearer {}", self.0)).ok()?;
         // reqwest redacts sensitive header values from its own Debug output.

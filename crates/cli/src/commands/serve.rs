@@ -183,17 +183,19 @@ fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs
         }
         cfg.quiet = std::time::Duration::from_secs_f64(secs);
     }
-    cfg.model_scopes = settings
-        .models
-        .iter()
-        .map(|(model, scope)| {
-            let scope = match scope.split_once('/') {
-                Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
-                None => Scope { site: None, domain: Some(scope.clone()) },
-            };
-            (model.clone(), scope)
-        })
-        .collect();
+    let scope_of = |scope: &str| match scope.split_once('/') {
+        Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
+        None => Scope { site: None, domain: Some(scope.to_owned()) },
+    };
+    cfg.model_scopes = settings.models.iter().map(|(model, scope)| (model.clone(), scope_of(scope))).collect();
+    for (token, scope) in &settings.tokens {
+        let id: i64 = token.parse().with_context(|| {
+            format!(
+                "[gateway.tokens] key `{token}` is not a token id (a number, as `flowmem serve token create` prints)"
+            )
+        })?;
+        cfg.token_scopes.push((id, scope_of(scope)));
+    }
     let mut patterns = Vec::with_capacity(settings.redact_patterns.len());
     for (idx, pattern) in settings.redact_patterns.iter().enumerate() {
         let compiled = regex::Regex::new(pattern)

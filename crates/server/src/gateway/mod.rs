@@ -36,6 +36,7 @@ use futures::{Stream, StreamExt as _};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
+use flowmem_llm::{ApiKey, CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawStream};
 use flowmem_memory::prompt_memory;
 use flowmem_model::Scope;
 
@@ -47,7 +48,7 @@ use crate::state::AppState;
 use self::conversation::{Conversations, Named, Open, content_text, prefix_hashes};
 pub use self::privacy::Privacy;
 use self::sse::Assembler;
-use self::store::GatewayStore;
+use self::store::{GatewayStore, Write};
 
 /// What the gateway does with memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +80,10 @@ pub struct GatewayConfig {
     /// How long a conversation that stopped mid-way (its last request unanswered, or
     /// answered with tool calls nobody followed up) stays open.
     pub abandon: Duration,
-    /// The scope of requests without `X-Flowmem-Scope`, by model name.
+    /// The scope of requests without `X-Flowmem-Scope`, by token id (first) and by
+    /// model name.
+    pub token_scopes: Vec<(i64, Scope)>,
+    /// See `token_scopes`.
     pub model_scopes: Vec<(String, Scope)>,
     /// What is recorded and how.
     pub privacy: Privacy,
@@ -112,6 +116,7 @@ impl GatewayConfig {
             budget_tokens: 1_000,
             quiet: Duration::from_secs(30),
             abandon: Duration::from_secs(600),
+            token_scopes: Vec::new(),
             model_scopes: Vec::new(),
             privacy: Privacy::default(),
             max_attempts: 3,
@@ -119,16 +124,10 @@ impl GatewayConfig {
     }
 }
 
-/// A write for the queue's one writer task, in order.
-enum Write {
-    Open { id: String, record: Value },
-    Queue { id: String, record: Value, outcome: Option<bool> },
-}
-
 /// The gateway's part of the server state.
 pub(crate) struct Gateway {
     cfg: GatewayConfig,
-    http: reqwest::Client,
+    upstream: Passthrough,
     conversations: Mutex<Conversations>,
     store: Arc<GatewayStore>,
     writes: mpsc::UnboundedSender<Write>,
@@ -153,14 +152,13 @@ impl Gateway {
                 conversations.insert(open);
             }
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
+        let key = cfg.upstream_key.clone().map(ApiKey::new);
+        let upstream = Passthrough::new(&cfg.upstream, key)
             .map_err(|err| ServerError::Join(format!("building the upstream client: {err}")))?;
         let (writes, writes_rx) = mpsc::unbounded_channel();
         Ok(Gateway {
             cfg,
-            http,
+            upstream,
             conversations: Mutex::new(conversations),
             store,
             writes,
@@ -237,8 +235,8 @@ fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
 /// The gateway's routes, nested under `/v1` by the server's router.
 pub(crate) fn routes(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/chat/completions", post(chat_completions))
-        .route("/models", get(models))
+        .route(CHAT_COMPLETIONS_PATH, post(chat_completions))
+        .route(MODELS_PATH, get(models))
         .route("/flowmem/conversations/{id}/end", post(end_conversation))
         .route("/flowmem/conversations", get(recent_conversations))
         .route("/flowmem/conversations/{id}", get(conversation))
@@ -303,15 +301,19 @@ fn check_request(body: &Bytes) -> Result<Value, ApiError> {
     Ok(request)
 }
 
-/// The scope of a request: `X-Flowmem-Scope` (`domain`, or `site/domain`), else the
-/// model's configured scope.
-fn scope_of(cfg: &GatewayConfig, headers: &HeaderMap, model: &str) -> Scope {
+/// The scope of a request: `X-Flowmem-Scope` (`domain`, or `site/domain`), else its
+/// token's configured scope, else its model's.
+fn scope_of(cfg: &GatewayConfig, headers: &HeaderMap, model: &str, token_id: Option<i64>) -> Scope {
     if let Some(value) = headers.get("x-flowmem-scope").and_then(|value| value.to_str().ok()) {
         let value = value.trim();
         return match value.split_once('/') {
             Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
             None => Scope { site: None, domain: Some(value.to_owned()) },
         };
+    }
+    let by_token = token_id.and_then(|id| cfg.token_scopes.iter().find(|(token, _)| *token == id));
+    if let Some((_, scope)) = by_token {
+        return scope.clone();
     }
     cfg.model_scopes.iter().find(|(name, _)| name == model).map(|(_, scope)| scope.clone()).unwrap_or_default()
 }
@@ -418,16 +420,14 @@ async fn start_conversation(
 }
 
 /// Headers of an upstream reply that a client may need: its type and the rate limits.
-fn passed_headers(upstream: &reqwest::header::HeaderMap, response: &mut Response) {
+fn passed_headers(upstream: &[(String, Vec<u8>)], response: &mut Response) {
     for (name, value) in upstream {
-        let keep = name == reqwest::header::CONTENT_TYPE
-            || name.as_str().starts_with("retry-after")
-            || name.as_str().starts_with("x-ratelimit-")
-            || name.as_str() == "x-request-id"
-            || name.as_str() == "openai-processing-ms";
-        if keep
-            && let (Ok(name), Ok(value)) =
-                (HeaderName::from_bytes(name.as_str().as_bytes()), HeaderValue::from_bytes(value.as_bytes()))
+        let keep = name == "content-type"
+            || name.starts_with("retry-after")
+            || name.starts_with("x-ratelimit-")
+            || name == "x-request-id"
+            || name == "openai-processing-ms";
+        if keep && let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
         {
             response.headers_mut().insert(name, value);
         }
@@ -490,7 +490,7 @@ async fn chat_completions(
             conversation
         }
         None => {
-            let scope = scope_of(&gateway.cfg, &headers, &model);
+            let scope = scope_of(&gateway.cfg, &headers, &model, caller.token_id);
             let started = start_conversation(&state, gateway, named, &messages, scope, &model, caller.token_id).await;
             gateway.conversations().insert(started.clone());
             started
@@ -500,25 +500,16 @@ async fn chat_completions(
         inject(&mut request, &conversation.memory_text);
     }
     let streaming = request.get("stream").and_then(Value::as_bool) == Some(true);
-    let mut upstream = gateway
-        .http
-        .post(format!("{}/chat/completions", gateway.cfg.upstream))
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&request).unwrap_or_default());
-    if let Some(key) = &gateway.cfg.upstream_key {
-        upstream = upstream.bearer_auth(key);
-    }
     // A conversation whose first request fails never started.
     let discard = || {
         if is_new {
             gateway.conversations().end(&conversation.id);
         }
     };
-    let reply = match upstream.send().await {
+    let reply = match gateway.upstream.chat(serde_json::to_vec(&request).unwrap_or_default()).await {
         Ok(reply) => reply,
         Err(err) => {
             discard();
-            let err = err.without_url();
             tracing::warn!(error = %err, "gateway: the upstream model could not be reached");
             return api_error(
                 StatusCode::BAD_GATEWAY,
@@ -528,17 +519,13 @@ async fn chat_completions(
             );
         }
     };
-    let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let upstream_headers = reply.headers().clone();
-    let is_stream = upstream_headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("text/event-stream"));
-    let mut response = if status.is_success() && streaming && is_stream {
+    let status = StatusCode::from_u16(reply.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let upstream_headers = reply.headers().to_vec();
+    let mut response = if status.is_success() && streaming && reply.is_event_stream() {
         let state = state.clone();
         let id = conversation.id.clone();
         let recorded = Recorded {
-            inner: Box::pin(reply.bytes_stream()),
+            inner: reply.into_stream(),
             assembler: Assembler::default(),
             on_end: Some(Box::new(move |answer: Option<Value>| match (answer, state.gateway.as_deref()) {
                 (Some(answer), Some(gateway)) => finish_turn(gateway, &id, messages, answer),
@@ -551,10 +538,11 @@ async fn chat_completions(
         let bytes = match reply.bytes().await {
             Ok(bytes) => bytes,
             Err(err) => {
+                discard();
                 return api_error(
                     StatusCode::BAD_GATEWAY,
                     "upstream_error",
-                    format!("the upstream reply broke off: {}", err.without_url()),
+                    format!("the upstream reply broke off: {err}"),
                     None,
                 );
             }
@@ -582,13 +570,13 @@ async fn chat_completions(
 
 /// A streamed upstream reply passed through as it comes, assembled for the record.
 struct Recorded {
-    inner: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    inner: RawStream,
     assembler: Assembler,
     on_end: Option<Box<dyn FnOnce(Option<Value>) + Send>>,
 }
 
 impl Stream for Recorded {
-    type Item = reqwest::Result<Bytes>;
+    type Item = Result<Bytes, PassthroughError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = self.inner.poll_next_unpin(cx);
@@ -622,14 +610,10 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
         Ok(gateway) => gateway,
         Err(err) => return err.into_response(),
     };
-    let mut upstream = gateway.http.get(format!("{}/models", gateway.cfg.upstream));
-    if let Some(key) = &gateway.cfg.upstream_key {
-        upstream = upstream.bearer_auth(key);
-    }
-    match upstream.send().await {
+    match gateway.upstream.models().await {
         Ok(reply) => {
-            let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            let upstream_headers = reply.headers().clone();
+            let status = StatusCode::from_u16(reply.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let upstream_headers = reply.headers().to_vec();
             let bytes = reply.bytes().await.unwrap_or_default();
             let mut response = Response::new(Body::from(bytes));
             *response.status_mut() = status;
@@ -639,7 +623,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
         Err(err) => api_error(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
-            format!("the upstream model could not be reached: {}", err.without_url()),
+            format!("the upstream model could not be reached: {err}"),
             None,
         ),
     }
@@ -762,28 +746,30 @@ pub(crate) fn start(state: &Arc<AppState>) {
     state.background.spawn(learn_queued(state.clone()));
 }
 
-/// The one writer of the queue table, so turns are stored in order. Ends once the
-/// server stops and every write sent before is stored.
+/// The one writer of the queue table, so turns are stored in order; what arrived
+/// meanwhile is written in one transaction. Ends once the server stops and every write
+/// sent before is stored.
 async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Write>) {
     let Some(gateway) = state.gateway.as_deref() else { return };
     loop {
-        let write = tokio::select! {
+        let first = tokio::select! {
             write = receiver.recv() => write,
             () = state.stop.cancelled() => receiver.try_recv().ok(),
         };
-        let Some(write) = write else { return };
+        let Some(first) = first else { return };
+        let mut batch = vec![first];
+        while batch.len() < 512
+            && let Ok(more) = receiver.try_recv()
+        {
+            batch.push(more);
+        }
+        let queued = batch.iter().any(|write| matches!(write, Write::Queue { .. }));
         let store = gateway.store.clone();
-        let queued = matches!(write, Write::Queue { .. });
-        let res = tokio::task::spawn_blocking(move || match write {
-            Write::Open { id, record } => store.save_open(&id, &record),
-            Write::Queue { id, record, outcome } => store.enqueue(&id, &record, outcome),
-        })
-        .await;
-        match res {
+        match tokio::task::spawn_blocking(move || store.apply(&batch)).await {
             Ok(Ok(())) if queued => gateway.queued.notify_one(),
             Ok(Ok(())) => {}
-            Ok(Err(err)) => gateway.failed("storing a conversation", &err),
-            Err(err) => gateway.failed("storing a conversation", &err),
+            Ok(Err(err)) => gateway.failed("storing conversations", &err),
+            Err(err) => gateway.failed("storing conversations", &err),
         }
     }
 }

@@ -1,0 +1,185 @@
+//! What the memory gateway adds to a model call: the same chat requests sent straight
+//! to a local upstream and through `flowmem serve --upstream`, side by side in one run,
+//! at concurrency 1 and 64, first with memory off and then with retrieval over 10,000
+//! workflows (targets: at most 2 ms p50 and 5 ms p99 added without retrieval, at most
+//! 20 ms p99 with it).
+//!
+//! The upstream is the scripted OpenAI-compatible server (it answers at once); the
+//! gateways are the release `flowmem` binary on loopback; the client is reqwest with
+//! a connection pool, as SDKs use. Every request starts a new conversation (the worst
+//! case: retrieval runs on each), and the quiet period is long, so no learning runs
+//! during the measurement; recording does.
+//!
+//! Run: `cargo bench -p flowmem --bench gateway_latency`. `LATENCY_REQUESTS` sets the
+//! requests per configuration (default 2,000), `LATENCY_WORKFLOWS` the memory size.
+
+#![allow(clippy::print_stdout, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+
+use flowmem_memory::{MemoryStore, StoreConfig};
+use flowmem_testsupport::{Latencies, Reply, Script, ScriptedLlmServer, retail_queries, synthetic_workflows};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|text| text.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
+}
+
+/// `flowmem serve` with the gateway in front of `upstream`; returns the process and
+/// its `/v1` URL.
+fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowmem"))
+        .args(["serve", "--memory"])
+        .arg(memory)
+        .args(["--listen", "127.0.0.1:0", "--upstream", upstream, "--gateway-memory", mode, "--quiet-secs", "3600"])
+        .env("OPENAI_BASE_URL", upstream)
+        .env("FLOWMEM_MODEL", "scripted-model")
+        .env_remove("FLOWMEM_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting flowmem serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let url = loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    break url.trim_end_matches("/mcp").to_owned() + "/v1";
+                }
+            }
+            _ => panic!("flowmem serve exited before it listened"),
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    (child, url)
+}
+
+/// Sends `n` chat requests to `base` from `concurrency` clients in closed loops and
+/// returns the latencies (ms) and the number of failures.
+async fn measure(
+    http: &reqwest::Client,
+    base: &str,
+    queries: &Arc<Vec<String>>,
+    n: usize,
+    concurrency: usize,
+    offset: usize,
+) -> (Latencies, usize) {
+    let per_client = n.div_ceil(concurrency);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|client| {
+            let (http, url, queries) = (http.clone(), format!("{base}/chat/completions"), queries.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_client);
+                let mut failures = 0;
+                for idx in 0..per_client {
+                    let n = offset + client * per_client + idx;
+                    let body = json!({"model": "scripted-model", "messages": [
+                        {"role": "system", "content": "You are a retail support agent."},
+                        {"role": "user", "content": format!("{} (request {n})", queries[n % queries.len()])}]});
+                    let started = Instant::now();
+                    let res = http.post(&url).bearer_auth("unused").json(&body).send().await;
+                    let ok = match res {
+                        Ok(reply) => reply.status().is_success() && reply.bytes().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if ok {
+                        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+                    } else {
+                        failures += 1;
+                    }
+                }
+                (latencies, failures)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    let mut failures = 0;
+    for task in tasks {
+        let (latencies, failed) = task.await.expect("a client task");
+        all.extend(latencies);
+        failures += failed;
+    }
+    (Latencies::new(all), failures)
+}
+
+fn main() {
+    let n = env_usize("LATENCY_REQUESTS", 2_000);
+    let n_workflows = env_usize("LATENCY_WORKFLOWS", 10_000);
+    let load_before = load_average();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let upstream = runtime.block_on(ScriptedLlmServer::start(Script::new().otherwise(Reply::text("Sure."))));
+    let upstream_url = upstream.base_url();
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let empty = dir.path().join("empty.db");
+    MemoryStore::open(&empty, StoreConfig::standard()).expect("an empty memory");
+    let full = dir.path().join("full.db");
+    let mut store = MemoryStore::open(&full, StoreConfig::standard()).expect("the store opens");
+    for chunk in synthetic_workflows(n_workflows, 7).chunks(5_000) {
+        store.add_all(chunk).expect("the corpus stores");
+    }
+    drop(store);
+
+    let (mut plain, plain_url) = start_gateway(&empty, &upstream_url, "off");
+    let (mut with_memory, memory_url) = start_gateway(&full, &upstream_url, "prompt");
+    let queries = Arc::new(retail_queries());
+    let http = reqwest::Client::builder().pool_max_idle_per_host(128).build().expect("a client");
+
+    println!("gateway latency: {n} chat requests per configuration, {n_workflows} workflows in the memory");
+    println!("  cores: {}", std::thread::available_parallelism().map_or(0, std::num::NonZero::get));
+    println!("  load average before: {load_before}");
+    let mut met = true;
+    runtime.block_on(async {
+        // Warm up every path (connections, the memory's index).
+        for base in [upstream_url.as_str(), plain_url.as_str(), memory_url.as_str()] {
+            let _ = measure(&http, base, &queries, 64, 8, 1_000_000).await;
+        }
+        for concurrency in [1, 64] {
+            let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
+            let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
+            let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
+            let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
+            println!("  concurrency {concurrency}:");
+            println!(
+                "    direct:                       p50 {:.2} ms, p99 {:.2} ms ({direct_failed} failed)",
+                direct.quantile(0.5),
+                direct.quantile(0.99)
+            );
+            println!(
+                "    gateway, memory off:          p50 {:.2} ms, p99 {:.2} ms ({off_failed} failed); added p50 {:.2} ms, p99 {:.2} ms",
+                off.quantile(0.5),
+                off.quantile(0.99),
+                added(&off, 0.5),
+                added(&off, 0.99)
+            );
+            println!(
+                "    gateway, retrieval over {n_workflows}: p50 {:.2} ms, p99 {:.2} ms ({retrieval_failed} failed); added p50 {:.2} ms, p99 {:.2} ms",
+                retrieval.quantile(0.5),
+                retrieval.quantile(0.99),
+                added(&retrieval, 0.5),
+                added(&retrieval, 0.99)
+            );
+            let ok = direct_failed + off_failed + retrieval_failed == 0
+                && added(&off, 0.5) <= 2.0
+                && added(&off, 0.99) <= 5.0
+                && added(&retrieval, 0.99) <= 20.0;
+            println!("    targets (added ≤ 2 ms p50 and ≤ 5 ms p99 off, ≤ 20 ms p99 with retrieval): {}", if ok { "met" } else { "MISSED" });
+            met &= ok;
+        }
+    });
+    println!("  load average after:  {}", load_average());
+    println!("  all targets: {}", if met { "met" } else { "MISSED" });
+    for child in [&mut plain, &mut with_memory] {
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = child.wait();
+    }
+}

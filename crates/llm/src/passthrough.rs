@@ -1,0 +1,156 @@
+//! An OpenAI-compatible endpoint spoken to verbatim: request bodies go out as they are
+//! and replies come back as bytes (streamed or whole), with their status and headers.
+//! The memory gateway of `flowmem serve` forwards agents' requests through it, so that
+//! every model request of the workspace is still sent from this crate.
+//!
+//! # Example
+//!
+//! ```
+//! use flowmem_llm::Passthrough;
+//!
+//! let upstream = Passthrough::new("http://127.0.0.1:8000/v1/", None)?;
+//! assert_eq!(upstream.base_url(), "http://127.0.0.1:8000/v1");
+//! # Ok::<(), flowmem_llm::PassthroughError>(())
+//! ```
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+
+use crate::openai::ApiKey;
+
+/// The chat-completions path, under a base URL such as `http://host/v1`.
+pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
+/// The model-list path, under a base URL.
+pub const MODELS_PATH: &str = "/models";
+
+/// Why a forwarded request got no reply. Its message never holds the URL's query or
+/// the key.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PassthroughError(String);
+
+impl From<reqwest::Error> for PassthroughError {
+    fn from(err: reqwest::Error) -> PassthroughError {
+        PassthroughError(err.without_url().to_string())
+    }
+}
+
+/// One upstream endpoint.
+#[derive(Debug, Clone)]
+pub struct Passthrough {
+    http: reqwest::Client,
+    base_url: String,
+    key: Option<ApiKey>,
+}
+
+/// An upstream reply: status, headers, and a body still to be read.
+#[derive(Debug)]
+pub struct RawReply {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    response: reqwest::Response,
+}
+
+/// The body of a streamed reply, piece by piece.
+pub type RawStream = Pin<Box<dyn Stream<Item = Result<Bytes, PassthroughError>> + Send>>;
+
+impl Passthrough {
+    /// An endpoint at `base_url` (a trailing `/` is dropped), sending `key` as a bearer
+    /// token when given.
+    ///
+    /// # Errors
+    ///
+    /// When the HTTP client cannot be built.
+    pub fn new(base_url: &str, key: Option<ApiKey>) -> Result<Passthrough, PassthroughError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|err| PassthroughError(format!("building the HTTP client: {err}")))?;
+        Ok(Passthrough { http, base_url: base_url.trim_end_matches('/').to_owned(), key })
+    }
+
+    /// The base URL.
+    #[must_use]
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn authorised(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self.key.as_ref().and_then(ApiKey::bearer_header) {
+            Some(value) => request.header(reqwest::header::AUTHORIZATION, value),
+            None => request,
+        }
+    }
+
+    /// Posts a JSON chat-completions `body` as it is.
+    ///
+    /// # Errors
+    ///
+    /// When the endpoint cannot be reached or the reply's head is not read.
+    pub async fn chat(&self, body: Vec<u8>) -> Result<RawReply, PassthroughError> {
+        let request = self
+            .http
+            .post(format!("{}{CHAT_COMPLETIONS_PATH}", self.base_url))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        RawReply::read(self.authorised(request).send().await?)
+    }
+
+    /// Gets the model list.
+    ///
+    /// # Errors
+    ///
+    /// As [`Passthrough::chat`].
+    pub async fn models(&self) -> Result<RawReply, PassthroughError> {
+        let request = self.http.get(format!("{}{MODELS_PATH}", self.base_url));
+        RawReply::read(self.authorised(request).send().await?)
+    }
+}
+
+impl RawReply {
+    #[allow(clippy::unnecessary_wraps)]
+    fn read(response: reqwest::Response) -> Result<RawReply, PassthroughError> {
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        Ok(RawReply { status: response.status().as_u16(), headers, response })
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The headers, names in lowercase.
+    #[must_use]
+    pub fn headers(&self) -> &[(String, Vec<u8>)] {
+        &self.headers
+    }
+
+    /// Whether the body is a stream of server-sent events.
+    #[must_use]
+    pub fn is_event_stream(&self) -> bool {
+        self.headers.iter().any(|(name, value)| name == "content-type" && value.starts_with(b"text/event-stream"))
+    }
+
+    /// The whole body.
+    ///
+    /// # Errors
+    ///
+    /// When the body breaks off.
+    pub async fn bytes(self) -> Result<Bytes, PassthroughError> {
+        Ok(self.response.bytes().await?)
+    }
+
+    /// The body as it arrives.
+    #[must_use]
+    pub fn into_stream(self) -> RawStream {
+        Box::pin(self.response.bytes_stream().map(|piece| piece.map_err(PassthroughError::from)))
+    }
+}
