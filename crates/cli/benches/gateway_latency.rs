@@ -15,16 +15,17 @@
 
 #![allow(clippy::print_stdout, missing_docs)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use flowmem_memory::{MemoryStore, StoreConfig};
-use flowmem_testsupport::{Latencies, Reply, Script, ScriptedLlmServer, retail_queries, synthetic_workflows};
+use flowmem_testsupport::{
+    Latencies, Reply, Script, ScriptedLlmServer, retail_queries, spawn_listening, synthetic_workflows,
+};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
@@ -37,30 +38,16 @@ fn load_average() -> String {
 /// `flowmem serve` with the gateway in front of `upstream`; returns the process and
 /// its `/v1` URL.
 fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flowmem"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    command
         .args(["serve", "--memory"])
         .arg(memory)
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream, "--gateway-memory", mode, "--quiet-secs", "3600"])
         .env("OPENAI_BASE_URL", upstream)
         .env("FLOWMEM_MODEL", "scripted-model")
-        .env_remove("FLOWMEM_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting flowmem serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-    let url = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    break url.trim_end_matches("/mcp").to_owned() + "/v1";
-                }
-            }
-            _ => panic!("flowmem serve exited before it listened"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-    (child, url)
+        .env_remove("FLOWMEM_CONFIG");
+    let started = spawn_listening(command, "listening on ", Duration::from_secs(60));
+    (started.child, started.address.trim_end_matches("/mcp").to_owned() + "/v1")
 }
 
 /// Sends `n` chat requests to `base` from `concurrency` clients in closed loops and

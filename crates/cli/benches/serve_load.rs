@@ -15,8 +15,7 @@
 
 #![allow(clippy::print_stdout, missing_docs)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use serde_json::json;
 
 use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_model::Scope;
-use flowmem_testsupport::{Latencies, Lcg, retail_queries, synthetic_workflows};
+use flowmem_testsupport::{Latencies, Lcg, retail_queries, spawn_listening, synthetic_workflows};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
@@ -97,31 +96,10 @@ fn main() {
     drop(store);
     let direct = Latencies::new(direct);
 
-    let mut server = Command::new(env!("CARGO_BIN_EXE_flowmem"))
-        .args(["serve", "--memory"])
-        .arg(&memory)
-        .args(["--listen", "127.0.0.1:0"])
-        .env_remove("FLOWMEM_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting flowmem serve");
-    let mut lines = BufReader::new(server.stderr.take().expect("piped stderr")).lines();
-    let url = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    break url.to_owned();
-                }
-            }
-            _ => {
-                let _ = server.kill();
-                panic!("flowmem serve exited before it listened");
-            }
-        }
-    };
-    // Keep draining the server's stderr so that it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    command.args(["serve", "--memory"]).arg(&memory).args(["--listen", "127.0.0.1:0"]).env_remove("FLOWMEM_CONFIG");
+    let started = spawn_listening(command, "listening on ", Duration::from_secs(60));
+    let (mut server, url) = (started.child, started.address);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let started = Instant::now();

@@ -15,6 +15,8 @@
 //! - [`synthetic_workflows`] builds a workflow memory of any size shaped like τ-bench
 //!   retail, with [`retail_queries`] to search it and [`Latencies`] to summarise the
 //!   timings, for benches.
+//! - [`spawn_listening`] starts a server process and waits for the line that says
+//!   where it listens.
 //!
 //! Use it as a dev-dependency only.
 //!
@@ -44,10 +46,12 @@
 
 mod corpus;
 mod paths;
+mod process;
 mod script;
 mod server;
 
 pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
+pub use crate::process::{Listening, spawn_listening};
 pub use crate::script::{Match, Reply, Script};
 pub use crate::server::{RecordedRequest, ScriptedLlmServer};

@@ -2,10 +2,9 @@
 //! flowmem did not write: the official `mcp` Python SDK, through
 //! `tests/py/mcp_client.py`, whose JSON output the tests assert on.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowmem_testsupport::{deps_dir, require_path};
@@ -49,28 +48,8 @@ impl Served {
             command.env_remove(var);
         }
         command.envs(env.iter().copied());
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("starting flowmem serve");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().expect("piped stderr"));
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(url.to_owned());
-                }
-                let mut all = sink.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("flowmem serve did not say where it listens: {}", stderr.lock().unwrap());
-            }
-        };
+        let started = flowmem_testsupport::spawn_listening(command, "listening on ", Duration::from_secs(60));
+        let (child, url, stderr) = (started.child, started.address, started.stderr);
         Served { child, url, stderr }
     }
 

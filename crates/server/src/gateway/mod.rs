@@ -683,34 +683,49 @@ async fn end_conversation(State(state): State<Arc<AppState>>, Path(id): Path<Str
     }
 }
 
+/// Runs `work` on the queue table on a blocking thread; a failure is a 500 reply.
+async fn on_store<T: Send + 'static>(
+    gateway: &Gateway,
+    work: impl FnOnce(&GatewayStore) -> Result<T, ServerError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = gateway.store.clone();
+    let server_error = |message: String| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "server_error",
+        message,
+        param: None,
+    };
+    match tokio::task::spawn_blocking(move || work(&store)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(server_error(err.to_string())),
+        Err(err) => Err(server_error(err.to_string())),
+    }
+}
+
 /// `GET /v1/flowmem/conversations/{id}`: a recorded conversation and what was learned.
 async fn conversation(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
-    let gateway = match gateway_of(&state) {
-        Ok(gateway) => gateway,
-        Err(err) => return err.into_response(),
-    };
-    let store = gateway.store.clone();
     let looked_up = id.clone();
-    match tokio::task::spawn_blocking(move || store.get(&looked_up)).await {
-        Ok(Ok(Some(row))) => axum::Json(row).into_response(),
-        Ok(Ok(None)) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
-        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
-        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+    let row = match gateway_of(&state) {
+        Ok(gateway) => on_store(gateway, move |store| store.get(&looked_up)).await,
+        Err(err) => Err(err),
+    };
+    match row {
+        Ok(Some(row)) => axum::Json(row).into_response(),
+        Ok(None) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
+        Err(err) => err.into_response(),
     }
 }
 
 /// `GET /v1/flowmem/conversations`: the 100 most recently updated recorded
 /// conversations, newest first.
 async fn recent_conversations(State(state): State<Arc<AppState>>) -> Response {
-    let gateway = match gateway_of(&state) {
-        Ok(gateway) => gateway,
-        Err(err) => return err.into_response(),
+    let rows = match gateway_of(&state) {
+        Ok(gateway) => on_store(gateway, |store| store.recent(100)).await,
+        Err(err) => Err(err),
     };
-    let store = gateway.store.clone();
-    match tokio::task::spawn_blocking(move || store.recent(100)).await {
-        Ok(Ok(rows)) => axum::Json(json!({"conversations": rows})).into_response(),
-        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
-        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+    match rows {
+        Ok(rows) => axum::Json(json!({"conversations": rows})).into_response(),
+        Err(err) => err.into_response(),
     }
 }
 
@@ -720,18 +735,14 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
         Ok(gateway) => gateway,
         Err(err) => return err.into_response(),
     };
-    let store = gateway.store.clone();
-    let counts = tokio::task::spawn_blocking(move || store.counts()).await;
-    let open = gateway.conversations().len();
-    match counts {
-        Ok(Ok(counts)) => axum::Json(json!({
+    match on_store(gateway, GatewayStore::counts).await {
+        Ok(counts) => axum::Json(json!({
             "conversations": counts,
-            "open_in_memory": open,
+            "open_in_memory": gateway.conversations().len(),
             "failures": gateway.failures.load(Ordering::Relaxed),
         }))
         .into_response(),
-        Ok(Err(err)) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
-        Err(err) => api_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", err.to_string(), None),
+        Err(err) => err.into_response(),
     }
 }
 
