@@ -317,6 +317,32 @@ pub struct ExecArgs {
     /// Export OpenTelemetry spans to this OTLP/HTTP endpoint (such as `http://localhost:4318`).
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
+    /// How tool nodes with mined data bindings (`flowmem mine --output dataflow`) fill
+    /// their arguments: `bindings` takes bound values from upstream results (one
+    /// candidate is used as it is, several are offered to the model as an `enum`);
+    /// `off` leaves every argument to the model.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "bindings")]
+    pub grounding: GroundingArg,
+}
+
+/// `--grounding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroundingArg {
+    /// The model writes every argument.
+    Off,
+    /// Bound arguments come from the context.
+    Bindings,
+}
+
+impl GroundingArg {
+    /// The executor's setting.
+    #[must_use]
+    pub fn grounding(self) -> flowmem_exec::Grounding {
+        match self {
+            GroundingArg::Off => flowmem_exec::Grounding::Off,
+            GroundingArg::Bindings => flowmem_exec::Grounding::Bindings,
+        }
+    }
 }
 
 /// `flowmem graph` subcommands.

@@ -92,6 +92,7 @@ pub struct Session {
     prompts: Arc<Prompts>,
     state: Option<StateArgs>,
     isolation: Option<StateIsolation>,
+    grounding: flowmem_exec::Grounding,
     // Invariant: true once the tool servers were asked to stop.
     closed: bool,
 }
@@ -142,6 +143,7 @@ impl Session {
             prompts: Arc::new(Prompts::new()),
             state: None,
             isolation: None,
+            grounding: flowmem_exec::Grounding::default(),
             closed: false,
         };
         // From here on, an error drops the session, which stops the servers.
@@ -215,10 +217,22 @@ impl Session {
         Ok(Arc::new(AccountedModel::new(model, self.accounting.clone())))
     }
 
+    /// Sets how the runtimes of [`Session::runtime`] ground tool arguments
+    /// (`--grounding`).
+    pub fn set_grounding(&mut self, grounding: flowmem_exec::Grounding) {
+        self.grounding = grounding;
+    }
+
     /// A runtime over `executor`, the session's tools and its templates.
     #[must_use]
     pub fn runtime(&self, executor: Arc<dyn ChatModel>) -> Runtime {
-        Runtime { executor, models: Default::default(), tools: self.registry.clone(), prompts: self.prompts.clone() }
+        Runtime {
+            executor,
+            models: Default::default(),
+            tools: self.registry.clone(),
+            prompts: self.prompts.clone(),
+            grounding: self.grounding,
+        }
     }
 
     /// The tool registry: every configured server's tools (none under [`ToolsUse::None`]).

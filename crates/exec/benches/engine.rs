@@ -160,6 +160,7 @@ fn plan(setup: &Setup, graph: WorkflowGraph) -> Plan {
         models: Default::default(),
         tools: setup.registry.clone(),
         prompts: Arc::new(exec_prompts(None).unwrap()),
+        grounding: flowmem_exec::Grounding::default(),
     };
     compile(&check(graph, ToolCatalog::Known(&[])).unwrap(), runtime).unwrap()
 }

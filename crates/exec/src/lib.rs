@@ -46,6 +46,7 @@
 mod engine;
 mod event;
 mod file;
+mod grounding;
 mod isolated;
 mod jsonl;
 mod node;
@@ -61,6 +62,7 @@ mod validate;
 pub use crate::engine::{RunInput, run};
 pub use crate::event::{ExecEvent, ExecObserver, NoObserver, Observers, RecordingObserver};
 pub use crate::file::{GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph};
+pub use crate::grounding::Grounding;
 pub use crate::isolated::{IsolatedTools, isolated_runtime, visible_tools};
 pub use crate::jsonl::JsonlTraceWriter;
 pub use crate::oracle::{TaskCheckError, TaskOracle};

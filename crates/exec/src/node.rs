@@ -7,10 +7,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice};
-use flowmem_model::{Condition, NodeObservation, ToolCall, error_chain};
+use flowmem_model::{ArgGrounding, Condition, JsonObject, NodeObservation, ToolCall, error_chain};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
+use crate::grounding::{self, Candidates, Grounding};
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
 use crate::prompts::{ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items};
 
@@ -231,8 +232,9 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         Op::Llm { template, instruction, model } => {
             llm_node(plan, query, node, items, template, instruction.as_deref(), model.as_ref(), &mut step).await
         }
-        Op::Tool { tools, hints, instruction } => {
-            tool_node(plan, query, node, items, tools, hints, instruction.as_deref(), &mut step).await
+        Op::Tool { tools, hints, instruction, bindings } => {
+            let tool = ToolNode { tools, hints, instruction: instruction.as_deref(), bindings };
+            tool_node(plan, query, node, items, &tool, &mut step).await
         }
         Op::Branch { condition: Condition::Judge { question }, routes } => {
             judge(plan, query, node, items, question, routes, &mut step).await.map(Outcome::Route)
@@ -339,25 +341,80 @@ async fn llm_node(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A tool node's compiled parts.
+struct ToolNode<'a> {
+    tools: &'a Arc<[flowmem_llm::ToolDefinition]>,
+    hints: &'a [String],
+    instruction: Option<&'a str>,
+    bindings: &'a [(String, flowmem_model::ArgBinding)],
+}
+
 async fn tool_node(
     plan: &PlanInner,
     query: &str,
     node: &PlanNode,
     items: &Context,
-    tools: &Arc<[flowmem_llm::ToolDefinition]>,
-    hints: &[String],
-    instruction: Option<&str>,
+    tool: &ToolNode<'_>,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
-    let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints };
+    // Candidates of the scalar arguments with bindings (an argument path with `[*]` or
+    // `.` in it names a part of an argument, which the model still writes).
+    let bound: Vec<Candidates> = if plan.runtime.grounding == Grounding::Bindings {
+        tool.bindings
+            .iter()
+            .filter(|(arg, _)| !arg.contains(['[', '.']))
+            .filter_map(|(arg, binding)| grounding::candidates(arg, binding, |id| items.latest_output(id)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let fixed: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() == 1).collect();
+    let offered: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() > 1).collect();
+    let tools = tool.tools;
+    // Everything the only tool needs is known: call it without asking the model.
+    if tools.len() == 1
+        && !fixed.is_empty()
+        && offered.is_empty()
+        && grounding::required(&tools[0].parameters).iter().all(|arg| fixed.iter().any(|found| &found.arg == arg))
+    {
+        let mut args = serde_json::Map::new();
+        for found in &fixed {
+            args.insert(found.arg.clone(), found.values[0].clone());
+        }
+        step.observation.grounding = observe_grounding(tool.bindings, &bound, &args);
+        return Ok(invoke(plan, &tools[0].name, args, None, step).await);
+    }
+    let instruction = tool.instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
+    let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints: tool.hints };
     let prompt = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
     step.observation.prompt = Some(prompt.clone());
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
-    request.tools = tools.to_vec();
+    request.tools = if bound.is_empty() {
+        tools.to_vec()
+    } else {
+        tools
+            .iter()
+            .map(|definition| flowmem_llm::ToolDefinition {
+                parameters: grounding::constrained_schema(&definition.parameters, &fixed, &offered),
+                ..definition.clone()
+            })
+            .collect()
+    };
     request.tool_choice = ToolChoice::Required;
-    let response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    let mut response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    // A backend that did not honour the `enum` is told the values once and asked again.
+    if let Some(chosen) = response.tool_calls.first()
+        && let Some(stray) =
+            offered.iter().find(|found| chosen.arguments.get(&found.arg).is_some_and(|v| !found.values.contains(v)))
+    {
+        let listed: Vec<String> = stray.values.iter().map(Value::to_string).collect();
+        request.messages.push(Message::user(format!(
+            "`{}` must be one of the values the earlier results hold: {}. Call the tool again with one of them.",
+            stray.arg,
+            listed.join(", ")
+        )));
+        response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    }
     let Some(chosen) = response.tool_calls.into_iter().next() else {
         return Err("the executor model called no tool".to_owned());
     };
@@ -376,10 +433,28 @@ async fn tool_node(
         step.observation.tool_call = Some(rejected);
         return Err(message);
     }
+    let mut args = chosen.arguments;
+    for found in &fixed {
+        args.insert(found.arg.clone(), found.values[0].clone());
+    }
+    if !tool.bindings.is_empty() {
+        step.observation.grounding = observe_grounding(tool.bindings, &bound, &args);
+    }
+    Ok(invoke(plan, &chosen.name, args, Some(chosen.id), step).await)
+}
+
+/// Calls the tool and records the call in the step.
+async fn invoke(
+    plan: &PlanInner,
+    name: &str,
+    args: JsonObject,
+    call_id: Option<String>,
+    step: &mut Step<'_>,
+) -> Outcome {
     let started_at_ms = now_ms();
-    let mut call = plan.runtime.tools.call(&chosen.name, chosen.arguments).await;
+    let mut call = plan.runtime.tools.call(name, args).await;
     if call.call_id.is_none() {
-        call.call_id = Some(chosen.id);
+        call.call_id = call_id;
     }
     step.observation.tool_call = Some(call.clone());
     let outcome = match (&call.error, &call.result) {
@@ -388,7 +463,39 @@ async fn tool_node(
         (None, None) => Outcome::Output { output: String::new(), failed: false },
     };
     step.tool_call = Some((started_at_ms, call));
-    Ok(outcome)
+    outcome
+}
+
+/// Per argument of `args`: the source its value came from, the candidates there were,
+/// and whether the value is one of them.
+fn observe_grounding(
+    bindings: &[(String, flowmem_model::ArgBinding)],
+    bound: &[Candidates],
+    args: &JsonObject,
+) -> Vec<ArgGrounding> {
+    let mut observed: Vec<ArgGrounding> = args
+        .iter()
+        .map(|(arg, value)| match bound.iter().find(|found| &found.arg == arg) {
+            Some(found) => ArgGrounding {
+                arg: arg.clone(),
+                source: found.source.clone(),
+                candidates: found.values.len(),
+                grounded: found.values.contains(value),
+            },
+            None => ArgGrounding {
+                arg: arg.clone(),
+                source: if bindings.iter().any(|(bound_arg, _)| bound_arg == arg) {
+                    "model (the binding gave no value)".to_owned()
+                } else {
+                    "model".to_owned()
+                },
+                candidates: 0,
+                grounded: false,
+            },
+        })
+        .collect();
+    observed.sort_by(|a, b| a.arg.cmp(&b.arg));
+    observed
 }
 
 async fn judge(

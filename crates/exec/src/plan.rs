@@ -9,7 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, Prompts, ToolDefinition};
-use flowmem_model::{Condition, EdgeKind, LlmRole, NodeKind, WorkflowGraph};
+use flowmem_model::{ArgBinding, Condition, EdgeKind, LlmRole, NodeKind, WorkflowGraph};
+
+use crate::grounding::Grounding;
 
 use crate::render::role_name;
 use crate::toolbox::ToolBox;
@@ -28,6 +30,8 @@ pub struct Runtime {
     pub tools: Arc<dyn ToolBox>,
     /// The prompt templates; must hold [`EXEC_PROMPTS`](crate::EXEC_PROMPTS).
     pub prompts: Arc<flowmem_llm::Prompts>,
+    /// How tool nodes with mined data bindings fill their arguments.
+    pub grounding: Grounding,
 }
 
 /// A graph that cannot be compiled against a runtime.
@@ -100,12 +104,30 @@ pub(crate) struct PlanNode {
 }
 
 pub(crate) enum Op {
-    Llm { template: &'static str, instruction: Option<String>, model: Arc<dyn ChatModel> },
-    Tool { tools: Arc<[ToolDefinition]>, hints: Arc<[String]>, instruction: Option<String> },
-    Branch { condition: Condition, routes: Vec<String> },
+    Llm {
+        template: &'static str,
+        instruction: Option<String>,
+        model: Arc<dyn ChatModel>,
+    },
+    Tool {
+        tools: Arc<[ToolDefinition]>,
+        hints: Arc<[String]>,
+        instruction: Option<String>,
+        /// The node's mined data bindings, by argument path.
+        bindings: Arc<[(String, ArgBinding)]>,
+    },
+    Branch {
+        condition: Condition,
+        routes: Vec<String>,
+    },
     Parallel,
     Join,
-    Loop { max_iterations: u32, until: Condition, body_nodes: Vec<usize>, body_edges: Vec<usize> },
+    Loop {
+        max_iterations: u32,
+        until: Condition,
+        body_nodes: Vec<usize>,
+        body_edges: Vec<usize>,
+    },
 }
 
 pub(crate) struct PlanEdge {
@@ -167,8 +189,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
             NodeKind::Llm { role, instruction, model } => {
                 compile_llm(&node.id, *role, instruction.as_ref(), model.as_deref(), &runtime)?
             }
-            NodeKind::Tool { hints, instruction, .. } => {
-                compile_tool(&node.id, hints, instruction.as_ref(), &available, &runtime.prompts)?
+            NodeKind::Tool { hints, instruction, bindings } => {
+                compile_tool(&node.id, hints, instruction.as_ref(), bindings, &available, &runtime.prompts)?
             }
             NodeKind::Branch { condition } => compile_branch(graph, &node.id, condition, &runtime.prompts)?,
             NodeKind::Parallel => ("parallel".to_owned(), Op::Parallel),
@@ -270,6 +292,7 @@ fn compile_tool(
     id: &str,
     hints: &[String],
     instruction: Option<&String>,
+    bindings: &std::collections::BTreeMap<String, ArgBinding>,
     available: &[ToolDefinition],
     prompts: &Prompts,
 ) -> Result<(String, Op), CompileError> {
@@ -283,7 +306,14 @@ fn compile_tool(
     }
     let tools: Vec<ToolDefinition> =
         available.iter().filter(|tool| hints.is_empty() || hints.contains(&tool.name)).cloned().collect();
-    let op = Op::Tool { tools: tools.into(), hints: hints.to_vec().into(), instruction: instruction.cloned() };
+    let bindings: Vec<(String, ArgBinding)> =
+        bindings.iter().map(|(arg, binding)| (arg.clone(), binding.clone())).collect();
+    let op = Op::Tool {
+        tools: tools.into(),
+        hints: hints.to_vec().into(),
+        instruction: instruction.cloned(),
+        bindings: bindings.into(),
+    };
     Ok(("tool".to_owned(), op))
 }
 

@@ -60,7 +60,7 @@ pub use crate::item::{Item, ItemKind};
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
-pub use crate::trace::{NodeObservation, Trace, TraceEvent};
+pub use crate::trace::{ArgGrounding, NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::workflow::{Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
 

@@ -31,6 +31,20 @@ pub struct Trace {
     pub error: Option<String>,
 }
 
+/// Where one argument of a tool node's call came from (data-flow grounding).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArgGrounding {
+    /// The argument.
+    pub arg: String,
+    /// The source used: a mined binding (`result of NODE at PATH`, `constant`), or
+    /// `model` when the model wrote the value with nothing to ground it.
+    pub source: String,
+    /// How many candidate values the binding gave at run time.
+    pub candidates: usize,
+    /// Whether the value sent is one of the candidates.
+    pub grounded: bool,
+}
+
 /// What one executed node saw and did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeObservation {
@@ -59,6 +73,9 @@ pub struct NodeObservation {
     /// The tool call a tool node made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolCall>,
+    /// For a tool node: where each argument of its call came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grounding: Vec<ArgGrounding>,
     /// Start time in milliseconds since the Unix epoch.
     #[serde(default)]
     pub started_at_ms: f64,

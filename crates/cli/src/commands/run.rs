@@ -57,7 +57,8 @@ fn session_settings(args: &ExecArgs) -> anyhow::Result<SessionSettings> {
 }
 
 async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow::Result<Outputs> {
-    let session = Session::open(session_settings(args)?).await?;
+    let mut session = Session::open(session_settings(args)?).await?;
+    session.set_grounding(args.grounding.grounding());
     let executor = session.model(purpose).await?;
     let runtime = session.runtime(executor);
     let mut observers = Observers::default();

@@ -44,6 +44,7 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
         models: Default::default(),
         tools: Arc::new(registry.clone()),
         prompts: Arc::new(exec_prompts(None).unwrap()),
+        grounding: flowmem_exec::Grounding::default(),
     };
     let react =
         ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None }, Some(isolation.clone()));

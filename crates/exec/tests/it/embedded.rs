@@ -43,6 +43,7 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
         models: Default::default(),
         tools: tools.clone(),
         prompts: Arc::new(exec_prompts(None).expect("templates register")),
+        grounding: flowmem_exec::Grounding::default(),
     };
     let plan = support::plan(
         json!({

@@ -3,6 +3,7 @@
 mod embedded;
 mod engine;
 mod file;
+mod grounding;
 mod otel;
 mod prompts;
 mod react;

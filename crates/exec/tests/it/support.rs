@@ -54,6 +54,7 @@ pub fn runtime(server: &ScriptedLlmServer, tools: Arc<dyn ToolBox>) -> Runtime {
         models: Default::default(),
         tools,
         prompts: Arc::new(exec_prompts(None).expect("templates register")),
+        grounding: flowmem_exec::Grounding::default(),
     }
 }
 

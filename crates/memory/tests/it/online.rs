@@ -42,6 +42,7 @@ fn runtime(server: &ScriptedLlmServer, tools: Arc<Registry>) -> Runtime {
         models: Default::default(),
         tools,
         prompts: Arc::new(exec_prompts(None).expect("templates")),
+        grounding: flowmem_exec::Grounding::default(),
     }
 }
 

