@@ -88,6 +88,7 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
     let dir = TestDir::new();
     // A memory with a token: the SDK's API key is the flowmem token.
     let token = create_token(&dir, "write");
+    let other = create_token(&dir, "read");
     let served = start_gateway(&dir, &server, "0.5");
     let base_url = gateway_url(&served);
 
@@ -183,6 +184,13 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
     let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
     let workflow = listed.as_array().unwrap().iter().find(|workflow| workflow["id"] == learned.as_str()).unwrap();
     assert!(workflow["stats"]["used_success"].as_u64() >= Some(1), "{workflow}");
+
+    // Another token sees none of these conversations.
+    let nosy = json!({"base_url": base_url, "api_key": other, "steps": [
+        {"op": "get", "conversation": conversation}, {"op": "list"}]});
+    let document = tokio::task::spawn_blocking(move || client(&nosy)).await.unwrap();
+    assert_eq!(document["steps"][0]["status"], 404, "{document}");
+    assert_eq!(document["steps"][1]["conversations"], json!([]), "{document}");
 
     // A wrong key is refused before anything is forwarded.
     let n_before = server.request_count();

@@ -642,11 +642,21 @@ fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
 
 /// `POST /v1/flowmem/conversations/{id}/end {outcome?}`: `outcome` is `true`/`false`
 /// or a reward in `[0, 1]` (success when at least 0.5).
-async fn end_conversation(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Response {
+async fn end_conversation(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
     let gateway = match gateway_of(&state) {
         Ok(gateway) => gateway,
         Err(err) => return err.into_response(),
     };
+    // Only the token that holds a conversation may end it.
+    let owner = gateway.conversations().get(&id).map(|conversation| conversation.token_id);
+    if owner.is_some_and(|owner| caller.token_id.is_some() && owner != caller.token_id) {
+        return api_error(StatusCode::NOT_FOUND, "not_found", format!("no open conversation `{id}`"), None);
+    }
     let request: Value = if body.is_empty() {
         json!({})
     } else {
@@ -703,24 +713,31 @@ async fn on_store<T: Send + 'static>(
 }
 
 /// `GET /v1/flowmem/conversations/{id}`: a recorded conversation and what was learned.
-async fn conversation(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+async fn conversation(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
     let looked_up = id.clone();
     let row = match gateway_of(&state) {
         Ok(gateway) => on_store(gateway, move |store| store.get(&looked_up)).await,
         Err(err) => Err(err),
     };
+    // A token sees only its own conversations (open access sees all).
+    let owned = |row: &Value| caller.token_id.is_none_or(|id| row.pointer("/record/token_id") == Some(&json!(id)));
     match row {
-        Ok(Some(row)) => axum::Json(row).into_response(),
+        Ok(Some(row)) if owned(&row) => axum::Json(row).into_response(),
+        Ok(Some(_)) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
         Ok(None) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
         Err(err) => err.into_response(),
     }
 }
 
 /// `GET /v1/flowmem/conversations`: the 100 most recently updated recorded
-/// conversations, newest first.
-async fn recent_conversations(State(state): State<Arc<AppState>>) -> Response {
+/// conversations of the caller's token (all, under open access), newest first.
+async fn recent_conversations(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
     let rows = match gateway_of(&state) {
-        Ok(gateway) => on_store(gateway, |store| store.recent(100)).await,
+        Ok(gateway) => on_store(gateway, move |store| store.recent(100, caller.token_id)).await,
         Err(err) => Err(err),
     };
     match rows {

@@ -170,13 +170,16 @@ impl GatewayStore {
         })
     }
 
-    /// The most recently updated conversations, newest first: id, state, updated_at.
-    pub(crate) fn recent(&self, limit: usize) -> Result<Vec<Value>, ServerError> {
+    /// The most recently updated conversations, newest first: id, state, updated_at;
+    /// only those of token `token_id` when it is given.
+    pub(crate) fn recent(&self, limit: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
         self.run("listing conversations", |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT id, state, updated_at FROM gateway_conversations ORDER BY updated_at DESC, id DESC LIMIT ?1",
+                "SELECT id, state, updated_at FROM gateway_conversations
+                 WHERE ?2 IS NULL OR json_extract(record, '$.token_id') = ?2
+                 ORDER BY updated_at DESC, id DESC LIMIT ?1",
             )?;
-            let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
+            let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX), token_id], |row| {
                 Ok(serde_json::json!({"id": row.get::<_, String>(0)?, "state": row.get::<_, String>(1)?,
                     "updated_at": row.get::<_, String>(2)?}))
             })?;
