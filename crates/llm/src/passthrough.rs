@@ -96,7 +96,7 @@ impl Passthrough {
             .post(format!("{}{CHAT_COMPLETIONS_PATH}", self.base_url))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        RawReply::read(self.authorised(request).send().await?)
+        Ok(RawReply::read(self.authorised(request).send().await?))
     }
 
     /// Gets the model list.
@@ -106,19 +106,18 @@ impl Passthrough {
     /// As [`Passthrough::chat`].
     pub async fn models(&self) -> Result<RawReply, PassthroughError> {
         let request = self.http.get(format!("{}{MODELS_PATH}", self.base_url));
-        RawReply::read(self.authorised(request).send().await?)
+        Ok(RawReply::read(self.authorised(request).send().await?))
     }
 }
 
 impl RawReply {
-    #[allow(clippy::unnecessary_wraps)]
-    fn read(response: reqwest::Response) -> Result<RawReply, PassthroughError> {
+    fn read(response: reqwest::Response) -> RawReply {
         let headers = response
             .headers()
             .iter()
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect();
-        Ok(RawReply { status: response.status().as_u16(), headers, response })
+        RawReply { status: response.status().as_u16(), headers, response }
     }
 
     /// The HTTP status.

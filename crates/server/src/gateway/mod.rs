@@ -133,10 +133,6 @@ pub(crate) struct Gateway {
     writes: mpsc::UnboundedSender<Write>,
     writes_rx: Mutex<Option<mpsc::UnboundedReceiver<Write>>>,
     queued: Notify,
-    next_id: AtomicU64,
-    /// Part of every conversation id: the process's start time, so ids from different
-    /// runs over one memory never collide.
-    run_id: String,
     /// Recording or learning failures since start, logged each time.
     failures: AtomicU64,
 }
@@ -164,8 +160,6 @@ impl Gateway {
             writes,
             writes_rx: Mutex::new(Some(writes_rx)),
             queued: Notify::new(),
-            next_id: AtomicU64::new(1),
-            run_id: format!("{:x}", chrono::Utc::now().timestamp_millis()),
             failures: AtomicU64::new(0),
         })
     }
@@ -178,27 +172,24 @@ impl Gateway {
         self.failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(error = %err, "gateway: {what} failed");
     }
+}
 
-    fn fresh_id(&self) -> String {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        format!("conv-{}-{n}", self.run_id)
-    }
+/// The strings of the array `record[key]` (workflow ids); none when it is absent.
+fn record_strings(record: &Value, key: &str) -> Vec<String> {
+    record
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// An open conversation from its stored record, answered and quiet from now on.
 fn resume(id: &str, record: &Value) -> Option<Open> {
     let messages = record.get("messages")?.as_array()?.clone();
     let token_id = record.get("token_id").and_then(Value::as_i64);
-    let strings = |key: &str| -> Vec<String> {
-        record
-            .get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect()
-    };
     Some(Open {
         id: id.to_owned(),
         named: None,
@@ -207,8 +198,8 @@ fn resume(id: &str, record: &Value) -> Option<Open> {
         scope: serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default(),
         model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
         token_id,
-        shown: strings("shown"),
-        shadow: strings("shadow"),
+        shown: record_strings(record, "shown"),
+        shadow: record_strings(record, "shadow"),
         memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").to_owned(),
         record: true,
         answered: true,
@@ -403,7 +394,7 @@ async fn start_conversation(
     }
     let record = gateway.cfg.privacy.records(&scope, token_id);
     Open {
-        id: gateway.fresh_id(),
+        id: state.fresh_id("conv"),
         named,
         messages: Vec::new(),
         hash: None,
@@ -877,14 +868,7 @@ async fn learn_one(state: &Arc<AppState>, queued: &store::Queued) -> Result<Valu
     let record = &queued.record;
     let messages = record.get("messages").cloned().unwrap_or(Value::Null);
     let scope: Scope = serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default();
-    let shown: Vec<String> = record
-        .get("shown")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_owned)
-        .collect();
+    let shown = record_strings(record, "shown");
     let source = format!(
         "gateway model={} token={} at={}",
         record.get("model").and_then(Value::as_str).unwrap_or(""),
