@@ -696,7 +696,8 @@ pub struct InduceArgs {
 }
 
 /// The induction modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum InduceMode {
     /// Group runs by tool-name sequence and abstract differing arguments.
     Rule,
@@ -1153,6 +1154,11 @@ pub struct ServeArgs {
     /// judged and learned from. Default: `[gateway] quiet_secs`, else 30.
     #[arg(long, value_name = "SECS")]
     pub quiet_secs: Option<f64>,
+    /// How a successful run (a gateway conversation or a `report_run`) becomes
+    /// workflows: `rule` groups its tool calls (no model call), `lm` asks the
+    /// `[roles] inducer` model. Default: `[gateway] induce`, else `rule`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub induce: Option<InduceMode>,
     /// Where models and tools come from.
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -111,6 +111,7 @@ impl Config {
 /// top_k = 3
 /// budget_tokens = 1000
 /// quiet_secs = 30
+/// induce = "lm"                      # or "rule" (the default); also for report_run
 /// record = true
 /// unrecorded_domains = ["health"]
 /// unrecorded_tokens = [3]            # token ids, as `flowmem serve token create` prints
@@ -139,6 +140,8 @@ pub struct GatewaySettings {
     pub budget_tokens: Option<usize>,
     /// Seconds an answered conversation stays open.
     pub quiet_secs: Option<f64>,
+    /// How successful runs become workflows: `rule` or `lm`.
+    pub induce: Option<crate::args::InduceMode>,
     /// Whether conversations are recorded.
     pub record: Option<bool>,
     /// Domains not recorded.

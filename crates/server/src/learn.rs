@@ -1,16 +1,51 @@
 //! Online AWM on the server: a finished run, as OpenAI chat messages, is imported,
-//! judged by the evaluator unless the caller gave its outcome, and induced by rules into
-//! memory when successful. `report_run` (MCP) and the gateway's queue both learn here.
+//! judged by the evaluator unless the caller gave its outcome, and, when successful,
+//! induced into memory by rules or by the inducer model ([`Induce`]). `report_run` (MCP)
+//! and the gateway's queue both learn here.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use flowmem_memory::induce::{Inducer, RuleConfig};
-use flowmem_memory::{AddOutcome, OfflineConfig, RunToJudge, UseOutcome, judge_run, record_uses};
+use flowmem_llm::ChatModel;
+use flowmem_memory::induce::{self, Induction, LmConfig, RuleConfig, SkipReason, SkippedCandidate};
+use flowmem_memory::{AddOutcome, RunToJudge, UseOutcome, judge_run, record_uses};
 use flowmem_model::{ImportFormat, Item, Outcome, Scope, Trajectory, import_text};
 
 use crate::state::AppState;
+
+/// How the server induces workflows from a successful run (AWM's two modes).
+#[derive(Clone, Default)]
+pub enum Induce {
+    /// Group the run's tool calls by rule: deterministic, no model call.
+    #[default]
+    Rules,
+    /// Ask this model for workflows with the `induce` template, in structured output.
+    Model(Arc<dyn ChatModel>),
+}
+
+impl Induce {
+    /// `rules`, or `lm:` and the model's name: for logs and `status`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Induce::Rules => "rules".to_owned(),
+            Induce::Model(model) => format!("lm:{}", model.name()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Induce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// The largest reply the inducer model may give, in tokens (also bounds the reply
+/// schema's workflows and steps).
+const INDUCE_MAX_TOKENS: u32 = 1024;
+/// Characters of each tool result the inducer model is shown.
+const INDUCE_RESULT_CHARS: usize = 300;
 
 /// One run to learn from.
 pub(crate) struct RunToLearn<'a> {
@@ -79,45 +114,53 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
     };
     let success = judgement["success"].as_bool().unwrap_or(false);
     trajectory.success = Some(Outcome::Bool(success));
+    // Induction runs before the writer is taken: the model's answer may take minutes,
+    // and every other write waits for the writer.
+    let induction = if success {
+        let scope = Scope { site: trajectory.meta.site.clone(), domain: trajectory.meta.domain.clone() };
+        induce_from(state, &trajectory, scope).await?
+    } else {
+        Induction {
+            skipped: vec![SkippedCandidate {
+                trajectory_ids: vec![trajectory.id.clone()],
+                description: None,
+                reason: SkipReason::Unsuccessful,
+            }],
+            ..Induction::default()
+        }
+    };
     let trajectory_id = trajectory.id.clone();
     let shown = run.shown.to_vec();
-    let handle = tokio::runtime::Handle::current();
-    let report = state
+    let workflows = induction.workflows.clone();
+    let added = state
         .write(move |store| {
             if store.learned_from(&trajectory.id)? {
                 return Ok(None);
             }
-            let rule = RuleConfig::standard();
-            let cfg = OfflineConfig { inducer: Inducer::Rule(&rule), scope: None, batch_size: 1 };
-            // Rule induction never awaits; the store is written in one transaction.
-            let report = handle
-                .block_on(flowmem_memory::induce_offline(store, std::slice::from_ref(&trajectory), &cfg))
-                .map_err(|err| match err {
-                    flowmem_memory::InduceError::Memory(err) => err.into(),
-                    other => crate::error::ServerError::Join(other.to_string()),
-                })?;
+            let added = store.add_all(&workflows)?;
             let outcome = if success { UseOutcome::Success } else { UseOutcome::Failure };
             // A workflow deleted since it was shown has no use to count.
             let alive: Vec<String> = shown.into_iter().filter(|id| store.get(id).is_ok()).collect();
             record_uses(store, &alive, outcome)?;
-            Ok(Some(report))
+            Ok(Some(added))
         })
         .await
         .map_err(|err| format!("storing the run's workflows failed: {err}"))?;
-    let Some(report) = report else { return Ok(already_learned(&trajectory_id)) };
+    let Some(added) = added else { return Ok(already_learned(&trajectory_id)) };
     let mut stored = Vec::new();
     let mut merged = Vec::new();
-    for added in &report.added {
-        match &added.outcome {
+    for (workflow, outcome) in induction.workflows.iter().zip(&added) {
+        let description = &workflow.description;
+        match outcome {
             AddOutcome::Inserted { id, evicted } => {
-                stored.push(json!({"id": id, "description": added.description, "evicted": evicted}));
+                stored.push(json!({"id": id, "description": description, "evicted": evicted}));
             }
             AddOutcome::Merged { id, similarity } => {
-                merged.push(json!({"id": id, "description": added.description, "similarity": similarity}));
+                merged.push(json!({"id": id, "description": description, "similarity": similarity}));
             }
         }
     }
-    let rejected: Vec<Value> = report
+    let rejected: Vec<Value> = induction
         .skipped
         .iter()
         .map(|skipped| json!({"reason": skipped.reason, "message": skipped.reason.to_string(), "description": skipped.description}))
@@ -134,6 +177,26 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
         "merged": merged,
         "rejected": rejected,
     }))
+}
+
+/// The workflows `state`'s inducer draws from one successful run, scoped to `scope`.
+async fn induce_from(state: &AppState, trajectory: &Trajectory, scope: Scope) -> Result<Induction, String> {
+    let runs = std::slice::from_ref(trajectory);
+    match &state.parts.induce {
+        Induce::Rules => Ok(induce::rule(runs, &RuleConfig { scope: Some(scope), ..RuleConfig::standard() })),
+        Induce::Model(model) => {
+            let cfg = LmConfig {
+                model: model.as_ref(),
+                prompts: &state.prompts,
+                min_steps: RuleConfig::standard().min_steps,
+                scope: Some(scope),
+                structured: true,
+                max_tokens: Some(INDUCE_MAX_TOKENS),
+                max_result_chars: INDUCE_RESULT_CHARS,
+            };
+            induce::lm(runs, &cfg).await.map_err(|err| format!("the inducer model failed: {err}"))
+        }
+    }
 }
 
 fn already_learned(id: &str) -> Value {

@@ -54,6 +54,7 @@ pub use crate::error::ServerError;
 pub use crate::gateway::{GatewayConfig, InjectMode, Privacy};
 pub use crate::graphs::{GRAPH_SUFFIX, load_graphs};
 pub use crate::http::{router, serve_http};
+pub use crate::learn::Induce;
 pub use crate::mcp::{FlowmemMcp, TRACE_URI, WORKFLOW_URI};
 pub use crate::state::{AppState, DeployedGraph, Parts, ServeConfig};
 pub use crate::stdio::serve_stdio;

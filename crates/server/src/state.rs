@@ -23,6 +23,7 @@ use crate::auth::TokenStore;
 use crate::catalog::Catalog;
 use crate::error::ServerError;
 use crate::gateway::{Gateway, GatewayConfig};
+use crate::learn::Induce;
 
 /// How the server behaves; every field is a policy of the caller.
 #[derive(Debug, Clone)]
@@ -93,6 +94,8 @@ pub struct Parts {
     pub runtime: Option<Runtime>,
     /// The evaluator that judges reported runs; `None` makes `outcome` required.
     pub evaluator: Option<Arc<dyn ChatModel>>,
+    /// How successful runs become workflows (rules unless a model is given).
+    pub induce: Induce,
     /// The deployed graphs, from [`load_graphs`](crate::load_graphs).
     pub graphs: Vec<DeployedGraph>,
 }

@@ -10,11 +10,13 @@ use flowmem_exec::{ToolBox, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_server::{
-    AppState, GatewayConfig, InjectMode, Parts, Privacy, ServeConfig, TokenScope, TokenStore, load_graphs, serve_http,
-    serve_stdio,
+    AppState, GatewayConfig, Induce, InjectMode, Parts, Privacy, ServeConfig, TokenScope, TokenStore, load_graphs,
+    serve_http, serve_stdio,
 };
 
-use crate::args::{GatewayMemoryArg, ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg};
+use crate::args::{
+    GatewayMemoryArg, InduceMode, ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg,
+};
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
 use crate::printer::Printer;
@@ -93,6 +95,13 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
             None
         }
     };
+    let induce = match args.induce.or(gateway_settings.induce) {
+        None | Some(InduceMode::Rule) => Induce::Rules,
+        Some(InduceMode::Lm) => {
+            Induce::Model(session.model(Purpose::Inducer).await.context("`--induce lm` needs an inducer model")?)
+        }
+    };
+    tracing::info!(induce = %induce.describe(), "successful runs are induced from");
     let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
     cfg.isolation = isolation;
@@ -121,7 +130,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     }
     let n_graphs = graphs.len();
     let has_gateway = cfg.gateway.is_some();
-    let state = AppState::open(cfg, Parts { tools, runtime, evaluator, graphs })
+    let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs })
         .with_context(|| format!("cannot serve the memory `{}`", memory.display()))?;
     let res = if args.stdio {
         // stdout carries the MCP session: nothing else may be printed there.

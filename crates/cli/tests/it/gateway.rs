@@ -206,6 +206,73 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_induce_lm_the_inducer_model_writes_the_workflow_of_an_approved_conversation() {
+    // The inducer's answer: AWM's sub-routine with {variables} where the run had values.
+    let induced = json!({"workflows": [{"description": "Cancel a pending order for the customer", "steps": [
+        {"state": "The customer names a pending order", "reasoning": "Check that it can be cancelled",
+         "action": {"tool": "get_order_details", "args": {"order_id": "{order_id}"}}},
+        {"state": "The order is pending", "reasoning": "Cancel it with the customer's reason",
+         "action": {"tool": "cancel_pending_order", "args": {"order_id": "{order_id}", "reason": "{reason}"}}}
+    ]}]});
+    let asks_for_workflows = || Match::custom(|body| body["response_format"]["json_schema"]["name"] == "workflows");
+    let script = Script::new()
+        .models(["scripted-model"])
+        .when(asks_for_workflows(), Reply::json(induced))
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "cancelled as asked"})))
+        .when_seq(
+            Match::last_user_contains("#W5918442"),
+            cancel_turns("#W5918442", "no longer needed", "Your order #W5918442 is cancelled."),
+        )
+        .otherwise(Reply::text("unexpected request"));
+    let server = Arc::new(ScriptedLlmServer::start(script).await);
+    let dir = TestDir::new();
+    let base_url = server.base_url();
+    let args =
+        ["-v", "--memory", "memory.db", "--upstream", base_url.as_str(), "--quiet-secs", "0.5", "--induce", "lm"];
+    let served =
+        Served::start(&dir, &args, &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")]);
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "loop", "messages": [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Please cancel my pending order #W5918442, I no longer need it."}],
+         "tools": tools(), "results": results()},
+        {"op": "wait", "done": 1, "timeout": 60},
+        {"op": "list"}
+    ]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    assert_eq!(document["steps"][1]["induce"], "lm:scripted-model", "status names the inducer: {document}");
+    let listed = document["steps"][2]["conversations"].as_array().unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(listed.len(), 1, "{document}");
+    let conversation = listed[0]["id"].as_str().unwrap().to_owned();
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "get", "conversation": conversation}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let result = &document["steps"][0]["body"]["result"];
+    let stored = result["stored"].as_array().unwrap_or_else(|| panic!("{document}"));
+    assert_eq!(stored.len(), 1, "{document}");
+    assert_eq!(stored[0]["description"], "Cancel a pending order for the customer", "the model's workflow: {result}");
+
+    // The inducer was asked once, and was shown the recorded run.
+    let asked: Vec<Value> = server
+        .chat_requests()
+        .into_iter()
+        .map(|request| request.body)
+        .filter(|body| body["response_format"]["json_schema"]["name"] == "workflows")
+        .collect();
+    assert_eq!(asked.len(), 1);
+    let prompt = asked[0]["messages"].to_string();
+    assert!(prompt.contains("#W5918442") && prompt.contains("cancel_pending_order"), "{prompt}");
+
+    // The stored workflow says the model induced it, from this conversation.
+    let listed = dir.run(&["--json", "memory", "list", "--memory", "memory.db"]);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let workflow = &listed[0];
+    assert_eq!(workflow["provenance"]["inducer"], "lm", "{workflow}");
+    assert_eq!(workflow["steps"][1]["action"]["args"]["reason"], "{reason}", "{workflow}");
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_conversations_survive_a_kill_and_are_learned_once() {
     // The judge takes 2 s, so the queue is still being worked when the server is killed.
     let mut script = Script::new().when(

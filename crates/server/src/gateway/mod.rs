@@ -748,6 +748,7 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
             "conversations": counts,
             "open_in_memory": gateway.conversations().len(),
             "failures": gateway.failures.load(Ordering::Relaxed),
+            "induce": state.parts.induce.describe(),
         }))
         .into_response(),
         Err(err) => err.into_response(),
