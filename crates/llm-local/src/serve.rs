@@ -3,8 +3,13 @@
 //!
 //! Routes: `POST /v1/chat/completions` (messages, tools and `tool_choice`,
 //! `response_format` of type `json_schema` or `json_object`, `temperature`,
-//! `max_tokens` / `max_completion_tokens`, `seed`) and `GET /v1/models`. Streaming is
-//! not supported and is refused with 400.
+//! `max_tokens` / `max_completion_tokens`, `seed`, `stream` with
+//! `stream_options.include_usage`) and `GET /v1/models`.
+//!
+//! A streamed answer opens at once with the role chunk, so a client sees the request
+//! accepted, then sends the reply when it is decoded: its text, each tool call, the
+//! finish reason and the usage, as OpenAI's `chat.completion.chunk` events. It is not
+//! streamed token by token: the model decodes one whole reply per request.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +21,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -99,6 +105,14 @@ struct WireRequest {
     seed: Option<u64>,
     #[serde(default)]
     stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 #[derive(Deserialize)]
@@ -148,15 +162,84 @@ async fn models(State(model): State<Arc<dyn ChatModel>>) -> Json<Value> {
 async fn chat_completions(
     State(model): State<Arc<dyn ChatModel>>,
     body: Result<Json<WireRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let Json(wire) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if wire.stream {
-        return Err(ApiError::bad_request("`stream: true` is not supported by this server"));
-    }
-    let requested = wire.model.clone();
+    let requested = wire.model.clone().unwrap_or_else(|| model.name().to_owned());
+    let stream = wire.stream.then(|| wire.stream_options.as_ref().is_some_and(|options| options.include_usage));
     let request = to_request(wire)?;
-    let response = model.chat(&request).await?;
-    Ok(Json(to_wire(&response, requested.as_deref().unwrap_or(model.name()))))
+    match stream {
+        None => {
+            let response = model.chat(&request).await?;
+            Ok(Json(to_wire(&response, &requested)).into_response())
+        }
+        Some(include_usage) => Ok(streamed(model, request, requested, include_usage)),
+    }
+}
+
+/// The answer to `request` as server-sent events: the role chunk at once, the rest
+/// when the reply is decoded (see the module docs). A failure after the stream opened
+/// is sent as an `error` event, since the status is already 200.
+fn streamed(model: Arc<dyn ChatModel>, request: ChatRequest, requested: String, include_usage: bool) -> Response {
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let id = format!("chatcmpl-{created}");
+    let chunk = {
+        let (id, requested) = (id.clone(), requested.clone());
+        move |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": requested, "choices": choices})
+    };
+    let opening =
+        event(&chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])));
+    let rest = async move {
+        let mut text = String::new();
+        match model.chat(&request).await {
+            Ok(response) => {
+                for chunk in reply_chunks(&to_wire(&response, &requested), include_usage, &chunk) {
+                    text.push_str(&event(&chunk));
+                }
+            }
+            Err(err) => {
+                let err = ApiError::from(err);
+                tracing::warn!(message = %err.message, "streamed chat completion failed");
+                text.push_str(&event(&json!({"error": {"message": err.message, "type": err.kind, "code": null}})));
+            }
+        }
+        text.push_str("data: [DONE]\n\n");
+        Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(text))
+    };
+    let body = futures::stream::iter([Ok(axum::body::Bytes::from(opening))]).chain(futures::stream::once(rest));
+    Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, "text/event-stream")
+        .header(axum::http::header::CACHE_CONTROL, "no-cache")
+        .body(axum::body::Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// One server-sent event carrying `value`.
+fn event(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+/// The chunks after the role chunk for a completed `completion` (as [`to_wire`] gives
+/// it): the text, each tool call whole (id, name and arguments in one delta), the
+/// finish reason, and the usage (with no choices) when asked for.
+fn reply_chunks(completion: &Value, include_usage: bool, chunk: &dyn Fn(Value) -> Value) -> Vec<Value> {
+    let choice = &completion["choices"][0];
+    let message = &choice["message"];
+    let mut chunks = Vec::new();
+    if let Some(text) = message["content"].as_str().filter(|text| !text.is_empty()) {
+        chunks.push(chunk(json!([{"index": 0, "delta": {"content": text}, "finish_reason": null}])));
+    }
+    for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        let mut call = call.clone();
+        call["index"] = json!(index);
+        chunks.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}])));
+    }
+    chunks.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}])));
+    if include_usage {
+        let mut last = chunk(json!([]));
+        last["usage"] = completion["usage"].clone();
+        chunks.push(last);
+    }
+    chunks
 }
 
 fn to_request(wire: WireRequest) -> Result<ChatRequest, ApiError> {

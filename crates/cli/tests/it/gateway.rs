@@ -428,3 +428,37 @@ async fn an_openai_agents_sdk_agent_with_the_tau2_retail_server_is_recorded_as_i
     let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_upstream_the_gateway_streams_the_embedded_model_and_records_what_it_streamed() {
+    let _ = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let dir = TestDir::new();
+    // No upstream and no model configured: the gateway forwards to the embedded model.
+    let served = Served::start(&dir, &["-v", "--memory", "memory.db", "--gateway", "--quiet-secs", "600"], &[]);
+    let hello = json!([{"role": "user", "content": "Say hello to Ada."}]);
+    let stream = json!({"op": "chat", "model": "local", "stream": true, "messages": hello,
+        "extra_body": {"max_tokens": 16, "stream_options": {"include_usage": true}}});
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [stream]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let streamed = &document["steps"][0];
+    let text = streamed["message"]["content"].as_str().unwrap_or_else(|| panic!("{document}")).to_owned();
+    assert!(!text.trim().is_empty(), "{document}");
+    // The role, the text, the finish reason and the usage: four chunks.
+    assert_eq!(streamed["chunks"], 4, "{document}");
+    let conversation = streamed["headers"]["x-flowmem-conversation"].as_str().unwrap().to_owned();
+
+    // What was streamed is what was recorded; greedy decoding gives the same text unstreamed.
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "end", "conversation": conversation, "outcome": false},
+        {"op": "get", "conversation": conversation},
+        {"op": "chat", "model": "local", "messages": hello, "extra_body": {"max_tokens": 16}}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let messages =
+        document["steps"][1]["body"]["record"]["messages"].as_array().unwrap_or_else(|| panic!("{document}"));
+    let roles: Vec<&str> = messages.iter().map(|message| message["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant"], "{document}");
+    assert_eq!(messages[1]["content"], text.as_str(), "{document}");
+    assert_eq!(document["steps"][2]["message"]["content"], text.as_str(), "{document}");
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}

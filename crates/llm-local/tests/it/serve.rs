@@ -105,3 +105,53 @@ async fn openai_endpoint_serves_text_tools_and_schemas() {
 
     server.shutdown().await;
 }
+
+/// The `data:` events of a server-sent event stream, `[DONE]` as a string.
+fn events(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned())))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_arrives_as_openai_chunks() {
+    let Some(model) = crate::model() else { return };
+    let server = Server::start(Arc::new(model)).await;
+    let client = reqwest::Client::new();
+    let tools: Vec<Value> = crate::tools::tools()
+        .into_iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .collect();
+    let request = json!({
+        "messages": [{"role": "user", "content": "What's the weather in Rome in celsius?"}],
+        "tools": tools, "tool_choice": "required", "max_tokens": 96, "stream": true,
+    });
+    let url = format!("{}/chat/completions", server.base);
+    let response = client.post(&url).json(&request).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let events = events(&response.text().await.unwrap());
+    assert_eq!(events.last(), Some(&Value::String("[DONE]".to_owned())), "{events:?}");
+    let chunks = &events[..events.len() - 1];
+    assert!(chunks.iter().all(|chunk| chunk["object"] == "chat.completion.chunk"), "{events:?}");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let calls: Vec<&Value> =
+        chunks.iter().filter_map(|chunk| chunk["choices"][0]["delta"]["tool_calls"].get(0)).collect();
+    assert_eq!(calls.len(), 1, "{events:?}");
+    assert_eq!(calls[0]["index"], 0);
+    assert!(calls[0]["id"].as_str().is_some_and(|id| !id.is_empty()), "{events:?}");
+    let arguments: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(arguments.is_object(), "{events:?}");
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+
+    // The same request unstreamed: the same call.
+    let mut unstreamed = request.clone();
+    unstreamed["stream"] = json!(false);
+    let (status, body) = post(&client, &url, &unstreamed).await;
+    assert_eq!(status, 200, "{body}");
+    let call = &body["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], calls[0]["function"]["name"]);
+    assert_eq!(call["arguments"], calls[0]["function"]["arguments"]);
+    server.shutdown().await;
+}
