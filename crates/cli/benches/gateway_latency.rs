@@ -10,6 +10,10 @@
 //! case: retrieval runs on each), and the quiet period is long, so no learning runs
 //! during the measurement; recording does.
 //!
+//! It also prints each gateway's CPU time per request (user and system, from `/proc`):
+//! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
+//! that CPU.
+//!
 //! Run: `cargo bench -p flowmem --bench gateway_latency`. `LATENCY_REQUESTS` sets the
 //! requests per configuration (default 2,000), `LATENCY_WORKFLOWS` the memory size.
 
@@ -29,6 +33,16 @@ use flowmem_testsupport::{
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// The CPU time (user and system) process `pid` has used so far, in milliseconds.
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks: f64 = [11, 12].iter().filter_map(|&idx| fields.get(idx)?.parse::<f64>().ok()).sum();
+    // Linux reports them in clock ticks of 1/100 s.
+    ticks * 10.0
 }
 
 fn load_average() -> String {
@@ -118,6 +132,7 @@ fn main() {
 
     let (mut plain, plain_url) = start_gateway(&empty, &upstream_url, "off");
     let (mut with_memory, memory_url) = start_gateway(&full, &upstream_url, "prompt");
+    let (plain_pid, memory_pid) = (plain.id(), with_memory.id());
     let queries = Arc::new(retail_queries());
     let http = reqwest::Client::builder().pool_max_idle_per_host(128).build().expect("a client");
 
@@ -132,8 +147,12 @@ fn main() {
         }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
+            let cpu_before = cpu_ms(plain_pid);
             let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
+            let off_cpu = (cpu_ms(plain_pid) - cpu_before) * 1000.0 / n as f64;
+            let cpu_before = cpu_ms(memory_pid);
             let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
+            let retrieval_cpu = (cpu_ms(memory_pid) - cpu_before) * 1000.0 / n as f64;
             let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
             println!("  concurrency {concurrency}:");
             println!(
@@ -155,6 +174,7 @@ fn main() {
                 added(&retrieval, 0.5),
                 added(&retrieval, 0.99)
             );
+            println!("    gateway CPU per request:      {off_cpu:.0} µs memory off, {retrieval_cpu:.0} µs with retrieval");
             let ok = direct_failed + off_failed + retrieval_failed == 0
                 && added(&off, 0.5) <= 2.0
                 && added(&off, 0.99) <= 5.0

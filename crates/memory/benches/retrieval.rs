@@ -19,18 +19,21 @@ use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_model::Scope;
 use flowmem_testsupport::{Latencies, Lcg, retail_queries, synthetic_workflows};
 
-const N_WORKFLOWS: usize = 100_000;
+/// The default corpus size; `RETRIEVAL_WORKFLOWS` overrides it.
+const DEFAULT_WORKFLOWS: usize = 100_000;
 const N_TIMED_QUERIES: usize = 2_000;
 
 fn retrieval(c: &mut Criterion) {
+    let n_workflows: usize =
+        std::env::var("RETRIEVAL_WORKFLOWS").ok().and_then(|n| n.parse().ok()).unwrap_or(DEFAULT_WORKFLOWS);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("bench.db");
     let built = Instant::now();
     let mut store = MemoryStore::open(&path, StoreConfig::standard()).expect("the store opens");
-    for chunk in synthetic_workflows(N_WORKFLOWS, 7).chunks(10_000) {
+    for chunk in synthetic_workflows(n_workflows, 7).chunks(10_000) {
         store.add_all(chunk).expect("the corpus stores");
     }
-    println!("built {N_WORKFLOWS} workflows in {:.1} s", built.elapsed().as_secs_f64());
+    println!("built {n_workflows} workflows in {:.1} s", built.elapsed().as_secs_f64());
 
     let queries = retail_queries();
     let retail = Scope { site: None, domain: Some("retail".to_owned()) };
@@ -40,7 +43,7 @@ fn retrieval(c: &mut Criterion) {
     let loaded = Instant::now();
     store.search("warm up", &retail, 5).expect("search works");
     println!(
-        "first search (loads the index of {N_WORKFLOWS} workflows): {:.0} ms",
+        "first search (loads the index of {n_workflows} workflows): {:.0} ms",
         loaded.elapsed().as_secs_f64() * 1000.0
     );
 
@@ -56,7 +59,7 @@ fn retrieval(c: &mut Criterion) {
     let summary = Latencies::new(latencies_ms.clone());
     let pct = |p: f64| summary.quantile(p);
     println!(
-        "retrieval over {N_WORKFLOWS} workflows, {N_TIMED_QUERIES} queries (top 5, scope retail): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean hits {:.1}; target p99 < 20 ms: {}",
+        "retrieval over {n_workflows} workflows, {N_TIMED_QUERIES} queries (top 5, scope retail): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, mean hits {:.1}; target p99 < 20 ms: {}",
         pct(0.50),
         pct(0.90),
         pct(0.99),

@@ -133,12 +133,13 @@ impl SearchIndex {
         for term in &terms {
             let lists: Vec<&Vec<(u32, u32)>> = admitted.iter().filter_map(|p| p.postings.get(term)).collect();
             // Lists hold dead documents until compaction; they count in df, a small bias
-            // that compaction removes.
+            // that compaction removes. df is capped at N so that the IDF stays positive
+            // (many dead documents could push df past N) and no term lowers a score.
             let df: usize = lists.iter().map(|list| list.len()).sum();
             if df == 0 {
                 continue;
             }
-            let df = df as f32;
+            let df = (df as f32).min(n);
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
             for list in lists {
                 for &(doc_idx, tf) in list {
@@ -318,7 +319,25 @@ fn stem(token: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::index::{is_stopword, stem};
+    use crate::index::{SearchIndex, is_stopword, stem};
+
+    #[test]
+    fn dead_documents_never_make_a_matching_term_count_against_a_document() {
+        // Ten dead documents with `order` outnumber the two alive ones: without the cap on
+        // df, `order` would get a negative IDF and lower the score of the one that has it.
+        let mut index = SearchIndex::default();
+        for pk in 0..10 {
+            index.insert(pk, "order", "", (None, None));
+        }
+        index.insert(10, "order lamp", "", (None, None));
+        index.insert(11, "lamp", "", (None, None));
+        for pk in 0..10 {
+            index.remove(pk);
+        }
+        let ranked = index.search("order lamp", (None, None), 5);
+        assert_eq!(ranked.iter().map(|&(pk, _)| pk).collect::<Vec<_>>(), [10, 11], "{ranked:?}");
+        assert!(ranked[0].1 > ranked[1].1, "{ranked:?}");
+    }
 
     #[test]
     fn stopwords_are_found_and_content_words_are_not() {

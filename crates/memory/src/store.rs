@@ -242,7 +242,7 @@ impl MemoryStore {
         let row =
             self.conn.query_row(&sql, [id], RawRow::read).optional().map_err(self.sqlite("reading a workflow"))?;
         match row {
-            Some(row) => self.decode(row),
+            Some(row) => Ok(self.decode_all(vec![row])?.remove(0).1),
             None => Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }),
         }
     }
@@ -263,7 +263,7 @@ impl MemoryStore {
         let Some(pk) = pk else {
             return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
         };
-        read_provenances(&self.conn, &self.path, pk, id)
+        Ok(read_provenances(&self.conn, &self.path, &[(pk, id)])?.remove(&pk).unwrap_or_default())
     }
 
     /// The workflows whose scope matches `filter`, oldest first. A `None` field of the
@@ -277,7 +277,7 @@ impl MemoryStore {
             "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) ORDER BY pk"
         );
         let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
-        rows.into_iter().map(|row| self.decode(row)).collect()
+        Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
     }
 
     /// The number of workflows whose scope matches `filter` (as in [`MemoryStore::list`]).
@@ -319,14 +319,19 @@ impl MemoryStore {
             index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
             index.search(query, (filter.site.as_deref(), filter.domain.as_deref()), limit)
         };
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk = ?1");
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.sqlite("reading a search hit"))?;
+        // The hits' rows and provenances in one query each, whatever their number.
+        let pks = serde_json::to_string(&ranked.iter().map(|&(pk, _)| pk).collect::<Vec<_>>()).unwrap_or_default();
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN (SELECT value FROM json_each(?1))");
+        let mut rows: std::collections::HashMap<i64, RawRow> =
+            self.query_rows(&sql, [&pks])?.into_iter().map(|row| (row.pk, row)).collect();
+        let mut workflows = self.decode_all(ranked.iter().filter_map(|(pk, _)| rows.remove(pk)).collect())?.into_iter();
+        // A row deleted by another process since the sync is simply no longer a hit.
         let mut hits = Vec::with_capacity(ranked.len());
+        let mut next = workflows.next();
         for (pk, score) in ranked {
-            let row = stmt.query_row([pk], RawRow::read).optional().map_err(self.sqlite("reading a search hit"))?;
-            // A row deleted by another process since the sync is simply no longer a hit.
-            if let Some(row) = row {
-                hits.push(Hit { score, workflow: self.decode(row)? });
+            if let Some(workflow) = next.take_if(|(row_pk, _)| *row_pk == pk) {
+                hits.push(Hit { score, workflow: workflow.1 });
+                next = workflows.next();
             }
         }
         Ok(hits)
@@ -557,9 +562,18 @@ impl MemoryStore {
             .map_err(self.sqlite("reading workflows"))
     }
 
-    fn decode(&self, row: RawRow) -> Result<Workflow, MemoryError> {
-        let provenances = read_provenances(&self.conn, &self.path, row.pk, &row.id)?;
-        row.into_workflow(&self.path, provenances)
+    /// The workflows of `rows`, in order, each with its primary key; their provenances
+    /// are read in one query.
+    fn decode_all(&self, rows: Vec<RawRow>) -> Result<Vec<(i64, Workflow)>, MemoryError> {
+        let keys: Vec<(i64, &str)> = rows.iter().map(|row| (row.pk, row.id.as_str())).collect();
+        let mut provenances = read_provenances(&self.conn, &self.path, &keys)?;
+        rows.into_iter()
+            .map(|row| {
+                let pk = row.pk;
+                let own = provenances.remove(&pk).unwrap_or_default();
+                Ok((pk, row.into_workflow(&self.path, own)?))
+            })
+            .collect()
     }
 
     fn sqlite(&self, what: &'static str) -> impl FnOnce(rusqlite::Error) -> MemoryError + '_ {
@@ -635,40 +649,49 @@ fn merge_provenances(provenances: Vec<Provenance>) -> Provenance {
     merged
 }
 
-fn read_provenances(conn: &Connection, path: &Path, pk: i64, id: &str) -> Result<Vec<Provenance>, MemoryError> {
+/// The provenances of the workflows `workflows` (primary key and id), each oldest
+/// first, in one query.
+fn read_provenances(
+    conn: &Connection,
+    path: &Path,
+    workflows: &[(i64, &str)],
+) -> Result<std::collections::HashMap<i64, Vec<Provenance>>, MemoryError> {
     let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source };
     let mut stmt = conn
         .prepare_cached(
-            "SELECT trajectory_ids, inducer, model, prompt_version, created_at FROM provenance WHERE workflow_pk = ?1 ORDER BY seq",
+            "SELECT workflow_pk, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance
+             WHERE workflow_pk IN (SELECT value FROM json_each(?1)) ORDER BY workflow_pk, seq",
         )
         .map_err(sqlite)?;
-    let rows: Vec<(String, Provenance)> = stmt
-        .query_map([pk], |row| {
+    let pks = serde_json::to_string(&workflows.iter().map(|&(pk, _)| pk).collect::<Vec<_>>()).unwrap_or_default();
+    let rows: Vec<(i64, String, Provenance)> = stmt
+        .query_map([pks], |row| {
             Ok((
-                row.get::<_, String>(0)?,
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
                 Provenance {
                     trajectory_ids: Vec::new(),
-                    inducer: row.get(1)?,
-                    model: row.get(2)?,
-                    prompt_version: row.get(3)?,
-                    created_at: Some(row.get(4)?),
+                    inducer: row.get(2)?,
+                    model: row.get(3)?,
+                    prompt_version: row.get(4)?,
+                    created_at: Some(row.get(5)?),
                 },
             ))
         })
-        .map_err(|source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source })?
+        .map_err(sqlite)?
         .collect::<Result<_, _>>()
         .map_err(|source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source })?;
-    rows.into_iter()
-        .map(|(ids, mut provenance)| {
-            provenance.trajectory_ids = serde_json::from_str(&ids).map_err(|source| MemoryError::Corrupt {
-                path: path.to_path_buf(),
-                id: id.to_owned(),
-                column: "provenance.trajectory_ids",
-                source,
-            })?;
-            Ok(provenance)
-        })
-        .collect()
+    let mut by_pk: std::collections::HashMap<i64, Vec<Provenance>> = std::collections::HashMap::new();
+    for (pk, ids, mut provenance) in rows {
+        provenance.trajectory_ids = serde_json::from_str(&ids).map_err(|source| MemoryError::Corrupt {
+            path: path.to_path_buf(),
+            id: workflows.iter().find(|&&(own, _)| own == pk).map_or_else(String::new, |&(_, id)| id.to_owned()),
+            column: "provenance.trajectory_ids",
+            source,
+        })?;
+        by_pk.entry(pk).or_default().push(provenance);
+    }
+    Ok(by_pk)
 }
 
 fn add_in(
