@@ -127,9 +127,16 @@ impl SearchIndex {
         terms.dedup();
         let n = n_alive as f32;
         let avg_len = (total_len as f32 / n).max(1.0);
+        // Each document's length normalisation, once per search; a dead document's is
+        // infinite, so that it scores 0 and the inner loop needs no branch.
+        let (base, per_token) = (K1 * (1.0 - B), K1 * B / avg_len);
+        let norms: Vec<f32> = self
+            .docs
+            .iter()
+            .map(|doc| if doc.alive { base + per_token * doc.len as f32 } else { f32::INFINITY })
+            .collect();
         // Dense accumulators: a hash map costs more than zeroing one float per document.
         let mut scores: Vec<f32> = vec![0.0; self.docs.len()];
-        let mut touched: Vec<u32> = Vec::new();
         for term in &terms {
             let lists: Vec<&Vec<(u32, u32)>> = admitted.iter().filter_map(|p| p.postings.get(term)).collect();
             // Lists hold dead documents until compaction; they count in df, a small bias
@@ -140,25 +147,20 @@ impl SearchIndex {
                 continue;
             }
             let df = (df as f32).min(n);
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            let weight = (1.0 + (n - df + 0.5) / (df + 0.5)).ln() * (K1 + 1.0);
             for list in lists {
                 for &(doc_idx, tf) in list {
-                    let doc = &self.docs[doc_idx as usize];
-                    if !doc.alive {
-                        continue;
-                    }
                     let tf = tf as f32;
-                    let norm = K1 * (1.0 - B + B * doc.len as f32 / avg_len);
-                    let slot = &mut scores[doc_idx as usize];
-                    if *slot == 0.0 {
-                        touched.push(doc_idx);
-                    }
-                    *slot += idf * tf * (K1 + 1.0) / (tf + norm);
+                    scores[doc_idx as usize] += weight * tf / (tf + norms[doc_idx as usize]);
                 }
             }
         }
-        let mut ranked: Vec<(f32, u32)> =
-            touched.into_iter().map(|doc_idx| (scores[doc_idx as usize], doc_idx)).collect();
+        let mut ranked: Vec<(f32, u32)> = scores
+            .iter()
+            .enumerate()
+            .filter(|&(_, &score)| score > 0.0)
+            .map(|(doc_idx, &score)| (score, doc_idx as u32))
+            .collect();
         // Best first; ties go to the older workflow (smaller doc index), so the order is
         // deterministic.
         let by_rank = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
