@@ -44,7 +44,8 @@ pub struct PromptMemory {
 ///
 /// Workflows are taken greedily in rank order: each one is kept when the text of all
 /// kept workflows plus it still fits the budget, otherwise it is dropped and the next
-/// (perhaps shorter) one is tried.
+/// (perhaps shorter) one is tried. When all of them fit, that is the answer, rendered
+/// once.
 ///
 /// # Errors
 ///
@@ -54,6 +55,16 @@ pub fn prompt_memory(
     workflows: &[Workflow],
     budget_tokens: usize,
 ) -> Result<PromptMemory, PromptError> {
+    // The common case: everything fits. A list renders no shorter than any of its
+    // prefixes, so the greedy pass below would keep every workflow too.
+    if !workflows.is_empty() {
+        let text = prompt_text(prompts, workflows)?.text;
+        let tokens = approx_tokens(&text);
+        if tokens <= budget_tokens {
+            let included = workflows.iter().map(|workflow| workflow.id.clone()).collect();
+            return Ok(PromptMemory { text, tokens, included, dropped: Vec::new() });
+        }
+    }
     let mut kept: Vec<Workflow> = Vec::new();
     let mut memory = PromptMemory { text: String::new(), tokens: 0, included: Vec::new(), dropped: Vec::new() };
     for workflow in workflows {
