@@ -61,12 +61,20 @@ pub(crate) struct SearchIndex {
 pub(crate) type Ranked = (i64, f64);
 
 impl SearchIndex {
+    /// The last `index_log.seq` committed in `conn`'s file.
+    pub(crate) fn log_head(conn: &Connection) -> rusqlite::Result<i64> {
+        // Runs before every search: a cached statement saves parsing it each time.
+        conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM index_log")?.query_row([], |row| row.get(0))
+    }
+
+    /// The last `index_log.seq` applied.
+    pub(crate) fn last_seq(&self) -> i64 {
+        self.last_seq
+    }
+
     /// Applies every `index_log` entry after the last one seen.
     pub(crate) fn sync(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        // Runs before every search: a cached statement saves parsing it each time.
-        let max_seq: i64 =
-            conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM index_log")?.query_row([], |row| row.get(0))?;
-        if max_seq == self.last_seq {
+        if SearchIndex::log_head(conn)? <= self.last_seq {
             return Ok(());
         }
         let mut stmt = conn.prepare_cached(

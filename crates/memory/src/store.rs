@@ -1,7 +1,7 @@
 //! The workflow memory: one SQLite file with BM25 retrieval, dedup and eviction.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -48,8 +48,9 @@ pub struct MemoryStore {
     path: PathBuf,
     cfg: StoreConfig,
     // Loaded by the first search, then brought up to date from `index_log` before each
-    // one. A std mutex: it is never held across an await.
-    index: Mutex<SearchIndex>,
+    // one; shared with the stores of `open_sibling`. A std lock: it is never held across
+    // an await.
+    index: Arc<RwLock<SearchIndex>>,
 }
 
 /// What [`MemoryStore::add`] did with a workflow.
@@ -175,9 +176,21 @@ impl MemoryStore {
             }
         }
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Mutex::new(SearchIndex::default()) };
+        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Arc::default() };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Another connection to this store's file that shares its search index: the
+    /// readers of a server keep one index in memory, not one each.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::open`].
+    pub fn open_sibling(&self) -> Result<MemoryStore, MemoryError> {
+        let mut sibling = MemoryStore::open(&self.path, self.cfg.clone())?;
+        sibling.index = Arc::clone(&self.index);
+        Ok(sibling)
     }
 
     /// The database file.
@@ -308,16 +321,23 @@ impl MemoryStore {
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn search(&self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
-        let ranked = {
-            // A poisoned lock only means another search panicked; the index is rebuilt
-            // from the log then.
-            let mut index = self.index.lock().unwrap_or_else(|poisoned| {
-                let mut guard = poisoned.into_inner();
-                *guard = SearchIndex::default();
-                guard
-            });
-            index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
-            index.search(query, (filter.site.as_deref(), filter.domain.as_deref()), limit)
+        let filter_pair = (filter.site.as_deref(), filter.domain.as_deref());
+        let head = SearchIndex::log_head(&self.conn).map_err(self.sqlite("updating the search index"))?;
+        // A poisoned lock only means another search panicked; the index is rebuilt from
+        // the log then.
+        let ranked = match self.index.read() {
+            // Up to date, or ahead (a sibling synced since this connection looked).
+            Ok(index) if index.last_seq() >= head => index.search(query, filter_pair, limit),
+            held => {
+                drop(held);
+                let mut index = self.index.write().unwrap_or_else(|poisoned| {
+                    let mut guard = poisoned.into_inner();
+                    *guard = SearchIndex::default();
+                    guard
+                });
+                index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
+                index.search(query, filter_pair, limit)
+            }
         };
         // The hits' rows and provenances in one query each, whatever their number.
         let pks = serde_json::to_string(&ranked.iter().map(|&(pk, _)| pk).collect::<Vec<_>>()).unwrap_or_default();

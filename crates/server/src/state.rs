@@ -153,8 +153,8 @@ impl AppState {
         let writer = MemoryStore::open(&cfg.memory, cfg.store.clone())?;
         let tokens = TokenStore::open(&cfg.memory)?;
         let n_readers = cfg.readers.max(1);
-        let readers =
-            (0..n_readers).map(|_| MemoryStore::open(&cfg.memory, cfg.store.clone())).collect::<Result<Vec<_>, _>>()?;
+        // One search index in memory for the whole process.
+        let readers = (0..n_readers).map(|_| writer.open_sibling()).collect::<Result<Vec<_>, _>>()?;
         let catalog = Catalog::build(&writer, &cfg, &parts)?;
         let (retrievals, retrievals_rx) = mpsc::unbounded_channel();
         let open_access = tokens.count()? == 0;

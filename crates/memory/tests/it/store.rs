@@ -221,3 +221,24 @@ fn an_open_store_sees_writes_and_deletes_made_through_another_handle() {
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].workflow.description, "return a parcel");
 }
+
+#[test]
+fn siblings_share_one_index_that_follows_every_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let first = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let second = first.open_sibling().unwrap();
+    let mut writer = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let id = writer.add(&workflow("track a parcel", &["a", "b"], None)).unwrap().id().to_owned();
+    // The first sibling's search brings the shared index up to date ...
+    assert_eq!(first.search("parcel", &Scope::default(), 5).unwrap().len(), 1);
+    writer.add(&workflow("return a parcel", &["c", "d"], None)).unwrap();
+    // ... and so does the second's, for both.
+    assert_eq!(second.search("parcel", &Scope::default(), 5).unwrap().len(), 2);
+    assert_eq!(first.search("parcel", &Scope::default(), 5).unwrap().len(), 2);
+    writer.delete(&id).unwrap();
+    for store in [&first, &second] {
+        let hits = store.search("parcel", &Scope::default(), 5).unwrap();
+        assert_eq!(hits.iter().map(|hit| hit.workflow.description.as_str()).collect::<Vec<_>>(), ["return a parcel"]);
+    }
+}
