@@ -11,7 +11,7 @@ use flowmem_eval::{
     evaluate_concurrently, split, write_report,
 };
 use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, visible_tools};
-use flowmem_mining::{Classifier, EventLog, Variant, discover, tree_to_skeleton};
+use flowmem_mining::{BindingConfig, Classifier, EventLog, Variant, discover, mine_dataflow, tree_to_bound_skeleton};
 use flowmem_model::{Record, WorkflowGraph};
 use flowmem_report::{Markup, error_page, render_page};
 use flowmem_tools::StateIsolation;
@@ -136,14 +136,17 @@ pub fn chain_workflow() -> WorkflowGraph {
 }
 
 /// `G⁰`: the IMf skeleton mined from `records`' orchestration logs (with its plan and
-/// synthesize nodes), or [`chain_workflow`] when `miner` is off or no record has a call.
+/// synthesize nodes), its tool arguments bound to where the records' values came from
+/// (the query, earlier results when the calls have them, earlier arguments, constants),
+/// or [`chain_workflow`] when `miner` is off or no record has a call.
 #[must_use]
 pub fn initial_workflow(records: &[Record], miner: bool, noise: f64) -> WorkflowGraph {
     if !miner || records.iter().all(|record| record.orchestration.is_empty()) {
         return chain_workflow();
     }
     let log = EventLog::from_records(records, Classifier::ToolName);
-    tree_to_skeleton(&discover(&log, Variant::ImF { noise }))
+    let tree = discover(&log, Variant::ImF { noise });
+    tree_to_bound_skeleton(&tree, &mine_dataflow(records), &BindingConfig::skeleton())
 }
 
 /// What a scout run needs besides its settings and records.

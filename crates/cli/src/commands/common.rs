@@ -74,3 +74,41 @@ pub fn task_checker(
     server.isolation = isolation.with_key(server.isolation.key.clone());
     Ok(Some(TaskChecker::new(registry.clone(), server)))
 }
+
+/// How many of `records`' logged calls have neither a result nor an error.
+pub fn calls_lacking_results(records: &[flowmem_model::Record]) -> usize {
+    records
+        .iter()
+        .flat_map(|record| &record.orchestration)
+        .filter(|call| call.result.is_none() && call.error.is_none())
+        .count()
+}
+
+/// Replays `records`' logged calls through `registry` (in isolated tool state when
+/// `isolation` is set) and gives the records back with the results, showing progress and
+/// then a one-line summary; the same for `flowmem mine` and `flowmem scout`.
+pub async fn replay_for_results(
+    registry: &Registry,
+    records: &[flowmem_model::Record],
+    isolation: Option<StateIsolation>,
+    concurrency: usize,
+    printer: &Printer,
+) -> (flowmem_tools::ReplayReport, Vec<flowmem_model::Record>) {
+    let cfg = flowmem_tools::ReplayConfig { concurrency, isolation };
+    let bar =
+        progress_bar(printer, records.len() as u64, "{spinner} replaying for results {pos}/{len} records {elapsed}");
+    let inc = |_: &flowmem_tools::RecordReport| {
+        if let Some(bar) = &bar {
+            bar.inc(1);
+        }
+    };
+    let (report, replayed) = flowmem_tools::replay_with_results(registry, records, &cfg, &inc).await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    printer.info(&format!(
+        "replayed {} records for their results: {} of {} calls executed, {} records fully ok",
+        report.records, report.executed, report.calls, report.records_ok
+    ));
+    (report, replayed)
+}

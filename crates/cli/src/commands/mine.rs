@@ -326,11 +326,7 @@ fn with_results(
     printer: &Printer,
 ) -> anyhow::Result<(Vec<Record>, Option<ReplaySummary>)> {
     let calls = records.iter().map(|record| record.orchestration.len()).sum::<usize>();
-    let lacking = records
-        .iter()
-        .flat_map(|record| &record.orchestration)
-        .filter(|call| call.result.is_none() && call.error.is_none())
-        .count();
+    let lacking = crate::commands::common::calls_lacking_results(records);
     if lacking == 0 {
         return Ok((records.to_vec(), None));
     }
@@ -347,42 +343,24 @@ fn with_results(
             "no tool servers are configured to replay the records\nhint: add `[[tools.mcp]]` entries to flowmem.toml"
         );
     }
-    let cfg = flowmem_tools::ReplayConfig {
-        concurrency: replay.concurrency,
-        isolation: replay.state_key_arg.as_ref().map(|key_arg| flowmem_tools::StateIsolation {
-            key_arg: key_arg.clone(),
-            reset_tool: replay.reset_tool.clone(),
-            hidden_tools: Vec::new(),
-            key: replay.state_key_prefix.clone(),
-        }),
-    };
+    let isolation = replay.state_key_arg.as_ref().map(|key_arg| flowmem_tools::StateIsolation {
+        key_arg: key_arg.clone(),
+        reset_tool: replay.reset_tool.clone(),
+        hidden_tools: Vec::new(),
+        key: replay.state_key_prefix.clone(),
+    });
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let (report, replayed) = runtime.block_on(async {
         let registry = flowmem_tools::Registry::connect(&config).await?;
         for warning in registry.warnings() {
             printer.warn(warning);
         }
-        let bar = crate::commands::common::progress_bar(
-            printer,
-            records.len() as u64,
-            "{spinner} replaying for results {pos}/{len} records {elapsed}",
-        );
-        let inc = |_: &flowmem_tools::RecordReport| {
-            if let Some(bar) = &bar {
-                bar.inc(1);
-            }
-        };
-        let replayed = flowmem_tools::replay_with_results(&registry, records, &cfg, &inc).await;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
+        let replayed =
+            crate::commands::common::replay_for_results(&registry, records, isolation, replay.concurrency, printer)
+                .await;
         registry.shutdown().await;
         anyhow::Ok(replayed)
     })?;
-    printer.info(&format!(
-        "replayed {} records for their results: {} of {} calls executed, {} records fully ok",
-        report.records, report.executed, report.calls, report.records_ok
-    ));
     let summary = ReplaySummary {
         records: report.records,
         records_ok: report.records_ok,

@@ -13,7 +13,7 @@ use flowmem_optimize::{
 
 use crate::args::ScoutArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, calls_lacking_results, progress_bar, replay_for_results};
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
@@ -90,6 +90,25 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
                 best.map_or_else(|| "–".to_owned(), |b| format!("{b:.3}")),
                 accounting.snapshot().total.calls
             ));
+        }
+    };
+    // Calls logged without results (τ-bench, τ²-bench) are replayed in isolated tool
+    // state (again on a resume, so G⁰ comes out the same), so G⁰'s arguments can also
+    // be bound to earlier results. Without isolation the tools' state is the user's
+    // own, and nothing is replayed.
+    let lacking = calls_lacking_results(&records);
+    let records = match session.isolation() {
+        _ if lacking == 0 => records,
+        Some(isolation) => {
+            let isolation = Some(isolation.clone());
+            replay_for_results(session.registry(), &records, isolation, settings.concurrency, printer).await.1
+        }
+        None => {
+            printer.warn(&format!(
+                "{lacking} logged calls have no result, so G⁰ binds no argument to an earlier result\n\
+                 hint: with --state-key-arg (and --reset-tool) the records are first replayed in isolated tool state"
+            ));
+            records
         }
     };
     let checker = session.task_checker()?;

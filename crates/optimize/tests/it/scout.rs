@@ -256,3 +256,24 @@ async fn no_mcts_keeps_the_mined_workflow_and_no_miner_starts_from_the_chain() {
     assert_eq!(ids, ["plan", "act", "answer"]);
     setup.tools.shutdown().await;
 }
+
+#[test]
+fn the_initial_workflow_binds_the_arguments_the_records_always_filled_the_same_way() {
+    let g0 = flowmem_optimize::initial_workflow(&records(), true, 0.2);
+    let bindings = g0
+        .nodes
+        .iter()
+        .find_map(|node| match &node.kind {
+            flowmem_model::NodeKind::Tool { hints, bindings, .. } if hints.iter().any(|hint| hint == "get-sum") => {
+                Some(bindings.clone())
+            }
+            _ => None,
+        })
+        .expect("a get-sum node");
+    for arg in ["a", "b"] {
+        let binding = bindings.get(arg).unwrap_or_else(|| panic!("`{arg}` is bound: {bindings:?}"));
+        assert!(!binding.sources.is_empty(), "{arg}: {binding:?}");
+    }
+    // Without the miner there is nothing to bind from.
+    assert_eq!(flowmem_optimize::initial_workflow(&records(), false, 0.2), flowmem_optimize::chain_workflow());
+}
