@@ -104,10 +104,9 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             replay_for_results(session.registry(), &records, isolation, settings.concurrency, printer).await.1
         }
         None => {
-            printer.warn(&format!(
-                "{lacking} logged calls have no result, so G⁰ binds no argument to an earlier result\n\
-                 hint: with --state-key-arg (and --reset-tool) the records are first replayed in isolated tool state"
-            ));
+            printer.warn(&format!("{lacking} logged calls have no result: G⁰ binds no argument to an earlier one"));
+            printer
+                .warn("hint: with --state-key-arg (and --reset-tool) they are replayed first, in isolated tool state");
             records
         }
     };
