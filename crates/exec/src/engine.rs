@@ -375,12 +375,13 @@ impl<'a> RunState<'a> {
                 self.fail(format!("node `{node_id}` failed: {message}"));
             }
             Ok(node::Outcome::Output { output, failed }) => {
+                let args = observation.tool_call.as_ref().map(|call| call.args.clone());
                 self.emit_observation(observation, model);
                 self.nodes[node_idx] = NodeState::Done;
                 let node = &self.plan.nodes[node_idx];
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let entry = CtxEntry::new(seq, node, self.iteration(node_idx), output, failed);
+                let entry = CtxEntry::new(seq, node, self.iteration(node_idx), output, failed, args);
                 self.finish_plain(node_idx, &ctx, Some(entry));
             }
             Ok(node::Outcome::Route(route)) => {

@@ -3,15 +3,30 @@
 //! leaving them to the model.
 //!
 //! For each bound argument the sources are tried in order of support; the first that
-//! yields values gives the candidates: an upstream node's latest result at a JSON path
-//! (`$.items[*].item_id` gives every element), or a constant. One candidate is used as
-//! it is; several are offered to the model as a JSON Schema `enum` on that argument;
-//! none leaves the argument to the model, marked ungrounded. Query-sourced and
-//! argument-sourced bindings give no candidates here yet.
+//! yields values gives the candidates:
+//! - an upstream node's latest result at a JSON path (`$.items[*].item_id` gives every
+//!   element);
+//! - the arguments an upstream node's latest tool call was given, at an argument path;
+//! - the query's spans of the mined values' shape (ids, numbers, emails, names, quoted
+//!   strings; [`ValueShape::spans`](flowmem_model::ValueShape::spans));
+//! - a constant.
+//!
+//! Candidates are converted to the argument's schema type where they can be (a number
+//! span for an `integer` argument becomes a number). One candidate is used as it is;
+//! several are offered to the model as a JSON Schema `enum` on that argument; none
+//! leaves the argument to the model, marked ungrounded.
 
 use serde_json::Value;
 
 use flowmem_model::{ArgBinding, ValueSource};
+
+/// What a tool node can see of the nodes upstream of it.
+pub(crate) trait Upstream {
+    /// The latest output of node `id`.
+    fn output(&self, id: &str) -> Option<&str>;
+    /// The arguments of node `id`'s latest tool call.
+    fn args(&self, id: &str) -> Option<&serde_json::Map<String, Value>>;
+}
 
 /// How a run grounds tool arguments.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,14 +47,23 @@ pub(crate) struct Candidates {
     pub values: Vec<Value>,
 }
 
-/// The values at `path` in `root`: `$`, then `.name`, `[N]` and `[*]` segments.
-/// Objects and arrays at the end are kept whole; a missing step gives nothing.
+/// The values at `path` in `root`: `$`, then `.name`, `[N]` and `[*]` segments (`[*]`
+/// is every element of an array, or every value of an object: mining generalises maps
+/// keyed by id so). Objects and arrays at the end are kept whole; a missing step gives
+/// nothing.
 pub(crate) fn values_at(root: &Value, path: &str) -> Vec<Value> {
     let Some(mut rest) = path.trim().strip_prefix('$') else { return Vec::new() };
     let mut current = vec![root.clone()];
     while !rest.is_empty() {
         if let Some(after) = rest.strip_prefix("[*]") {
-            current = current.into_iter().flat_map(|value| value.as_array().cloned().unwrap_or_default()).collect();
+            current = current
+                .into_iter()
+                .flat_map(|value| match value {
+                    Value::Array(items) => items,
+                    Value::Object(map) => map.into_iter().map(|(_, child)| child).collect(),
+                    _ => Vec::new(),
+                })
+                .collect();
             rest = after;
         } else if let Some(after) = rest.strip_prefix('[') {
             let Some(end) = after.find(']') else { return Vec::new() };
@@ -62,26 +86,40 @@ pub(crate) fn values_at(root: &Value, path: &str) -> Vec<Value> {
     current
 }
 
-/// The candidates `binding` gives in a context where `output_of(node)` is the latest
-/// output of an upstream node; `None` when no source gives any.
-pub(crate) fn candidates<'a>(
+/// The candidates `binding` gives for argument `arg` of a tool with parameters
+/// `schema`, in a run of `query` that sees `upstream`; `None` when no source gives any.
+pub(crate) fn candidates(
     arg: &str,
     binding: &ArgBinding,
-    output_of: impl Fn(&str) -> Option<&'a str>,
+    query: &str,
+    schema: &Value,
+    upstream: &dyn Upstream,
 ) -> Option<Candidates> {
     for source in &binding.sources {
         let (label, mut values) = match &source.source {
             ValueSource::Result { node, path } => {
-                let Some(output) = output_of(node) else { continue };
+                let Some(output) = upstream.output(node) else { continue };
                 let Ok(result) = serde_json::from_str::<Value>(output) else { continue };
                 (format!("result of {node} at {path}"), values_at(&result, path))
             }
+            ValueSource::Argument { node, arg: path } => {
+                let Some(args) = upstream.args(node) else { continue };
+                let root = Value::Object(args.clone());
+                let path = if path.starts_with('[') { format!("${path}") } else { format!("$.{path}") };
+                (format!("argument {path} of {node}"), values_at(&root, &path))
+            }
+            ValueSource::Query { shape: Some(shape) } => {
+                let spans = shape.spans(query).into_iter().map(Value::String).collect();
+                (format!("query ({shape} spans)"), spans)
+            }
+            ValueSource::Query { shape: None } => continue,
             ValueSource::Constant { value } => ("constant".to_owned(), vec![value.clone()]),
-            ValueSource::Query | ValueSource::Argument { .. } => continue,
         };
         values.retain(|value| !value.is_null());
+        let property = schema.get("properties").and_then(|properties| properties.get(arg));
         let mut unique: Vec<Value> = Vec::with_capacity(values.len());
         for value in values {
+            let value = property.map_or(value.clone(), |property| as_schema_type(value, property));
             if !unique.contains(&value) {
                 unique.push(value);
             }
@@ -91,6 +129,31 @@ pub(crate) fn candidates<'a>(
         }
     }
     None
+}
+
+/// `value` converted to the type `property` declares, when it converts without loss: a
+/// numeric string for a number or integer, a number for a string. Anything else stays.
+fn as_schema_type(value: Value, property: &Value) -> Value {
+    let declared = |name: &str| match property.get("type") {
+        Some(Value::String(kind)) => kind == name,
+        Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == name),
+        _ => false,
+    };
+    match &value {
+        Value::String(text) if declared("integer") && !declared("string") => {
+            text.trim().parse::<i64>().map_or(value, Value::from)
+        }
+        Value::String(text) if declared("number") && !declared("string") => {
+            match text.trim().parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+                Some(number) => Value::Number(number),
+                None => value,
+            }
+        }
+        Value::Number(number) if declared("string") && !declared("number") && !declared("integer") => {
+            Value::String(number.to_string())
+        }
+        _ => value,
+    }
 }
 
 /// `schema` (a tool's parameters) with each argument of `fixed` removed (the executor
@@ -129,9 +192,25 @@ pub(crate) fn required(schema: &Value) -> Vec<String> {
 mod tests {
     use serde_json::json;
 
-    use flowmem_model::{ArgBinding, BindingSource, ValueSource};
+    use flowmem_model::{ArgBinding, BindingSource, ValueShape, ValueSource};
 
-    use super::{candidates, constrained_schema, values_at};
+    use super::{Upstream, candidates, constrained_schema, values_at};
+
+    /// Upstream nodes for tests: (id, output, arguments).
+    struct Seen(Vec<(&'static str, String, serde_json::Value)>);
+
+    impl Upstream for Seen {
+        fn output(&self, id: &str) -> Option<&str> {
+            self.0.iter().find(|seen| seen.0 == id).map(|seen| seen.1.as_str())
+        }
+        fn args(&self, id: &str) -> Option<&serde_json::Map<String, serde_json::Value>> {
+            self.0.iter().find(|seen| seen.0 == id).and_then(|seen| seen.2.as_object())
+        }
+    }
+
+    fn string_schema(arg: &str) -> serde_json::Value {
+        json!({"type": "object", "properties": {arg: {"type": "string"}}})
+    }
 
     #[test]
     fn paths_select_fields_elements_and_every_element() {
@@ -142,6 +221,8 @@ mod tests {
         assert_eq!(values_at(&result, "$.user.id"), vec![json!("u")]);
         assert_eq!(values_at(&result, "$['user']['id']"), vec![json!("u")]);
         assert_eq!(values_at(&result, "$"), vec![result.clone()]);
+        let keyed = json!({"variants": {"84": {"item_id": "84"}, "85": {"item_id": "85"}}});
+        assert_eq!(values_at(&keyed, "$.variants[*].item_id"), vec![json!("84"), json!("85")]);
         assert!(values_at(&result, "$.missing.id").is_empty());
         assert!(values_at(&result, "items").is_empty(), "a path starts at $");
     }
@@ -160,10 +241,12 @@ mod tests {
             ],
         };
         let output = json!({"items": [{"product_id": "p1"}, {"product_id": "p1"}, {"product_id": "p2"}]}).to_string();
-        let found = candidates("product_id", &binding, |node| (node == "order").then_some(output.as_str())).unwrap();
+        let seen = Seen(vec![("order", output, json!({}))]);
+        let schema = string_schema("product_id");
+        let found = candidates("product_id", &binding, "q", &schema, &seen).unwrap();
         assert_eq!(found.values, vec![json!("p1"), json!("p2")]);
         assert_eq!(found.source, "result of order at $.items[*].product_id");
-        let constant = candidates("product_id", &binding, |_| None).unwrap();
+        let constant = candidates("product_id", &binding, "q", &schema, &Seen(Vec::new())).unwrap();
         assert_eq!(constant.values, vec![json!("c")]);
         let schema = json!({"type": "object", "properties": {"product_id": {"type": "string"}, "order_id": {"type": "string"}},
             "required": ["product_id", "order_id"]});
@@ -173,12 +256,58 @@ mod tests {
                 observed: 1,
                 sources: vec![BindingSource { source: ValueSource::Constant { value: json!("#W1") }, support: 1 }],
             },
-            |_| None,
+            "q",
+            &schema,
+            &Seen(Vec::new()),
         )
         .unwrap();
         let constrained = constrained_schema(&schema, &[&fixed], &[&found]);
         assert_eq!(constrained["properties"]["product_id"]["enum"], json!(["p1", "p2"]));
         assert!(constrained["properties"].get("order_id").is_none());
         assert_eq!(constrained["required"], json!(["product_id"]));
+    }
+
+    #[test]
+    fn query_spans_and_upstream_arguments_give_candidates_of_the_schema_type() {
+        let bind =
+            |source: ValueSource| ArgBinding { observed: 2, sources: vec![BindingSource { source, support: 2 }] };
+        let query = "I am Yusuf Rossi, zip 19122, and my orders are #W1 and #W2.";
+        let schema = json!({"type": "object", "properties": {
+            "order_id": {"type": "string"}, "zip": {"type": "integer"}, "first_name": {"type": "string"}}});
+        let none = Seen(Vec::new());
+        let ids =
+            candidates("order_id", &bind(ValueSource::Query { shape: Some(ValueShape::Id) }), query, &schema, &none);
+        assert_eq!(ids.unwrap().values, [json!("#W1"), json!("#W2")]);
+        let zip =
+            candidates("zip", &bind(ValueSource::Query { shape: Some(ValueShape::Number) }), query, &schema, &none);
+        let zip = zip.unwrap();
+        assert_eq!((zip.values, zip.source.as_str()), (vec![json!(19122)], "query (number spans)"));
+        let names = candidates(
+            "first_name",
+            &bind(ValueSource::Query { shape: Some(ValueShape::Name) }),
+            query,
+            &schema,
+            &none,
+        );
+        assert_eq!(names.unwrap().values, [json!("Yusuf"), json!("Rossi")]);
+        assert!(candidates("first_name", &bind(ValueSource::Query { shape: None }), query, &schema, &none).is_none());
+        assert!(
+            candidates(
+                "first_name",
+                &bind(ValueSource::Query { shape: Some(ValueShape::Email) }),
+                query,
+                &schema,
+                &none
+            )
+            .is_none()
+        );
+
+        let seen = Seen(vec![("lookup", "ok".to_owned(), json!({"order_id": "#W9", "item_ids": ["1", "2"]}))]);
+        let from_args = |arg: &str| ValueSource::Argument { node: "lookup".into(), arg: arg.into() };
+        let found = candidates("order_id", &bind(from_args("order_id")), query, &schema, &seen).unwrap();
+        assert_eq!((found.values, found.source.as_str()), (vec![json!("#W9")], "argument $.order_id of lookup"));
+        let items = candidates("item_ids", &bind(from_args("item_ids[*]")), query, &schema, &seen).unwrap();
+        assert_eq!(items.values, [json!("1"), json!("2")]);
+        assert!(candidates("order_id", &bind(from_args("order_id")), query, &schema, &none).is_none());
     }
 }

@@ -25,13 +25,23 @@ pub(crate) struct CtxEntry {
     // with wide fan-outs a deep copy per entry would cost O(members²) allocations on the
     // scheduler's serial path.
     pub(crate) item: Arc<ContextItem>,
+    /// The arguments of the tool call that produced it, for argument-sourced bindings.
+    pub(crate) args: Option<Arc<JsonObject>>,
 }
 
 impl CtxEntry {
-    pub(crate) fn new(seq: u64, node: &PlanNode, iteration: u32, output: String, failed: bool) -> CtxEntry {
+    pub(crate) fn new(
+        seq: u64,
+        node: &PlanNode,
+        iteration: u32,
+        output: String,
+        failed: bool,
+        args: Option<JsonObject>,
+    ) -> CtxEntry {
         CtxEntry {
             seq,
             is_tool: matches!(node.op, Op::Tool { .. }),
+            args: args.map(Arc::new),
             item: Arc::new(ContextItem {
                 node: node.id.clone(),
                 kind: node.kind_label.clone(),
@@ -178,6 +188,16 @@ impl Context {
     /// The latest output of node `id`, if it is in the context.
     fn latest_output(&self, id: &str) -> Option<&str> {
         self.iter_rev().find(|entry| entry.item.node == id).map(|entry| entry.item.output.as_str())
+    }
+}
+
+impl grounding::Upstream for Context {
+    fn output(&self, id: &str) -> Option<&str> {
+        self.latest_output(id)
+    }
+
+    fn args(&self, id: &str) -> Option<&JsonObject> {
+        self.iter_rev().find(|entry| entry.item.node == id).and_then(|entry| entry.args.as_deref())
     }
 }
 
@@ -360,10 +380,11 @@ async fn tool_node(
     // Candidates of the scalar arguments with bindings (an argument path with `[*]` or
     // `.` in it names a part of an argument, which the model still writes).
     let bound: Vec<Candidates> = if plan.runtime.grounding == Grounding::Bindings {
+        let schema = tool.tools.first().map_or(&Value::Null, |definition| &definition.parameters);
         tool.bindings
             .iter()
             .filter(|(arg, _)| !arg.contains(['[', '.']))
-            .filter_map(|(arg, binding)| grounding::candidates(arg, binding, |id| items.latest_output(id)))
+            .filter_map(|(arg, binding)| grounding::candidates(arg, binding, query, schema, items))
             .collect()
     } else {
         Vec::new()
@@ -577,6 +598,7 @@ mod tests {
                 output: format!("out{seq}"),
                 failed: false,
             }),
+            args: None,
         }
     }
 

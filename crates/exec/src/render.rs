@@ -140,7 +140,7 @@ fn binding_edges(graph: &WorkflowGraph) -> BTreeMap<(&str, &str), String> {
                 let (from, what) = match &source.source {
                     ValueSource::Result { node, path } => (node.as_str(), path.as_str()),
                     ValueSource::Argument { node, arg } => (node.as_str(), arg.as_str()),
-                    ValueSource::Query | ValueSource::Constant { .. } => continue,
+                    ValueSource::Query { .. } | ValueSource::Constant { .. } => continue,
                 };
                 let label = res.entry((from, node.id.as_str())).or_default();
                 if !label.is_empty() {
@@ -167,8 +167,11 @@ fn node_label(node: &GraphNode) -> String {
             for (arg, binding) in bindings {
                 for source in &binding.sources {
                     match &source.source {
-                        ValueSource::Query => {
+                        ValueSource::Query { shape: None } => {
                             let _ = write!(summary, "\n{arg} ← query");
+                        }
+                        ValueSource::Query { shape: Some(shape) } => {
+                            let _ = write!(summary, "\n{arg} ← query ({shape})");
                         }
                         ValueSource::Constant { value } => {
                             let _ = write!(summary, "\n{arg} = {value}");

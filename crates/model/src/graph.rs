@@ -130,8 +130,14 @@ pub struct BindingSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "from", rename_all = "snake_case")]
 pub enum ValueSource {
-    /// A span of the query.
-    Query,
+    /// A span of the query. With a shape, the query's spans of that shape are the
+    /// candidates ([`ValueShape::spans`](crate::ValueShape::spans)); without one, the
+    /// model finds the value in the query.
+    Query {
+        /// The shape of the mined values, if they had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shape: Option<crate::ValueShape>,
+    },
     /// An upstream node's result, at a JSON path whose array indices are `[*]`
     /// (`$.items[*].product_id`; `$` is the whole result).
     Result {
@@ -160,7 +166,7 @@ impl ValueSource {
     pub fn node(&self) -> Option<&str> {
         match self {
             ValueSource::Result { node, .. } | ValueSource::Argument { node, .. } => Some(node),
-            ValueSource::Query | ValueSource::Constant { .. } => None,
+            ValueSource::Query { .. } | ValueSource::Constant { .. } => None,
         }
     }
 }

@@ -43,6 +43,7 @@ mod import;
 mod item;
 mod jsonl;
 mod record;
+mod shape;
 mod stats;
 mod trace;
 mod trajectory;
@@ -59,6 +60,7 @@ pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, 
 pub use crate::item::{Item, ItemKind};
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
+pub use crate::shape::ValueShape;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::trace::{ArgGrounding, NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};

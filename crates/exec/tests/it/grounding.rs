@@ -118,3 +118,80 @@ async fn bound_arguments_come_from_upstream_results_not_from_the_model() {
     let user = trace.tool_calls.iter().find(|call| call.tool == "get_user_details");
     assert!(user.is_none_or(|call| call.args["user_id"] == "yusuf_19122"), "{user:?}");
 }
+
+/// Find the user by the name and zip in the query → their details (bound to the find's
+/// result) → an order whose id the query does not hold → the same order again (bound to
+/// the argument the first lookup was given).
+fn query_graph() -> serde_json::Value {
+    let from_query = |shape: &str| json!({"observed": 9, "sources": [{"from": "query", "shape": shape, "support": 9}]});
+    let one = |source: serde_json::Value| json!({"observed": 9, "sources": [source]});
+    json!({
+        "name": "from-the-query",
+        "nodes": [
+            {"id": "find", "kind": "tool", "hints": ["find_user_id_by_name_zip"],
+             "bindings": {"first_name": from_query("name"), "last_name": from_query("name"), "zip": from_query("number")}},
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"],
+             "bindings": {"user_id": one(json!({"from": "result", "node": "find", "path": "$.parsed_content", "support": 9}))}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"], "bindings": {"order_id": from_query("id")}},
+            {"id": "again", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": one(json!({"from": "argument", "node": "order", "arg": "order_id", "support": 9}))}}
+        ],
+        "edges": [{"from": "find", "to": "user"}, {"from": "user", "to": "order"}, {"from": "order", "to": "again"}],
+        "entry": "find",
+        "exit": "again"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_spans_and_upstream_arguments_ground_calls_and_a_missing_value_is_marked_ungrounded() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = retail(state.path()).await;
+    let script = Script::new()
+        .when(
+            Match::offers_tool("find_user_id_by_name_zip"),
+            Reply::tool_call("find_user_id_by_name_zip", json!({"first_name": "Yusuf", "last_name": "Rossi"})),
+        )
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W2378156"})),
+        );
+    let server = support::llm(script).await;
+    let plan = support::plan(query_graph(), support::runtime(&server, tools));
+    let input = RunInput { id: "spans".to_owned(), query: "You are Yusuf Rossi in zip code 19122.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let calls: Vec<(&str, &serde_json::Map<String, serde_json::Value>)> =
+        trace.tool_calls.iter().map(|call| (call.tool.as_str(), &call.args)).collect();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert!(trace.tool_calls.iter().all(|call| call.error.is_none()), "{:?}", trace.tool_calls);
+
+    // Two names in the query, offered to the model; one zip, filled in without asking.
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "only the find and the unbound order asked the model");
+    let find = &requests[0].body["tools"][0]["function"]["parameters"];
+    assert_eq!(find["properties"]["first_name"]["enum"], json!(["Yusuf", "Rossi"]), "{find}");
+    assert_eq!(find["properties"]["last_name"]["enum"], json!(["Yusuf", "Rossi"]), "{find}");
+    assert!(find["properties"].get("zip").is_none(), "the zip is no question for the model: {find}");
+    assert_eq!(calls[0].1["zip"], "19122");
+    assert_eq!(calls[1].1["user_id"], "yusuf_rossi_9620", "the user comes from the find's result");
+
+    let observed = |node: &str| {
+        trace.observations.iter().find(|observation| observation.node_id == node).map(|o| o.grounding.clone()).unwrap()
+    };
+    let find = observed("find");
+    let zip = find.iter().find(|arg| arg.arg == "zip").unwrap();
+    assert_eq!((zip.source.as_str(), zip.candidates, zip.grounded), ("query (number spans)", 1, true));
+    let first = find.iter().find(|arg| arg.arg == "first_name").unwrap();
+    assert_eq!((first.source.as_str(), first.candidates, first.grounded), ("query (name spans)", 2, true));
+    // No order id in the query: the model wrote it, and the trace says so.
+    let order = observed("order");
+    assert_eq!(order.len(), 1, "{order:?}");
+    assert_eq!((order[0].source.as_str(), order[0].grounded), ("model (the binding gave no value)", false));
+    // The second lookup takes the first one's argument, with no model call.
+    assert_eq!(calls[3].1["order_id"], "#W2378156");
+    let again = observed("again");
+    assert_eq!(
+        (again[0].source.as_str(), again[0].candidates, again[0].grounded),
+        ("argument $.order_id of order", 1, true)
+    );
+}

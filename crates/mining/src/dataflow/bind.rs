@@ -173,7 +173,7 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
             let sources: Vec<BindingSource> = kept(flow, cfg)
                 .filter_map(|(source, support)| {
                     let source = match source {
-                        Source::Query => ValueSource::Query,
+                        Source::Query => ValueSource::Query { shape: flow.query_shape },
                         Source::Constant { value } => {
                             ValueSource::Constant { value: serde_json::from_str(value).unwrap_or(Value::Null) }
                         }

@@ -6,7 +6,10 @@
 //! for sources in order of evidence and keeps the first kind that finds any:
 //! 1. **query**: the value occurs verbatim in the record's query, as a whole token;
 //! 2. **result**: the value is a leaf of an earlier call's result, at a JSON path whose
-//!    array indices are generalised to `[*]` (`$.items[*].product_id`);
+//!    array indices are generalised to `[*]` (`$.items[*].product_id`), and so are the
+//!    keys of maps keyed by id (all-digit keys, or keys their child object repeats as a
+//!    field: `$.variants[*].item_id`). A leaf equal to one of that call's own arguments
+//!    is an echo (MCP servers often repeat the call) and is left to the argument source;
 //! 3. **argument**: the value is a leaf of an earlier call's arguments;
 //! 4. **constant**: none of the above, and the argument has this same value wherever it
 //!    occurs, in at least two records;
@@ -30,7 +33,7 @@ mod values;
 
 use std::collections::{BTreeMap, HashMap};
 
-use flowmem_model::{Record, canonical_json};
+use flowmem_model::{Record, ValueShape, canonical_json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -103,6 +106,10 @@ pub struct ArgumentFlow {
     pub sources: Vec<SourceSupport>,
     /// Up to three distinct values seen, in log order.
     pub examples: Vec<Value>,
+    /// The most common [shape](ValueShape) of the values found in the query, if any
+    /// were: the executor offers the query's spans of this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_shape: Option<ValueShape>,
 }
 
 /// A source and the number of values it explained.
@@ -273,8 +280,12 @@ fn mine_record(record: &Record) -> RecordFlow {
             }
         }
         if let (Some(result), None) = (&call.result, &call.error) {
+            let own: Vec<String> = leaves.iter().filter_map(|leaf| key(leaf.value)).collect();
             for (path, value) in result_leaves(result) {
-                if let Some(key) = key(&value) {
+                // A result echoing the call's own argument offers what the argument does.
+                if let Some(key) = key(&value)
+                    && !own.contains(&key)
+                {
                     offer(&mut offered_results, key, Source::Result { tool: call.tool.clone(), path });
                 }
             }
@@ -322,7 +333,8 @@ fn mark_constants(per_record: &mut [RecordFlow]) {
 
 fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
     let mut by_kind = KindCounts::default();
-    let mut flows: BTreeMap<(String, String), (ArgumentFlow, BTreeMap<Source, u64>)> = BTreeMap::new();
+    type Counts = (BTreeMap<Source, u64>, BTreeMap<ValueShape, u64>);
+    let mut flows: BTreeMap<(String, String), (ArgumentFlow, Counts)> = BTreeMap::new();
     let (mut n_values, mut n_explained) = (0u64, 0u64);
     for value in per_record.iter().flat_map(|record| &record.values) {
         n_values += 1;
@@ -334,7 +346,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
             Some(Source::Constant { .. }) => &mut by_kind.constant,
         };
         *counter += 1;
-        let (flow, supports) = flows.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| {
+        let (flow, (supports, shapes)) = flows.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| {
             let flow = ArgumentFlow {
                 tool: value.tool.clone(),
                 arg: value.arg.clone(),
@@ -342,8 +354,9 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
                 explained: 0,
                 sources: Vec::new(),
                 examples: Vec::new(),
+                query_shape: None,
             };
-            (flow, BTreeMap::new())
+            (flow, Default::default())
         });
         flow.observed += 1;
         if !value.sources.is_empty() {
@@ -353,13 +366,23 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
         for source in &value.sources {
             *supports.entry(source.clone()).or_default() += 1;
         }
+        if value.sources.first() == Some(&Source::Query)
+            && let Some(shape) = ValueShape::of(&value.value)
+        {
+            *shapes.entry(shape).or_default() += 1;
+        }
         if flow.examples.len() < MAX_EXAMPLES && !flow.examples.contains(&value.value) {
             flow.examples.push(value.value.clone());
         }
     }
     let arguments = flows
         .into_values()
-        .map(|(mut flow, supports)| {
+        .map(|(mut flow, (supports, shapes))| {
+            // The most common shape; a tie goes to the first in `ValueShape`'s order.
+            flow.query_shape = shapes
+                .into_iter()
+                .max_by_key(|&(shape, count)| (count, std::cmp::Reverse(shape)))
+                .map(|(shape, _)| shape);
             flow.sources = supports.into_iter().map(|(source, support)| SourceSupport { source, support }).collect();
             // Stable: equal supports keep the sources' own order.
             flow.sources.sort_by_key(|source| std::cmp::Reverse(source.support));

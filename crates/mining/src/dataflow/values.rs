@@ -52,7 +52,11 @@ fn collect<'v>(value: &'v Value, path: &mut String, res: &mut Vec<Leaf<'v>>) {
         Value::Object(map) => {
             for (key, child) in map {
                 let len = path.len();
-                path.push_str(&name_segment(key, false));
+                if keyed_by_id(key, child) {
+                    path.push_str("[*]");
+                } else {
+                    path.push_str(&name_segment(key, false));
+                }
                 collect(child, path, res);
                 path.truncate(len);
             }
@@ -67,6 +71,19 @@ fn collect<'v>(value: &'v Value, path: &mut String, res: &mut Vec<Leaf<'v>>) {
         }
         scalar => res.push(Leaf { path: path.clone(), value: scalar }),
     }
+}
+
+/// Whether `key` is an id in a map of records rather than a field name: it is all digits,
+/// or its child is an object with a field of the same value (`variants['8384507844']`
+/// holding `"item_id": "8384507844"`, `payment_methods.credit_card_1` holding
+/// `"id": "credit_card_1"`). Such keys are generalised to `[*]` like array indices.
+pub(crate) fn keyed_by_id(map_key: &str, child: &Value) -> bool {
+    if !map_key.is_empty() && map_key.chars().all(|ch| ch.is_ascii_digit()) {
+        return true;
+    }
+    let Some(fields) = child.as_object() else { return false };
+    let wanted = key(&Value::String(map_key.to_owned()));
+    wanted.is_some() && fields.values().any(|field| key(field) == wanted)
 }
 
 /// `.key` for identifier-like keys (`key` at the start of an argument path), else
@@ -190,6 +207,11 @@ mod tests {
         let mut leaves: Vec<String> = argument_leaves(args.as_object().unwrap()).into_iter().map(|l| l.path).collect();
         leaves.sort();
         assert_eq!(leaves, ["item_ids[*]", "item_ids[*]", "order_id", "p[*]['first name']"]);
+        let keyed =
+            json!({"variants": {"84": {"item_id": "84"}}, "methods": {"card_1": {"id": "card_1"}}, "k1": {"a": 1}});
+        let mut paths: Vec<String> = result_leaves(&keyed).into_iter().map(|(path, _)| path).collect();
+        paths.sort();
+        assert_eq!(paths, ["$.k1.a", "$.methods[*].id", "$.variants[*].item_id"]);
         let result = json!("{\"items\": [{\"item_id\": \"1\"}, {\"item_id\": \"2\"}], \"user_id\": \"u\"}");
         let paths: Vec<String> = result_leaves(&result).into_iter().map(|(path, _)| path).collect();
         assert_eq!(paths, ["$.items[*].item_id", "$.items[*].item_id", "$.user_id"]);

@@ -425,7 +425,10 @@ fn data_orders_a_parallel_block_and_binds_the_dependent_member() {
         flowmem_model::ValueSource::Result { node: order.id.clone(), path: "$.items[*].product_id".into() }
     );
     let NodeKind::Tool { bindings, .. } = &order.kind else { unreachable!() };
-    assert_eq!(bindings["order_id"].sources[0].source, flowmem_model::ValueSource::Query);
+    assert_eq!(
+        bindings["order_id"].sources[0].source,
+        flowmem_model::ValueSource::Query { shape: Some(flowmem_model::ValueShape::Id) }
+    );
     let NodeKind::Tool { bindings, .. } = &user.kind else { unreachable!() };
     assert!(bindings.is_empty(), "unexplained arguments carry no binding: {bindings:?}");
 }
@@ -452,7 +455,8 @@ fn query_beats_results_and_results_beat_arguments() {
     let records = records_of(vec![(
         "user ada",
         vec![
-            call("find", json!({"name": "ada", "token": "t9"}), Some(json!("{\"user\": \"ada\", \"token\": \"t9\"}"))),
+            call("log", json!({"token": "t9"}), None),
+            call("find", json!({"name": "ada"}), Some(json!("{\"user\": \"ada\", \"token\": \"t9\"}"))),
             call("get", json!({"name": "ada", "token": "t9"}), None),
         ],
     )]);
@@ -463,8 +467,25 @@ fn query_beats_results_and_results_beat_arguments() {
     assert_eq!(token[0].source, Source::Result { tool: "find".into(), path: "$.token".into() });
     // A failed call's result is not searched.
     let mut failed = records.clone();
-    failed[0].orchestration[0].error = Some("boom".into());
+    failed[0].orchestration[1].error = Some("boom".into());
     let flow = mine_dataflow(&failed);
     let token = &flow.argument("get", "token").unwrap().sources;
+    assert_eq!(token[0].source, Source::Argument { tool: "log".into(), arg: "token".into() });
+}
+
+#[test]
+fn a_result_echoing_its_own_call_is_left_to_the_argument_source() {
+    let records = records_of(vec![(
+        "q",
+        vec![
+            call("find", json!({"token": "t9"}), Some(json!({"arguments": {"token": "t9"}, "user": "u1"}))),
+            call("get", json!({"token": "t9", "user": "u1"}), None),
+        ],
+    )]);
+    let flow = mine_dataflow(&records);
+    let token = &flow.argument("get", "token").unwrap().sources;
+    assert_eq!(token.len(), 1, "{token:?}");
     assert_eq!(token[0].source, Source::Argument { tool: "find".into(), arg: "token".into() });
+    let user = &flow.argument("get", "user").unwrap().sources;
+    assert_eq!(user[0].source, Source::Result { tool: "find".into(), path: "$.user".into() });
 }
