@@ -424,7 +424,7 @@ pub fn violations(graph: &WorkflowGraph, tools: ToolCatalog<'_>) -> Vec<Violatio
     check_reachability(graph, &index, &mut res);
     check_loops(graph, &index, &mut res);
     if acyclic {
-        check_templates(graph, &index, &mut res);
+        check_templates(graph, &mut res);
         check_bindings(graph, &index, &mut res);
     }
     res
@@ -826,19 +826,18 @@ pub(crate) fn template_variables(source: &str) -> Result<BTreeSet<String>, Strin
         .collect())
 }
 
-/// A binding's result or argument source must be an ancestor over non-`back` edges.
+/// A binding's result or argument source must be upstream
+/// ([`WorkflowGraph::upstream`]).
 fn check_bindings(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
-    let predecessors = predecessors(graph, index);
+    let mut upstream: Option<Vec<Vec<bool>>> = None;
     for (node_idx, node) in graph.nodes.iter().enumerate() {
         let NodeKind::Tool { bindings, .. } = &node.kind else {
             continue;
         };
-        let mut ancestors: Option<Vec<bool>> = None;
         for (arg, binding) in bindings {
             for source_node in binding.sources.iter().filter_map(|source| source.source.node()) {
-                let ancestors = ancestors.get_or_insert_with(|| reachable_from(&predecessors, node_idx));
-                let upstream = index.get(source_node).is_some_and(|&idx| idx != node_idx && ancestors[idx]);
-                if !upstream {
+                let upstream = upstream.get_or_insert_with(|| graph.upstream());
+                if !index.get(source_node).is_some_and(|&idx| upstream[node_idx][idx]) {
                     res.push(Violation::BindingNotUpstream {
                         node: node.id.clone(),
                         arg: arg.clone(),
@@ -850,34 +849,17 @@ fn check_bindings(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violat
     }
 }
 
-/// Reverse adjacency (non-`back` edges) over node positions, skipping dangling edges.
-fn predecessors(graph: &WorkflowGraph, index: &Index<'_>) -> Vec<Vec<usize>> {
-    let mut res = vec![Vec::new(); graph.nodes.len()];
-    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
-        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
-            res[to].push(from);
-        }
-    }
-    res
-}
-
-fn check_templates(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
-    // Ancestors over non-back edges (the graph is acyclic here).
-    let mut predecessors = vec![Vec::new(); graph.nodes.len()];
-    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
-        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
-            predecessors[to].push(from);
-        }
-    }
+fn check_templates(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
+    let upstream = graph.upstream();
     for (node_idx, node) in graph.nodes.iter().enumerate() {
         let templates = node_templates(&node.kind);
         if templates.is_empty() {
             continue;
         }
-        let ancestors: HashSet<&str> = reachable_from(&predecessors, node_idx)
+        let ancestors: HashSet<&str> = upstream[node_idx]
             .iter()
             .enumerate()
-            .filter(|&(idx, &seen)| seen && idx != node_idx)
+            .filter(|&(_, &seen)| seen)
             .map(|(idx, _)| graph.nodes[idx].id.as_str())
             .collect();
         for (field, source) in templates {

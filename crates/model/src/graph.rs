@@ -251,4 +251,87 @@ impl WorkflowGraph {
     pub fn incoming<'g>(&'g self, id: &'g str) -> impl Iterator<Item = &'g Edge> + 'g {
         self.edges.iter().filter(move |edge| edge.to == id)
     }
+
+    /// Per node (in node order), which nodes are upstream of it: the nodes whose output
+    /// it can read, so the ones a template or a data binding may name.
+    ///
+    /// Upstream means an ancestor over `data` edges, where a loop's body counts as
+    /// upstream of everything after the loop (the loop leaves with the body's last
+    /// results), but not of the body itself: a body node never reads a later body node,
+    /// which would be the previous iteration's output. Edges naming unknown nodes are
+    /// ignored; a node is not upstream of itself.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_model::WorkflowGraph;
+    /// use serde_json::json;
+    ///
+    /// let graph: WorkflowGraph = serde_json::from_value(json!({
+    ///     "name": "g", "entry": "loop", "exit": "after",
+    ///     "nodes": [
+    ///         {"id": "loop", "kind": "loop", "max_iterations": 3, "until": {"type": "always"}},
+    ///         {"id": "first", "kind": "tool"}, {"id": "second", "kind": "tool"},
+    ///         {"id": "after", "kind": "tool"}
+    ///     ],
+    ///     "edges": [
+    ///         {"from": "loop", "to": "first", "label": "body"}, {"from": "first", "to": "second"},
+    ///         {"from": "second", "to": "loop", "kind": "back"},
+    ///         {"from": "loop", "to": "after", "label": "exit"}
+    ///     ]
+    /// }))?;
+    /// let upstream = graph.upstream();
+    /// assert_eq!(upstream[3], [true, true, true, false], "the body is upstream of `after`");
+    /// assert_eq!(upstream[1], [true, false, false, false], "`second` is not upstream of `first`");
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    #[must_use]
+    pub fn upstream(&self) -> Vec<Vec<bool>> {
+        let n = self.nodes.len();
+        let index: std::collections::HashMap<&str, usize> =
+            self.nodes.iter().enumerate().map(|(idx, node)| (node.id.as_str(), idx)).collect();
+        let mut data_preds = vec![Vec::new(); n];
+        // Per loop node: the sources of the back edges that close it.
+        let mut back_preds = vec![Vec::new(); n];
+        for edge in &self.edges {
+            if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
+                match edge.kind {
+                    EdgeKind::Back => back_preds[to].push(from),
+                    _ => data_preds[to].push(from),
+                }
+            }
+        }
+        // A loop's body: what reaches a back edge into it backwards over data edges,
+        // without passing through the loop itself.
+        let bodies: Vec<Vec<bool>> = (0..n)
+            .map(|loop_idx| {
+                let mut body = vec![false; n];
+                let mut stack: Vec<usize> = back_preds[loop_idx].clone();
+                while let Some(idx) = stack.pop() {
+                    if idx != loop_idx && !std::mem::replace(&mut body[idx], true) {
+                        stack.extend(data_preds[idx].iter().copied());
+                    }
+                }
+                body
+            })
+            .collect();
+        (0..n)
+            .map(|node_idx| {
+                let mut seen = vec![false; n];
+                let mut stack = vec![node_idx];
+                while let Some(idx) = stack.pop() {
+                    let preds = data_preds[idx].iter();
+                    // Through a loop the node is not inside of, its body is upstream too.
+                    let body = if bodies[idx][node_idx] { &[][..] } else { &back_preds[idx][..] };
+                    for &pred in preds.chain(body) {
+                        if !std::mem::replace(&mut seen[pred], true) {
+                            stack.push(pred);
+                        }
+                    }
+                }
+                seen[node_idx] = false;
+                seen
+            })
+            .collect()
+    }
 }

@@ -298,3 +298,44 @@ fn graph_files_without_bindings_still_load_and_keep_their_shape() {
     let written = serde_json::to_value(&parsed).unwrap();
     assert_eq!(flowmem_model::canonical_json(&written), flowmem_model::canonical_json(&legacy));
 }
+
+/// What follows a loop may read its body (the loop leaves with the body's last
+/// results); a body node may not read a later body node.
+#[test]
+fn a_loop_body_is_upstream_of_what_follows_the_loop_but_not_of_itself() {
+    let looped = |bound_node: &str, source_node: &str| {
+        let binding =
+            json!({"observed": 1, "sources": [{"from": "result", "node": source_node, "path": "$", "support": 1}]});
+        let node = |id: &str, hint: &str| {
+            let mut node = json!({"id": id, "kind": "tool", "hints": [hint]});
+            if id == bound_node {
+                node["bindings"] = json!({"product_id": binding.clone()});
+            }
+            node
+        };
+        serde_json::from_value::<WorkflowGraph>(json!({
+            "name": "looped",
+            "nodes": [
+                {"id": "again", "kind": "loop", "max_iterations": 3, "until": {"type": "tool_succeeded"}},
+                node("order", "echo"), node("user", "echo"),
+                node("product", "add")
+            ],
+            "edges": [
+                {"from": "again", "to": "order", "label": "body"}, {"from": "order", "to": "user"},
+                {"from": "user", "to": "again", "kind": "back"},
+                {"from": "again", "to": "product", "label": "exit"}
+            ],
+            "entry": "again",
+            "exit": "product"
+        }))
+        .unwrap()
+    };
+    assert!(check(looped("product", "user"), ToolCatalog::Known(&tools())).is_ok());
+    assert!(check(looped("product", "order"), ToolCatalog::Known(&tools())).is_ok());
+    assert!(check(looped("user", "order"), ToolCatalog::Known(&tools())).is_ok());
+    let found = violations(&looped("order", "user"), ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::BindingNotUpstream { node, source_node, .. }] if node == "order" && source_node == "user"),
+        "{found:?}"
+    );
+}

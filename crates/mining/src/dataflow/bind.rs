@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{ArgBinding, BindingSource, EdgeKind, NodeKind, ValueSource, WorkflowGraph};
+use flowmem_model::{ArgBinding, BindingSource, NodeKind, ValueSource, WorkflowGraph};
 use serde_json::Value;
 
 use crate::dataflow::{ArgumentFlow, Dataflow, Source};
@@ -145,7 +145,7 @@ fn reaches(after: &[Vec<usize>], from: usize, to: usize) -> bool {
 /// to the nearest upstream node hinted with the source's tool. A source with no such
 /// node upstream is dropped, so the bindings always satisfy `Valid(G, T)`.
 pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg: &BindingConfig) {
-    let upstream = upstream_nodes(graph);
+    let upstream = graph.upstream();
     let hints: Vec<Option<String>> = graph
         .nodes
         .iter()
@@ -161,10 +161,8 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
         };
         // The nearest upstream node per tool: the latest in node order, which follows the tree.
         let nearest = |source_tool: &str| {
-            upstream[node_idx]
-                .iter()
-                .copied()
-                .filter(|&idx| hints[idx].as_deref() == Some(source_tool))
+            (0..ids.len())
+                .filter(|&idx| upstream[node_idx][idx] && hints[idx].as_deref() == Some(source_tool))
                 .max()
                 .map(|idx| ids[idx].clone())
         };
@@ -194,28 +192,4 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
         }
         *bindings = res;
     }
-}
-
-/// Per node, the positions of its ancestors over non-`back` edges.
-fn upstream_nodes(graph: &WorkflowGraph) -> Vec<Vec<usize>> {
-    let index: HashMap<&str, usize> =
-        graph.nodes.iter().enumerate().map(|(idx, node)| (node.id.as_str(), idx)).collect();
-    let mut predecessors = vec![Vec::new(); graph.nodes.len()];
-    for edge in graph.edges.iter().filter(|edge| edge.kind != EdgeKind::Back) {
-        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
-            predecessors[to].push(from);
-        }
-    }
-    (0..graph.nodes.len())
-        .map(|node_idx| {
-            let mut seen = vec![false; graph.nodes.len()];
-            let mut stack = predecessors[node_idx].clone();
-            while let Some(idx) = stack.pop() {
-                if !std::mem::replace(&mut seen[idx], true) {
-                    stack.extend(predecessors[idx].iter().copied());
-                }
-            }
-            (0..graph.nodes.len()).filter(|&idx| seen[idx] && idx != node_idx).collect()
-        })
-        .collect()
 }

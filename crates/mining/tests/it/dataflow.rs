@@ -335,16 +335,31 @@ proptest! {
 }
 
 /// The ancestors of `id` over non-`back` edges.
+/// The nodes upstream of `id`, worked out forwards: ancestors over data edges and over
+/// the back edges of every loop whose body (what its `body` edge reaches before coming
+/// back to it) does not hold `id`.
 fn upstream(graph: &flowmem_model::WorkflowGraph, id: &str) -> HashSet<String> {
+    let in_body_of = |loop_id: &str| {
+        let mut body = HashSet::new();
+        let mut stack: Vec<String> =
+            graph.outgoing(loop_id).filter(|e| e.label.as_deref() == Some("body")).map(|e| e.to.clone()).collect();
+        while let Some(at) = stack.pop() {
+            if at != loop_id && body.insert(at.clone()) {
+                stack.extend(graph.outgoing(&at).filter(|e| e.kind != EdgeKind::Back).map(|e| e.to.clone()));
+            }
+        }
+        body.contains(id)
+    };
     let mut seen = HashSet::new();
     let mut stack = vec![id.to_owned()];
     while let Some(at) = stack.pop() {
-        for edge in graph.incoming(&at).filter(|edge| edge.kind != EdgeKind::Back) {
+        for edge in graph.incoming(&at).filter(|edge| edge.kind != EdgeKind::Back || !in_body_of(&at)) {
             if seen.insert(edge.from.clone()) {
                 stack.push(edge.from.clone());
             }
         }
     }
+    seen.remove(id);
     seen
 }
 
@@ -488,4 +503,41 @@ fn a_result_echoing_its_own_call_is_left_to_the_argument_source() {
     assert_eq!(token[0].source, Source::Argument { tool: "find".into(), arg: "token".into() });
     let user = &flow.argument("get", "user").unwrap().sources;
     assert_eq!(user[0].source, Source::Result { tool: "find".into(), path: "$.user".into() });
+}
+
+/// IM wraps repeatable activities in loops, `*( 'get_user', tau )`: what follows the loop
+/// reads the body's results, so it binds to the body node.
+#[test]
+fn a_tool_after_a_loop_binds_to_the_loop_body() {
+    let records = records_of(vec![
+        (
+            "user u1",
+            vec![
+                call("get_user", json!({"user_id": "u1"}), Some(json!({"orders": ["#W1", "#W2"]}))),
+                call("get_order", json!({"order_id": "#W2"}), Some(json!({}))),
+            ],
+        ),
+        (
+            "user u2",
+            vec![
+                call("get_user", json!({"user_id": "u2"}), Some(json!({"orders": ["#W3"]}))),
+                call("get_user", json!({"user_id": "u2"}), Some(json!({"orders": ["#W3"]}))),
+                call("get_order", json!({"order_id": "#W3"}), Some(json!({}))),
+            ],
+        ),
+    ]);
+    let flow = mine_dataflow(&records);
+    let tree = ProcessTree::parse("->( *( 'get_user', tau ), 'get_order' )").unwrap();
+    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let tool_node = |tool: &str| {
+        graph.nodes.iter().find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == tool)).unwrap()
+    };
+    let (user, order) = (tool_node("get_user"), tool_node("get_order"));
+    let NodeKind::Tool { bindings, .. } = &order.kind else { unreachable!() };
+    assert_eq!(
+        bindings["order_id"].sources[0].source,
+        flowmem_model::ValueSource::Result { node: user.id.clone(), path: "$.orders[*]".into() },
+        "{bindings:?}"
+    );
+    assert!(upstream(&graph, &order.id).contains(&user.id));
 }
