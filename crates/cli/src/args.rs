@@ -222,6 +222,11 @@ pub struct EvalArgs {
     /// Leave an argument of a tool out of TC, as `TOOL=ARG[,ARG...]` (repeatable).
     #[arg(long, value_name = "TOOL=ARGS")]
     pub ignore_args: Vec<String>,
+    /// How both systems fill tool arguments: `bindings` (the workflow's mined data
+    /// bindings; ReAct has none and writes its own), `context` (every value must occur in
+    /// the query or an earlier result, for ReAct and the workflow alike), or `off`.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "bindings")]
+    pub grounding: GroundingArg,
     /// Where the configuration comes from.
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -320,6 +325,8 @@ pub struct ExecArgs {
     /// How tool nodes with mined data bindings (`flowmem mine --output dataflow`) fill
     /// their arguments: `bindings` takes bound values from upstream results (one
     /// candidate is used as it is, several are offered to the model as an `enum`);
+    /// `context` lets the model write every argument but sends a call back once when a
+    /// value occurs neither in the query nor in an earlier tool result (ReAct too);
     /// `off` leaves every argument to the model.
     #[arg(long, value_enum, value_name = "MODE", default_value = "bindings")]
     pub grounding: GroundingArg,
@@ -330,6 +337,9 @@ pub struct ExecArgs {
 pub enum GroundingArg {
     /// The model writes every argument.
     Off,
+    /// Every value the model writes must occur in the query or an earlier tool result
+    /// (free-text arguments aside); a call with values from nowhere is asked once more.
+    Context,
     /// Bound arguments come from the context.
     Bindings,
 }
@@ -340,6 +350,7 @@ impl GroundingArg {
     pub fn grounding(self) -> flowmem_exec::Grounding {
         match self {
             GroundingArg::Off => flowmem_exec::Grounding::Off,
+            GroundingArg::Context => flowmem_exec::Grounding::Context,
             GroundingArg::Bindings => flowmem_exec::Grounding::Bindings,
         }
     }

@@ -33,9 +33,100 @@ pub(crate) trait Upstream {
 pub enum Grounding {
     /// The model writes every argument.
     Off,
-    /// Bound arguments take their values from the context (the default).
+    /// The model writes every argument, but each value must occur in the query or in an
+    /// earlier tool result, unless the argument is free text (its name or description
+    /// speaks of a reason, summary, message, expression, note or comment); a call
+    /// with values from nowhere is sent back to the model once, naming them. The same
+    /// for ReAct and for workflows, whose bindings are then not used.
+    Context,
+    /// Bound arguments take their values from the context (the default). ReAct has no
+    /// bindings, so under this mode it writes its arguments as under `Off`.
     #[default]
     Bindings,
+}
+
+/// Whether argument `arg` (with its schema `property`) is free text, which context
+/// grounding does not check: its name or description speaks of a reason, a summary, a
+/// message, an expression, a note, a comment, a description or free text.
+#[must_use]
+pub(crate) fn is_free_text(arg: &str, property: Option<&Value>) -> bool {
+    const WORDS: &[&str] =
+        &["reason", "summary", "message", "expression", "note", "comment", "description", "free text", "free-form"];
+    let description = property.and_then(|property| property.get("description")).and_then(Value::as_str);
+    let texts = [Some(arg), description];
+    texts.into_iter().flatten().any(|text| {
+        let text = text.to_lowercase();
+        WORDS.iter().any(|word| text.contains(word))
+    })
+}
+
+/// The values of `args` (every scalar leaf, array elements included) that occur neither
+/// in `query` nor in any of `results`, as `(argument, value)`: the ones the model wrote
+/// from nowhere. Free-text arguments, booleans and nulls are never counted. `query`
+/// and `results` are normalised by [`flowmem_model::normalise_text`].
+pub(crate) fn off_context(
+    args: &serde_json::Map<String, Value>,
+    schema: &Value,
+    query: &str,
+    results: &[String],
+) -> Vec<(String, Value)> {
+    fn leaves<'v>(value: &'v Value, res: &mut Vec<&'v Value>) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|item| leaves(item, res)),
+            Value::Object(map) => map.values().for_each(|item| leaves(item, res)),
+            scalar => res.push(scalar),
+        }
+    }
+    let mut res = Vec::new();
+    for (arg, value) in args {
+        let property = schema.get("properties").and_then(|properties| properties.get(arg));
+        if is_free_text(arg, property) {
+            continue;
+        }
+        let mut found = Vec::new();
+        leaves(value, &mut found);
+        for leaf in found {
+            let Some(key) = flowmem_model::value_key(leaf) else { continue };
+            let seen = flowmem_model::occurs_in(query, &key)
+                || results.iter().any(|result| flowmem_model::occurs_in(result, &key));
+            if !seen {
+                res.push((arg.clone(), leaf.clone()));
+            }
+        }
+    }
+    res
+}
+
+/// What the model is told when its call holds values from nowhere.
+pub(crate) fn off_context_message(tool: &str, found: &[(String, Value)]) -> String {
+    let listed: Vec<String> = found.iter().map(|(arg, value)| format!("`{arg}` = {value}")).collect();
+    format!(
+        "In your call of `{tool}`, {} appear neither in the task nor in any tool result so far. Use only values \
+         you have seen, or first call a tool that looks them up.",
+        listed.join(", ")
+    )
+}
+
+/// The observation of a call checked against the context: per argument, `context` when
+/// all its values were found, else `model (not in the context)`.
+pub(crate) fn context_observation(
+    args: &serde_json::Map<String, Value>,
+    off: &[(String, Value)],
+) -> Vec<flowmem_model::ArgGrounding> {
+    let mut res: Vec<flowmem_model::ArgGrounding> = args
+        .keys()
+        .map(|arg| {
+            let grounded = !off.iter().any(|(name, _)| name == arg);
+            flowmem_model::ArgGrounding {
+                arg: arg.clone(),
+                source: if grounded { "context" } else { "model (not in the context)" }.to_owned(),
+                candidates: 0,
+                grounded,
+            }
+        })
+        .collect();
+    res.sort_by(|a, b| a.arg.cmp(&b.arg));
+    res
 }
 
 /// The candidates of one bound argument.
@@ -309,5 +400,27 @@ mod tests {
         let items = candidates("item_ids", &bind(from_args("item_ids[*]")), query, &schema, &seen).unwrap();
         assert_eq!(items.values, [json!("1"), json!("2")]);
         assert!(candidates("order_id", &bind(from_args("order_id")), query, &schema, &none).is_none());
+    }
+
+    #[test]
+    fn context_grounding_finds_values_in_the_query_or_earlier_results_and_skips_free_text() {
+        let schema = json!({"type": "object", "properties": {
+            "order_id": {"type": "string"}, "item_ids": {"type": "array"},
+            "why": {"type": "string", "description": "The reason for the cancellation"}}});
+        let query = flowmem_model::normalise_text("Cancel order #W1, please.");
+        let results = vec![flowmem_model::normalise_text(r#"{"items": [{"item_id": "100"}]}"#)];
+        let args = json!({"order_id": "#W1", "item_ids": ["100", "999"], "why": "no longer needed", "confirm": true});
+        let off = super::off_context(args.as_object().unwrap(), &schema, &query, &results);
+        assert_eq!(off, [("item_ids".to_owned(), json!("999"))]);
+        let observed = super::context_observation(args.as_object().unwrap(), &off);
+        let item_ids = observed.iter().find(|arg| arg.arg == "item_ids").unwrap();
+        assert_eq!((item_ids.source.as_str(), item_ids.grounded), ("model (not in the context)", false));
+        assert!(observed.iter().find(|arg| arg.arg == "order_id").unwrap().grounded);
+        assert!(
+            super::is_free_text("summary", None)
+                && !super::is_free_text("order_id", Some(&schema["properties"]["order_id"]))
+        );
+        let message = super::off_context_message("cancel", &off);
+        assert!(message.contains("`item_ids` = \"999\""), "{message}");
     }
 }

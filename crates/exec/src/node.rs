@@ -436,6 +436,15 @@ async fn tool_node(
         )));
         response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
     }
+    // Context grounding: a call with values from nowhere is sent back once.
+    let context = (plan.runtime.grounding == Grounding::Context).then(|| ContextTexts::of(query, items));
+    if let (Some(context), Some(chosen)) = (&context, response.tool_calls.first()) {
+        let off = context.off(tools, &chosen.name, &chosen.arguments);
+        if !off.is_empty() {
+            request.messages.push(Message::user(grounding::off_context_message(&chosen.name, &off)));
+            response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+        }
+    }
     let Some(chosen) = response.tool_calls.into_iter().next() else {
         return Err("the executor model called no tool".to_owned());
     };
@@ -458,10 +467,37 @@ async fn tool_node(
     for found in &fixed {
         args.insert(found.arg.clone(), found.values[0].clone());
     }
-    if !tool.bindings.is_empty() {
+    if let Some(context) = &context {
+        let off = context.off(tools, &chosen.name, &args);
+        step.observation.grounding = grounding::context_observation(&args, &off);
+    } else if !tool.bindings.is_empty() {
         step.observation.grounding = observe_grounding(tool.bindings, &bound, &args);
     }
     Ok(invoke(plan, &chosen.name, args, Some(chosen.id), step).await)
+}
+
+/// The texts context grounding searches: the query and every successful tool result
+/// upstream, normalised.
+struct ContextTexts {
+    query: String,
+    results: Vec<String>,
+}
+
+impl ContextTexts {
+    fn of(query: &str, items: &Context) -> ContextTexts {
+        let results = items
+            .iter()
+            .filter(|entry| entry.is_tool && !entry.item.failed)
+            .map(|entry| flowmem_model::normalise_text(&entry.item.output))
+            .collect();
+        ContextTexts { query: flowmem_model::normalise_text(query), results }
+    }
+
+    /// The values of a call of `name` found in neither.
+    fn off(&self, tools: &[flowmem_llm::ToolDefinition], name: &str, args: &JsonObject) -> Vec<(String, Value)> {
+        let schema = tools.iter().find(|tool| tool.name == name).map_or(&Value::Null, |tool| &tool.parameters);
+        grounding::off_context(args, schema, &self.query, &self.results)
+    }
 }
 
 /// Calls the tool and records the call in the step.

@@ -4,6 +4,9 @@
 //! next. Tool calls are invoked and their results appended to the conversation; a reply
 //! without tool calls is the final answer. The run stops there or at the step limit, and
 //! yields the same [`Trace`] shape as a workflow run, so every metric applies unchanged.
+//! Under [`Grounding::Context`] a step whose calls hold values found in neither the query
+//! nor an earlier result is asked once more, and each call's observation says which
+//! arguments were off the context.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +16,7 @@ use flowmem_model::{NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
 use crate::event::{ExecEvent, ExecObserver, now_ms};
+use crate::grounding::{self, Grounding};
 use crate::node::value_text;
 use crate::plan::Runtime;
 use crate::prompts::{CONTEXT_ITEM_CHARS, PromptContext};
@@ -72,6 +76,9 @@ async fn steps(
     trace: &mut Trace,
 ) {
     let tools = runtime.tools.definitions();
+    // What context grounding searches: the query and every successful tool result so far.
+    let query = flowmem_model::normalise_text(&input.query);
+    let mut results: Vec<String> = Vec::new();
     for step in 0..cfg.max_steps {
         let node_id = format!("step-{step}");
         let started_at_ms = now_ms();
@@ -98,7 +105,7 @@ async fn steps(
         let mut request = ChatRequest::new(messages.clone(), Purpose::Agent);
         request.tools = tools.clone();
         request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
-        let response = match runtime.executor.chat(&request).await {
+        let mut response = match runtime.executor.chat(&request).await {
             Ok(response) => response,
             Err(err) => {
                 let message = error_chain(&err);
@@ -111,6 +118,27 @@ async fn steps(
         };
         observation.prompt_tokens = response.usage.prompt_tokens;
         observation.completion_tokens = response.usage.completion_tokens;
+        // Context grounding: a step whose calls hold values from nowhere is asked once more.
+        if runtime.grounding == Grounding::Context {
+            let off = off_context(&tools, &response.tool_calls, &query, &results);
+            if let Some((tool, found)) = off.iter().find(|(_, found)| !found.is_empty()) {
+                request.messages.push(Message::user(grounding::off_context_message(tool, found)));
+                match runtime.executor.chat(&request).await {
+                    Ok(again) => {
+                        observation.prompt_tokens += again.usage.prompt_tokens;
+                        observation.completion_tokens += again.usage.completion_tokens;
+                        response = again;
+                    }
+                    // The first answer stands; the observation shows it was off the context.
+                    Err(err) => tracing::warn!("re-asking agent step {step} failed: {}", error_chain(&err)),
+                }
+            }
+            for ((_, off), chosen) in
+                off_context(&tools, &response.tool_calls, &query, &results).into_iter().zip(&response.tool_calls)
+            {
+                observation.grounding.extend(grounding::context_observation(&chosen.arguments, &off));
+            }
+        }
         observation.output = response.content.clone();
         if response.tool_calls.is_empty() {
             observation.latency_ms = clock.elapsed().as_secs_f64() * 1000.0;
@@ -135,6 +163,9 @@ async fn steps(
                 (None, Some(result)) => value_text(result),
                 (None, None) => String::new(),
             };
+            if call.error.is_none() && runtime.grounding == Grounding::Context {
+                results.push(flowmem_model::normalise_text(&text));
+            }
             let budget = runtime.prompts.global(CONTEXT_ITEM_CHARS).and_then(serde_json::Value::as_u64);
             messages.push(Message::tool_result(chosen.id, flowmem_llm::clip(text, budget.map(|b| b as usize))));
             observation.tool_call.get_or_insert_with(|| call.clone());
@@ -150,6 +181,24 @@ async fn steps(
         emit(observer, input, runtime, trace, observation);
     }
     trace.error = Some(format!("no final answer within {} steps", cfg.max_steps));
+}
+
+/// Per tool call of a step: its tool and the values found in neither the query nor the
+/// results so far.
+fn off_context(
+    tools: &[flowmem_llm::ToolDefinition],
+    calls: &[flowmem_llm::AssistantToolCall],
+    query: &str,
+    results: &[String],
+) -> Vec<(String, Vec<(String, serde_json::Value)>)> {
+    calls
+        .iter()
+        .map(|chosen| {
+            let schema =
+                tools.iter().find(|tool| tool.name == chosen.name).map_or(&serde_json::Value::Null, |t| &t.parameters);
+            (chosen.name.clone(), grounding::off_context(&chosen.arguments, schema, query, results))
+        })
+        .collect()
 }
 
 fn emit(

@@ -47,6 +47,7 @@ mod shape;
 mod stats;
 mod trace;
 mod trajectory;
+mod value_match;
 mod workflow;
 
 pub use crate::call::{ArgsError, ToolCall, wire_arguments};
@@ -64,6 +65,7 @@ pub use crate::shape::ValueShape;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::trace::{ArgGrounding, NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
+pub use crate::value_match::{normalise_text, occurs_in, value_key};
 pub use crate::workflow::{Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
 
 /// The JSON object type used for tool arguments.

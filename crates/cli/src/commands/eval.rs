@@ -53,7 +53,8 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         cache: if args.no_judge { CacheUse::Off } else { CacheUse::Configured(Some(CacheMode::ReadWrite)) },
         state: Some((args.state.clone(), "flowmem-eval/run".to_owned())),
     };
-    let session = Session::open(settings).await?;
+    let mut session = Session::open(settings).await?;
+    session.set_grounding(args.grounding.grounding());
     let isolation = session.isolation().cloned();
 
     let mut workflow_system = None;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use flowmem_exec::{Grounding, NoObserver, RunInput, run};
+use flowmem_exec::{AgentConfig, Grounding, NoObserver, RunInput, run, run_agent};
 use flowmem_testsupport::{Match, Reply, Script, require_path};
 use flowmem_tools::{CallStatus, Registry, ToolsConfig};
 use serde_json::json;
@@ -194,4 +194,65 @@ async fn query_spans_and_upstream_arguments_ground_calls_and_a_missing_value_is_
         (again[0].source.as_str(), again[0].candidates, again[0].grounded),
         ("argument $.order_id of order", 1, true)
     );
+}
+
+/// Context grounding, the same for ReAct and workflows: a call with a value found in
+/// neither the query nor an earlier result goes back to the model once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_and_workflows() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = retail(state.path()).await;
+    let input = RunInput { id: "context".to_owned(), query: "Where is my order #W2378156?".to_owned() };
+    let told = "appear neither in the task nor in any tool result so far";
+
+    // ReAct: an invented order id, told off, then the one from the query, then an answer.
+    let script = Script::new()
+        .when(Match::after_tool_result(), Reply::text("It was delivered."))
+        .when(Match::last_user_contains(told), Reply::tool_call("get_order_details", json!({"order_id": "#W2378156"})))
+        .otherwise(Reply::tool_call("get_order_details", json!({"order_id": "#W0000001"})));
+    let server = support::llm(script).await;
+    let mut runtime = support::runtime(&server, tools.clone());
+    runtime.grounding = Grounding::Context;
+    let cfg = AgentConfig { max_steps: 4, instruction: None };
+    let trace = run_agent(&runtime, &cfg, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(trace.tool_calls.len(), 1, "{:?}", trace.tool_calls);
+    assert_eq!(trace.tool_calls[0].args["order_id"], "#W2378156");
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3, "step 0 asked twice, step 1 answered");
+    let told_off =
+        requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(told_off.contains("`order_id` = \"#W0000001\""), "{told_off}");
+    let step = &trace.observations[0].grounding;
+    assert_eq!((step[0].arg.as_str(), step[0].source.as_str(), step[0].grounded), ("order_id", "context", true));
+
+    // Off: the invented id goes to the tool unchallenged.
+    let script = Script::new()
+        .when(Match::after_tool_result(), Reply::text("Not found."))
+        .otherwise(Reply::tool_call("get_order_details", json!({"order_id": "#W0000001"})));
+    let server = support::llm(script).await;
+    let mut runtime = support::runtime(&server, tools.clone());
+    runtime.grounding = Grounding::Off;
+    let trace = run_agent(&runtime, &cfg, &input, &NoObserver).await;
+    assert_eq!(trace.tool_calls[0].args["order_id"], "#W0000001");
+    assert_eq!(server.chat_requests().len(), 2);
+    assert!(trace.observations[0].grounding.is_empty());
+
+    // A workflow node: its binding is not used under `context`, and a model that insists
+    // on a value from nowhere is recorded as off the context.
+    let graph = json!({
+        "name": "one-lookup",
+        "nodes": [{"id": "order", "kind": "tool", "hints": ["get_order_details"],
+                   "bindings": {"order_id": {"observed": 1, "sources": [{"from": "constant", "value": "#W2378156", "support": 1}]}}}],
+        "edges": [], "entry": "order", "exit": "order"
+    });
+    let script = Script::new().otherwise(Reply::tool_call("get_order_details", json!({"order_id": "#W0000001"})));
+    let server = support::llm(script).await;
+    let mut runtime = support::runtime(&server, tools);
+    runtime.grounding = Grounding::Context;
+    let trace = run(&support::plan(graph, runtime), &input, &NoObserver).await;
+    assert_eq!(server.chat_requests().len(), 2, "asked once more, then the call went out");
+    assert_eq!(trace.tool_calls[0].args["order_id"], "#W0000001");
+    let order = &trace.observations.iter().find(|o| o.node_id == "order").unwrap().grounding;
+    assert_eq!((order[0].source.as_str(), order[0].grounded), ("model (not in the context)", false));
 }

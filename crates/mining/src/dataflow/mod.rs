@@ -39,7 +39,8 @@ use serde_json::Value;
 
 pub use crate::dataflow::bind::BindingConfig;
 pub(crate) use crate::dataflow::bind::{fill_bindings, order_parallels};
-use crate::dataflow::values::{argument_leaves, find_in_query, key, normalise_query, result_leaves};
+use crate::dataflow::values::{argument_leaves, result_leaves};
+use flowmem_model::{normalise_text as normalise_query, occurs_in as find_in_query, value_key as key};
 
 /// The version of the [`Dataflow`] document.
 pub const DATAFLOW_VERSION: u32 = 1;
