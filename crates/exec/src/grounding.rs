@@ -136,6 +136,20 @@ pub(crate) struct Candidates {
     /// The source that gave them, for the observation.
     pub source: String,
     pub values: Vec<Value>,
+    /// The argument is an array whose elements are bound (`item_ids[*]`): the model
+    /// picks its elements among the values, so they are always offered.
+    pub elements: bool,
+}
+
+impl Candidates {
+    /// Whether `value` (the argument as sent) is made of the candidates.
+    pub(crate) fn admits(&self, value: &Value) -> bool {
+        match (self.elements, value) {
+            (true, Value::Array(items)) => items.iter().all(|item| self.values.contains(item)),
+            (true, _) => false,
+            (false, value) => self.values.contains(value),
+        }
+    }
 }
 
 /// The values at `path` in `root`: `$`, then `.name`, `[N]` and `[*]` segments (`[*]`
@@ -216,7 +230,7 @@ pub(crate) fn candidates(
             }
         }
         if !unique.is_empty() {
-            return Some(Candidates { arg: arg.to_owned(), source: label, values: unique });
+            return Some(Candidates { arg: arg.to_owned(), source: label, values: unique, elements: false });
         }
     }
     None
@@ -248,7 +262,8 @@ fn as_schema_type(value: Value, property: &Value) -> Value {
 }
 
 /// `schema` (a tool's parameters) with each argument of `fixed` removed (the executor
-/// fills it) and each argument of `offered` limited to its candidates.
+/// fills it) and each argument of `offered` limited to its candidates (an array
+/// argument's elements, through `items`).
 pub(crate) fn constrained_schema(schema: &Value, fixed: &[&Candidates], offered: &[&Candidates]) -> Value {
     let mut schema = schema.clone();
     if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
@@ -256,8 +271,17 @@ pub(crate) fn constrained_schema(schema: &Value, fixed: &[&Candidates], offered:
             properties.remove(&candidates.arg);
         }
         for candidates in offered {
-            if let Some(property) = properties.get_mut(&candidates.arg).and_then(Value::as_object_mut) {
-                property.insert("enum".to_owned(), Value::Array(candidates.values.clone()));
+            let Some(property) = properties.get_mut(&candidates.arg).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let enumerated = Value::Array(candidates.values.clone());
+            if candidates.elements {
+                let items = property.entry("items").or_insert_with(|| Value::Object(serde_json::Map::new()));
+                if let Some(items) = items.as_object_mut() {
+                    items.insert("enum".to_owned(), enumerated);
+                }
+            } else {
+                property.insert("enum".to_owned(), enumerated);
             }
         }
     }

@@ -383,14 +383,25 @@ async fn tool_node(
         let schema = tool.tools.first().map_or(&Value::Null, |definition| &definition.parameters);
         tool.bindings
             .iter()
-            .filter(|(arg, _)| !arg.contains(['[', '.']))
-            .filter_map(|(arg, binding)| grounding::candidates(arg, binding, query, schema, items))
+            .filter_map(|(path, binding)| {
+                // A whole argument, or the elements of an array argument (`item_ids[*]`);
+                // a deeper part of an argument (`passengers[*].dob`) the model still writes.
+                let (arg, elements) = match path.strip_suffix("[*]") {
+                    Some(arg) => (arg, true),
+                    None => (path.as_str(), false),
+                };
+                if arg.contains(['[', '.']) {
+                    return None;
+                }
+                let found = grounding::candidates(arg, binding, query, schema, items)?;
+                Some(Candidates { elements, ..found })
+            })
             .collect()
     } else {
         Vec::new()
     };
-    let fixed: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() == 1).collect();
-    let offered: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() > 1).collect();
+    let fixed: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() == 1 && !found.elements).collect();
+    let offered: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() > 1 || found.elements).collect();
     let tools = tool.tools;
     // Everything the only tool needs is known: call it without asking the model.
     if tools.len() == 1
@@ -426,11 +437,12 @@ async fn tool_node(
     // A backend that did not honour the `enum` is told the values once and asked again.
     if let Some(chosen) = response.tool_calls.first()
         && let Some(stray) =
-            offered.iter().find(|found| chosen.arguments.get(&found.arg).is_some_and(|v| !found.values.contains(v)))
+            offered.iter().find(|found| chosen.arguments.get(&found.arg).is_some_and(|v| !found.admits(v)))
     {
         let listed: Vec<String> = stray.values.iter().map(Value::to_string).collect();
+        let what = if stray.elements { "Each element of " } else { "" };
         request.messages.push(Message::user(format!(
-            "`{}` must be one of the values the earlier results hold: {}. Call the tool again with one of them.",
+            "{what} `{}` must be one of the values the earlier results hold: {}. Call the tool again with them.",
             stray.arg,
             listed.join(", ")
         )));
@@ -537,11 +549,14 @@ fn observe_grounding(
                 arg: arg.clone(),
                 source: found.source.clone(),
                 candidates: found.values.len(),
-                grounded: found.values.contains(value),
+                grounded: found.admits(value),
             },
             None => ArgGrounding {
                 arg: arg.clone(),
-                source: if bindings.iter().any(|(bound_arg, _)| bound_arg == arg) {
+                source: if bindings
+                    .iter()
+                    .any(|(bound_arg, _)| bound_arg == arg || bound_arg.strip_suffix("[*]") == Some(arg.as_str()))
+                {
                     "model (the binding gave no value)".to_owned()
                 } else {
                     "model".to_owned()

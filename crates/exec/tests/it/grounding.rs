@@ -256,3 +256,62 @@ async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_
     let order = &trace.observations.iter().find(|o| o.node_id == "order").unwrap().grounding;
     assert_eq!((order[0].source.as_str(), order[0].grounded), ("model (not in the context)", false));
 }
+
+/// An array argument whose elements are bound is offered as `items.enum`: the model picks
+/// which of the order's items to return, and the rest of the call is filled in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = retail(state.path()).await;
+    let source = |source: serde_json::Value| json!({"observed": 3, "sources": [source]});
+    let order_path = |path: &str| source(json!({"from": "result", "node": "order", "path": path, "support": 3}));
+    let graph = json!({
+        "name": "return",
+        "nodes": [
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"]},
+            {"id": "return", "kind": "tool", "hints": ["return_delivered_order_items"], "bindings": {
+                "order_id": source(json!({"from": "argument", "node": "order", "arg": "order_id", "support": 3})),
+                "item_ids[*]": order_path("$.parsed_content.items[*].item_id"),
+                "payment_method_id": order_path("$.parsed_content.payment_history[*].payment_method_id")}}
+        ],
+        "edges": [{"from": "order", "to": "return"}],
+        "entry": "order",
+        "exit": "return"
+    });
+    let script = Script::new()
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W2378156"})),
+        )
+        .when_seq(
+            Match::offers_tool("return_delivered_order_items"),
+            [
+                Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680", "999"]})),
+                Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680"]})),
+            ],
+        );
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input = RunInput { id: "return".to_owned(), query: "Return the keyboard of order #W2378156.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3, "the order, the return, and the return again after a stray element");
+    let parameters = &requests[1].body["tools"][0]["function"]["parameters"];
+    let offered = &parameters["properties"]["item_ids"]["items"]["enum"];
+    assert_eq!(offered, &json!(["4202497723", "4602305039", "1151293680", "4983901480", "9408160950"]), "{parameters}");
+    assert!(
+        parameters["properties"].get("order_id").is_none()
+            && parameters["properties"].get("payment_method_id").is_none()
+    );
+    let call = &trace.tool_calls[1];
+    assert!(call.error.is_none(), "{call:?}");
+    assert_eq!(call.args["item_ids"], json!(["1151293680"]));
+    assert_eq!(
+        (call.args["order_id"].as_str(), call.args["payment_method_id"].as_str()),
+        (Some("#W2378156"), Some("credit_card_9513926"))
+    );
+    let observed = &trace.observations.iter().find(|o| o.node_id == "return").unwrap().grounding;
+    let items = observed.iter().find(|arg| arg.arg == "item_ids").unwrap();
+    assert_eq!((items.candidates, items.grounded), (5, true));
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The data-flow quality benchmark: what mined bindings buy, on τ²-bench retail and
+# airline, with the embedded model and the real τ²-bench MCP servers.
+#
+# Per domain: import the tasks, take the first RECORDS (default: all), split them 5:2:3
+# with SEED (default 0), mine the skeleton with its bindings from the opt part (replayed
+# through the real tools for their results), and evaluate on the first QUERIES of the
+# test part (default: all), with the deterministic task check:
+#   react-off       ReAct, the model writes every argument
+#   react-context   ReAct, each value must occur in the query or an earlier result
+#   mined-plain     the mined workflow with its bindings removed
+#   mined-bound     the mined workflow with its bindings
+#   scouted-bound   the best workflow `flowmem scout` finds in ITERATIONS (default 1)
+#                   search iterations from the same records, with bindings
+# and print TC, task success, ES, tool and LLM calls per query and wall time per system.
+#
+# Everything lands in OUT (default ./bench-quality/); the table is OUT/table.txt. A
+# benchmark, not a test: it asserts nothing and takes long (every node of every run is
+# the embedded model on the CPU). `DOMAINS="retail"` runs one domain.
+#
+# Example: RECORDS=30 QUERIES=5 bash scripts/bench-quality.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+out="${OUT:-$repo/bench-quality}"
+seed="${SEED:-0}"
+iterations="${ITERATIONS:-1}"
+domains="${DOMAINS:-retail airline}"
+mkdir -p "$out"
+
+bash scripts/setup/00-rust.sh
+bash scripts/setup/20-mcp-servers.sh
+bash scripts/setup/30-model.sh
+cargo build -p flowmem
+flowmem="$repo/target/debug/flowmem"
+state=(--state-key-arg state_key --reset-tool reset_state)
+
+started=$(date +%s)
+for domain in $domains; do
+  dir="$out/$domain"
+  mkdir -p "$dir"
+  upper="$(echo "$domain" | tr '[:lower:]' '[:upper:]')"
+  cat > "$dir/flowmem.toml" <<TOML
+[tools]
+timeout_secs = 120
+
+[[tools.mcp]]
+name = "$domain"
+command = "$repo/.deps/venv/bin/tau2-$domain-mcp"
+env = { TAU2_${upper}_MCP_STATE_DIR = "$dir/state" }
+TOML
+  export FLOWMEM_CONFIG="$dir/flowmem.toml"
+  echo "==> $domain: import, split, mine" >&2
+  "$flowmem" import --format tau2-bench "../shared/data/tau2-bench/$domain/tasks.json" -o "$dir/all.jsonl"
+  if [ -n "${RECORDS:-}" ]; then head -n "$RECORDS" "$dir/all.jsonl" > "$dir/records.jsonl"; else cp "$dir/all.jsonl" "$dir/records.jsonl"; fi
+  "$flowmem" split "$dir/records.jsonl" --seed "$seed" --out "$dir/split"
+  if [ -n "${QUERIES:-}" ]; then head -n "$QUERIES" "$dir/split/test.jsonl" > "$dir/test.jsonl"; else cp "$dir/split/test.jsonl" "$dir/test.jsonl"; fi
+  "$flowmem" --json mine "$dir/split/opt.jsonl" --miner imf --noise 0.2 --output skeleton "${state[@]}" > "$dir/mine.json"
+  python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+graph = json.load(open(f"{d}/mine.json"))["output"]
+graph["name"] = "mined-bound"
+json.dump(graph, open(f"{d}/mined-bound.json", "w"), indent=1)
+for node in graph["nodes"]:
+    node.pop("bindings", None)
+graph["name"] = "mined-plain"
+json.dump(graph, open(f"{d}/mined-plain.json", "w"), indent=1)
+PY
+
+  eval_one() { # NAME GROUNDING [--workflow FILE | --baseline]
+    local name="$1" grounding="$2"; shift 2
+    echo "==> $domain: $name" >&2
+    local t0; t0=$(date +%s)
+    "$flowmem" eval --records "$dir/test.jsonl" --out "$dir/$name" --grounding "$grounding" --task-check "${state[@]}" "$@"
+    echo $(( $(date +%s) - t0 )) > "$dir/$name/wall_secs"
+  }
+  eval_one react-off off --baseline
+  eval_one react-context context --baseline
+  eval_one mined-plain off --workflow "$dir/mined-plain.json"
+  eval_one mined-bound bindings --workflow "$dir/mined-bound.json"
+  echo "==> $domain: scout, $iterations iteration(s)" >&2
+  t0=$(date +%s)
+  if [ -f "$dir/scout/run.json" ]; then
+    "$flowmem" scout --resume "$dir/scout" --task-check "${state[@]}"
+  else
+    "$flowmem" scout --records "$dir/records.jsonl" --seed "$seed" --out "$dir/scout" --iterations "$iterations" --task-check "${state[@]}"
+  fi
+  echo $(( $(date +%s) - t0 )) > "$dir/scout_wall_secs"
+  eval_one scouted-bound bindings --workflow "$dir/scout/best.workflow.json"
+done
+
+python3 - "$out" "$domains" "$started" <<'PY' | tee "$out/table.txt"
+import json, os, sys, time
+out, domains, started = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+load = open("/proc/loadavg").read().split()[:3]
+print(f"bench-quality: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load {' '.join(load)}")
+print(f"embedded model, task check on; total wall {int(time.time()) - started} s")
+systems = ["react-off", "react-context", "mined-plain", "mined-bound", "scouted-bound"]
+for domain in domains:
+    d = f"{out}/{domain}"
+    print(f"\n{domain}")
+    print(f"  {'system':<15} {'queries':>7} {'TC':>6} {'success':>8} {'ES':>6} {'tools/q':>8} {'LLM/q':>6} {'wall s':>7}")
+    for name in systems:
+        path = f"{d}/{name}/report.json"
+        if not os.path.exists(path):
+            print(f"  {name:<15} (not run)")
+            continue
+        report = json.load(open(path))
+        wall = open(f"{d}/{name}/wall_secs").read().strip()
+        for s in report["systems"]:
+            es = "-" if s.get("mean_es") is None else f"{s['mean_es']:.3f}"
+            ok = "-" if s.get("task_success_rate") is None else f"{s['task_success_rate']:.2f}"
+            print(f"  {name:<15} {s['n_records']:>7} {s['mean_tc']:>6.3f} {ok:>8} {es:>6} "
+                  f"{s['tool_calls_per_query']:>8.1f} {s['llm_calls_per_query']:>6.1f} {wall:>7}")
+PY
