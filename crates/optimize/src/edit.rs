@@ -6,7 +6,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, NodeKind, WorkflowGraph};
+use flowmem_model::{
+    ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, NodeKind, ValueSource, WorkflowGraph,
+};
 
 /// A refinement plan: the optimizer's reading of the feedback plus the edits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -99,6 +101,17 @@ pub enum GraphEdit {
         /// The new instruction.
         #[schemars(length(max = 1200))]
         instruction: String,
+    },
+    /// Makes `source` the first source of a tool node's argument, so the executor tries
+    /// it before the mined ones (which stay after it): the fix for an argument the
+    /// feedback shows ungrounded or mismatched.
+    RebindArgument {
+        /// The tool node.
+        node: String,
+        /// The argument path, such as `order_id` or `item_ids[*]`.
+        arg: String,
+        /// Where the value should come from.
+        source: ValueSource,
     },
 }
 
@@ -228,6 +241,18 @@ pub enum EditProblem {
         /// The node.
         node: String,
     },
+    /// A rebinding names a node that is not a tool node.
+    #[error("node `{node}` is not a tool node and has no arguments to bind")]
+    NotATool {
+        /// The node.
+        node: String,
+    },
+    /// A rebinding names no argument.
+    #[error("the rebinding of node `{node}` names no argument")]
+    NoArgument {
+        /// The node.
+        node: String,
+    },
 }
 
 /// Applies every edit of `plan` to a copy of `graph`.
@@ -258,6 +283,7 @@ impl GraphEdit {
             GraphEdit::InsertControl { .. } => "insert_control",
             GraphEdit::RefineControl { .. } => "refine_control",
             GraphEdit::RewritePrompt { .. } => "rewrite_prompt",
+            GraphEdit::RebindArgument { .. } => "rebind_argument",
         }
     }
 }
@@ -309,7 +335,25 @@ fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditPro
             }
             _ => Err(EditProblem::NoPrompt { node: id.clone() }),
         },
+        GraphEdit::RebindArgument { node, arg, source } => rebind_argument(graph, node, arg, source),
     }
+}
+
+fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &ValueSource) -> Result<(), EditProblem> {
+    if let Some(from) = source.node() {
+        require_node(graph, from)?;
+    }
+    if arg.trim().is_empty() {
+        return Err(EditProblem::NoArgument { node: node.to_owned() });
+    }
+    let NodeKind::Tool { bindings, .. } = &mut node_mut(graph, node)?.kind else {
+        return Err(EditProblem::NotATool { node: node.to_owned() });
+    };
+    let binding = bindings.entry(arg.to_owned()).or_insert_with(|| ArgBinding { observed: 0, sources: Vec::new() });
+    binding.sources.retain(|kept| kept.source != *source);
+    // Support counts what the logs showed; a source the optimizer chose has none of its own.
+    binding.sources.insert(0, BindingSource { source: source.clone(), support: 0 });
+    Ok(())
 }
 
 fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Option<&str>) -> Result<(), EditProblem> {
@@ -537,7 +581,9 @@ fn fresh_id(graph: &WorkflowGraph, base: &str) -> String {
 mod tests {
     use proptest::prelude::*;
 
-    use flowmem_model::{Condition, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
+    use flowmem_model::{
+        ArgBinding, BindingSource, Condition, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph,
+    };
 
     use crate::edit::{ControlInsert, EditPlan, EditProblem, GraphEdit, apply_plan};
 
@@ -680,6 +726,47 @@ mod tests {
         assert!(err.to_string().contains("`t2` → `plan`"), "{err}");
         assert_eq!(err.reason, EditProblem::NoEdge { from: "t2".into(), to: "plan".into() });
         assert_eq!(original, chain());
+    }
+
+    #[test]
+    fn rebind_argument_puts_the_source_first_and_keeps_the_mined_ones() {
+        let result = |node: &str, path: &str| ValueSource::Result { node: node.into(), path: path.into() };
+        let mut graph = chain();
+        let NodeKind::Tool { bindings, .. } = &mut graph.nodes.iter_mut().find(|n| n.id == "t1").unwrap().kind else {
+            panic!("t1 is a tool node")
+        };
+        bindings.insert(
+            "order_id".into(),
+            ArgBinding {
+                observed: 4,
+                sources: vec![
+                    BindingSource { source: ValueSource::Query { shape: None }, support: 3 },
+                    BindingSource { source: result("plan", "$.order"), support: 1 },
+                ],
+            },
+        );
+        let plan = EditPlan {
+            rationale: "the order id comes from the plan".into(),
+            edits: vec![GraphEdit::RebindArgument {
+                node: "t1".into(),
+                arg: "order_id".into(),
+                source: result("plan", "$.order"),
+            }],
+        };
+        let edited = apply_plan(&graph, &plan).unwrap();
+        let NodeKind::Tool { bindings, .. } = &edited.node("t1").unwrap().kind else { unreachable!() };
+        let sources: Vec<&ValueSource> = bindings["order_id"].sources.iter().map(|s| &s.source).collect();
+        assert_eq!(sources, [&result("plan", "$.order"), &ValueSource::Query { shape: None }]);
+        assert_eq!(bindings["order_id"].observed, 4);
+
+        let rebind = |node: &str, source: ValueSource| EditPlan {
+            rationale: "x".into(),
+            edits: vec![GraphEdit::RebindArgument { node: node.into(), arg: "order_id".into(), source }],
+        };
+        let err = apply_plan(&graph, &rebind("plan", ValueSource::Query { shape: None })).unwrap_err();
+        assert_eq!(err.reason, EditProblem::NotATool { node: "plan".into() });
+        let err = apply_plan(&graph, &rebind("t1", result("ghost", "$"))).unwrap_err();
+        assert_eq!(err.to_string(), "edit 0 (`rebind_argument`) cannot be applied: no node `ghost`");
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub fn edit_plan_schema() -> Value {
 
 /// Fields of an edit that name a node already in the graph.
 const NODE_REFERENCES: [&str; 8] = ["id", "after", "before", "from", "to", "around", "new_from", "new_to"];
+/// Definitions of data bindings: their `from` is a source kind, not an edge end, and
+/// `rebind_argument` gets its own narrowed source schema.
+const BINDING_DEFS: [&str; 4] = ["ArgBinding", "BindingSource", "ValueSource", "ValueShape"];
 /// Free-text fields the optimizer writes, and the most characters each may take in a
 /// narrowed schema: enough for a real instruction, and a bound on how long a small model
 /// that starts repeating itself can go on.
@@ -54,7 +57,8 @@ pub fn new_id_prefix(graph: &WorkflowGraph) -> String {
 /// - a tool hint is one of `tools` (when any are given);
 /// - each operation names only nodes it can apply to: `remove_node` neither the entry
 ///   nor the exit, `rewrite_prompt` only LLM and tool nodes, `refine_control` only
-///   branches and loops (an operation with no such node is left out);
+///   branches and loops, `rebind_argument` only tool nodes, and as a source only tool
+///   nodes upstream of the one it rebinds (an operation with no such node is left out);
 /// - an edge is named by one of the graph's edges: `add_node` inserts on an existing
 ///   edge or after a node alone, and `remove_edge` and `reconnect_edge` name an edge
 ///   that is there;
@@ -77,7 +81,7 @@ pub(crate) fn narrowed_schema(graph: &WorkflowGraph, tools: &[String], max_edits
         for (name, def) in defs.iter_mut() {
             if name == "GraphNode" {
                 narrow_new_node(def, tools, prefix);
-            } else {
+            } else if !BINDING_DEFS.contains(&name.as_str()) {
                 narrow_references(def, &ids);
             }
         }
@@ -186,6 +190,7 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
     let prompted = nodes_where(&|n| matches!(n.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. }));
     let controls = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
     let all = nodes_where(&|_| true);
+    let upstream = graph.upstream();
     for operation in std::mem::take(operations) {
         let op = operation.pointer("/properties/op/const").and_then(Value::as_str).unwrap_or_default().to_owned();
         match op.as_str() {
@@ -203,9 +208,53 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
             "remove_edge" | "reconnect_edge" => {
                 operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("from", from), ("to", to)])));
             }
+            "rebind_argument" => operations.extend(rebindings(&operation, graph, &upstream)),
             _ => operations.push(operation),
         }
     }
+}
+
+/// One `rebind_argument` variant per tool node: the node pinned, the argument one it
+/// binds already (or any, when it binds none), and the source a query span, a constant,
+/// or the result or arguments of a tool node upstream of it.
+fn rebindings(operation: &Value, graph: &WorkflowGraph, upstream: &[Vec<bool>]) -> Vec<Value> {
+    let mut res = Vec::new();
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let NodeKind::Tool { bindings, .. } = &node.kind else { continue };
+        let mut variant = pinned(operation, &[("node", &node.id.as_str())]);
+        let bound: Vec<&str> = bindings.keys().map(String::as_str).collect();
+        let arg = if bound.is_empty() {
+            json!({"type": "string", "minLength": 1, "maxLength": 60})
+        } else {
+            json!({"type": "string", "enum": bound})
+        };
+        set_property(&mut variant, "arg", arg);
+        let sources: Vec<&str> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|&(other, n)| upstream[idx][other] && matches!(n.kind, NodeKind::Tool { .. }))
+            .map(|(_, n)| n.id.as_str())
+            .collect();
+        let shapes = ["email", "number", "id", "name", "text"];
+        let mut kinds = vec![
+            json!({"type": "object", "properties": {"from": {"const": "query"}, "shape": {"enum": shapes}},
+                   "required": ["from"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {"from": {"const": "constant"}, "value": {}},
+                   "required": ["from", "value"], "additionalProperties": false}),
+        ];
+        if !sources.is_empty() {
+            kinds.push(json!({"type": "object", "properties": {"from": {"const": "result"},
+                "node": {"type": "string", "enum": sources}, "path": {"type": "string", "pattern": "^\\$", "maxLength": 120}},
+                "required": ["from", "node", "path"], "additionalProperties": false}));
+            kinds.push(json!({"type": "object", "properties": {"from": {"const": "argument"},
+                "node": {"type": "string", "enum": sources}, "arg": {"type": "string", "minLength": 1, "maxLength": 60}},
+                "required": ["from", "node", "arg"], "additionalProperties": false}));
+        }
+        set_property(&mut variant, "source", json!({"oneOf": kinds}));
+        res.push(variant);
+    }
+    res
 }
 
 /// The graph's edges as distinct `(from, to)` pairs, back edges last.

@@ -64,8 +64,62 @@ fn feedback(record: &Record, trace: &Trace, score: &TraceScore) -> Value {
         "result": clip(trace.result.as_deref().unwrap_or(""), 400),
         "reference_result": clip(&record.reference_result, 400),
         "failing_nodes": failing,
+        "ungrounded_arguments": ungrounded(trace),
+        "mismatched_arguments": mismatched(record, trace, &alignment.missing, &alignment.extra),
         "problems": score.problems,
     })
+}
+
+/// The arguments tool nodes sent without grounding: `{node, arg, source}` per argument
+/// whose observation says it was not grounded.
+fn ungrounded(trace: &Trace) -> Vec<Value> {
+    trace
+        .observations
+        .iter()
+        .flat_map(|obs| {
+            obs.grounding
+                .iter()
+                .filter(|arg| !arg.grounded)
+                .map(|arg| json!({"node": obs.node_id, "arg": arg.arg, "source": arg.source}))
+        })
+        .collect()
+}
+
+/// Per reference call left unmatched, the first unmatched call of the same tool in the
+/// run, and the arguments where the two differ: `{node, tool, arg, sent, expected}`.
+fn mismatched(record: &Record, trace: &Trace, missing: &[usize], extra: &[usize]) -> Vec<Value> {
+    let mut unused: Vec<usize> = extra.to_vec();
+    let mut res = Vec::new();
+    for &reference_idx in missing {
+        let reference = &record.orchestration[reference_idx];
+        let Some(pos) = unused.iter().position(|&idx| trace.tool_calls[idx].tool == reference.tool) else { continue };
+        let sent = &trace.tool_calls[unused.remove(pos)];
+        // The node that made the call, when an observation recorded it.
+        let node = trace
+            .observations
+            .iter()
+            .find(|obs| {
+                obs.tool_call.as_ref().is_some_and(|call| call.call_id == sent.call_id && call.args == sent.args)
+            })
+            .map(|obs| obs.node_id.clone());
+        let mut args: Vec<&String> = reference.args.keys().chain(sent.args.keys()).collect();
+        args.sort();
+        args.dedup();
+        for arg in args {
+            let (expected, got) = (reference.args.get(arg), sent.args.get(arg));
+            let differs = match (expected, got) {
+                (Some(expected), Some(got)) => !flowmem_model::canonical_eq(expected, got),
+                _ => true,
+            };
+            if differs {
+                res.push(json!({
+                    "node": node, "tool": reference.tool, "arg": arg,
+                    "sent": got.map(|v| clip(&v.to_string(), 120)), "expected": expected.map(|v| clip(&v.to_string(), 120)),
+                }));
+            }
+        }
+    }
+    res
 }
 
 fn call_summary(call: &ToolCall) -> Value {
@@ -256,5 +310,50 @@ impl ExecValidator {
 impl Validator for ExecValidator {
     fn violations(&self, graph: &WorkflowGraph) -> Vec<String> {
         flowmem_exec::violations(graph, ToolCatalog::Known(&self.tools)).iter().map(ToString::to_string).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use flowmem_model::{ArgGrounding, NodeObservation, Record, ToolCall, Trace};
+
+    use super::{mismatched, ungrounded};
+
+    #[test]
+    fn feedback_names_ungrounded_and_mismatched_arguments() {
+        let reference = ToolCall::new("get_order_details", json!({"order_id": "#W1"})).unwrap();
+        let record: Record = serde_json::from_value(json!({"id": "r", "query": "q"})).unwrap();
+        let record = Record { orchestration: vec![reference], ..record };
+        let mut sent = ToolCall::new("get_order_details", json!({"order_id": "#W9", "extra": 1})).unwrap();
+        sent.call_id = Some("c1".into());
+        let observation = NodeObservation {
+            node_id: "order".into(),
+            tool_call: Some(sent.clone()),
+            grounding: vec![
+                ArgGrounding { arg: "extra".into(), source: "context".into(), candidates: 0, grounded: true },
+                ArgGrounding {
+                    arg: "order_id".into(),
+                    source: "model (the binding gave no value)".into(),
+                    candidates: 0,
+                    grounded: false,
+                },
+            ],
+            ..NodeObservation::default()
+        };
+        let trace = Trace { tool_calls: vec![sent], observations: vec![observation], ..Trace::default() };
+        assert_eq!(
+            ungrounded(&trace),
+            [json!({"node": "order", "arg": "order_id", "source": "model (the binding gave no value)"})]
+        );
+        assert_eq!(
+            mismatched(&record, &trace, &[0], &[0]),
+            [
+                json!({"node": "order", "tool": "get_order_details", "arg": "extra", "sent": "1", "expected": null}),
+                json!({"node": "order", "tool": "get_order_details", "arg": "order_id", "sent": "\"#W9\"", "expected": "\"#W1\""}),
+            ]
+        );
+        assert!(mismatched(&record, &trace, &[0], &[]).is_empty(), "no call of that tool to compare with");
     }
 }

@@ -120,6 +120,11 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "remove_edge", "from": "find", "to": "fan"}]),
         json!([{"op": "reconnect_edge", "from": "order", "to": "again", "new_to": "meet"}]),
         json!([{"op": "add_node", "after": "synth", "before": null, "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "rebind_argument", "node": "user", "arg": "user_id", "source": {"from": "result", "node": "find", "path": "$"}}]),
+        json!([{"op": "rebind_argument", "node": "order", "arg": "order_id", "source": {"from": "argument", "node": "find", "arg": "x"}}]),
+        // (`user` runs alongside `order`, so it is no source of it.)
+        json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "query", "shape": "number"}}]),
+        json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "constant", "value": 19122}}]),
     ];
     for edits in accepted {
         let value = plan(edits);
@@ -144,6 +149,13 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "add_node", "after": "find", "before": "find", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
         json!([{"op": "remove_edge", "from": "plan", "to": "synth"}]),
         json!([{"op": "reconnect_edge", "from": "synth", "to": "plan", "new_to": "meet"}]),
+        // A rebinding names a tool node, and as a source a tool node upstream of it.
+        json!([{"op": "rebind_argument", "node": "plan", "arg": "x", "source": {"from": "query"}}]),
+        json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "result", "node": "user", "path": "$"}}]),
+        json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "result", "node": "plan", "path": "$"}}]),
+        json!([{"op": "rebind_argument", "node": "user", "arg": "user_id", "source": {"from": "result", "node": "find", "path": "items"}}]),
+        json!([{"op": "rebind_argument", "node": "user", "arg": "", "source": {"from": "query"}}]),
+        json!([{"op": "rebind_argument", "node": "order", "arg": "order_id", "source": {"from": "argument", "node": "user", "arg": "x"}}]),
     ];
     for edits in refused {
         let value = plan(edits);
@@ -207,4 +219,51 @@ async fn the_prompt_lists_the_plans_already_tried() {
     assert!(!prompt.contains("first"), "only the last attempt's problems are shown:\n{prompt}");
     assert!(prompt.contains(r#"A new node's id starts with "e1_""#), "{prompt}");
     assert_eq!(request.body["max_tokens"], 1536, "{}", request.body);
+}
+
+/// The prompt shows each tool node's bindings, so the optimizer can rebind an argument
+/// the feedback names.
+#[tokio::test]
+async fn the_prompt_shows_the_bindings_of_tool_nodes() {
+    let plan = json!({"rationale": "r", "edits": [{"op": "rebind_argument", "node": "order", "arg": "order_id",
+        "source": {"from": "result", "node": "find", "path": "$.orders[*]"}}]});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: vec![], max_edits: 2 };
+    let mut graph = graph();
+    let order = graph.nodes.iter_mut().find(|node| node.id == "order").unwrap();
+    order.kind = serde_json::from_value(json!({"kind": "tool", "hints": ["get_order_details"], "bindings": {
+        "order_id": {"observed": 3, "sources": [{"from": "query", "shape": "id", "support": 2},
+                                                {"from": "argument", "node": "find", "arg": "zip", "support": 1}]}}}))
+    .unwrap();
+    let proposed = proposer.propose(&input(&graph, &json!({}))).await.expect("a valid plan");
+    assert_eq!(proposed.edits[0].op_name(), "rebind_argument");
+    let requests = server.chat_requests();
+    let prompt = requests[0].last_text("user").unwrap();
+    assert!(
+        prompt.contains("- order: tool hints [get_order_details]; order_id from query (id) or argument zip of find\n"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("- rebind_argument {node, arg, source}"), "{prompt}");
+}
+
+/// The narrowed schema, rebindings included, compiles into the embedded model's grammar,
+/// and the plan it decodes validates and applies to the graph.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_model_decodes_a_plan_under_the_narrowed_schema() {
+    let model_file =
+        flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let mut config = flowmem_llm_local::LocalConfig::standard();
+    config.path = model_file;
+    let mut prompts = Prompts::new();
+    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
+    let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
+    let proposer = LlmProposer { model, prompts: Arc::new(prompts), tools, max_edits: 1 };
+    let graph = graph();
+    let feedback = json!([{"id": "0", "tc": 0.0, "ungrounded_arguments": [{"node": "order", "arg": "order_id", "source": "model"}]}]);
+    let plan = proposer.propose(&input(&graph, &feedback)).await.expect("the grammar compiles and the plan is valid");
+    let schema = jsonschema::validator_for(&edit_plan_schema_for(&graph, &proposer.tools, 1)).unwrap();
+    assert!(schema.is_valid(&serde_json::to_value(&plan).unwrap()), "{plan:?}");
 }
