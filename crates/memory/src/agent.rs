@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use flowmem_exec::{AgentConfig, ExecObserver, RunInput, Runtime, ToolBox, run_agent};
 use flowmem_llm::{PromptError, Prompts, ToolDefinition};
-use flowmem_model::{JsonObject, Scope, ToolCall, Trace, Workflow};
+use flowmem_model::{JsonObject, Scope, StepSource, ToolCall, Trace, Workflow, WorkflowStep};
 
 use crate::error::{MemoryError, OnlineError};
 use crate::store::{MemoryStore, UseOutcome};
@@ -239,16 +239,20 @@ impl WorkflowTools {
             failed_step: None,
             error: None,
         };
+        let mut values = args;
         for (index, step) in workflow.steps.iter().enumerate() {
-            let call_args = match substitute(&Value::Object(step.action.args.clone()), &args) {
+            let unfilled = fill_from_results(step, &done.steps, &mut values);
+            let call_args = match substitute(&Value::Object(step.action.args.clone()), &values) {
                 Ok(Value::Object(map)) => map,
                 Ok(_) => JsonObject::new(),
                 Err(name) => {
                     done.failed_step = Some(index);
-                    done.error = Some(format!(
-                        "step {index} (`{}`) needs the argument `{name}`, which was not given",
-                        step.action.tool
-                    ));
+                    let why = unfilled
+                        .iter()
+                        .find(|(variable, _)| *variable == name)
+                        .map_or_else(|| "which was not given".to_owned(), |(_, why)| why.clone());
+                    done.error =
+                        Some(format!("step {index} (`{}`) needs the argument `{name}`, {why}", step.action.tool));
                     return done;
                 }
             };
@@ -265,6 +269,71 @@ impl WorkflowTools {
     }
 }
 
+/// Fills the variables of `step` that the caller did not give and that induction saw
+/// come from an earlier step's result ([`StepSource::Result`]), from that step's result
+/// in `done`. A path holding one value fills its variable; the variables left unfilled
+/// are returned with the reason, for the error.
+fn fill_from_results(step: &WorkflowStep, done: &[ToolCall], values: &mut JsonObject) -> Vec<(String, String)> {
+    let mut unfilled = Vec::new();
+    for (arg, source) in &step.action.sources {
+        let StepSource::Result { step: from, path } = source else { continue };
+        let Some(variable) = step.action.args.get(arg).and_then(Value::as_str).and_then(whole_variable) else {
+            continue;
+        };
+        if values.contains_key(variable) {
+            continue;
+        }
+        let result = done.get(*from).and_then(|call| call.result.as_ref());
+        let parsed = match result {
+            Some(Value::String(text)) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
+            Some(other) => other.clone(),
+            None => Value::Null,
+        };
+        let mut found: Vec<Value> = Vec::new();
+        for value in flowmem_model::values_at(&parsed, path) {
+            if !value.is_null() && !found.contains(&value) {
+                found.push(value);
+            }
+        }
+        match found.len() {
+            1 => {
+                values.insert(variable.to_owned(), found.swap_remove(0));
+            }
+            0 => unfilled.push((
+                variable.to_owned(),
+                format!("which was not given and step {from}'s result holds none at {path}"),
+            )),
+            n => unfilled.push((
+                variable.to_owned(),
+                format!("which was not given; step {from}'s result holds {n} values at {path}, so pass the one meant"),
+            )),
+        }
+    }
+    unfilled
+}
+
+/// `{name}` → `name`, for a template that is one variable and nothing else.
+fn whole_variable(text: &str) -> Option<&str> {
+    text.strip_prefix('{').and_then(|rest| rest.strip_suffix('}')).filter(|name| is_variable_name(name))
+}
+
+/// The variables of `workflow` its runs took from an earlier step's result: a workflow
+/// run as an action fills them itself, so its caller need not.
+fn result_sourced(workflow: &Workflow) -> Vec<String> {
+    let mut res: Vec<String> = Vec::new();
+    for step in &workflow.steps {
+        for (arg, source) in &step.action.sources {
+            if let (StepSource::Result { .. }, Some(variable)) =
+                (source, step.action.args.get(arg).and_then(Value::as_str).and_then(whole_variable))
+                && !res.iter().any(|known| known == variable)
+            {
+                res.push(variable.to_owned());
+            }
+        }
+    }
+    res
+}
+
 #[async_trait::async_trait]
 impl ToolBox for WorkflowTools {
     fn definitions(&self) -> Vec<ToolDefinition> {
@@ -273,15 +342,24 @@ impl ToolBox for WorkflowTools {
             .iter()
             .map(|(name, workflow)| {
                 let variables = workflow_variables(workflow);
+                let filled = result_sourced(workflow);
                 let properties: Map<String, Value> = variables
                     .iter()
-                    .map(|variable| (variable.clone(), json!({"description": format!("the value of {{{variable}}}")})))
+                    .map(|variable| {
+                        let description = if filled.contains(variable) {
+                            format!("the value of {{{variable}}}; filled from an earlier step's result when not given")
+                        } else {
+                            format!("the value of {{{variable}}}")
+                        };
+                        (variable.clone(), json!({"description": description}))
+                    })
                     .collect();
+                let required: Vec<&String> = variables.iter().filter(|variable| !filled.contains(variable)).collect();
                 let tools: Vec<&str> = workflow.steps.iter().map(|step| step.action.tool.as_str()).collect();
                 ToolDefinition {
                     name: name.clone(),
                     description: format!("Workflow: {} (runs {} in order)", workflow.description, tools.join(" -> ")),
-                    parameters: json!({"type": "object", "properties": properties, "required": variables}),
+                    parameters: json!({"type": "object", "properties": properties, "required": required}),
                 }
             })
             .collect();

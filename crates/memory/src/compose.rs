@@ -105,7 +105,11 @@ mod tests {
                 .map(|tool| WorkflowStep {
                     state: String::new(),
                     reasoning: String::new(),
-                    action: WorkflowAction { tool: (*tool).to_owned(), args: Default::default() },
+                    action: WorkflowAction {
+                        tool: (*tool).to_owned(),
+                        args: Default::default(),
+                        sources: Default::default(),
+                    },
                 })
                 .collect(),
             scope: Default::default(),

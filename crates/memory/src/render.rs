@@ -203,7 +203,7 @@ fn parse_action(text: &str) -> Result<WorkflowAction, String> {
     } else {
         keyword_args(args).ok_or_else(|| format!("the arguments of `{tool}` are neither JSON nor key=value: {args}"))?
     };
-    Ok(WorkflowAction { tool: tool.to_owned(), args })
+    Ok(WorkflowAction { tool: tool.to_owned(), args, sources: Default::default() })
 }
 
 /// Reads `key="v", n=2` (values as JSON when they parse, else as bare strings). Commas

@@ -41,6 +41,7 @@ mod fs;
 mod graph;
 mod import;
 mod item;
+mod json_path;
 mod jsonl;
 mod record;
 mod shape;
@@ -59,6 +60,7 @@ pub use crate::graph::{
 };
 pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import, import_text};
 pub use crate::item::{Item, ItemKind};
+pub use crate::json_path::values_at;
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
 pub use crate::shape::ValueShape;
@@ -66,7 +68,7 @@ pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::trace::{ArgGrounding, NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::value_match::{normalise_text, occurs_in, value_key};
-pub use crate::workflow::{Provenance, Scope, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
+pub use crate::workflow::{Provenance, Scope, StepSource, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
 
 /// The JSON object type used for tool arguments.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

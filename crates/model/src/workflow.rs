@@ -50,6 +50,31 @@ pub struct WorkflowAction {
     /// The argument templates.
     #[serde(default)]
     pub args: JsonObject,
+    /// Where the values of its `{variable}` arguments came from in the runs it was
+    /// induced from, per argument, when every run agreed: the task's query, or an
+    /// earlier step's result at a JSON path. A workflow run as an action fills a
+    /// result-sourced argument itself when its caller gives no value.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sources: std::collections::BTreeMap<String, StepSource>,
+}
+
+/// Where a workflow step's argument value comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum StepSource {
+    /// The task's query (the caller of the workflow gives it).
+    Query {
+        /// The shape of the values seen, if they had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shape: Option<crate::ValueShape>,
+    },
+    /// The result of an earlier step.
+    Result {
+        /// The step, from 0.
+        step: usize,
+        /// The JSON path in its result ([`values_at`](crate::values_at)).
+        path: String,
+    },
 }
 
 /// Where a workflow applies: AWM groups workflows per website or domain.

@@ -1,11 +1,14 @@
-//! Rule-based induction: group runs by tool-name sequence, abstract what differs.
+//! Rule-based induction: group runs by tool-name sequence and data flow, abstract what
+//! differs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
+use flowmem_mining::Source;
 use flowmem_model::{
-    Provenance, Scope, ToolCall, Trajectory, Workflow, WorkflowAction, WorkflowStats, WorkflowStep, canonical_json,
+    Provenance, Record, Scope, StepSource, ToolCall, Trajectory, ValueShape, Workflow, WorkflowAction, WorkflowStats,
+    WorkflowStep, canonical_json,
 };
 
 use crate::induce::{Induction, SkipReason, SkippedCandidate, scope_of};
@@ -28,20 +31,26 @@ impl RuleConfig {
     }
 }
 
-/// Induces one workflow per distinct tool-name sequence, deterministically.
+/// Induces one workflow per distinct tool-name sequence and data flow, deterministically.
 ///
 /// 1. Each trajectory is reduced to its tool calls that did not fail (`error` unset).
-/// 2. Trajectories with the same scope and the same tool-name sequence form a group; the
-///    group's first member, in input order, is its representative.
-/// 3. A group whose sequence has fewer than [`RuleConfig::min_steps`] calls is reported
+/// 2. Its data flow is mined ([`flowmem_mining::mine_dataflow`]): for each argument of
+///    each call, where its value came from (the query, an earlier step's result at a
+///    path, an earlier step's argument, or nowhere found).
+/// 3. Trajectories with the same scope, the same tool-name sequence and the same data
+///    flow form a group; the group's first member, in input order, is its
+///    representative.
+/// 4. A group whose sequence has fewer than [`RuleConfig::min_steps`] calls is reported
 ///    as [`SkipReason::TooFewSteps`].
-/// 4. In the representative's calls, an argument whose value differs across the group's
+/// 5. In the representative's calls, an argument whose value differs across the group's
 ///    members (or is missing in some) becomes the string `"{name}"`, named after the
 ///    argument. Arguments that carry the same values across members share a variable,
 ///    so data flow between steps survives; a name clash with different values gets a
 ///    numeric suffix (`{order_id_2}`). Values equal in every member stay literal.
 ///
-/// The description is the representative's query; provenance lists every member.
+/// A variable whose value came from the query, or from an earlier step's result, records
+/// that in its action's [`WorkflowAction::sources`]. The description is the
+/// representative's query; provenance lists every member.
 ///
 /// # Example
 ///
@@ -60,19 +69,21 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
     struct Group<'t> {
         scope: Scope,
         tools: Vec<String>,
+        flow: Flow,
         members: Vec<(&'t Trajectory, Vec<&'t ToolCall>)>,
     }
     let mut groups: Vec<Group<'_>> = Vec::new();
     // Scope is not `Hash`; its two fields are.
-    type GroupKey = (Option<String>, Option<String>, Vec<String>);
+    type GroupKey = (Option<String>, Option<String>, Vec<String>, Flow);
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for trajectory in trajectories {
         let calls: Vec<&ToolCall> = trajectory.tool_calls().filter(|call| !call.failed()).collect();
         let tools: Vec<String> = calls.iter().map(|call| call.tool.clone()).collect();
         let scope = scope_of(trajectory, cfg.scope.as_ref());
-        let key = (scope.site.clone(), scope.domain.clone(), tools.clone());
+        let flow = data_flow(&trajectory.query, &calls);
+        let key = (scope.site.clone(), scope.domain.clone(), tools.clone(), flow.clone());
         let group_idx = *index.entry(key).or_insert_with(|| {
-            groups.push(Group { scope, tools, members: Vec::new() });
+            groups.push(Group { scope, tools, flow, members: Vec::new() });
             groups.len() - 1
         });
         groups[group_idx].members.push((trajectory, calls));
@@ -89,13 +100,62 @@ pub fn rule(trajectories: &[Trajectory], cfg: &RuleConfig) -> Induction {
             });
             continue;
         }
-        res.workflows.push(abstract_group(&group.members, group.scope, trajectory_ids));
+        res.workflows.push(abstract_group(&group.members, &group.flow, group.scope, trajectory_ids));
+    }
+    res
+}
+
+/// Per (step, argument), where a run's values came from.
+type Flow = BTreeMap<(usize, String), StepOrigin>;
+
+/// Where one argument value of a run came from, in terms of its steps.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum StepOrigin {
+    Query,
+    Result { step: usize, path: String },
+    Argument { step: usize, arg: String },
+}
+
+/// The data flow of one run's calls: the first source mining finds for each scalar
+/// argument (an argument with no source is left out), with tools mapped to the latest
+/// earlier step that called them.
+fn data_flow(query: &str, calls: &[&ToolCall]) -> Flow {
+    let record = Record {
+        id: String::new(),
+        query: query.to_owned(),
+        reference_result: String::new(),
+        required_outputs: Vec::new(),
+        orchestration: calls.iter().map(|call| (*call).clone()).collect(),
+        meta: Default::default(),
+    };
+    let mined = flowmem_mining::mine_dataflow(std::slice::from_ref(&record));
+    let latest = |tool: &str, before: usize| calls[..before].iter().rposition(|call| call.tool == tool);
+    let mut res = Flow::new();
+    for value in mined.per_record.iter().flat_map(|record| &record.values) {
+        let origin = match value.sources.first() {
+            Some(Source::Query) => Some(StepOrigin::Query),
+            Some(Source::Result { tool, path }) => {
+                latest(tool, value.call).map(|step| StepOrigin::Result { step, path: path.clone() })
+            }
+            Some(Source::Argument { tool, arg }) => {
+                latest(tool, value.call).map(|step| StepOrigin::Argument { step, arg: arg.clone() })
+            }
+            Some(Source::Constant { .. }) | None => None,
+        };
+        if let Some(origin) = origin {
+            res.entry((value.call, value.arg.clone())).or_insert(origin);
+        }
     }
     res
 }
 
 /// Builds the workflow of one group from its representative, abstracting differences.
-fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, trajectory_ids: Vec<String>) -> Workflow {
+fn abstract_group(
+    members: &[(&Trajectory, Vec<&ToolCall>)],
+    flow: &Flow,
+    scope: Scope,
+    trajectory_ids: Vec<String>,
+) -> Workflow {
     // Invariant: a group is created with its first member, so it is never empty.
     let (representative, rep_calls) = &members[0];
     let rep_steps: Vec<&flowmem_model::Step> = representative
@@ -110,6 +170,7 @@ fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, traje
     let mut steps = Vec::with_capacity(rep_calls.len());
     for (step_idx, call) in rep_calls.iter().enumerate() {
         let mut args = flowmem_model::JsonObject::new();
+        let mut sources = BTreeMap::new();
         for (name, value) in &call.args {
             let column: Vec<String> = members
                 .iter()
@@ -131,6 +192,16 @@ fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, traje
                 })
                 .clone();
             args.insert(name.clone(), Value::String(format!("{{{var}}}")));
+            match flow.get(&(step_idx, name.clone())) {
+                Some(StepOrigin::Query) => {
+                    sources.insert(name.clone(), StepSource::Query { shape: ValueShape::of(value) });
+                }
+                Some(StepOrigin::Result { step, path }) => {
+                    sources.insert(name.clone(), StepSource::Result { step: *step, path: path.clone() });
+                }
+                // An earlier step's argument shares its variable, which says where it came from.
+                Some(StepOrigin::Argument { .. }) | None => {}
+            }
         }
         let state = match step_idx {
             0 => "The task has just started.".to_owned(),
@@ -142,7 +213,11 @@ fn abstract_group(members: &[(&Trajectory, Vec<&ToolCall>)], scope: Scope, traje
             .map(|text| one_line(text, 300))
             .filter(|text| !text.is_empty())
             .unwrap_or_else(|| format!("Call {} next.", call.tool));
-        steps.push(WorkflowStep { state, reasoning, action: WorkflowAction { tool: call.tool.clone(), args } });
+        steps.push(WorkflowStep {
+            state,
+            reasoning,
+            action: WorkflowAction { tool: call.tool.clone(), args, sources },
+        });
     }
     Workflow {
         id: String::new(),
@@ -221,6 +296,42 @@ mod tests {
         assert_eq!(steps[0].action.args["k"], "x");
         assert_eq!(steps[1].action.args["id"], "{id}");
         assert_eq!(steps[2].action.args["id"], "{id_2}");
+    }
+
+    /// Runs of `find_user` → `get_order` whose order id comes from `find_user`'s result
+    /// (`tail` "by result") or from the query.
+    fn lookup(id: &str, user: &str, order: &str, order_in_query: bool) -> Trajectory {
+        let query = if order_in_query { format!("user {user}, order {order}") } else { format!("user {user}") };
+        serde_json::from_value(json!({"id": id, "query": query, "steps": [
+            {"action": {"kind": "tool_call", "tool": "find_user", "args": {"user_id": user},
+                        "result": {"orders": [order]}}},
+            {"action": {"kind": "tool_call", "tool": "get_order", "args": {"order_id": order}, "result": "ok"}}
+        ]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn runs_group_by_data_flow_and_variables_record_where_they_came_from() {
+        use flowmem_model::{StepSource, ValueShape};
+        let runs = [
+            lookup("a", "u_1", "#W1", false),
+            lookup("b", "u_2", "#W2", false),
+            lookup("c", "u_3", "#W3", true),
+            lookup("d", "u_4", "#W4", true),
+        ];
+        let induction = rule(&runs, &RuleConfig::standard());
+        assert_eq!(induction.workflows.len(), 2, "same tools, two data flows");
+        let by_result = &induction.workflows[0];
+        assert_eq!(by_result.provenance.trajectory_ids, ["a", "b"]);
+        let first = &by_result.steps[0].action;
+        assert_eq!(first.args["user_id"], "{user_id}");
+        assert_eq!(first.sources["user_id"], StepSource::Query { shape: Some(ValueShape::Id) });
+        let second = &by_result.steps[1].action;
+        assert_eq!(second.args["order_id"], "{order_id}");
+        assert_eq!(second.sources["order_id"], StepSource::Result { step: 0, path: "$.orders[*]".into() });
+        let by_query = &induction.workflows[1];
+        assert_eq!(by_query.provenance.trajectory_ids, ["c", "d"]);
+        assert_eq!(by_query.steps[1].action.sources["order_id"], StepSource::Query { shape: Some(ValueShape::Id) });
     }
 
     #[test]

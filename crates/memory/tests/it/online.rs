@@ -343,3 +343,48 @@ async fn a_new_workflow_containing_a_stored_one_is_composed_of_it() {
         composition_tree(&all, None).iter().map(|line| (line.depth, line.workflow.id.as_str())).collect();
     assert_eq!(tree, [(0, whole.id.as_str()), (1, part.as_str())]);
 }
+
+/// A workflow whose second step takes the first step's result (as rule induction records
+/// it in the step's `sources`) asks its caller only for what the task gives; it fills
+/// the rest from the result, and the store keeps the sources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_action_fills_a_result_sourced_argument_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let mut workflow: Workflow = serde_json::from_value(json!({
+        "description": "Add two numbers and say the sum",
+        "steps": [
+            {"action": {"tool": "get-sum", "args": {"a": "{a}", "b": "{b}"},
+                        "sources": {"a": {"from": "query", "shape": "number"}, "b": {"from": "query", "shape": "number"}}}},
+            {"action": {"tool": "echo", "args": {"message": "{sum}"},
+                        "sources": {"message": {"from": "result", "step": 0, "path": "$"}}}}
+        ]
+    }))
+    .unwrap();
+    workflow.scope = Scope { site: None, domain: Some("demo".to_owned()) };
+    workflow.provenance.inducer = "rule".to_owned();
+    let id = store.add(&workflow).unwrap().id().to_owned();
+    let stored = store.get(&id).unwrap();
+    assert_eq!(stored.steps[1].action.sources, workflow.steps[1].action.sources, "the store keeps the sources");
+    let tool = workflow_tool_name(&stored);
+    let script = Script::in_order([Reply::tool_call(&tool, json!({"a": 2, "b": 3})), Reply::text("done")]);
+    let llm = ScriptedLlmServer::start(script).await;
+    let tools = everything().await;
+    let runtime = runtime(&llm, tools.clone());
+    let input = RunInput { id: "q".to_owned(), query: "add 2 and 3 and say it".to_owned() };
+    let run = run_with_memory(&runtime, &agent_cfg(MemoryMode::Actions, 1000), &mut store, &input, &NoObserver)
+        .await
+        .unwrap();
+    tools.shutdown().await;
+
+    let offered = llm.chat_requests()[0].body["tools"].clone();
+    let definition =
+        offered.as_array().unwrap().iter().find(|definition| definition["function"]["name"] == tool.as_str()).unwrap();
+    assert_eq!(definition["function"]["parameters"]["required"], json!(["a", "b"]), "`sum` is not asked for");
+    assert_eq!(run.uses.len(), 1);
+    assert_eq!(run.uses[0].failed_step, None, "{:?}", run.uses[0].error);
+    let sum = run.uses[0].steps[0].result.clone().unwrap();
+    assert!(sum.to_string().contains('5'), "{sum}");
+    let echoed = &run.uses[0].steps[1];
+    assert_eq!(echoed.args["message"], sum, "the echo got the sum's result");
+}
