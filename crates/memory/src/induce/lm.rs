@@ -263,7 +263,9 @@ pub async fn lm(trajectories: &[Trajectory], cfg: &LmConfig<'_>) -> Result<Induc
         });
     }
     for workflow in parsed.workflows {
-        let workflow = Workflow { scope: scope.clone(), provenance: provenance.clone(), ..workflow };
+        let mut workflow = Workflow { scope: scope.clone(), provenance: provenance.clone(), ..workflow };
+        // Where variables come from is measured on the runs, never taken from the model.
+        crate::induce::rule::sources_from_runs(&mut workflow, trajectories);
         match validate(&workflow, trajectories, cfg.min_steps) {
             Ok(()) => res.workflows.push(workflow),
             Err(reason) => res.skipped.push(SkippedCandidate {

@@ -149,6 +149,68 @@ fn data_flow(query: &str, calls: &[&ToolCall]) -> Flow {
     res
 }
 
+/// Fills the [`WorkflowAction::sources`] of a workflow that was not induced by rule (an
+/// LM wrote it) from the runs it was induced from. Each run's successful calls are
+/// aligned to the steps by tool, in order; in each run that holds every step, a step
+/// argument that is one whole `{variable}` takes the source mining finds for that call's
+/// value (the query, or the result of the call aligned to an earlier step). A source is
+/// kept only when every such run agrees; whatever the workflow said before is replaced.
+pub(crate) fn sources_from_runs(workflow: &mut Workflow, trajectories: &[Trajectory]) {
+    let mut agreed: BTreeMap<(usize, String), Option<StepSource>> = BTreeMap::new();
+    for trajectory in trajectories {
+        let calls: Vec<&ToolCall> = trajectory.tool_calls().filter(|call| !call.failed()).collect();
+        // Step → the call it aligns to.
+        let mut aligned = Vec::with_capacity(workflow.steps.len());
+        let mut next = 0;
+        for step in &workflow.steps {
+            let Some(found) = calls[next..].iter().position(|call| call.tool == step.action.tool) else { break };
+            aligned.push(next + found);
+            next += found + 1;
+        }
+        if aligned.len() != workflow.steps.len() {
+            continue;
+        }
+        let flow = data_flow(&trajectory.query, &calls);
+        for (step_idx, step) in workflow.steps.iter().enumerate() {
+            let call = calls[aligned[step_idx]];
+            for (arg, template) in &step.action.args {
+                if !template.as_str().is_some_and(is_whole_variable) {
+                    continue;
+                }
+                let source = match flow.get(&(aligned[step_idx], arg.clone())) {
+                    Some(StepOrigin::Query) => {
+                        Some(StepSource::Query { shape: call.args.get(arg).and_then(ValueShape::of) })
+                    }
+                    Some(StepOrigin::Result { step, path }) => aligned
+                        .iter()
+                        .position(|&call_idx| call_idx == *step)
+                        .map(|from| StepSource::Result { step: from, path: path.clone() }),
+                    Some(StepOrigin::Argument { .. }) | None => None,
+                };
+                let entry = agreed.entry((step_idx, arg.clone())).or_insert_with(|| source.clone());
+                if *entry != source {
+                    *entry = None;
+                }
+            }
+        }
+    }
+    for step in &mut workflow.steps {
+        step.action.sources.clear();
+    }
+    for ((step_idx, arg), source) in agreed {
+        if let Some(source) = source {
+            workflow.steps[step_idx].action.sources.insert(arg, source);
+        }
+    }
+}
+
+/// Whether `text` is one `{variable}` and nothing else.
+fn is_whole_variable(text: &str) -> bool {
+    text.strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|name| !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_'))
+}
+
 /// Builds the workflow of one group from its representative, abstracting differences.
 fn abstract_group(
     members: &[(&Trajectory, Vec<&ToolCall>)],
@@ -332,6 +394,28 @@ mod tests {
         let by_query = &induction.workflows[1];
         assert_eq!(by_query.provenance.trajectory_ids, ["c", "d"]);
         assert_eq!(by_query.steps[1].action.sources["order_id"], StepSource::Query { shape: Some(ValueShape::Id) });
+    }
+
+    #[test]
+    fn an_lm_workflow_gets_the_sources_its_runs_agree_on() {
+        use flowmem_model::{StepSource, ValueShape, Workflow};
+        let mut workflow: Workflow = serde_json::from_value(json!({"description": "d", "steps": [
+            {"action": {"tool": "find_user", "args": {"user_id": "{user}"}}},
+            {"action": {"tool": "get_order", "args": {"order_id": "{order}"},
+                        "sources": {"order_id": {"from": "query"}}}}
+        ]}))
+        .unwrap();
+        super::sources_from_runs(&mut workflow, &[lookup("a", "u_1", "#W1", false), lookup("b", "u_2", "#W2", false)]);
+        assert_eq!(workflow.steps[0].action.sources["user_id"], StepSource::Query { shape: Some(ValueShape::Id) });
+        assert_eq!(
+            workflow.steps[1].action.sources["order_id"],
+            StepSource::Result { step: 0, path: "$.orders[*]".into() },
+            "what the model wrote is replaced by what the runs show"
+        );
+        // Runs that disagree teach nothing about that argument.
+        super::sources_from_runs(&mut workflow, &[lookup("a", "u_1", "#W1", false), lookup("c", "u_3", "#W3", true)]);
+        assert!(!workflow.steps[1].action.sources.contains_key("order_id"), "{:?}", workflow.steps[1].action.sources);
+        assert!(workflow.steps[0].action.sources.contains_key("user_id"));
     }
 
     #[test]
