@@ -94,7 +94,14 @@ fn induce_then_list_show_search_export_import_prune() {
         .unwrap()))
     .unwrap();
     assert_eq!(imported[0]["scope"]["domain"], "shop");
-    assert_eq!(imported[0]["steps"], workflow["steps"]);
+    // AWM's text form carries the steps but not where their variables came from.
+    let mut steps = workflow["steps"].clone();
+    let mut had_sources = false;
+    for step in steps.as_array_mut().unwrap() {
+        had_sources |= step["action"].as_object_mut().unwrap().remove("sources").is_some();
+    }
+    assert!(had_sources, "rule induction recorded where the order id came from: {}", workflow["steps"]);
+    assert_eq!(imported[0]["steps"], steps);
 
     // JSONL export and re-import into the same memory merges rather than duplicates.
     let jsonl = ok(flowmem().args(["memory", "export", "--memory"]).arg(&db).output().unwrap());
