@@ -65,8 +65,10 @@ const SENTENCE_WORDS: &[&str] = &[
 ];
 
 /// Punctuation a token loses at either end before it is classified.
-const EDGE_PUNCTUATION: &[char] =
-    &['.', ',', ';', ':', '!', '?', '(', ')', '[', ']', '{', '}', '"', '\'', '`', '“', '”', '‘', '’', '<', '>'];
+const EDGE_PUNCTUATION: &[char] = &[
+    '.', ',', ';', ':', '!', '?', '(', ')', '[', ']', '{', '}', '"', '\'', '`', '“', '”', '‘', '’', '«', '»', '„', '<',
+    '>',
+];
 
 impl ValueShape {
     /// The shape of `value`; `None` for booleans, nulls, containers and blank strings.
@@ -218,7 +220,7 @@ fn ungrouped_number(text: &str) -> Option<String> {
 fn is_id(text: &str) -> bool {
     let allowed = text.chars().all(|ch| ch.is_alphanumeric() || matches!(ch, '_' | '#' | '-' | '.' | '/'));
     let marked = text.starts_with('#') || text.contains('_') || text.chars().any(|ch| ch.is_ascii_digit());
-    allowed && marked && text.chars().any(char::is_alphanumeric) && !text[1..].contains('#')
+    allowed && marked && text.chars().any(char::is_alphanumeric) && !text.chars().skip(1).any(|ch| ch == '#')
 }
 
 fn is_name(text: &str) -> bool {
@@ -252,6 +254,10 @@ mod tests {
             assert_eq!(ValueShape::of(&value), Some(shape), "{value}");
         }
         assert_eq!(ValueShape::of(&json!(true)), None);
+        // Multi-byte characters anywhere are fine.
+        assert_eq!(ValueShape::of(&json!("é1")), Some(ValueShape::Id));
+        assert_eq!(ValueShape::of(&json!("Zoë")), Some(ValueShape::Name));
+        assert!(ValueShape::Id.spans("commande «é1» — №7 ü2").contains(&"é1".to_owned()));
         assert_eq!(ValueShape::of(&json!("  ")), None);
     }
 
@@ -268,5 +274,20 @@ mod tests {
         assert!(ValueShape::Name.spans("If it rains. You stay.").is_empty());
         assert_eq!(ValueShape::Text.spans(query), ["no longer needed"]);
         assert!(ValueShape::Text.spans("no quotes here").is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any text, in any script, classifies and splits into spans without a panic,
+        /// and every span has the shape asked for (text spans are quoted, not shaped).
+        #[test]
+        fn any_text_gives_spans_of_the_shape_asked_for(text in "\\PC{0,80}") {
+            for shape in [ValueShape::Email, ValueShape::Number, ValueShape::Id, ValueShape::Name, ValueShape::Text] {
+                for span in shape.spans(&text) {
+                    if shape != ValueShape::Text {
+                        proptest::prop_assert_eq!(ValueShape::of(&serde_json::Value::String(span.clone())), Some(shape), "{}", span);
+                    }
+                }
+            }
+        }
     }
 }
