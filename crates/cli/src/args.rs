@@ -412,6 +412,10 @@ pub struct ServeLlmArgs {
     /// `SmolLM2-135M-Instruct.Q4_1.gguf`).
     #[arg(long, value_name = "PATH")]
     pub model: Option<std::path::PathBuf>,
+    /// The prefix cache's bound in MiB: the KV state of prompt prefixes kept so that
+    /// no request prefills what an earlier one did (shared by all requests; 0 is off).
+    #[arg(long, value_name = "MB", default_value_t = flowmem_llm_local::DEFAULT_PREFIX_CACHE_MB)]
+    pub prefix_cache_mb: u64,
 }
 
 /// Arguments of `flowmem schema`.

@@ -362,6 +362,9 @@ fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
     if let Some(path) = &cfg.path {
         config.path.clone_from(path);
     }
+    if let Some(mb) = cfg.prefix_cache_mb {
+        config.prefix_cache_mb = mb;
+    }
     if !config.path.is_file() {
         let error = LocalError::ModelMissing { path: config.path };
         return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));

@@ -61,7 +61,7 @@ impl ChatModel for FixedLatency {
             content: Some("ok".to_owned()),
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
-            usage: Usage { prompt_tokens: 0, completion_tokens: 1 },
+            usage: Usage { prompt_tokens: 0, completion_tokens: 1, cached_tokens: 0 },
             latency: self.latency,
             cached: false,
         })

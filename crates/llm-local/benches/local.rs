@@ -1,7 +1,8 @@
 //! Speed of the embedded model: prefill and generation tokens/s at 32 and 512 tokens
 //! of context (generation on the quantised kernels beside candle's GEMM on the dense
-//! weights), constrained against unconstrained decoding, the system-prompt KV cache,
-//! load time and peak memory.
+//! weights), block-aligned prefill against one batch at 512 and 2,048 tokens, a ReAct
+//! step through the prefix cache, constrained against unconstrained decoding, a shared
+//! system prompt, load time and peak memory.
 //!
 //! Run in release, on one core for the target figure:
 //!     RAYON_NUM_THREADS=1 cargo bench -p flowmem-llm-local --bench local
@@ -12,7 +13,9 @@
 use std::time::{Duration, Instant};
 
 use flowmem_llm::{ChatRequest, Message, Purpose};
-use flowmem_llm_local::bench::{DecodePath, DecodeTiming, time_constraint, time_decode};
+use flowmem_llm_local::bench::{
+    DecodePath, DecodeTiming, time_cached_step, time_constraint, time_decode, time_prefill,
+};
 use flowmem_llm_local::{LocalConfig, LocalModel, Precision, SETUP_COMMAND};
 
 const GENERATE: usize = 64;
@@ -69,6 +72,39 @@ fn main() {
         );
     }
 
+    // What block-aligned prefill (the prefix cache's invariant) costs against one batch,
+    // interleaved round by round.
+    for context in [512, 2048] {
+        let (mut pieces, mut batch) = (Duration::MAX, Duration::MAX);
+        for _ in 0..ROUNDS {
+            pieces = pieces.min(time_prefill(&model, context, true).expect("prefill"));
+            batch = batch.min(time_prefill(&model, context, false).expect("prefill"));
+        }
+        println!(
+            "prefill {context:>4} tokens: in 64-token pieces {:>6.1} tok/s ({:.3} s), one batch {:>6.1} tok/s ({:.3} s): pieces/batch time {:.2}",
+            per_sec(context, pieces),
+            pieces.as_secs_f64(),
+            per_sec(context, batch),
+            batch.as_secs_f64(),
+            pieces.as_secs_f64() / batch.as_secs_f64(),
+        );
+    }
+
+    // A ReAct step: 1,000 tokens of conversation seen before, 120 new ones.
+    let (mut cold, mut warm, mut reused) = (Duration::MAX, Duration::MAX, 0);
+    for _ in 0..ROUNDS {
+        let (c, w, r) = time_cached_step(&model, 1000, 120).expect("cached step");
+        cold = cold.min(c);
+        warm = warm.min(w);
+        reused = r;
+    }
+    println!(
+        "ReAct step (1000 tokens seen + 120 new): first token cold {:.3} s, through the prefix cache {:.3} s ({reused} tokens reused): {:.1}x faster",
+        cold.as_secs_f64(),
+        warm.as_secs_f64(),
+        cold.as_secs_f64() / warm.as_secs_f64(),
+    );
+
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -116,13 +152,15 @@ fn main() {
     }
     let stats = model.prefix_cache_stats().expect("stats");
     println!(
-        "system prompt KV cache: {} prompt tokens; first call {:.3} s, then {:.3} s and {:.3} s (prefix cache hits {}, misses {})",
+        "shared system prompt: {} prompt tokens; first call {:.3} s, then {:.3} s and {:.3} s (prefix cache: {} tokens reused, {} prefilled, {} blocks, {:.0} MiB)",
         latencies[0].1,
         latencies[0].0.as_secs_f64(),
         latencies[1].0.as_secs_f64(),
         latencies[2].0.as_secs_f64(),
-        stats.hits,
-        stats.misses
+        stats.reused_tokens,
+        stats.prefilled_tokens,
+        stats.blocks,
+        stats.bytes as f64 / f64::from(1 << 20),
     );
     match peak_rss_mb() {
         Some(mb) => println!("peak RSS: {mb:.0} MB"),

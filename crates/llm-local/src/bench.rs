@@ -15,7 +15,7 @@ use crate::model::LocalModel;
 pub struct DecodeTiming {
     /// Tokens prefilled.
     pub context: usize,
-    /// Time to prefill them in one batch, from an empty KV cache.
+    /// Time to prefill them from an empty KV cache, without the prefix cache.
     pub prefill: Duration,
     /// Tokens generated after the context.
     pub generated: usize,
@@ -72,7 +72,7 @@ pub fn time_decode(
     let loaded = model.loaded_for_bench()?;
     loaded.engine.with_lock(|runner| {
         let started = Instant::now();
-        let mut session = runner.start(&[], &tokens)?;
+        let mut session = runner.start_cold(&tokens)?;
         let prefill = started.elapsed();
         let started = Instant::now();
         for _ in 0..generate {
@@ -80,6 +80,55 @@ pub fn time_decode(
             runner.feed_on(Some(path), &mut session, &[next])?;
         }
         Ok(DecodeTiming { context, prefill, generated: generate, generate: started.elapsed() })
+    })
+}
+
+/// Prefill of `context` tokens from an empty KV cache, without the prefix cache: in
+/// the block-aligned pieces every request uses (`in_pieces`), or as one batch, which
+/// is what the pieces cost.
+///
+/// # Errors
+///
+/// Load and inference errors.
+pub fn time_prefill(model: &LocalModel, context: usize, in_pieces: bool) -> Result<Duration, LocalError> {
+    let tokens = context_tokens(model, context)?;
+    let loaded = model.loaded_for_bench()?;
+    loaded.engine.with_lock(|runner| {
+        let started = Instant::now();
+        if in_pieces {
+            runner.start_cold(&tokens)?;
+        } else {
+            let mut session = runner.empty_session();
+            runner.feed(&mut session, &tokens)?;
+        }
+        Ok(started.elapsed())
+    })
+}
+
+/// Time to the first token of a conversation step that appends `turn` tokens to
+/// `history` tokens already seen: cold, then through the prefix cache after the
+/// history was served once. Returns `(cold, cached, tokens reused)`.
+///
+/// # Errors
+///
+/// Load and inference errors.
+pub fn time_cached_step(
+    model: &LocalModel,
+    history: usize,
+    turn: usize,
+) -> Result<(Duration, Duration, usize), LocalError> {
+    let tokens = context_tokens(model, history + turn)?;
+    let loaded = model.loaded_for_bench()?;
+    loaded.engine.with_lock(|runner| {
+        let started = Instant::now();
+        let cold = runner.start_cold(&tokens)?;
+        runner.argmax_text_token(&cold);
+        let cold_time = started.elapsed();
+        runner.start(&tokens[..history])?;
+        let started = Instant::now();
+        let warm = runner.start(&tokens)?;
+        runner.argmax_text_token(&warm.session);
+        Ok((cold_time, started.elapsed(), warm.reused))
     })
 }
 
@@ -99,7 +148,7 @@ pub fn time_constraint(
     let loaded = model.loaded_for_bench()?;
     let engine = &loaded.engine;
     engine.with_lock(|runner| {
-        let session = runner.start(&[], &tokens)?;
+        let session = runner.start_cold(&tokens)?;
         let params = DecodeParams { max_tokens, temperature: 0.0, seed: 0 };
 
         let matcher = engine.constrainer.matcher(prepare(schema), "the benchmark schema")?;

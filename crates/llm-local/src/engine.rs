@@ -1,5 +1,5 @@
-//! The model runtime: loading, prefill with a cached system-prompt prefix, and the
-//! decoding loop, optionally constrained by a grammar.
+//! The model runtime: loading, prefill through the prefix cache, and the decoding
+//! loop, optionally constrained by a grammar.
 
 use std::fs::File;
 use std::path::Path;
@@ -14,14 +14,13 @@ use llguidance::Matcher;
 use crate::constrain::Constrainer;
 use crate::error::LocalError;
 use crate::llama::{DecodePath, KvCache, Llama, MAX_SEQ_LEN};
+use crate::prefix::{PrefixCacheStats, PrefixTree, pieces};
 use crate::tokenizer::GgufTokenizer;
 
 /// `<|endoftext|>`, the GGUF's unknown/document-end token.
 pub(crate) const ENDOFTEXT: u32 = 0;
 /// `<|im_end|>`, the end of a ChatML turn and the model's EOS.
 pub(crate) const IM_END: u32 = 2;
-/// How many system-prompt snapshots to keep.
-const PREFIX_CACHE_SLOTS: usize = 8;
 
 /// How prefill's dense copy of the weights is held. Prefill is a matrix-matrix product,
 /// for candle's GEMM on weights dequantised once at load; decoding reads the file's own
@@ -40,17 +39,9 @@ pub(crate) struct Engine {
     pub(crate) constrainer: Constrainer,
     llama: Llama,
     device: Device,
-    /// Snapshots after prefilling a system-prompt prefix. The lock also serialises
-    /// inference: two forward passes at once would only thrash the cores.
-    state: Mutex<PrefixCache>,
-}
-
-#[derive(Default)]
-struct PrefixCache {
-    /// Most recently used last.
-    slots: Vec<(Vec<u32>, Session)>,
-    hits: u64,
-    misses: u64,
+    /// The prefix cache. Its lock also serialises inference: two forward passes at
+    /// once would only thrash the cores.
+    state: Mutex<PrefixTree>,
 }
 
 /// A model state part way through a sequence: the KV cache, the position, and the
@@ -93,18 +84,10 @@ pub(crate) struct Decoded {
     pub(crate) forward_time: Duration,
 }
 
-/// Counters for benchmarks and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixCacheStats {
-    /// Requests whose system prompt was already prefilled.
-    pub hits: u64,
-    /// Requests that prefilled their system prompt.
-    pub misses: u64,
-}
-
 impl Engine {
-    /// Loads the GGUF at `path`.
-    pub(crate) fn load(path: &Path, precision: Precision) -> Result<Engine, LocalError> {
+    /// Loads the GGUF at `path`, with a prefix cache of at most `prefix_cache_bytes`
+    /// (0: off).
+    pub(crate) fn load(path: &Path, precision: Precision, prefix_cache_bytes: usize) -> Result<Engine, LocalError> {
         if !path.is_file() {
             return Err(LocalError::ModelMissing { path: path.to_owned() });
         }
@@ -119,7 +102,7 @@ impl Engine {
         };
         let llama = Llama::from_gguf(&content, &mut file, dtype, &device).map_err(load_err)?;
         let constrainer = Constrainer::new(Arc::clone(&tokenizer))?;
-        Ok(Engine { tokenizer, constrainer, llama, device, state: Mutex::new(PrefixCache::default()) })
+        Ok(Engine { tokenizer, constrainer, llama, device, state: Mutex::new(PrefixTree::new(prefix_cache_bytes)) })
     }
 
     /// Runs `f` with exclusive use of the model.
@@ -131,49 +114,59 @@ impl Engine {
 
     /// Prefix-cache counters.
     pub(crate) fn prefix_stats(&self) -> PrefixCacheStats {
-        let cache = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        PrefixCacheStats { hits: cache.hits, misses: cache.misses }
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).stats()
     }
 }
 
 /// Exclusive access to the model for one request.
 pub(crate) struct Runner<'a> {
     engine: &'a Engine,
-    cache: &'a mut PrefixCache,
+    cache: &'a mut PrefixTree,
+}
+
+/// A prompt prefilled by [`Runner::start`].
+pub(crate) struct Started {
+    pub(crate) session: Session,
+    /// Prompt tokens served from the prefix cache.
+    pub(crate) reused: usize,
 }
 
 impl Runner<'_> {
-    /// Prefills `prefix` (served from the snapshot cache when seen before) then `rest`.
-    pub(crate) fn start(&mut self, prefix: &[u32], rest: &[u32]) -> Result<Session, LocalError> {
-        let total = prefix.len() + rest.len();
-        if total == 0 {
-            return Err(LocalError::Request("the prompt is empty".to_owned()));
-        }
-        if total >= MAX_SEQ_LEN {
-            return Err(LocalError::Request(format!(
-                "the prompt has {total} tokens; the model's limit is {MAX_SEQ_LEN}"
-            )));
-        }
-        let mut session = if prefix.is_empty() {
-            Session { cache: self.engine.llama.new_cache(), logits: Vec::new() }
-        } else if let Some(i) = self.cache.slots.iter().position(|(k, _)| k == prefix) {
-            self.cache.hits += 1;
-            let slot = self.cache.slots.remove(i);
-            let session = slot.1.clone();
-            self.cache.slots.push(slot);
-            session
-        } else {
-            self.cache.misses += 1;
-            let mut session = Session { cache: self.engine.llama.new_cache(), logits: Vec::new() };
-            self.feed(&mut session, prefix)?;
-            if self.cache.slots.len() >= PREFIX_CACHE_SLOTS {
-                self.cache.slots.remove(0);
-            }
-            self.cache.slots.push((prefix.to_vec(), session.clone()));
-            session
-        };
-        self.feed(&mut session, rest)?;
+    /// Prefills `prompt`, reusing the longest prefix the cache holds, and adds the
+    /// blocks it prefilled to the cache.
+    pub(crate) fn start(&mut self, prompt: &[u32]) -> Result<Started, LocalError> {
+        check_prompt(prompt)?;
+        let path = self.cache.lookup(prompt);
+        let mut session = self.empty_session();
+        self.cache.restore(&path, &mut session.cache);
+        let reused = session.cache.len();
+        self.prefill_from(&mut session, prompt)?;
+        self.cache.count(reused, prompt.len() - reused);
+        self.cache.insert(&path, prompt, &session.cache);
+        Ok(Started { session, reused })
+    }
+
+    /// A session at position 0, with no logits yet.
+    pub(crate) fn empty_session(&self) -> Session {
+        Session { cache: self.engine.llama.new_cache(), logits: Vec::new() }
+    }
+
+    /// Prefills `prompt` without the cache (for benchmarks), in the same pieces as
+    /// [`Runner::start`].
+    pub(crate) fn start_cold(&self, prompt: &[u32]) -> Result<Session, LocalError> {
+        check_prompt(prompt)?;
+        let mut session = self.empty_session();
+        self.prefill_from(&mut session, prompt)?;
         Ok(session)
+    }
+
+    /// Runs the positions of `prompt` after those `session` holds, in block-aligned
+    /// pieces (see [`crate::prefix`] for why the cut must not depend on the cache).
+    fn prefill_from(&self, session: &mut Session, prompt: &[u32]) -> Result<(), LocalError> {
+        for (start, end) in pieces(session.cache.len(), prompt.len()) {
+            self.feed(session, &prompt[start..end])?;
+        }
+        Ok(())
     }
 
     /// Runs `tokens` through the model, leaving the next-token logits in `session`.
@@ -342,9 +335,58 @@ fn grammar_error(e: &impl std::fmt::Display) -> LocalError {
     LocalError::Grammar { what: "the output".to_owned(), problem: e.to_string() }
 }
 
+fn check_prompt(prompt: &[u32]) -> Result<(), LocalError> {
+    if prompt.is_empty() {
+        return Err(LocalError::Request("the prompt is empty".to_owned()));
+    }
+    if prompt.len() >= MAX_SEQ_LEN {
+        return Err(LocalError::Request(format!(
+            "the prompt has {} tokens; the model's limit is {MAX_SEQ_LEN}",
+            prompt.len()
+        )));
+    }
+    Ok(())
+}
+
 /// `log softmax(logits)[t]`.
 fn log_softmax_at(logits: &[f32], t: u32) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
     logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| l - max - sum.ln())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The invariant of the prefix cache, on the real model: a prompt served from cached
+    /// blocks gets bit-identical logits to the same prompt prefilled cold.
+    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
+    #[test]
+    fn cached_prefixes_give_bit_identical_logits() {
+        let path = crate::model::default_model_path();
+        if !path.is_file() {
+            assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
+            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
+            return;
+        }
+        let engine = Engine::load(&path, Precision::F32, 64 << 20).unwrap();
+        let text = "<|im_start|>user\nThe order #W2378156 has a keyboard and a thermostat. ".repeat(12);
+        let prompt = engine.tokenizer.encode(&text).unwrap();
+        assert!(prompt.len() > 3 * crate::prefix::BLOCK, "{} tokens", prompt.len());
+        let longer: Vec<u32> = prompt.iter().chain(&prompt[..40]).copied().collect();
+        engine.with_lock(|runner| {
+            let first = runner.start(&prompt).unwrap();
+            assert_eq!(first.reused, 0);
+            let again = runner.start(&prompt).unwrap();
+            assert_eq!(again.reused, (prompt.len() - 1) / crate::prefix::BLOCK * crate::prefix::BLOCK);
+            let cold = runner.start_cold(&prompt).unwrap();
+            assert!(first.session.logits == cold.logits, "a first, cached run differs from a cold one");
+            assert!(again.session.logits == cold.logits, "a prompt served from the cache differs");
+            // A longer prompt that extends the first, as a ReAct step does.
+            let extended = runner.start(&longer).unwrap();
+            assert!(extended.reused >= 3 * crate::prefix::BLOCK);
+            assert!(extended.session.logits == runner.start_cold(&longer).unwrap().logits);
+        });
+    }
 }

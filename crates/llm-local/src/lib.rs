@@ -14,8 +14,10 @@
 //!   weights ([`Precision`]).
 //! - The tokenizer is rebuilt from the GGUF's own vocabulary and merges (GPT-2
 //!   byte-level BPE, digits split singly); [`LocalModel::tokenize`] exposes it.
-//! - Prompts are ChatML, rendered from `prompts/*.j2`. The KV state after the system
-//!   message is cached, so a fixed system prompt is prefilled once per process.
+//! - Prompts are ChatML, rendered from `prompts/*.j2`. A prefix cache (a radix tree of
+//!   KV blocks, shared by every request in the process) means no prompt prefix is
+//!   prefilled twice, with output identical to a run without it; usage reports the
+//!   reused tokens as `cached_tokens`.
 //! - Tool calls: tools are ranked by word overlap, then by the likelihood of their
 //!   name; the call is then generated under the chosen tool's argument schema.
 //! - [`router`] and [`serve`] put any `ChatModel` behind an OpenAI-compatible HTTP
@@ -53,14 +55,16 @@ mod error;
 mod kernels;
 mod llama;
 mod model;
+mod prefix;
 mod prompt;
 mod respond;
 mod serve;
 mod tokenizer;
 
 pub use crate::constrain::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, prepare as prepare_schema};
-pub use crate::engine::{Precision, PrefixCacheStats};
+pub use crate::engine::Precision;
 pub use crate::error::{LocalError, SETUP_COMMAND};
 pub use crate::model::{LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path, to_llm_error};
+pub use crate::prefix::{DEFAULT_PREFIX_CACHE_MB, PrefixCacheStats};
 pub use crate::respond::{DEFAULT_MAX_JSON_TOKENS, DEFAULT_MAX_TOKENS, MAX_SCORED_TOOLS};
 pub use crate::serve::{router, serve};

@@ -102,6 +102,42 @@ impl KvCache {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Copies of the keys and values of positions `start..end`, per layer.
+    pub(crate) fn positions(&self, start: usize, end: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
+        debug_assert!(start <= end && end <= self.len);
+        let stride = self.stride();
+        self.layers
+            .iter()
+            .map(|(k, v)| (k[start * stride..end * stride].to_vec(), v[start * stride..end * stride].to_vec()))
+            .collect()
+    }
+
+    /// Appends `n` positions copied out by [`KvCache::positions`].
+    pub(crate) fn append(&mut self, parts: &[(Vec<f32>, Vec<f32>)], n: usize) {
+        debug_assert_eq!(parts.len(), self.layers.len());
+        for ((k, v), (pk, pv)) in self.layers.iter_mut().zip(parts) {
+            k.extend_from_slice(pk);
+            v.extend_from_slice(pv);
+        }
+        self.len += n;
+    }
+
+    /// A cache of `len` positions over `n_layers` layers whose every key and value
+    /// float is its position, for tests of code that moves positions around.
+    #[cfg(test)]
+    pub(crate) fn numbered(n_layers: usize, len: usize, stride: usize) -> KvCache {
+        let layer: Vec<f32> = (0..len).flat_map(|p| std::iter::repeat_n(p as f32, stride)).collect();
+        KvCache { layers: vec![(layer.clone(), layer); n_layers], len }
+    }
+
+    /// Floats per position per layer, for keys (and for values): `n_kv_head · head_dim`.
+    fn stride(&self) -> usize {
+        match self.layers.first() {
+            Some((k, _)) if self.len > 0 => k.len() / self.len,
+            _ => 0,
+        }
+    }
 }
 
 impl Llama {

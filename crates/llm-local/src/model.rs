@@ -1,14 +1,15 @@
 //! [`LocalModel`]: the embedded model behind [`ChatModel`], loaded once per process.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use flowmem_llm::{AssistantToolCall, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Usage};
 
-use crate::engine::{Engine, Finish, Precision, PrefixCacheStats};
+use crate::engine::{Engine, Finish, Precision};
 use crate::error::LocalError;
+use crate::prefix::{DEFAULT_PREFIX_CACHE_MB, PrefixCacheStats};
 use crate::prompt::Templates;
 use crate::respond::{respond, stop_token_text};
 
@@ -40,14 +41,23 @@ pub struct LocalConfig {
     pub precision: Precision,
     /// The name reported by [`ChatModel::name`].
     pub name: String,
+    /// The prefix cache's bound, in MiB; 0 turns it off. Models of the same file,
+    /// precision and bound share one copy of the weights and one cache.
+    pub prefix_cache_mb: u64,
 }
 
 impl LocalConfig {
     /// The model at [`default_model_path`], dequantised to F32 (measured 2.5 times
-    /// faster than F16 on our x86 build machines), named [`MODEL_NAME`].
+    /// faster than F16 on our x86 build machines), named [`MODEL_NAME`], with a prefix
+    /// cache of [`DEFAULT_PREFIX_CACHE_MB`].
     #[must_use]
     pub fn standard() -> LocalConfig {
-        LocalConfig { path: default_model_path(), precision: Precision::F32, name: MODEL_NAME.to_owned() }
+        LocalConfig {
+            path: default_model_path(),
+            precision: Precision::F32,
+            name: MODEL_NAME.to_owned(),
+            prefix_cache_mb: DEFAULT_PREFIX_CACHE_MB,
+        }
     }
 }
 
@@ -57,8 +67,11 @@ pub(crate) struct Loaded {
     pub(crate) templates: Templates,
 }
 
-/// Every model loaded in this process, by file and precision.
-static LOADED: Mutex<Vec<(PathBuf, Precision, Arc<Loaded>)>> = Mutex::new(Vec::new());
+/// A loaded model and what it was loaded for: file, precision and prefix-cache bound.
+type LoadedEntry = (PathBuf, Precision, u64, Arc<Loaded>);
+
+/// Every model loaded in this process.
+static LOADED: Mutex<Vec<LoadedEntry>> = Mutex::new(Vec::new());
 
 /// The embedded SmolLM2-135M-Instruct model.
 ///
@@ -132,7 +145,7 @@ impl LocalModel {
         if let Some(loaded) = self.loaded.get() {
             return Ok(loaded);
         }
-        let shared = shared(&self.config.path, self.config.precision)?;
+        let shared = shared(&self.config)?;
         Ok(self.loaded.get_or_init(|| shared))
     }
 
@@ -152,8 +165,11 @@ impl LocalModel {
         let started = Instant::now();
         let loaded = self.loaded()?;
         let reply = respond(&loaded.engine, &loaded.templates, request)?;
-        let usage =
-            Usage { prompt_tokens: reply.prompt_tokens as u64, completion_tokens: reply.completion_tokens as u64 };
+        let usage = Usage {
+            prompt_tokens: reply.prompt_tokens as u64,
+            completion_tokens: reply.completion_tokens as u64,
+            cached_tokens: reply.cached_tokens as u64,
+        };
         let finish_reason = match (reply.finish, &reply.tool_call) {
             (Finish::Length, _) => FinishReason::Length,
             (Finish::Stop, Some(_)) => FinishReason::ToolCalls,
@@ -187,8 +203,8 @@ impl LocalModel {
         self.loaded()?.engine.tokenizer.encode(text)
     }
 
-    /// How often a system prompt's KV state was reused (hits) or prefilled (misses)
-    /// by this process's copy of the model.
+    /// The prefix cache's counters for this process's copy of the model: requests
+    /// that reused a prefix, tokens reused and prefilled, blocks held and evicted.
     ///
     /// # Errors
     ///
@@ -238,15 +254,17 @@ pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
     }
 }
 
-fn shared(path: &Path, precision: Precision) -> Result<Arc<Loaded>, LocalError> {
+fn shared(config: &LocalConfig) -> Result<Arc<Loaded>, LocalError> {
+    let LocalConfig { path, precision, prefix_cache_mb, .. } = config;
     // Holding the lock while loading makes concurrent first calls wait for one load.
     let mut loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, _, l)) = loaded.iter().find(|(p, q, _)| p == path && *q == precision) {
+    if let Some((.., l)) = loaded.iter().find(|(p, q, mb, _)| p == path && q == precision && mb == prefix_cache_mb) {
         return Ok(Arc::clone(l));
     }
-    let engine = Engine::load(path, precision)?;
+    let bytes = usize::try_from(prefix_cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    let engine = Engine::load(path, *precision, bytes)?;
     let l = Arc::new(Loaded { engine, templates: Templates::new() });
-    loaded.push((path.to_owned(), precision, Arc::clone(&l)));
+    loaded.push((path.clone(), *precision, *prefix_cache_mb, Arc::clone(&l)));
     Ok(l)
 }
 

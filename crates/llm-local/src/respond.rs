@@ -26,6 +26,8 @@ pub(crate) struct Reply {
     pub(crate) finish: Finish,
     pub(crate) stop_token: Option<u32>,
     pub(crate) prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub(crate) cached_tokens: usize,
     pub(crate) completion_tokens: usize,
 }
 
@@ -37,8 +39,10 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
     let tools: Vec<&ToolDefinition> =
         if request.tool_choice == ToolChoice::None { Vec::new() } else { request.tools.iter().collect() };
     let prompt = templates.render(request)?;
-    let prefix = engine.tokenizer.encode(&prompt.system)?;
-    let rest = engine.tokenizer.encode(&prompt.rest)?;
+    // The parts are tokenized apart, so that the system message's tokens never depend
+    // on what follows it.
+    let mut tokens = engine.tokenizer.encode(&prompt.system)?;
+    tokens.extend(engine.tokenizer.encode(&prompt.rest)?);
     let json_output = !tools.is_empty() || request.response_format.is_some();
     let default_max = if json_output { DEFAULT_MAX_JSON_TOKENS } else { DEFAULT_MAX_TOKENS };
     let params = DecodeParams {
@@ -46,10 +50,11 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
         temperature: request.temperature.max(0.0),
         seed: request.seed.unwrap_or(0),
     };
-    let prompt_tokens = prefix.len() + rest.len();
+    let prompt_tokens = tokens.len();
 
     engine.with_lock(|runner| {
-        let session = runner.start(&prefix, &rest)?;
+        let started = runner.start(&tokens)?;
+        let (session, cached_tokens) = (started.session, started.reused);
         if !tools.is_empty() {
             let tool = choose_tool(engine, runner, &session, &tools, request)?;
             let schema = tool_call_schema(tool);
@@ -67,6 +72,7 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
                 finish: decoded.finish,
                 stop_token: decoded.stop_token,
                 prompt_tokens,
+                cached_tokens,
                 completion_tokens: decoded.tokens.len(),
             });
         }
@@ -88,6 +94,7 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
             finish: decoded.finish,
             stop_token: decoded.stop_token,
             prompt_tokens,
+            cached_tokens,
             completion_tokens: decoded.tokens.len(),
         })
     })

@@ -47,6 +47,10 @@ pub struct Totals {
     /// Completion tokens the original calls behind the cache hits spent.
     #[serde(default)]
     pub cached_completion_tokens: u64,
+    /// Of `prompt_tokens`, those the model served from its own prefix cache instead of
+    /// prefilling them (OpenAI's `cached_tokens`; the embedded model's prefix cache).
+    #[serde(default)]
+    pub prefix_cached_tokens: u64,
     /// Wall time spent waiting for calls, summed over calls, in milliseconds.
     pub wall_ms: u64,
 }
@@ -60,6 +64,7 @@ impl Totals {
         self.completion_tokens += other.completion_tokens;
         self.cached_prompt_tokens += other.cached_prompt_tokens;
         self.cached_completion_tokens += other.cached_completion_tokens;
+        self.prefix_cached_tokens += other.prefix_cached_tokens;
         self.wall_ms += other.wall_ms;
     }
 }
@@ -96,6 +101,7 @@ impl Accounting {
             Ok(response) => {
                 call.prompt_tokens = response.usage.prompt_tokens;
                 call.completion_tokens = response.usage.completion_tokens;
+                call.prefix_cached_tokens = response.usage.cached_tokens;
             }
             Err(_) => call.errors = 1,
         }
@@ -188,7 +194,7 @@ mod tests {
             content: Some("x".into()),
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
-            usage: Usage { prompt_tokens: prompt, completion_tokens: completion },
+            usage: Usage { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: 0 },
             latency: Duration::ZERO,
             cached,
         }

@@ -229,6 +229,10 @@ pub struct Usage {
     pub prompt_tokens: u64,
     /// Completion tokens.
     pub completion_tokens: u64,
+    /// Prompt tokens (of `prompt_tokens`) the model served from its prefix cache
+    /// instead of prefilling: OpenAI's `usage.prompt_tokens_details.cached_tokens`.
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 /// What a call is for, for accounting per purpose.

@@ -31,6 +31,9 @@ use crate::{ApiKey, CacheMode, HttpModelConfig, LlmError, Purpose, RetryPolicy, 
 /// [llm]
 /// cache = "read-write"             # or read-only, off
 /// cache_path = ".flowmem/llm-cache.sqlite"
+///
+/// [llm.local]                      # the embedded model
+/// prefix_cache_mb = 2048           # KV of prompt prefixes kept for reuse; 0 is off
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct LlmSettings {
@@ -123,6 +126,18 @@ pub struct CacheSettings {
     pub cache: Option<CacheMode>,
     /// The cache file; `.flowmem/llm-cache.sqlite` when absent.
     pub cache_path: Option<PathBuf>,
+    /// `[llm.local]`: the embedded model's runtime.
+    #[serde(default)]
+    pub local: LocalRuntimeSettings,
+}
+
+/// The `[llm.local]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalRuntimeSettings {
+    /// The prefix cache's bound in MiB (0: off); the embedded model's default when
+    /// absent.
+    pub prefix_cache_mb: Option<u64>,
 }
 
 /// Which model to use, as resolved by [`LlmSettings::resolve`].
@@ -154,6 +169,8 @@ pub struct LocalModelConfig {
     pub name: String,
     /// The model file, if configured.
     pub path: Option<PathBuf>,
+    /// `[llm.local] prefix_cache_mb`, if set.
+    pub prefix_cache_mb: Option<u64>,
 }
 
 /// An error in the model configuration.
@@ -311,7 +328,11 @@ impl LlmSettings {
             };
             return Ok(ModelChoice::Http(env_endpoint(base_url, model, env)));
         }
-        Ok(ModelChoice::Local(LocalModelConfig { name: "local".to_owned(), path: None }))
+        Ok(ModelChoice::Local(LocalModelConfig {
+            name: "local".to_owned(),
+            path: None,
+            prefix_cache_mb: self.llm.local.prefix_cache_mb,
+        }))
     }
 
     /// The cache mode, `read-write` by default.
@@ -354,7 +375,11 @@ impl LlmSettings {
             problem,
         };
         if entry.kind == ModelKind::Local {
-            return Ok(ModelChoice::Local(LocalModelConfig { name: name.to_owned(), path: entry.path.clone() }));
+            return Ok(ModelChoice::Local(LocalModelConfig {
+                name: name.to_owned(),
+                path: entry.path.clone(),
+                prefix_cache_mb: self.llm.local.prefix_cache_mb,
+            }));
         }
         let base_url = entry
             .base_url

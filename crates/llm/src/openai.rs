@@ -252,6 +252,7 @@ impl HttpModel {
         let usage = wire.usage.map_or(Usage::default(), |usage| Usage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            cached_tokens: usage.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
         });
         Ok(Completion { content: choice.message.content, tool_calls, finish_reason, usage })
     }
@@ -378,6 +379,7 @@ impl Completion {
             usage: Usage {
                 prompt_tokens: self.usage.prompt_tokens + earlier_usage.prompt_tokens,
                 completion_tokens: self.usage.completion_tokens + earlier_usage.completion_tokens,
+                cached_tokens: self.usage.cached_tokens + earlier_usage.cached_tokens,
             },
             latency,
             cached: false,
@@ -555,6 +557,14 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
     if let Some(path) = &args.model {
         config.path.clone_from(path);
     }
+    config.prefix_cache_mb = args.prefix_cache_mb;
     let model = LocalModel::new(config);
     // Load before binding, so a missing file fails now with the setup command to run.
     model.load().with_context(|| "cannot start the embedded model")?;

@@ -13,6 +13,26 @@ use serde_json::{Value, json};
 
 use crate::support;
 
+/// A plan → tool → synthesize workflow that looks a customer up.
+fn find_user() -> Value {
+    json!({
+        "name": "find-user",
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "lookup", "kind": "tool", "hints": ["find_user_id_by_name_zip"],
+             "instruction": "Look up the customer named in the request: {{ query }}"},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [{"from": "plan", "to": "lookup"}, {"from": "lookup", "to": "answer"}],
+        "entry": "plan",
+        "exit": "answer"
+    })
+}
+
+fn find_user_input() -> RunInput {
+    RunInput { id: "retail-1".to_owned(), query: "What is the user id of Yusuf Rossi, zip code 19122?".to_owned() }
+}
+
 #[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
@@ -34,28 +54,13 @@ async fn plan_tool_synthesize_over_tau2_retail_with_the_embedded_model() {
         prompts: Arc::new(exec_prompts(None).expect("templates register")),
         grounding: flowmem_exec::Grounding::default(),
     };
-    let plan = support::plan(
-        json!({
-            "name": "find-user",
-            "nodes": [
-                {"id": "plan", "kind": "llm", "role": "plan"},
-                {"id": "lookup", "kind": "tool", "hints": ["find_user_id_by_name_zip"],
-                 "instruction": "Look up the customer named in the request: {{ query }}"},
-                {"id": "answer", "kind": "llm", "role": "synthesize"}
-            ],
-            "edges": [{"from": "plan", "to": "lookup"}, {"from": "lookup", "to": "answer"}],
-            "entry": "plan",
-            "exit": "answer"
-        }),
-        runtime,
-    );
+    let plan = support::plan(find_user(), runtime);
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trace.jsonl");
     let writer = Arc::new(JsonlTraceWriter::new(std::fs::File::create(&path).unwrap()));
     let observers = Observers(vec![writer.clone()]);
-    let input =
-        RunInput { id: "retail-1".to_owned(), query: "What is the user id of Yusuf Rossi, zip code 19122?".to_owned() };
+    let input = find_user_input();
     let started = std::time::Instant::now();
     let trace = run(&plan, &input, &observers).await;
     let wall = started.elapsed();
@@ -165,4 +170,58 @@ async fn the_embedded_model_chooses_a_bound_argument_under_its_grammar() {
     assert!(product.error.is_none(), "a real product: {product:?}");
     let observed = &trace.observations.iter().find(|o| o.node_id == "product").unwrap().grounding;
     assert_eq!((observed[0].candidates, observed[0].grounded), (5, true), "{observed:?}");
+}
+
+/// What a run did, for comparing two runs: every model output and tool call, the
+/// answer and the error.
+fn behaviour(trace: &flowmem_model::Trace) -> Value {
+    json!({
+        "outputs": trace.observations.iter().map(|o| json!([o.node_id, o.output])).collect::<Vec<_>>(),
+        "calls": trace.tool_calls.iter().map(|c| json!([c.tool, c.args, c.result, c.error])).collect::<Vec<_>>(),
+        "result": trace.result,
+        "error": trace.error,
+    })
+}
+
+/// The prefix cache never changes what the model says: a ReAct run and a workflow run
+/// over the real τ² retail server behave identically on a model with the cache and on
+/// one without, and the cached model reports reused prompt tokens.
+#[allow(clippy::print_stderr, reason = "the figures of this run are the test's report")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_and_workflow_runs_are_the_same_with_and_without_the_prefix_cache() {
+    let model_file = require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let mut runs = Vec::new();
+    for prefix_cache_mb in [256, 0] {
+        let state_dir = tempfile::tempdir().unwrap();
+        let tools = support::retail(state_dir.path()).await;
+        let mut config = LocalConfig::standard();
+        config.path.clone_from(&model_file);
+        config.prefix_cache_mb = prefix_cache_mb;
+        let model = Arc::new(flowmem_llm::AccountedModel::new(
+            Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), 40)),
+            flowmem_llm::Accounting::new(),
+        ));
+        let runtime = Runtime {
+            executor: model.clone(),
+            models: Default::default(),
+            tools: tools.clone(),
+            prompts: Arc::new(exec_prompts(None).expect("templates register")),
+            grounding: flowmem_exec::Grounding::default(),
+        };
+        let agent = flowmem_exec::AgentConfig { max_steps: 3, instruction: None };
+        let react = flowmem_exec::run_agent(&runtime, &agent, &find_user_input(), &flowmem_exec::NoObserver).await;
+        let plan = support::plan(find_user(), runtime);
+        let workflow = run(&plan, &find_user_input(), &flowmem_exec::NoObserver).await;
+        tools.shutdown().await;
+        let totals = model.accounting().snapshot().total;
+        eprintln!("prefix cache {prefix_cache_mb} MiB: {totals:?}");
+        assert!(react.observations.len() >= 2, "{react:#?}");
+        runs.push((behaviour(&react), behaviour(&workflow), totals));
+    }
+    let (with, without) = (&runs[0], &runs[1]);
+    assert_eq!(with.0, without.0, "ReAct changed with the prefix cache");
+    assert_eq!(with.1, without.1, "the workflow run changed with the prefix cache");
+    assert_eq!(without.2.prefix_cached_tokens, 0);
+    assert!(with.2.prefix_cached_tokens > 0, "{:?}", with.2);
+    assert_eq!(with.2.prompt_tokens, without.2.prompt_tokens);
 }

@@ -6,6 +6,7 @@
 #![allow(clippy::print_stderr)]
 
 mod chat;
+mod prefix;
 mod serve;
 mod structured;
 mod tokenizer;
@@ -16,7 +17,14 @@ use flowmem_llm_local::{LocalConfig, LocalModel, SETUP_COMMAND};
 /// The shared model, or `None` (with a message naming the setup command) when the
 /// model file is absent.
 pub fn model() -> Option<LocalModel> {
-    let config = LocalConfig::standard();
+    model_with_cache(LocalConfig::standard().prefix_cache_mb)
+}
+
+/// The model with a prefix cache of `mb` MiB (0: none); models of the same bound share
+/// one copy, so give a test that counts evictions a bound of its own.
+pub fn model_with_cache(mb: u64) -> Option<LocalModel> {
+    let mut config = LocalConfig::standard();
+    config.prefix_cache_mb = mb;
     if !config.path.is_file() {
         assert!(
             std::env::var_os("CI").is_none(),

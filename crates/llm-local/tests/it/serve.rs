@@ -6,14 +6,14 @@ use serde_json::{Value, json};
 
 use flowmem_llm::ChatModel;
 
-struct Server {
-    base: String,
+pub struct Server {
+    pub base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Server {
-    async fn start(model: Arc<dyn ChatModel>) -> Server {
+    pub async fn start(model: Arc<dyn ChatModel>) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -23,7 +23,7 @@ impl Server {
         Server { base, stop: Some(stop), task }
     }
 
-    async fn shutdown(mut self) {
+    pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

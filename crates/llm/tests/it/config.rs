@@ -156,3 +156,20 @@ async fn with_nothing_configured_the_local_model_is_the_default() {
     let vars = env_of(&[("OPENAI_BASE_URL", "http://elsewhere/v1")]);
     assert_eq!(one.resolve(Purpose::Judge, None, &vars).await.unwrap().name(), "only");
 }
+
+#[tokio::test]
+async fn the_local_prefix_cache_bound_reaches_every_local_model() {
+    let none = LlmSettings::default().resolve(Purpose::Agent, None, &env_of(&[])).await.unwrap();
+    let ModelChoice::Local(local) = none else { panic!("{none:?}") };
+    assert_eq!(local.prefix_cache_mb, None, "unset: the embedded model's default");
+    let set = settings("[llm.local]\nprefix_cache_mb = 0\n\n[models.small]\nkind = \"local\"\n");
+    for choice in [
+        set.resolve(Purpose::Agent, None, &env_of(&[])).await.unwrap(),
+        set.resolve(Purpose::Agent, Some("small"), &env_of(&[])).await.unwrap(),
+    ] {
+        let ModelChoice::Local(local) = choice else { panic!("{choice:?}") };
+        assert_eq!(local.prefix_cache_mb, Some(0));
+    }
+    let typo = LlmSettings::from_toml("[llm.local]\nprefix_cache = 1\n", Path::new("f.toml")).unwrap_err();
+    assert!(typo.to_string().contains("prefix_cache"), "{typo}");
+}
