@@ -109,10 +109,8 @@ impl PrefixTree {
         self.tick += 1;
         let mut path = Vec::new();
         let mut at = ROOT;
-        for block in prompt.chunks_exact(BLOCK) {
-            if (path.len() + 1) * BLOCK >= prompt.len() {
-                break;
-            }
+        let reusable = prompt.len().saturating_sub(1) / BLOCK;
+        for block in prompt.chunks_exact(BLOCK).take(reusable) {
             match self.child(at, block) {
                 Some(next) => {
                     path.push(next);

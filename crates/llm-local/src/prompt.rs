@@ -1,7 +1,8 @@
 //! Rendering a conversation to ChatML text with minijinja templates.
 //!
-//! The conversation is rendered in two parts: the system message (the part that is
-//! the same across calls, whose KV state is cached) and the rest.
+//! The conversation is rendered in two parts, tokenized apart: the system message
+//! (with the tools and the response format, the part most shared across calls, so it
+//! comes first for the prefix cache) and the rest.
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
