@@ -36,6 +36,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -165,6 +166,11 @@ def figures(tree_text, cases, variants, net_dir, tag, max_align_secs):
     return out
 
 
+def compact(text):
+    """Puts lists of integers (the per-variant costs) on one line."""
+    return re.sub(r"\[\s*(\d+(?:,\s*\d+)*)\s*\]", lambda m: "[" + ",".join(m.group(1).split(",")).replace(" ", "").replace("\n", "") + "]", text)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("data")
@@ -192,8 +198,7 @@ def main():
             print(f"  {key}: {json.dumps({k: v for k, v in entry[key].items() if k != 'alignments'})}", file=sys.stderr, flush=True)
         doc["logs"][name] = entry
         with open(args.out + ".tmp", "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.write("\n")
+            f.write(compact(json.dumps(doc, indent=1, sort_keys=True)) + "\n")
         os.replace(args.out + ".tmp", args.out)
 
 
