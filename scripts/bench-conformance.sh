@@ -9,7 +9,8 @@
 # take minutes). Models whose alignments PM4Py does not finish for the reference fixture
 # (see scripts/reference/pm4py_conformance.py) are not aligned by either side.
 #
-# Usage: scripts/bench-conformance.sh [REPS]     (default 3; PM4PY_VENV picks the venv)
+# Usage: scripts/bench-conformance.sh [REPS]     (default 3; PM4PY_VENV picks the venv,
+#        LOGS=a.xes.gz,b.xes limits the logs)
 # Output: a table with ratios on stdout; raw CSV and the table under bench/runs/<date>-<host>/.
 set -euo pipefail
 
@@ -27,7 +28,11 @@ if ! "$VENV/bin/python" -c 'import pm4py, sys; sys.exit(pm4py.__version__ != "2.
     "$VENV/bin/pip" install --quiet "pm4py==2.7.23.11"
 fi
 
-mapfile -t LOGS < <(cd "$DATA" && ls *.xes *.xes.gz | sort)
+if [[ -n "${LOGS:-}" ]]; then
+    IFS=, read -r -a LOGS <<< "$LOGS"      # LOGS=a.xes.gz,b.xes limits the run
+else
+    mapfile -t LOGS < <(cd "$DATA" && ls *.xes *.xes.gz | sort)
+fi
 RAW="$OUT/conformance-raw.csv"
 echo "tool,log,model,read_ms,token_replay_ms,alignments_ms" > "$RAW"
 

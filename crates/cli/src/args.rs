@@ -85,6 +85,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
+    /// Check how well a process model fits a log: fitness, precision, deviating traces.
+    Conform(ConformArgs),
     /// Induce AWM workflows from trajectories into a workflow memory.
     Induce(InduceArgs),
     /// Browse, search, export, import and prune a workflow memory.
@@ -594,6 +596,54 @@ pub struct MineArgs {
     /// Replaying records without results through the tools, for the data flow.
     #[command(flatten)]
     pub replay: MineReplayArgs,
+}
+
+/// Arguments of `flowmem conform`.
+///
+/// Replays a log on a model and prints how well they fit, with PM4Py's measures:
+/// fitness by token-based replay (missing, remaining, consumed and produced tokens),
+/// fitness by optimal alignments (log and model moves cost 1, silent and synchronous
+/// moves 0), and ETConformance precision (how much more the model allows than the log
+/// does). Then the deviating traces, most frequent first, with their alignment: `a → b`
+/// are synchronous moves, `[log only: x]` an event the model cannot follow, `[model only:
+/// y]` a step the model needs and the trace lacks. `--json` gives every variant.
+///
+/// The model is a process tree in PM4Py's notation (`--tree`, or `--model` on a text
+/// file), a PNML Petri net (`--model net.pnml`), or a workflow graph (`--model
+/// graph.json`): its tool positions, each bound to the tools it hints (a position without
+/// hints allows any tool of the log), branches as choices, parallel blocks, loops.
+///
+/// Example: `flowmem conform retail.jsonl --tree "->( 'find_user_id_by_email', X( 'cancel_pending_order', 'return_delivered_order_items' ) )"`
+///
+/// Example: `flowmem mine runs.jsonl --miner imf --output pnml > net.pnml && flowmem conform runs.jsonl --model net.pnml --json`
+#[derive(Debug, Args)]
+pub struct ConformArgs {
+    /// The log: XES (`.xes`, `.xes.gz`), or JSONL with one `Record` or `Trajectory` per line.
+    pub log: std::path::PathBuf,
+    /// The model as a process tree in PM4Py's notation.
+    #[arg(long, value_name = "TREE", conflicts_with = "model", required_unless_present = "model")]
+    pub tree: Option<String>,
+    /// The model file: PNML (`.pnml`), a workflow graph (`.json`, `.yaml`), or a text file
+    /// holding a process tree.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<std::path::PathBuf>,
+    /// How JSONL tool calls become activities: the tool name, or the tool name with its
+    /// sorted argument keys (`get_order(order_id)`).
+    #[arg(long, value_enum, default_value_t = ActivityClassifier::Tool)]
+    pub classifier: ActivityClassifier,
+    /// How many deviating variants to show (`--json` lists all).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Exit 1 when the log's alignment fitness is below this value.
+    #[arg(long, value_name = "FITNESS")]
+    pub fail_under: Option<f64>,
+    /// The most search states one alignment may visit before the command gives up.
+    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N")]
+    pub max_states: usize,
+    /// Also replay every trace through the run-time guard, call by call, as a live agent
+    /// would be checked, and show which calls it flags and what it expected instead.
+    #[arg(long)]
+    pub guard: bool,
 }
 
 /// How `flowmem mine` replays records whose calls lack results before mining the data
