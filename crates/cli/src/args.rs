@@ -620,8 +620,14 @@ pub struct MineArgs {
 pub struct ConformArgs {
     /// The log: XES (`.xes`, `.xes.gz`), or JSONL with one `Record` or `Trajectory` per line.
     pub log: std::path::PathBuf,
-    /// The model as a process tree in PM4Py's notation.
-    #[arg(long, value_name = "TREE", conflicts_with = "model", required_unless_present = "model")]
+    /// The model as a process tree in PM4Py's notation (it may start with `->`).
+    #[arg(
+        long,
+        value_name = "TREE",
+        conflicts_with = "model",
+        required_unless_present = "model",
+        allow_hyphen_values = true
+    )]
     pub tree: Option<String>,
     /// The model file: PNML (`.pnml`), a workflow graph (`.json`, `.yaml`), or a text file
     /// holding a process tree.
