@@ -106,7 +106,9 @@ pub fn edit_step_schema(graph: &WorkflowGraph, tools: &[String], first: bool, ca
     let edit = if can_finish {
         let done = json!({"type": "object", "properties": {"op": {"type": "string", "const": DONE}},
                           "required": ["op"], "additionalProperties": false});
-        json!({"oneOf": [edit_ref, done]})
+        // `anyOf`, not `oneOf`: the two are disjoint by their `op`, and llguidance compiles
+        // `oneOf` only where it can prove that itself.
+        json!({"anyOf": [edit_ref, done]})
     } else {
         edit_ref
     };
@@ -396,11 +398,11 @@ fn condition_fits(graph: &WorkflowGraph, id: &str, condition: &Condition) -> boo
     has == needs
 }
 
-/// `oneOf` the `variants` or null.
+/// One of the `variants`, or null (as `anyOf`: they are disjoint by their tag).
 fn nullable(variants: Vec<Value>) -> Value {
     let mut variants = variants;
     variants.push(json!({"type": "null"}));
-    json!({"oneOf": variants})
+    json!({"anyOf": variants})
 }
 
 fn require(operation: &mut Value, field: &str) {

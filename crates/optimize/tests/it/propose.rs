@@ -301,6 +301,22 @@ async fn the_embedded_model_decodes_a_plan_under_the_narrowed_schema() {
     let schema = jsonschema::validator_for(&edit_step_schema(&graph, &proposer.tools, true, false)).unwrap();
     let reply = json!({"rationale": proposed.rationale, "edit": edit});
     assert!(schema.is_valid(&reply), "{reply}");
+
+    // The next turn's schema (an edit, or `done`) compiles too, on the graph the first
+    // edit left (or the same graph, had it been refused).
+    let (current, turn) = match apply_edit(&graph, edit) {
+        Ok(next) => (next, PlanTurn { proposed: Some(proposed.clone()), applied: 1, problems: vec![] }),
+        Err(err) => {
+            (graph.clone(), PlanTurn { proposed: Some(proposed.clone()), applied: 0, problems: vec![err.to_string()] })
+        }
+    };
+    let turns = [turn];
+    let input = ProposalInput { graph: &graph, feedback: &feedback, tried: &[], current: &current, turns: &turns };
+    let next = proposer.propose(&input).await.expect("the next turn's grammar compiles");
+    let can_finish = turns[0].applied > 0;
+    let schema = jsonschema::validator_for(&edit_step_schema(&current, &proposer.tools, false, can_finish)).unwrap();
+    let edit = next.edits.first().map_or(json!({"op": "done"}), |edit| serde_json::to_value(edit).unwrap());
+    assert!(schema.is_valid(&json!({"edit": edit})), "{edit}");
 }
 
 /// Later turns repeat the conversation: the model's reply, then what became of it and
