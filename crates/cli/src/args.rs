@@ -766,6 +766,15 @@ pub struct InduceArgs {
     pub text: bool,
 }
 
+/// How `flowmem scout` asks the optimizer for a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanDecodingArg {
+    /// One request per edit (the default).
+    PerEdit,
+    /// One request for the whole plan, then one per edit to repair it.
+    Whole,
+}
+
 /// The induction modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -1024,6 +1033,13 @@ pub struct ScoutArgs {
     /// The ReAct baseline's step budget.
     #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
     pub max_steps: u32,
+    /// How the optimizer writes a plan: `per-edit` asks for one edit at a time, each
+    /// under a schema narrowed to the graph the earlier edits left (the model says `done`
+    /// when the plan is complete); `whole` asks for the whole plan at once and then for
+    /// the edits that did not apply, one at a time. Both keep a plan's longest valid
+    /// prefix.
+    #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
+    pub plan_decoding: PlanDecodingArg,
     /// Where the configuration comes from.
     #[command(flatten)]
     pub config: ConfigArgs,

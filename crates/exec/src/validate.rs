@@ -351,6 +351,28 @@ pub const LOOP_EXIT: &str = "exit";
 /// The variable every template may use: the query text.
 pub const VAR_QUERY: &str = "query";
 
+/// The route labels a branch with `condition` can take, with the condition's name, when
+/// they are fixed: `ok` and `error` for `tool_succeeded`, `default` for `always`. A
+/// judge chooses among whatever labels the branch's edges carry, so it has none.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_exec::condition_routes;
+/// use flowmem_model::Condition;
+///
+/// assert_eq!(condition_routes(&Condition::ToolSucceeded), Some((&["ok", "error"][..], "tool_succeeded")));
+/// assert_eq!(condition_routes(&Condition::Judge { question: "?".into() }), None);
+/// ```
+#[must_use]
+pub fn condition_routes(condition: &Condition) -> Option<(&'static [&'static str], &'static str)> {
+    match condition {
+        Condition::Judge { .. } => None,
+        Condition::ToolSucceeded => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
+        Condition::Always => Some((&[ROUTE_DEFAULT], "always")),
+    }
+}
+
 // Globals minijinja provides; templates may call them without an upstream node.
 const TEMPLATE_GLOBALS: &[&str] = &["range", "dict", "namespace", "debug", "loop", "iteration"];
 
@@ -548,12 +570,7 @@ fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
                         Some(_) => {}
                     }
                 }
-                let fixed: Option<(&[&str], &'static str)> = match condition {
-                    Condition::Judge { .. } => None,
-                    Condition::ToolSucceeded => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
-                    Condition::Always => Some((&[ROUTE_DEFAULT], "always")),
-                };
-                if let Some((labels, condition)) = fixed {
+                if let Some((labels, condition)) = condition_routes(condition) {
                     for label in labels {
                         if !seen.contains(label) {
                             res.push(Violation::MissingRoute { node: node.id.clone(), label: (*label).to_owned() });
@@ -706,6 +723,13 @@ pub(crate) fn loop_bodies(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -
             reverse[to].push(from);
         }
     }
+    // Sources of the `back` edges into each node, for the nested loops below.
+    let mut inner_back = vec![Vec::new(); adjacency.len()];
+    for edge in graph.edges.iter().filter(|edge| edge.kind == EdgeKind::Back) {
+        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
+            inner_back[to].push(from);
+        }
+    }
     let mut bodies = HashMap::new();
     for (loop_idx, node) in graph.nodes.iter().enumerate() {
         if !matches!(node.kind, NodeKind::Loop { .. }) {
@@ -728,6 +752,8 @@ pub(crate) fn loop_bodies(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -
             queue.extend(adjacency[node_idx].iter().copied().filter(|&succ| !seen[succ]));
         }
         // Keep the nodes on a path back to the loop: those reaching a `back` edge source.
+        // A nested loop's body returns to its own loop node over its `back` edge, and
+        // that node goes on to this loop's, so inner back edges count as ways back too.
         let back_sources: Vec<usize> = graph
             .incoming(&node.id)
             .filter(|edge| edge.kind == EdgeKind::Back)
@@ -741,6 +767,7 @@ pub(crate) fn loop_bodies(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -
             }
             returns[node_idx] = true;
             stack.extend(reverse[node_idx].iter().copied());
+            stack.extend(inner_back[node_idx].iter().copied());
         }
         let mut body: Vec<usize> = if back_sources.is_empty() {
             forward
