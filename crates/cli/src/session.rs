@@ -403,6 +403,38 @@ pub fn embedding_model(config: &Config) -> anyhow::Result<Arc<dyn EmbeddingModel
     }
 }
 
+/// The retriever a command uses: the mode a flag or the configuration asks for (an
+/// error when it needs an embedding model that is missing), else `default`, which falls
+/// back to BM25 with a warning when the embedded embedding model is not installed, so
+/// that a memory stays searchable without it.
+///
+/// # Errors
+///
+/// As [`retriever`], for a mode that was asked for.
+pub fn chosen_retriever(
+    config: &Config,
+    asked: Option<RetrievalMode>,
+    default: RetrievalMode,
+) -> anyhow::Result<Retriever> {
+    if let Some(mode) = asked {
+        return retriever(config, mode);
+    }
+    match retriever(config, default) {
+        Err(err) if is_missing_embedding_model(&err) => {
+            tracing::warn!(
+                "{err:#}; retrieving by BM25 instead of `{default}` (pass --retrieval to choose, or run the setup script)"
+            );
+            Ok(Retriever::bm25())
+        }
+        other => other,
+    }
+}
+
+/// Whether `err` says the embedded embedding model's files are missing.
+fn is_missing_embedding_model(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| matches!(cause.downcast_ref(), Some(LocalError::EmbeddingModelMissing { .. })))
+}
+
 /// The embedding model when one is usable, for commands that store workflows: their
 /// vectors are then written with them; without one (the embedded model's files
 /// missing), workflows are stored without vectors and vector retrieval embeds them

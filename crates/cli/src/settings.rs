@@ -35,14 +35,11 @@ pub fn retrieval_mode(arg: RetrievalArg) -> RetrievalMode {
     }
 }
 
-/// The retrieval mode: the flag, else the configured one, else `default`.
+/// The retrieval mode asked for: the flag, else the configured one; `None` leaves the
+/// command's default.
 #[must_use]
-pub fn choose_retrieval(
-    flag: Option<RetrievalArg>,
-    configured: Option<RetrievalArg>,
-    default: RetrievalMode,
-) -> RetrievalMode {
-    flag.or(configured).map_or(default, retrieval_mode)
+pub fn asked_retrieval(flag: Option<RetrievalArg>, configured: Option<RetrievalArg>) -> Option<RetrievalMode> {
+    flag.or(configured).map(retrieval_mode)
 }
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then

@@ -17,8 +17,8 @@ use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, progress_bar};
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, retriever};
-use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, choose_retrieval, scope_filter};
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever};
+use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, asked_retrieval, scope_filter};
 
 /// The state key every run of the online agents uses; runs go one at a time.
 const RUN_STATE_KEY: &str = "flowmem-online/run";
@@ -40,8 +40,8 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         .with_context(|| format!("cannot open the memory `{}`", args.memory.display()))?;
 
     let config = Config::load(&args.config)?;
-    let retrieval = choose_retrieval(args.retrieval, config.memory()?.retrieval, DEFAULT_RETRIEVAL);
-    let retriever = retriever(&config, retrieval)?;
+    let asked = asked_retrieval(args.retrieval, config.memory()?.retrieval);
+    let retriever = chosen_retriever(&config, asked, DEFAULT_RETRIEVAL)?;
     let settings = SessionSettings {
         config,
         models: ModelRoles::new(&args.model).with_judge(&args.judge),

@@ -16,8 +16,8 @@ use crate::args::{ConfigArgs, ExchangeFormat, MemoryArgs, MemoryCommand, Retriev
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
 use crate::printer::Printer;
-use crate::session::retriever;
-use crate::settings::{Config, DEFAULT_RETRIEVAL, choose_retrieval, retrieval_mode, scope_filter, stored_scope};
+use crate::session::{chosen_retriever, retriever};
+use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode, scope_filter, stored_scope};
 
 /// Runs one `flowmem memory` command.
 pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -173,8 +173,8 @@ struct Search<'a> {
 
 async fn run_search(store: &mut MemoryStore, args: Search<'_>, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let config = Config::load(args.config)?;
-    let mode = choose_retrieval(args.retrieval, config.memory()?.retrieval, DEFAULT_RETRIEVAL);
-    let retriever = retriever(&config, mode)?;
+    let asked = asked_retrieval(args.retrieval, config.memory()?.retrieval);
+    let retriever = chosen_retriever(&config, asked, DEFAULT_RETRIEVAL)?;
     let embedded = retriever.prepare(store).await?;
     if embedded > 0 {
         printer.info(&format!("embedded {embedded} workflows that had no vector of the embedding model"));

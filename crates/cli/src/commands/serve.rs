@@ -20,9 +20,9 @@ use crate::args::{
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, retriever};
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever, retriever};
 use crate::settings::{
-    Config, DEFAULT_GATEWAY_RETRIEVAL, DEFAULT_RETRIEVAL, GatewaySettings, ModelRoles, choose_retrieval,
+    Config, DEFAULT_GATEWAY_RETRIEVAL, DEFAULT_RETRIEVAL, GatewaySettings, ModelRoles, asked_retrieval,
 };
 use flowmem_model::Scope;
 
@@ -108,7 +108,9 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
     cfg.isolation = isolation;
-    cfg.retrieval = choose_retrieval(args.retrieval, session_config.memory()?.retrieval, DEFAULT_RETRIEVAL);
+    let asked = asked_retrieval(args.retrieval, session_config.memory()?.retrieval);
+    let find_retriever = chosen_retriever(&session_config, asked, DEFAULT_RETRIEVAL)?;
+    cfg.retrieval = find_retriever.mode();
     // The embedded upstream's server, when the gateway has no upstream of its own.
     let mut embedded_upstream = None;
     if args.gateway || args.upstream.is_some() {
@@ -209,7 +211,7 @@ fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs
     if let Some(budget) = settings.budget_tokens {
         cfg.budget_tokens = budget;
     }
-    cfg.retrieval = choose_retrieval(args.gateway_retrieval, settings.retrieval, DEFAULT_GATEWAY_RETRIEVAL);
+    cfg.retrieval = asked_retrieval(args.gateway_retrieval, settings.retrieval).unwrap_or(DEFAULT_GATEWAY_RETRIEVAL);
     if let Some(secs) = args.quiet_secs.or(settings.quiet_secs) {
         if !(secs.is_finite() && secs >= 0.0) {
             bail!("the quiet period must be a number of seconds, not {secs}");

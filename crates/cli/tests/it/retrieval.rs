@@ -108,3 +108,36 @@ fn serve_llm_answers_the_openai_sdk_with_embeddings() {
     assert!(cosine(&floats[0], &floats[1]) > cosine(&floats[0], &floats[2]), "{floats:?}");
     assert_eq!(steps[3]["error"]["status"], 400, "{}", steps[3]);
 }
+
+#[test]
+fn without_the_embedding_model_the_default_falls_back_to_bm25_and_asking_for_vectors_fails() {
+    let dir = TestDir::new();
+    let runs = r##"{"id":"a","query":"Cancel order #W1","success":true,"meta":{"domain":"retail"},"steps":[{"action":{"kind":"tool_call","tool":"get_order_details","args":{"order_id":"#W1"}}},{"action":{"kind":"tool_call","tool":"cancel_pending_order","args":{"order_id":"#W1"}}}]}"##;
+    dir.write("runs.jsonl", &format!("{runs}\n"));
+    std::fs::create_dir(dir.path("no-models")).unwrap();
+    let no_models = dir.path("no-models").to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_flowmem"))
+            .args(args)
+            .current_dir(dir.path("."))
+            .env("FLOWMEM_MODEL_DIR", &no_models)
+            .env_remove("FLOWMEM_CONFIG")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&["induce", "--mode", "rule", "runs.jsonl", "--memory", "memory.db"]);
+    assert_eq!(code, Some(0), "workflows are stored without vectors: {stderr}");
+    assert!(stdout.contains("stored wf-"), "{stdout}");
+    let (code, stdout, stderr) = run(&["memory", "search", "cancel my order", "--memory", "memory.db"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("Cancel order #W1"), "{stdout}");
+    assert!(stderr.contains("35-embedding-model.sh") && stderr.contains("BM25"), "the fallback is said: {stderr}");
+    let (code, _, stderr) = run(&["memory", "search", "cancel", "--memory", "memory.db", "--retrieval", "vector"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("bash scripts/setup/35-embedding-model.sh"), "the error names the setup script: {stderr}");
+}
