@@ -137,11 +137,14 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     // The embedding model is built when a surface retrieves by meaning; the stored
     // workflows are then given vectors of it before serving, and learned ones get theirs
     // as they are stored.
-    let modes = std::iter::once(cfg.retrieval).chain(cfg.gateway.as_ref().map(|gateway| gateway.retrieval));
-    let vector_mode = modes.filter(|mode| mode.needs_vectors()).last();
-    let embedder = match vector_mode {
-        Some(mode) => {
-            let retriever = retriever(&session_config, mode)?;
+    let gateway_mode = cfg.gateway.as_ref().map(|gateway| gateway.retrieval).filter(|mode| mode.needs_vectors());
+    let vector_retriever = match (find_retriever.mode().needs_vectors(), gateway_mode) {
+        (true, _) => Some(find_retriever),
+        (false, Some(mode)) => Some(retriever(&session_config, mode)?),
+        (false, None) => None,
+    };
+    let embedder = match vector_retriever {
+        Some(retriever) => {
             let mut store = MemoryStore::open(memory, StoreConfig::standard())?;
             let embedded = retriever.prepare(&mut store).await?;
             if embedded > 0 {
