@@ -243,17 +243,9 @@ impl Encoder {
         let mean = summed.broadcast_div(&counts)?;
         let mut rows = mean.to_vec2::<f32>()?;
         for row in &mut rows {
-            normalise(row);
+            flowmem_llm::normalize(row);
         }
         Ok(rows)
-    }
-}
-
-/// Scales `vector` to unit length (left alone when it is zero).
-fn normalise(vector: &mut [f32]) {
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        vector.iter_mut().for_each(|x| *x /= norm);
     }
 }
 

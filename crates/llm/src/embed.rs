@@ -37,6 +37,16 @@ pub trait EmbeddingModel: Send + Sync {
     async fn embed(&self, texts: &[String]) -> Result<Embeddings, LlmError>;
 }
 
+/// Scales `vector` to unit length in place, so that a dot product is the cosine; a zero
+/// vector stays zero. The one normalisation of embedding vectors: the embedded model's
+/// output and the memory's stored and query vectors go through it.
+pub fn normalize(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
 /// The vectors of one [`EmbeddingModel::embed`] call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embeddings {

@@ -73,7 +73,9 @@ pub use crate::config::{
     CacheSettings, EmbeddingChoice, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelConfigError,
     ModelEntry, ModelKind, RoleTable, std_env,
 };
-pub use crate::embed::{EMBEDDINGS_PATH, EmbeddingModel, Embeddings, HttpEmbeddingConfig, HttpEmbeddingModel};
+pub use crate::embed::{
+    EMBEDDINGS_PATH, EmbeddingModel, Embeddings, HttpEmbeddingConfig, HttpEmbeddingModel, normalize,
+};
 pub use crate::error::LlmError;
 pub use crate::limit::TextLimitModel;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};

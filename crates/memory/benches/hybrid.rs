@@ -4,10 +4,10 @@
 //! `hybrid`, search alone and with the query's embedding.
 //!
 //! The corpus is [`synthetic_workflows`] (τ-bench-retail-shaped); queries are the retail
-//! test instructions. The first 10,000 workflows are embedded for real (their texts as
+//! test instructions. The first 2,000 workflows are embedded for real (their texts as
 //! the store embeds them); workflows beyond are given seeded random unit vectors, since
 //! an exact scan costs the same whatever the vectors hold and embedding 100,000 texts
-//! takes the better part of an hour on 2 cores (the throughput line says how long).
+//! takes long on 2 cores (the throughput line says how long).
 //! Throughput on 1 and 2 threads is measured in child processes of this bench with
 //! `RAYON_NUM_THREADS` set, since candle reads it at start.
 //!
@@ -29,7 +29,7 @@ use flowmem_model::Scope;
 use flowmem_testsupport::{Latencies, Lcg, retail_queries, synthetic_workflows};
 
 /// Workflows embedded for real; the rest get random vectors.
-const REAL: usize = 10_000;
+const REAL: usize = 2_000;
 /// Texts per throughput measurement.
 const THROUGHPUT_TEXTS: usize = 512;
 /// Timed searches per mode and size.

@@ -333,7 +333,7 @@ const SYNC_BATCH: usize = 128;
 
 /// Embeds every stored workflow that lacks a vector of `embedder`'s model (never
 /// embedded, or embedded by another model: the rebuild after a model change) and
-/// writes the vectors, [`SYNC_BATCH`] per transaction, so a kill loses at most one
+/// writes the vectors, 128 per transaction, so a kill loses at most one
 /// batch. Returns how many workflows it embedded.
 ///
 /// # Errors
@@ -357,8 +357,9 @@ pub async fn sync_vectors(store: &mut MemoryStore, embedder: &dyn EmbeddingModel
     Ok(n_embedded)
 }
 
-/// `vector` scaled to unit length (a zero vector stays zero).
+/// `vector` scaled to unit length ([`flowmem_llm::normalize`]).
 pub(crate) fn normalised(vector: &[f32]) -> Vec<f32> {
-    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 { vector.iter().map(|x| x / norm).collect() } else { vector.to_vec() }
+    let mut vector = vector.to_vec();
+    flowmem_llm::normalize(&mut vector);
+    vector
 }
