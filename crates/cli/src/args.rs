@@ -289,12 +289,31 @@ pub struct AgentArgs {
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS", requires = "memory")]
     pub budget_tokens: usize,
+    /// How workflows are retrieved: `bm25` (words), `vector` (meaning, by the embedding
+    /// model) or `hybrid` (both, fused by reciprocal rank). The mode and each hit's
+    /// scores are the trace's first node. Default: `[memory] retrieval`, else `hybrid`.
+    ///
+    /// Example: `flowmem agent --query "swap my keyboard" --memory memory.db --retrieval hybrid`
+    #[arg(long, value_enum, value_name = "MODE", requires = "memory")]
+    pub retrieval: Option<RetrievalArg>,
     /// Which workflows to retrieve from.
     #[command(flatten)]
     pub scope: ScopeArgs,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
     pub exec: ExecArgs,
+}
+
+/// `--retrieval`: how stored workflows are ranked for a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrievalArg {
+    /// BM25 over descriptions and steps: exact words, no model.
+    Bm25,
+    /// Cosine similarity of sentence embeddings (the embedding model): paraphrases match.
+    Vector,
+    /// BM25 and vector rankings fused by reciprocal rank.
+    Hybrid,
 }
 
 /// How `flowmem agent --memory` gives workflows to the agent.
@@ -418,6 +437,10 @@ pub struct ServeLlmArgs {
     /// no request prefills what an earlier one did (shared by all requests; 0 is off).
     #[arg(long, value_name = "MB", default_value_t = flowmem_llm_local::DEFAULT_PREFIX_CACHE_MB)]
     pub prefix_cache_mb: u64,
+    /// The directory of the embedding model served at `/v1/embeddings` (default:
+    /// `$FLOWMEM_MODEL_DIR` or `~/.cache/flowmem/models/`, `all-MiniLM-L6-v2`).
+    #[arg(long, value_name = "DIR")]
+    pub embedding_model: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `flowmem schema`.
@@ -832,18 +855,49 @@ pub enum MemoryCommand {
         #[arg(long)]
         tree: bool,
     },
-    /// Rank workflows by BM25 relevance to a query.
+    /// Rank workflows for a query: by BM25, by the meaning of sentence embeddings, or
+    /// both fused (`--retrieval`).
     ///
-    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3`
+    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3 --retrieval hybrid`
     Search {
         /// The query text.
         query: String,
         /// How many workflows to print.
         #[arg(short = 'k', long, default_value_t = 5)]
         limit: usize,
+        /// How workflows are ranked. Default: `[memory] retrieval`, else `hybrid`.
+        #[arg(long, value_enum, value_name = "MODE")]
+        retrieval: Option<RetrievalArg>,
         /// Which workflows to search.
         #[command(flatten)]
         scope: ScopeArgs,
+        /// Where the embedding model comes from (`[roles] embedding`).
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Measure retrieval quality on held-out records with reference tool logs: for each
+    /// record's query, retrieve the top k workflows and report the mean TC between the
+    /// top workflow's tool sequence and the reference's, recall@1 and recall@k of a
+    /// workflow with exactly the reference's tool sequence, and MRR, per retrieval mode.
+    /// No agent runs.
+    ///
+    /// Example: `flowmem memory eval-retrieval test.jsonl --memory memory.db -k 3 --retrieval bm25,vector,hybrid --json`
+    EvalRetrieval {
+        /// The records (`flowmem import` output): each one's `query` and its reference
+        /// tool log (`orchestration`).
+        records: std::path::PathBuf,
+        /// How many workflows are retrieved per query.
+        #[arg(short = 'k', long, default_value_t = 3)]
+        k: usize,
+        /// The retrieval modes to measure, side by side.
+        #[arg(long, value_enum, value_name = "MODES", value_delimiter = ',', default_value = "bm25,vector,hybrid")]
+        retrieval: Vec<RetrievalArg>,
+        /// Which workflows to retrieve from.
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Where the embedding model comes from (`[roles] embedding`).
+        #[command(flatten)]
+        config: ConfigArgs,
     },
     /// Write workflows as JSONL or AWM plain text.
     ///
@@ -1097,6 +1151,10 @@ pub struct LearnArgs {
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS")]
     pub budget_tokens: usize,
+    /// How workflows are retrieved: `bm25`, `vector` or `hybrid`. Default: `[memory]
+    /// retrieval`, else `hybrid`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub retrieval: Option<RetrievalArg>,
     /// Retrieve from and induce into this scope (default: each record's own domain and site).
     #[command(flatten)]
     pub scope: ScopeArgs,
@@ -1246,6 +1304,15 @@ pub struct ServeArgs {
     /// `[roles] inducer` model. Default: `[gateway] induce`, else `rule`.
     #[arg(long, value_enum, value_name = "MODE")]
     pub induce: Option<InduceMode>,
+    /// How `find_workflows` ranks: `bm25`, `vector` or `hybrid`. Default: `[memory]
+    /// retrieval`, else `hybrid`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub retrieval: Option<RetrievalArg>,
+    /// How the gateway ranks workflows for a conversation. Default: `[gateway]
+    /// retrieval`, else `bm25`: embedding the first message costs milliseconds on the
+    /// gateway's latency budget (see README, Benchmarks).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub gateway_retrieval: Option<RetrievalArg>,
     /// Where models and tools come from.
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-use crate::retry::{RetryPolicy, retry_after};
+use crate::endpoint::{Endpoint, EndpointConfig, Failure, shorten};
+use crate::passthrough::CHAT_COMPLETIONS_PATH;
+use crate::retry::RetryPolicy;
 use crate::{
     AssistantToolCall, ChatModel, ChatRequest, ChatResponse, EmbeddedPrompt, FinishReason, LlmError, Message, Prompts,
     ResponseFormat, Role, ToolChoice, Usage,
@@ -29,10 +30,6 @@ impl ApiKey {
     /// The `Authorization: Bearer` value, marked sensitive; `None` when the key is not
     /// a valid header value.
     pub(crate) fn bearer_header(&self) -> Option<HeaderValue> {
-        self.bearer()
-    }
-
-    fn bearer(&self) -> Option<HeaderValue> {
         let mut value = HeaderValue::from_str(&format!("Bearer {}", self.0)).ok()?;
         // reqwest redacts sensitive header values from its own Debug output.
         value.set_sensitive(true);
@@ -114,11 +111,7 @@ impl HttpModelConfig {
 #[derive(Debug)]
 pub struct HttpModel {
     cfg: HttpModelConfig,
-    client: reqwest::Client,
-    auth: Option<HeaderValue>,
-    // Invariant: holds `cfg.max_concurrency` permits (at least 1).
-    permits: Semaphore,
-    url: String,
+    endpoint: Endpoint,
 }
 
 impl HttpModel {
@@ -129,22 +122,16 @@ impl HttpModel {
     /// [`LlmError::Unavailable`] when the HTTP client cannot be built or the API key is
     /// not a valid header value.
     pub fn new(cfg: HttpModelConfig) -> Result<HttpModel, LlmError> {
-        let unavailable = |reason: String| LlmError::Unavailable { model: cfg.name.clone(), reason };
-        let client = reqwest::Client::builder()
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|err| unavailable(format!("cannot build an HTTP client: {err}")))?;
-        let auth =
-            match &cfg.api_key {
-                Some(key) => Some(key.bearer().ok_or_else(|| {
-                    unavailable("the API key holds characters not allowed in an HTTP header".to_owned())
-                })?),
-                None => None,
-            };
-        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-        let permits = Semaphore::new(cfg.max_concurrency.max(1));
-        Ok(HttpModel { cfg, client, auth, permits, url })
+        let endpoint = Endpoint::new(EndpointConfig {
+            name: &cfg.name,
+            base_url: &cfg.base_url,
+            path: CHAT_COMPLETIONS_PATH,
+            api_key: cfg.api_key.as_ref(),
+            timeout: cfg.timeout,
+            max_concurrency: cfg.max_concurrency,
+            retry: cfg.retry,
+        })?;
+        Ok(HttpModel { cfg, endpoint })
     }
 
     /// The configuration.
@@ -153,72 +140,23 @@ impl HttpModel {
         &self.cfg
     }
 
-    /// Sends `body` with retries and returns the parsed completion.
+    /// Sends `body` with retries and returns the parsed completion. A body that is not a
+    /// chat completion is retried; a completion that cannot be used is not.
     async fn complete(&self, body: &Value) -> Result<Completion, LlmError> {
-        let mut retry = 0;
-        loop {
-            let attempt = {
-                let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-                self.attempt(body).await
-            };
-            let failure = match attempt {
-                Ok(completion) => return Ok(completion),
-                Err(failure) => failure,
-            };
-            if !failure.retryable || retry >= self.cfg.retry.max_retries {
-                return Err(failure.error);
-            }
-            let delay = self.cfg.retry.delay(retry, failure.retry_after);
-            tracing::warn!(
-                model = %self.cfg.name,
-                retry = retry + 1,
-                delay_ms = delay.as_millis() as u64,
-                error = %failure.error,
-                "retrying chat request",
-            );
-            tokio::time::sleep(delay).await;
-            retry += 1;
-        }
-    }
-
-    /// One HTTP attempt.
-    async fn attempt(&self, body: &Value) -> Result<Completion, Failure> {
-        let mut request = self.client.post(&self.url).json(body);
-        if let Some(auth) = &self.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
-        }
-        let response = request.send().await.map_err(|err| self.transport_failure(err))?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let text = response.text().await.map_err(|err| self.transport_failure(err))?;
-        if !status.is_success() {
-            let code = status.as_u16();
-            return Err(Failure {
-                retryable: code == 408 || code == 429 || status.is_server_error(),
-                retry_after,
-                error: LlmError::Status { model: self.cfg.name.clone(), status: code, body: shorten(&text, 500) },
-            });
-        }
-        let wire: WireResponse = serde_json::from_str(&text).map_err(|err| Failure {
-            retryable: true,
-            retry_after: None,
-            error: LlmError::InvalidReply {
-                model: self.cfg.name.clone(),
-                problem: format!("a body that is not a chat completion ({err})"),
-                raw: text.clone(),
-            },
-        })?;
-        self.completion(wire, &text).map_err(|error| Failure { retryable: false, retry_after: None, error })
-    }
-
-    fn transport_failure(&self, err: reqwest::Error) -> Failure {
-        let error = if err.is_timeout() {
-            LlmError::Timeout { model: self.cfg.name.clone(), seconds: self.cfg.timeout.as_secs_f64() }
-        } else {
-            // Strip the URL's query string, if any, in case a deployment put a key there.
-            LlmError::Transport { model: self.cfg.name.clone(), source: Box::new(err.without_url()) }
-        };
-        Failure { retryable: true, retry_after: None, error }
+        self.endpoint
+            .post(body, "chat", |text| {
+                let wire: WireResponse = serde_json::from_str(text).map_err(|err| Failure {
+                    retryable: true,
+                    retry_after: None,
+                    error: LlmError::InvalidReply {
+                        model: self.cfg.name.clone(),
+                        problem: format!("a body that is not a chat completion ({err})"),
+                        raw: text.to_owned(),
+                    },
+                })?;
+                self.completion(wire, text).map_err(Failure::fatal)
+            })
+            .await
     }
 
     fn completion(&self, wire: WireResponse, raw: &str) -> Result<Completion, LlmError> {
@@ -319,7 +257,7 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
         reason: format!("cannot build an HTTP client: {err}"),
     })?;
     let mut request = client.get(format!("{}/models", base_url.trim_end_matches('/')));
-    if let Some(auth) = api_key.and_then(ApiKey::bearer) {
+    if let Some(auth) = api_key.and_then(ApiKey::bearer_header) {
         request = request.header(AUTHORIZATION, auth);
     }
     let transport = |err: reqwest::Error| {
@@ -349,13 +287,6 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
         raw: text.clone(),
     })?;
     Ok(list.data.into_iter().map(|entry| entry.id).collect())
-}
-
-/// A failed attempt and whether to retry it.
-struct Failure {
-    error: LlmError,
-    retryable: bool,
-    retry_after: Option<Duration>,
 }
 
 /// A parsed completion, before schema checking.
@@ -433,18 +364,6 @@ fn strip_code_fence(text: &str) -> &str {
     let Some(body) = rest.strip_suffix("```") else { return trimmed };
     // Drop an info string such as `json` on the opening line.
     body.split_once('\n').map_or(body, |(_, code)| code).trim()
-}
-
-/// Shortens `text` to at most `max` bytes on a character boundary.
-fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// The JSON body of a chat-completions request.

@@ -4,14 +4,16 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use flowmem_llm::EmbeddingModel;
 use flowmem_model::{Scope, Trajectory};
 
 use crate::error::InduceError;
 use crate::induce::{self, Inducer, RuleConfig, SkipReason, SkippedCandidate};
+use crate::retrieval::embed_workflows;
 use crate::store::{AddOutcome, MemoryStore};
 
 /// Options of [`induce_offline`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct OfflineConfig<'a> {
     /// The inducer. Its own scope setting is replaced by the per-group scope.
     pub inducer: Inducer<'a>,
@@ -20,6 +22,21 @@ pub struct OfflineConfig<'a> {
     pub scope: Option<&'a Scope>,
     /// For LM induction: trajectories per prompt within one scope.
     pub batch_size: usize,
+    /// The embedding model whose vectors are stored with each new workflow (in the same
+    /// transaction), or `None` to store workflows without vectors (vector retrieval
+    /// embeds them later, [`sync_vectors`](crate::sync_vectors)).
+    pub embedder: Option<&'a dyn EmbeddingModel>,
+}
+
+impl std::fmt::Debug for OfflineConfig<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfflineConfig")
+            .field("inducer", &self.inducer)
+            .field("scope", &self.scope)
+            .field("batch_size", &self.batch_size)
+            .field("embedder", &self.embedder.map(EmbeddingModel::name))
+            .finish()
+    }
 }
 
 /// What [`induce_offline`] did.
@@ -114,7 +131,13 @@ pub async fn induce_offline(
             };
             report.proposed += induction.proposed;
             report.skipped.extend(induction.skipped);
-            let outcomes = store.add_all(&induction.workflows)?;
+            let vectors = match cfg.embedder {
+                Some(embedder) if !induction.workflows.is_empty() => {
+                    Some(embed_workflows(embedder, &induction.workflows).await?)
+                }
+                _ => None,
+            };
+            let outcomes = store.add_all_with_vectors(&induction.workflows, vectors.as_ref())?;
             report.added.extend(induction.workflows.into_iter().zip(outcomes).map(|(workflow, outcome)| Added {
                 description: workflow.description,
                 trajectory_ids: workflow.provenance.trajectory_ids,

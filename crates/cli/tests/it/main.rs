@@ -13,6 +13,7 @@ mod llm_chat;
 mod memory;
 mod mine;
 mod online_embedded;
+mod retrieval;
 mod run;
 mod score;
 mod scout;
