@@ -58,7 +58,11 @@ pub use crate::fs::{AtomicFile, WriteError, write_atomic, write_json_atomic, wri
 pub use crate::graph::{
     ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph,
 };
-pub use crate::import::{ImportError, ImportFormat, Imported, Location, Skipped, import, import_text};
+pub use crate::import::{
+    ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent,
+    OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp, encode_export_response, encode_rpc_status,
+    import, import_text, otlp_file_encoding,
+};
 pub use crate::item::{Item, ItemKind};
 pub use crate::json_path::values_at;
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};

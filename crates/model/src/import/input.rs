@@ -66,6 +66,7 @@ fn matches_format(format: ImportFormat, name: &str) -> bool {
         ImportFormat::Tau2Bench => name.starts_with("tasks") && name.ends_with(".json"),
         ImportFormat::ToolBench => name.ends_with(".json") && !name.ends_with("_query.json"),
         ImportFormat::StableToolBench => name.ends_with(".json"),
+        ImportFormat::Otlp => crate::import::otlp::is_otlp_file(name),
     }
 }
 

@@ -11,6 +11,7 @@
 mod input;
 mod json;
 mod openai;
+mod otlp;
 mod stabletoolbench;
 mod tau2_bench;
 mod tau_bench;
@@ -19,9 +20,14 @@ mod toolbench;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Item, ItemKind};
+
+pub use self::otlp::{
+    MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan, assemble_otlp,
+    decode_otlp, encode_export_response, encode_rpc_status, otlp_file_encoding,
+};
 
 /// The outside formats flowmem reads.
 ///
@@ -51,6 +57,12 @@ pub enum ImportFormat {
     /// tool calls lost their arguments.
     #[serde(rename = "stabletoolbench")]
     StableToolBench,
+    /// OpenTelemetry traces of agents (OTLP protobuf, JSON, or the Collector's JSON
+    /// lines), giving trajectories: spans of the GenAI semantic conventions or of
+    /// OpenInference, grouped by conversation (else by trace). Every file of a directory
+    /// is read before spans are assembled, so log events may sit in their own file.
+    /// What a span held that could not be reconstructed is in [`Imported::gaps`].
+    Otlp,
 }
 
 /// What an import produced: the items, and what it skipped and why.
@@ -68,10 +80,14 @@ pub struct Imported {
     pub files: Vec<PathBuf>,
     /// Remarks about the import as a whole, such as data truncated at the source.
     pub notes: Vec<String>,
+    /// Parts of imported items that could not be reconstructed: the item was imported
+    /// without them (an OTLP span whose content was not captured, or whose parent is
+    /// missing). Each names where the part was read, and what the item lacks for it.
+    pub gaps: Vec<Skipped>,
 }
 
 /// An item that could not be imported.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {
     /// Where the problem is.
     pub location: Location,
@@ -80,15 +96,15 @@ pub struct Skipped {
 }
 
 /// A place in an input file: the file, the 1-based line, and the JSON path of the field.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
     /// The file.
     pub file: PathBuf,
     /// The 1-based line, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
     /// The JSON path of the offending field, such as `$.actions[2].kwargs`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_path: Option<String>,
 }
 
@@ -143,6 +159,10 @@ pub enum ImportError {
 /// ```
 pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError> {
     let files = input::input_files(format, path)?;
+    if format == ImportFormat::Otlp {
+        // Binary files, and spans assembled across every file.
+        return otlp::import_files(files);
+    }
     let mut imported = Imported::default();
     let mut truncation = stabletoolbench::Truncation::default();
     for file in files {
@@ -160,7 +180,8 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
 /// file at `name` (which only labels locations and `Meta::source`; nothing is read).
 ///
 /// This is [`import`] for data that arrives over the wire, such as a run an agent hands
-/// to `flowmem serve`. A `name` ending in `.jsonl` reads one item a line.
+/// to `flowmem serve`. A `name` ending in `.jsonl` reads one item a line. OTLP text is
+/// JSON (one request, or one a line); protobuf goes through [`decode_otlp`].
 ///
 /// # Example
 ///
@@ -197,17 +218,24 @@ fn import_one(
         ImportFormat::Tau2Bench => tau2_bench::run(&input, imported),
         ImportFormat::ToolBench => toolbench::run(&input, imported),
         ImportFormat::StableToolBench => stabletoolbench::run(&input, imported, truncation),
+        ImportFormat::Otlp => {
+            let bytes = text.as_bytes();
+            let batch = decode_otlp(file, bytes, otlp_file_encoding(file, bytes));
+            imported.skipped.extend(batch.skipped);
+            imported.append(assemble_otlp(batch.spans, batch.events, &input.source));
+        }
     }
 }
 
 impl ImportFormat {
     /// Every format, in the order `--help` lists them.
-    pub const ALL: [ImportFormat; 5] = [
+    pub const ALL: [ImportFormat; 6] = [
         ImportFormat::OpenAi,
         ImportFormat::TauBench,
         ImportFormat::Tau2Bench,
         ImportFormat::ToolBench,
         ImportFormat::StableToolBench,
+        ImportFormat::Otlp,
     ];
 
     /// The format's name on the command line, such as `tau2-bench`.
@@ -219,6 +247,7 @@ impl ImportFormat {
             ImportFormat::Tau2Bench => "tau2-bench",
             ImportFormat::ToolBench => "toolbench",
             ImportFormat::StableToolBench => "stabletoolbench",
+            ImportFormat::Otlp => "otlp",
         }
     }
 
@@ -227,7 +256,9 @@ impl ImportFormat {
     pub fn item_kind(self) -> ItemKind {
         match self {
             ImportFormat::TauBench | ImportFormat::Tau2Bench => ItemKind::Record,
-            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench => ItemKind::Trajectory,
+            ImportFormat::OpenAi | ImportFormat::ToolBench | ImportFormat::StableToolBench | ImportFormat::Otlp => {
+                ItemKind::Trajectory
+            }
         }
     }
 
@@ -240,6 +271,7 @@ impl ImportFormat {
             ImportFormat::Tau2Bench => "`tasks*.json`",
             ImportFormat::ToolBench => "`*.json` except `*_query.json`",
             ImportFormat::StableToolBench => "`*.json` outside `solvable_queries/`",
+            ImportFormat::Otlp => "`*.json`, `*.jsonl`, `*.ndjson`, `*.pb`, `*.binpb` and `*.protobuf`",
         }
     }
 }
@@ -263,6 +295,7 @@ impl Imported {
         self.skipped.append(&mut other.skipped);
         self.files.append(&mut other.files);
         self.notes.append(&mut other.notes);
+        self.gaps.append(&mut other.gaps);
     }
 }
 

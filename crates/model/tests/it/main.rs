@@ -4,4 +4,5 @@
 mod broken;
 mod data;
 mod jsonl;
+mod otlp;
 mod support;
