@@ -37,7 +37,10 @@ fn script() -> Script {
     for (order, reason) in ORDERS {
         script = script
             .when(turn(order, 0), Reply::tool_call("get_order_details", json!({"order_id": order})))
-            .when(turn(order, 1), Reply::tool_call("cancel_pending_order", json!({"order_id": order, "reason": reason})))
+            .when(
+                turn(order, 1),
+                Reply::tool_call("cancel_pending_order", json!({"order_id": order, "reason": reason})),
+            )
             .when(turn(order, 2), Reply::text(format!("Your order {order} is cancelled.")));
     }
     script.otherwise(Reply::text("unexpected request"))

@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::{Item, ItemKind};
 
 pub use self::otlp::{
-    MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan, assemble_otlp,
-    decode_otlp, encode_export_response, encode_rpc_status, otlp_file_encoding,
+    MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan,
+    assemble_otlp, decode_otlp, encode_export_response, encode_rpc_status, otlp_file_encoding,
 };
 
 /// The outside formats flowmem reads.

@@ -24,11 +24,11 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::import::Imported;
+use crate::import::Skipped;
 use crate::import::json::Node;
 use crate::import::openai::conversation;
 use crate::import::otlp::conventions::{self, Gap, SpanRole};
 use crate::import::otlp::{OtlpLogEvent, OtlpSpan, shorten};
-use crate::import::Skipped;
 use crate::{Action, Item, Meta, Trajectory};
 
 /// The deepest parent chain followed; deeper ones (or cycles) are cut here.
@@ -57,7 +57,6 @@ const MAX_DEPTH: usize = 256;
 /// let Item::Trajectory(run) = &imported.items[0] else { panic!("a trajectory") };
 /// assert_eq!((run.query.as_str(), run.final_answer.as_deref()), ("Hi", Some("Hello!")));
 /// ```
-#[must_use]
 pub fn assemble_otlp(spans: Vec<OtlpSpan>, events: Vec<OtlpLogEvent>, source: &str) -> Imported {
     let mut out = Imported::default();
     let mut spans = dedupe(spans, &mut out);
@@ -92,7 +91,10 @@ fn dedupe(spans: Vec<OtlpSpan>, out: &mut Imported) -> Vec<OtlpSpan> {
         if seen.insert((span.trace_id.clone(), span.span_id.clone())) {
             res.push(span);
         } else {
-            out.gaps.push(gap_at(&span, Gap { attribute: None, reason: "the same span came twice; the later copy is ignored".to_owned() }));
+            out.gaps.push(gap_at(
+                &span,
+                Gap { attribute: None, reason: "the same span came twice; the later copy is ignored".to_owned() },
+            ));
         }
     }
     res
@@ -217,11 +219,17 @@ fn assemble_run(spans: &[OtlpSpan], run: &Run, source: &str, out: &mut Imported)
             SpanRole::Other => {}
         }
         if span.dropped_attributes > 0 {
-            let reason = format!("the SDK dropped {} of its attributes (its attribute count limit); what they held is not in the trajectory", span.dropped_attributes);
+            let reason = format!(
+                "the SDK dropped {} of its attributes (its attribute count limit); what they held is not in the trajectory",
+                span.dropped_attributes
+            );
             out.gaps.push(gap_at(span, Gap { attribute: None, reason }));
         }
         if span.dropped_events > 0 {
-            let reason = format!("the SDK dropped {} of its events (its event count limit); what they held is not in the trajectory", span.dropped_events);
+            let reason = format!(
+                "the SDK dropped {} of its events (its event count limit); what they held is not in the trajectory",
+                span.dropped_events
+            );
             out.gaps.push(gap_at(span, Gap { attribute: None, reason }));
         }
     }
@@ -321,7 +329,8 @@ fn assemble_run(spans: &[OtlpSpan], run: &Run, source: &str, out: &mut Imported)
                 out.gaps.push(gap_at(&spans[outcome.span], Gap { attribute: None, reason }));
             }
         } else if call.result.is_none() && call.error.is_none() {
-            let reason = format!("no tool span or tool message gives the result of the call of `{}` (`{id}`)", call.tool);
+            let reason =
+                format!("no tool span or tool message gives the result of the call of `{}` (`{id}`)", call.tool);
             out.gaps.push(gap_at(first, Gap { attribute: None, reason }));
         }
         if transcript.made_up.contains(&id) {
@@ -358,7 +367,9 @@ fn depths(spans: &[OtlpSpan], members: &[usize], out: &mut Imported) -> HashMap<
                 Some(_) => break,
                 None => {
                     if current == idx {
-                        let reason = format!("its parent span `{parent}` is not in the input: it is placed by its start time alone");
+                        let reason = format!(
+                            "its parent span `{parent}` is not in the input: it is placed by its start time alone"
+                        );
                         out.gaps.push(gap_at(&spans[idx], Gap { attribute: None, reason }));
                     }
                     break;
@@ -385,10 +396,20 @@ fn message_key(message: &Value) -> String {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|call| format!("{}:{}", call.get("id").map_or(String::new(), Value::to_string), call.pointer("/function/name").map_or(String::new(), Value::to_string)))
+        .map(|call| {
+            format!(
+                "{}:{}",
+                call.get("id").map_or(String::new(), Value::to_string),
+                call.pointer("/function/name").map_or(String::new(), Value::to_string)
+            )
+        })
         .collect();
     let answers = message.get("tool_call_id").map_or(String::new(), Value::to_string);
-    format!("{}\u{0}{text}\u{0}{}\u{0}{answers}", message.get("role").map_or(String::new(), Value::to_string), calls.join(","))
+    format!(
+        "{}\u{0}{text}\u{0}{}\u{0}{answers}",
+        message.get("role").map_or(String::new(), Value::to_string),
+        calls.join(",")
+    )
 }
 
 fn is_system(message: &Value) -> bool {
@@ -445,12 +466,15 @@ fn attach_tool(transcript: &mut Transcript, span: usize, call: conventions::Tool
             let arguments = call.args.clone().map_or_else(|| json!({}), Value::Object);
             transcript.messages.push(json!({"role": "assistant", "tool_calls": [
                 {"id": id, "type": "function", "function": {"name": call.name, "arguments": arguments}}]}));
+            // Without a recorded result the call stays unanswered (a gap, below).
             let content = match &call.result {
-                Some(Value::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(other) => Some(other.to_string()),
+                None => None,
             };
-            transcript.messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            if let Some(content) = content {
+                transcript.messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
             id
         }
     };
@@ -466,7 +490,10 @@ fn sanitize(messages: Vec<Value>, gaps: &mut Vec<Gap>) -> Vec<Value> {
     for mut message in messages {
         let role = message.get("role").and_then(Value::as_str).unwrap_or("").to_owned();
         if !matches!(role.as_str(), "system" | "developer" | "user" | "assistant" | "tool") {
-            gaps.push(Gap { attribute: None, reason: format!("a message with role `{role}` is not a chat message; it is left out") });
+            gaps.push(Gap {
+                attribute: None,
+                reason: format!("a message with role `{role}` is not a chat message; it is left out"),
+            });
             continue;
         }
         match message.get("content") {
@@ -477,7 +504,9 @@ fn sanitize(messages: Vec<Value>, gaps: &mut Vec<Gap>) -> Vec<Value> {
             }
         }
         if let Some(list) = message.get_mut("tool_calls").and_then(Value::as_array_mut) {
-            list.retain(|call| call.pointer("/function/name").and_then(Value::as_str).is_some_and(|name| !name.is_empty()));
+            list.retain(|call| {
+                call.pointer("/function/name").and_then(Value::as_str).is_some_and(|name| !name.is_empty())
+            });
             for call in list.iter_mut() {
                 let name = call.pointer("/function/name").and_then(Value::as_str).unwrap_or("").to_owned();
                 let arguments = call.pointer("/function/arguments").cloned().unwrap_or(Value::Null);

@@ -71,7 +71,10 @@ fn text_attribute<'s>(span: &'s OtlpSpan, key: &str, gaps: &mut Vec<Gap>) -> Opt
         Value::String(text) => Some(text),
         Value::Null => None,
         other => {
-            gaps.push(Gap { attribute: Some(idx), reason: format!("`{key}` must be a string, found {}; it is ignored", kind(other)) });
+            gaps.push(Gap {
+                attribute: Some(idx),
+                reason: format!("`{key}` must be a string, found {}; it is ignored", kind(other)),
+            });
             None
         }
     }
@@ -151,7 +154,10 @@ fn json_attribute(span: &OtlpSpan, key: &str, gaps: &mut Vec<Gap>) -> Option<Val
                 None
             }
             Err(err) => {
-                gaps.push(Gap { attribute: Some(idx), reason: format!("`{key}` is not valid JSON ({err}); it is not used") });
+                gaps.push(Gap {
+                    attribute: Some(idx),
+                    reason: format!("`{key}` is not valid JSON ({err}); it is not used"),
+                });
                 None
             }
         },
@@ -174,7 +180,9 @@ fn genai_messages(span: &OtlpSpan, key: &str, gaps: &mut Vec<Gap>) -> Option<Vec
     for (n, message) in messages.iter().enumerate() {
         match genai_message(message) {
             Ok(converted) => res.extend(converted),
-            Err(reason) => gaps.push(Gap { attribute: idx, reason: format!("`{key}` message {n}: {reason}; it is left out") }),
+            Err(reason) => {
+                gaps.push(Gap { attribute: idx, reason: format!("`{key}` message {n}: {reason}; it is left out") })
+            }
         }
     }
     Some(res)
@@ -253,7 +261,10 @@ pub(super) fn llm_messages(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> SpanMessages
             if missing {
                 gaps.push(Gap {
                     attribute: attribute(span, key).map(|(idx, _)| idx),
-                    reason: format!("the {side} messages were stored outside the trace, at `{}`; they are not in the trajectory", shorten(reference, 200)),
+                    reason: format!(
+                        "the {side} messages were stored outside the trace, at `{}`; they are not in the trajectory",
+                        shorten(reference, 200)
+                    ),
                 });
             }
         }
@@ -296,7 +307,13 @@ fn event_messages(events: &[OtlpEvent], gaps: &mut Vec<Gap>) -> SpanMessages {
                 seen_output = true;
                 let index = body.get("index").and_then(|index| index.as_i64().or_else(|| index.as_str()?.parse().ok()));
                 if index.unwrap_or(0) != 0 {
-                    gaps.push(Gap { attribute: None, reason: format!("choice {} of the model's answer is not kept: a trajectory follows the first", index.unwrap_or(0)) });
+                    gaps.push(Gap {
+                        attribute: None,
+                        reason: format!(
+                            "choice {} of the model's answer is not kept: a trajectory follows the first",
+                            index.unwrap_or(0)
+                        ),
+                    });
                     continue;
                 }
                 let mut message = body.get("message").cloned().unwrap_or_else(|| json!({}));
@@ -336,7 +353,9 @@ fn event_messages(events: &[OtlpEvent], gaps: &mut Vec<Gap>) -> SpanMessages {
                 gaps.extend(found.into_iter().map(|gap| Gap { attribute: None, ..gap }));
                 match value {
                     Some(Value::Array(messages)) => out.extend(messages),
-                    Some(Value::String(text)) => out.push(json!({"role": if key == "gen_ai.prompt" { "user" } else { "assistant" }, "content": text})),
+                    Some(Value::String(text)) => out.push(
+                        json!({"role": if key == "gen_ai.prompt" { "user" } else { "assistant" }, "content": text}),
+                    ),
                     _ => n_empty += 1,
                 }
             }
@@ -385,7 +404,8 @@ fn openinference_messages(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> SpanMessages 
     }
     if messages.output.is_none()
         && let Some(Value::Object(response)) = value_attribute(span, "output.value", gaps)
-        && let Some(message) = response.get("choices").and_then(|choices| choices.get(0)).and_then(|choice| choice.get("message"))
+        && let Some(message) =
+            response.get("choices").and_then(|choices| choices.get(0)).and_then(|choice| choice.get("message"))
     {
         messages.output = Some(vec![message.clone()]);
     }
@@ -403,7 +423,10 @@ fn value_attribute(span: &OtlpSpan, key: &str, gaps: &mut Vec<Gap>) -> Option<Va
         Err(err) if mime == Some("application/json") && err.is_eof() => {
             gaps.push(Gap {
                 attribute: attribute(span, key).map(|(idx, _)| idx),
-                reason: format!("`{key}` is truncated: its JSON ends after {} characters; it is kept as text", text.chars().count()),
+                reason: format!(
+                    "`{key}` is truncated: its JSON ends after {} characters; it is kept as text",
+                    text.chars().count()
+                ),
             });
             Some(Value::String(text.to_owned()))
         }
@@ -475,7 +498,9 @@ pub(super) fn agent_messages(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> SpanMessag
             Some(Value::Object(request)) if request.get("messages").is_some_and(Value::is_array) => {
                 request.get("messages").and_then(Value::as_array).cloned()
             }
-            _ => text_attribute(span, "flowmem.query", gaps).map(|query| vec![json!({"role": "user", "content": query})]),
+            _ => {
+                text_attribute(span, "flowmem.query", gaps).map(|query| vec![json!({"role": "user", "content": query})])
+            }
         };
     }
     if messages.output.is_none()
@@ -497,7 +522,8 @@ pub(super) fn tool_call(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> ToolSpan {
     let mut args = None;
     for key in ["gen_ai.tool.call.arguments", "tool_call.function.arguments", "input.value"] {
         let Some((idx, _)) = attribute(span, key) else { continue };
-        let value = if key == "input.value" { value_attribute(span, key, gaps) } else { json_attribute(span, key, gaps) };
+        let value =
+            if key == "input.value" { value_attribute(span, key, gaps) } else { json_attribute(span, key, gaps) };
         match value {
             Some(Value::Object(object)) => {
                 args = Some(object);
@@ -506,7 +532,10 @@ pub(super) fn tool_call(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> ToolSpan {
             Some(Value::Null) | None => {}
             Some(other) => gaps.push(Gap {
                 attribute: Some(idx),
-                reason: format!("`{key}` must be a JSON object (or text holding one), found {}; the call's arguments are not kept", kind(&other)),
+                reason: format!(
+                    "`{key}` must be a JSON object (or text holding one), found {}; the call's arguments are not kept",
+                    kind(&other)
+                ),
             }),
         }
     }
@@ -519,7 +548,9 @@ pub(super) fn tool_call(span: &OtlpSpan, gaps: &mut Vec<Gap>) -> ToolSpan {
         args = Some(parameters);
     }
     let result = match attribute(span, "gen_ai.tool.call.result") {
-        Some((_, Value::String(text))) => Some(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))),
+        Some((_, Value::String(text))) => {
+            Some(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())))
+        }
         Some((_, Value::Null)) | None => value_attribute(span, "output.value", gaps),
         Some((_, structured)) => Some(structured.clone()),
     };

@@ -11,11 +11,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::import::Location;
 use crate::import::json::{LineCounter, Node, Problem, Segment, offset_in, render_path, top_level_children, type_name};
 use crate::import::otlp::{
     MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEvent, OtlpLogEvent, OtlpSpan, check_hex_id, too_large,
 };
-use crate::import::Location;
 
 /// The envelope keys of each signal: resource level, scope level, item level.
 const TRACES: [&str; 3] = ["resourceSpans", "scopeSpans", "spans"];
@@ -183,7 +183,14 @@ fn service_name(raw: &str) -> Option<String> {
     service.pointer("/value/stringValue")?.as_str().map(str::to_owned)
 }
 
-fn read_item(place: &mut Place<'_>, raw: &str, path: &[Segment], is_span: bool, service: Option<&str>, out: &mut OtlpBatch) {
+fn read_item(
+    place: &mut Place<'_>,
+    raw: &str,
+    path: &[Segment],
+    is_span: bool,
+    service: Option<&str>,
+    out: &mut OtlpBatch,
+) {
     let line = place.line_of(raw);
     let location = Location { file: place.file.to_owned(), line: Some(line), json_path: Some(render_path(path, &[])) };
     let what = if is_span { "span" } else { "log record" };
@@ -323,10 +330,8 @@ fn opt_u64(node: &Node<'_, '_>, key: &str) -> Result<Option<u64>, Problem> {
     };
     match parsed {
         Some(n) => Ok(Some(n)),
-        None => Err(field.problem(format!(
-            "expected an unsigned integer (a string or a number), found {}",
-            type_name(field.value)
-        ))),
+        None => Err(field
+            .problem(format!("expected an unsigned integer (a string or a number), found {}", type_name(field.value)))),
     }
 }
 

@@ -262,9 +262,10 @@ pub(crate) fn import_files(files: Vec<PathBuf>) -> Result<Imported, ImportError>
     }
     let source = format!("otlp:{}", sources.join(","));
     if batch.n_unlinked_records > 0 {
-        imported
-            .notes
-            .push(format!("{} log record(s) name no span and are not GenAI events of one; they were read past", batch.n_unlinked_records));
+        imported.notes.push(format!(
+            "{} log record(s) name no span and are not GenAI events of one; they were read past",
+            batch.n_unlinked_records
+        ));
     }
     imported.skipped = batch.skipped;
     imported.append(assemble_otlp(batch.spans, batch.events, &source));
@@ -299,7 +300,9 @@ pub fn encode_export_response(signal: OtlpSignal, rejected: u64, message: &str, 
     };
     let body = match partial {
         // Proto3's JSON mapping writes int64 as a string.
-        Some(partial) => serde_json::json!({"partialSuccess": {key: partial.rejected.to_string(), "errorMessage": partial.error_message}}),
+        Some(partial) => {
+            serde_json::json!({"partialSuccess": {key: partial.rejected.to_string(), "errorMessage": partial.error_message}})
+        }
         None => serde_json::json!({}),
     };
     body.to_string().into_bytes()

@@ -25,9 +25,14 @@ use crate::import::otlp::{
 struct Field<'a> {
     number: u32,
     bytes: Option<&'a [u8]>,
+    /// Whether the payload ends inside this field: `bytes` are the ones that remain, and
+    /// a message there may still hold whole spans before the cut.
+    cut: bool,
 }
 
 /// The fields of `buf` in order, or why the message is malformed after the last one.
+///
+/// A length-delimited field longer than what remains is the last field, marked `cut`.
 fn fields(mut buf: &[u8]) -> (Vec<Field<'_>>, Option<String>) {
     let total = buf.len();
     let mut res = Vec::new();
@@ -55,14 +60,18 @@ fn fields(mut buf: &[u8]) -> (Vec<Field<'_>>, Option<String>) {
                         buf = rest;
                         Ok(Some(bytes))
                     }
-                    None => Err(format!("field {number} needs {len} bytes, {} remain", buf.len())),
+                    None => {
+                        let reason = format!("field {number} needs {len} bytes, {} remain", buf.len());
+                        res.push(Field { number, bytes: Some(buf), cut: true });
+                        return (res, Some(format!("cut short at byte {at} of {total}: {reason}")));
+                    }
                 },
                 Err(err) => Err(err.to_string()),
             },
             WireType::StartGroup | WireType::EndGroup => Err(format!("field {number} uses deprecated groups")),
         };
         match skipped {
-            Ok(bytes) => res.push(Field { number, bytes }),
+            Ok(bytes) => res.push(Field { number, bytes, cut: false }),
             Err(reason) => {
                 return (res, Some(format!("cut short or malformed at byte {at} of {total}: {reason}")));
             }
@@ -80,6 +89,9 @@ fn keys(signal: OtlpSignal) -> [&'static str; 3] {
 }
 
 /// Reads one protobuf payload of `signal` into `out`.
+///
+/// A cut is reported once, at the deepest level it fell in: a resource or scope the
+/// payload ends inside is still read up to the cut.
 pub(super) fn read(file: &Path, bytes: &[u8], signal: OtlpSignal, out: &mut OtlpBatch) {
     let [resource_key, scope_key, item_key] = keys(signal);
     let what = match signal {
@@ -87,46 +99,55 @@ pub(super) fn read(file: &Path, bytes: &[u8], signal: OtlpSignal, out: &mut Otlp
         OtlpSignal::Logs => "ExportLogsServiceRequest",
     };
     let (resources, broken) = fields(bytes);
-    if let Some(reason) = broken {
-        let path = format!("$.{resource_key}[{}]", resources.iter().filter(|f| f.number == 1).count());
+    let resources: Vec<&Field<'_>> =
+        resources.iter().filter(|field| field.number == 1 && field.bytes.is_some()).collect();
+    if let Some(reason) = broken
+        && !resources.last().is_some_and(|field| field.cut)
+    {
+        let path = format!("$.{resource_key}[{}]", resources.len());
         out.envelope_error(file, None, path, format!("not a valid OTLP protobuf {what}: {reason}"));
     }
-    for (i, resource) in resources.iter().filter_map(|field| field.bytes.filter(|_| field.number == 1)).enumerate() {
+    for (i, resource) in resources.iter().filter_map(|field| field.bytes).enumerate() {
         let resource_path = format!("$.{resource_key}[{i}]");
         let (members, broken) = fields(resource);
         let service = members
             .iter()
-            .filter(|field| field.number == 1)
+            .filter(|field| field.number == 1 && !field.cut)
             .filter_map(|field| field.bytes)
             .find_map(|bytes| wire::Resource::decode(bytes).ok())
             .and_then(|resource| {
                 resource.attributes.into_iter().find(|kv| kv.key == "service.name").and_then(|kv| match kv.value {
-                    Some(wire::AnyValue { value: Some(any_value::Value::StringValue(name)) }) => Some(name),
+                    Some(wire::AnyValue { value: Some(any_value::Value::String(name)) }) => Some(name),
                     _ => None,
                 })
             });
-        let scopes = members.iter().filter(|field| field.number == 2).filter_map(|field| field.bytes);
-        let mut n_scopes = 0;
-        for (j, scope) in scopes.enumerate() {
-            n_scopes += 1;
+        let scopes: Vec<&Field<'_>> =
+            members.iter().filter(|field| field.number == 2 && field.bytes.is_some()).collect();
+        if let Some(reason) = broken
+            && !scopes.last().is_some_and(|field| field.cut)
+        {
+            let path = format!("{resource_path}.{scope_key}[{}]", scopes.len());
+            out.envelope_error(file, None, path, format!("the resource's scopes end early: {reason}"));
+        }
+        for (j, scope) in scopes.iter().filter_map(|field| field.bytes).enumerate() {
             let scope_path = format!("{resource_path}.{scope_key}[{j}]");
             let (members, broken) = fields(scope);
-            let items = members.iter().filter(|field| field.number == 2).filter_map(|field| field.bytes);
+            // An item the payload ends inside is not read: it is the cut reported below.
+            let items = members.iter().filter(|field| field.number == 2 && !field.cut).filter_map(|field| field.bytes);
             let mut n_items = 0;
             for (k, item) in items.enumerate() {
                 n_items += 1;
-                let location =
-                    Location { file: file.to_owned(), line: None, json_path: Some(format!("{scope_path}.{item_key}[{k}]")) };
+                let location = Location {
+                    file: file.to_owned(),
+                    line: None,
+                    json_path: Some(format!("{scope_path}.{item_key}[{k}]")),
+                };
                 read_item(item, signal, service.as_deref(), location, out);
             }
             if let Some(reason) = broken {
                 let path = format!("{scope_path}.{item_key}[{n_items}]");
                 out.envelope_error(file, None, path, format!("the scope's records end early: {reason}"));
             }
-        }
-        if let Some(reason) = broken {
-            let path = format!("{resource_path}.{scope_key}[{n_scopes}]");
-            out.envelope_error(file, None, path, format!("the resource's scopes end early: {reason}"));
         }
     }
 }
@@ -223,17 +244,15 @@ fn attributes(key_values: Vec<wire::KeyValue>) -> Vec<OtlpAttribute> {
 fn json_of(value: wire::AnyValue) -> Value {
     match value.value {
         None => Value::Null,
-        Some(any_value::Value::StringValue(text)) => Value::String(text),
-        Some(any_value::Value::BoolValue(flag)) => Value::Bool(flag),
-        Some(any_value::Value::IntValue(n)) => Value::from(n),
+        Some(any_value::Value::String(text)) => Value::String(text),
+        Some(any_value::Value::Bool(flag)) => Value::Bool(flag),
+        Some(any_value::Value::Int(n)) => Value::from(n),
         // NaN and infinities have no JSON form.
-        Some(any_value::Value::DoubleValue(x)) => serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
-        Some(any_value::Value::ArrayValue(array)) => Value::Array(array.values.into_iter().map(json_of).collect()),
-        Some(any_value::Value::KvlistValue(list)) => Value::Object(
-            list.values.into_iter().map(|kv| (kv.key, kv.value.map_or(Value::Null, json_of))).collect(),
-        ),
-        Some(any_value::Value::BytesValue(bytes)) => {
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+        Some(any_value::Value::Double(x)) => serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
+        Some(any_value::Value::Array(array)) => Value::Array(array.values.into_iter().map(json_of).collect()),
+        Some(any_value::Value::Kvlist(list)) => {
+            Value::Object(list.values.into_iter().map(|kv| (kv.key, kv.value.map_or(Value::Null, json_of))).collect())
         }
+        Some(any_value::Value::Bytes(bytes)) => Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
     }
 }

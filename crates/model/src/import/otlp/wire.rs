@@ -27,25 +27,25 @@ pub(crate) mod any_value {
     pub(crate) enum Value {
         /// `string_value`.
         #[prost(string, tag = "1")]
-        StringValue(String),
+        String(String),
         /// `bool_value`.
         #[prost(bool, tag = "2")]
-        BoolValue(bool),
+        Bool(bool),
         /// `int_value`.
         #[prost(int64, tag = "3")]
-        IntValue(i64),
+        Int(i64),
         /// `double_value`.
         #[prost(double, tag = "4")]
-        DoubleValue(f64),
+        Double(f64),
         /// `array_value`.
         #[prost(message, tag = "5")]
-        ArrayValue(super::ArrayValue),
+        Array(super::ArrayValue),
         /// `kvlist_value`.
         #[prost(message, tag = "6")]
-        KvlistValue(super::KeyValueList),
+        Kvlist(super::KeyValueList),
         /// `bytes_value`.
         #[prost(bytes, tag = "7")]
-        BytesValue(Vec<u8>),
+        Bytes(Vec<u8>),
     }
 }
 
