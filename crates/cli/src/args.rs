@@ -102,6 +102,15 @@ pub enum Command {
     /// Example:
     ///
     ///   flowmem import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o retail.jsonl
+    ///
+    /// OpenTelemetry traces of an agent (OTLP JSON, protobuf, or the Collector's file
+    /// exporter lines; GenAI or OpenInference conventions), one trajectory per
+    /// conversation or trace:
+    ///
+    ///   flowmem import --format otlp traces/ -o runs.jsonl
+    ///
+    /// For OTLP, what a span held that could not be reconstructed (content not captured,
+    /// a missing parent span) is listed as a gap; the trajectory is still written.
     Import(ImportArgs),
     /// Count items, tool calls, distinct tools and top tool-to-tool transitions of a JSONL file.
     ///
@@ -989,6 +998,11 @@ pub enum ImportFormatArg {
     /// An XES event log (`.xes` or `.xes.gz`) -> trajectories, one per case, with each
     /// event's activity as the tool name.
     Xes,
+    /// OpenTelemetry traces (OTLP JSON `*.json`, protobuf `*.pb`, Collector file exporter
+    /// `*.jsonl`) of the GenAI or OpenInference conventions -> trajectories, one per
+    /// conversation id, else per trace. The files of one directory are read together, so
+    /// a protobuf `*logs*.pb` of GenAI events joins the spans it belongs to.
+    Otlp,
 }
 
 /// Arguments of `flowmem stats`.

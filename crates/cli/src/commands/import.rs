@@ -17,8 +17,9 @@ const MAX_SKIPS_SHOWN: usize = 20;
 /// The `--json` summary of `flowmem import`.
 ///
 /// Version 1: `{version, format, output, kind, files, read, written, skipped: [{location:
-/// {file, line?, json_path?}, reason}], notes}`. `output` and `kind` are null when
-/// nothing was written.
+/// {file, line?, json_path?}, reason}], gaps: [same as skipped], notes}`. `output` and
+/// `kind` are null when nothing was written. `gaps` are parts of written items that could
+/// not be reconstructed (OTLP only so far).
 #[derive(Debug, Serialize)]
 struct Summary<'a> {
     version: u32,
@@ -29,6 +30,7 @@ struct Summary<'a> {
     read: usize,
     written: usize,
     skipped: &'a [Skipped],
+    gaps: &'a [Skipped],
     notes: &'a [String],
 }
 
@@ -65,6 +67,7 @@ pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             read: imported.n_read(),
             written,
             skipped: &imported.skipped,
+            gaps: &imported.gaps,
             notes: &imported.notes,
         })?;
     }
@@ -88,6 +91,7 @@ fn import_path(format: ImportFormatArg, path: &Path) -> anyhow::Result<Imported>
         ImportFormatArg::Tau2Bench => model::import(ImportFormat::Tau2Bench, path)?,
         ImportFormatArg::ToolBench => model::import(ImportFormat::ToolBench, path)?,
         ImportFormatArg::StableToolBench => model::import(ImportFormat::StableToolBench, path)?,
+        ImportFormatArg::Otlp => model::import(ImportFormat::Otlp, path)?,
         ImportFormatArg::Xes => import_xes(path)?,
     };
     Ok(imported)
@@ -107,6 +111,7 @@ fn import_xes(path: &Path) -> anyhow::Result<Imported> {
         skipped: Vec::new(),
         files: vec![path.to_path_buf()],
         notes,
+        gaps: Vec::new(),
     })
 }
 
@@ -133,6 +138,15 @@ fn report(printer: &Printer, format_name: &str, imported: &Imported, kind: Optio
         }
         if imported.skipped.len() > MAX_SKIPS_SHOWN {
             printer.info(&format!("  … and {} more (--json lists them all)", imported.skipped.len() - MAX_SKIPS_SHOWN));
+        }
+    }
+    if !imported.gaps.is_empty() {
+        printer.warn(&format!("{} part(s) of imported items could not be reconstructed:", imported.gaps.len()));
+        for gap in imported.gaps.iter().take(MAX_SKIPS_SHOWN) {
+            printer.info(&format!("  {gap}"));
+        }
+        if imported.gaps.len() > MAX_SKIPS_SHOWN {
+            printer.info(&format!("  … and {} more (--json lists them all)", imported.gaps.len() - MAX_SKIPS_SHOWN));
         }
     }
     for note in &imported.notes {

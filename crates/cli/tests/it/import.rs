@@ -172,3 +172,46 @@ fn xes_logs_import_one_trajectory_per_case() {
     assert_eq!(events, 21348);
     assert_eq!(lines[0]["steps"][0]["action"]["kind"], "tool_call");
 }
+
+/// An OTLP fixture made by real instrumentation (`scripts/reference/otlp_fixtures.py`).
+fn otlp_fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/otlp").join(name);
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn otlp_traces_import_one_trajectory_per_conversation_or_trace() {
+    let dir = TestDir::new();
+    let spans = otlp_fixture("genai-spans.otlp.pb");
+    let run = dir.run(&["import", "--json", "--format", "otlp", &spans, "-o", "runs.jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON on stdout");
+    assert_eq!((summary["kind"].as_str(), summary["written"].as_u64()), (Some("trajectory"), Some(2)));
+    assert_eq!((summary["skipped"].clone(), summary["gaps"].clone()), (serde_json::json!([]), serde_json::json!([])));
+    let runs: Vec<serde_json::Value> =
+        dir.read("runs.jsonl").lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(runs[0]["id"], "support-7f3a", "the first run names its conversation");
+    let tools: Vec<&str> = runs[0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["action"]["kind"] == "tool_call")
+        .map(|step| step["action"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["get_order_details", "cancel_pending_order"]);
+}
+
+#[test]
+fn otlp_spans_without_content_import_and_list_their_gaps() {
+    let dir = TestDir::new();
+    let spans = otlp_fixture("genai-no-content.otlp.pb");
+    let run = dir.run(&["import", "--format", "otlp", &spans, "-o", "runs.jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("wrote 1 trajectories to `runs.jsonl`"), "{}", run.stderr);
+    assert!(run.stderr.contains("warning: 6 part(s) of imported items could not be reconstructed:"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("genai-no-content.otlp.pb` at `$.resourceSpans[0].scopeSpans[0].spans["),
+        "{}",
+        run.stderr
+    );
+}
