@@ -6,7 +6,10 @@
 //! node (and per agent tool call), and a short span per control node. Spans carry their
 //! real start and end times from the observations, token usage as
 //! `gen_ai.usage.input_tokens`/`output_tokens`, tool names, arguments and results, and an
-//! error status for failed nodes.
+//! error status for failed nodes. The root span records the run's query and final
+//! result as GenAI messages (`gen_ai.input.messages`, `gen_ai.output.messages`), so
+//! `flowmem import --format otlp` reads the run back as the same trajectory: query, tool
+//! calls with arguments, results and errors in order, and answer.
 //!
 //! The exporter uses the blocking reqwest client on the batch processor's own thread:
 //! the async client was seen to panic at shutdown ("no reactor running").
@@ -112,6 +115,9 @@ impl OtelExporter {
                 KeyValue::new("flowmem.tool_calls", trace.tool_calls.len() as i64),
             ])
             .start(&self.tracer);
+        for (key, value) in run_messages(trace) {
+            root.set_attribute(KeyValue::new(key, value));
+        }
         if let Some(error) = &trace.error {
             root.set_status(Status::error(error.clone()));
             root.set_attribute(KeyValue::new("error.type", "run_failed"));
@@ -221,6 +227,17 @@ fn tool_attributes(call: &ToolCall) -> Vec<KeyValue> {
     }
     if let Some(result) = &call.result {
         res.push(KeyValue::new("gen_ai.tool.call.result", result.to_string()));
+    }
+    res
+}
+
+/// The run's query and result as GenAI messages (JSON text, as the conventions record
+/// them on spans).
+fn run_messages(trace: &flowmem_model::Trace) -> Vec<(&'static str, String)> {
+    let text = |role: &str, content: &str| serde_json::json!([{"role": role, "parts": [{"type": "text", "content": content}]}]);
+    let mut res = vec![("gen_ai.input.messages", text("user", &trace.query).to_string())];
+    if let Some(result) = &trace.result {
+        res.push(("gen_ai.output.messages", text("assistant", result).to_string()));
     }
     res
 }

@@ -1,11 +1,14 @@
-//! OpenTelemetry export: spans reach a loopback OTLP/HTTP receiver with GenAI attributes.
+//! OpenTelemetry export: spans reach a loopback OTLP/HTTP receiver with GenAI attributes,
+//! and model's OTLP importer reads them back as the run's trajectory.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use flowmem_exec::{ExecEvent, ExecObserver, OtelExporter};
-use flowmem_model::{NodeObservation, ToolCall, Trace};
+use flowmem_model::{
+    Action, NodeObservation, OtlpBatch, OtlpEncoding, OtlpSignal, ToolCall, Trace, assemble_otlp, decode_otlp,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
@@ -28,22 +31,27 @@ impl ReceivedSpan {
     }
 }
 
-/// A tiny OTLP/HTTP receiver on loopback that decodes and keeps every span.
-fn start_receiver() -> (String, Arc<Mutex<Vec<ReceivedSpan>>>) {
+/// Request bodies as received.
+type Bodies = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// A tiny OTLP/HTTP receiver on loopback that decodes and keeps every span, and every
+/// request body as it came.
+fn start_receiver() -> (String, Arc<Mutex<Vec<ReceivedSpan>>>, Bodies) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let spans = Arc::new(Mutex::new(Vec::new()));
-    let kept = spans.clone();
+    let bodies: Bodies = Arc::new(Mutex::new(Vec::new()));
+    let (kept, kept_bodies) = (spans.clone(), bodies.clone());
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let kept = kept.clone();
-            std::thread::spawn(move || serve(stream, &kept));
+            let (kept, kept_bodies) = (kept.clone(), kept_bodies.clone());
+            std::thread::spawn(move || serve(stream, &kept, &kept_bodies));
         }
     });
-    (url, spans)
+    (url, spans, bodies)
 }
 
-fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>) {
+fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>, bodies: &Mutex<Vec<Vec<u8>>>) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
@@ -70,6 +78,7 @@ fn serve(stream: TcpStream, spans: &Mutex<Vec<ReceivedSpan>>) {
         let mut body = vec![0; content_length];
         reader.read_exact(&mut body).unwrap();
         assert!(request_line.starts_with("POST /v1/traces"), "{request_line}");
+        bodies.lock().unwrap().push(body.clone());
         let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("OTLP protobuf");
         let mut received = spans.lock().unwrap();
         for resource in request.resource_spans {
@@ -123,7 +132,7 @@ fn assert_close(ns: u64, expected: u64) {
 
 #[test]
 fn a_run_becomes_one_trace_of_genai_spans() {
-    let (url, spans) = start_receiver();
+    let (url, spans, _bodies) = start_receiver();
     let exporter = OtelExporter::new(&url, "flowmem-test").unwrap();
     let t0 = 1_700_000_000_000.0;
     let mut plan = observation("plan", "llm:plan", t0 + 1.0, 20.0);
@@ -177,4 +186,101 @@ fn a_run_becomes_one_trace_of_genai_spans() {
     let failed = spans.iter().find(|span| span.attribute("flowmem.node.id") == Some("answer")).unwrap();
     assert_eq!(failed.status_code, 2);
     assert_eq!(failed.attribute("error.type"), Some("node_error"));
+}
+
+fn tool_call(tool: &str, args: serde_json::Value, result: Option<serde_json::Value>, error: Option<&str>) -> ToolCall {
+    let mut call = ToolCall::new(tool, args).unwrap();
+    call.result = result;
+    call.error = error.map(str::to_owned);
+    call.latency_ms = Some(4.0);
+    call
+}
+
+#[test]
+fn an_exported_run_imports_back_as_the_same_trajectory() {
+    let (url, _spans, bodies) = start_receiver();
+    let exporter = OtelExporter::new(&url, "flowmem-test").unwrap();
+    let t0 = 1_700_000_000_000.0;
+    // A workflow: plan, two tool nodes (the second fails), then an agent step's own call
+    // and the answer.
+    let lookup_call = tool_call(
+        "get_order_details",
+        serde_json::json!({"order_id": "#W1"}),
+        Some(serde_json::json!({"status": "pending", "items": [{"id": "7", "price": 9.5}]})),
+        None,
+    );
+    let cancel_call = tool_call(
+        "cancel_pending_order",
+        serde_json::json!({"order_id": "#W1", "reason": "no longer needed"}),
+        None,
+        Some("order #W1 is locked"),
+    );
+    let agent_call =
+        tool_call("get_user", serde_json::json!({"user_id": "u1"}), Some(serde_json::json!("u1: Ada")), None);
+    let plan = observation("plan", "llm:plan", t0 + 1.0, 10.0);
+    let mut lookup = observation("lookup", "tool", t0 + 12.0, 5.0);
+    lookup.tool_call = Some(lookup_call.clone());
+    let mut cancel = observation("cancel", "tool", t0 + 18.0, 5.0);
+    cancel.tool_call = Some(cancel_call.clone());
+    cancel.error = cancel_call.error.clone();
+    let step = observation("step-1", "agent:react", t0 + 24.0, 10.0);
+    let trace = Trace {
+        query_id: "q7".into(),
+        query: "Cancel my order #W1 please".into(),
+        tool_calls: vec![lookup_call.clone(), cancel_call.clone(), agent_call.clone()],
+        result: Some("Order #W1 could not be cancelled: it is locked.".into()),
+        observations: vec![plan.clone(), lookup.clone(), cancel.clone(), step.clone()],
+        ..Trace::default()
+    };
+    let query_id = || "q7".to_owned();
+    let events = [
+        ExecEvent::RunStarted {
+            query_id: query_id(),
+            query: trace.query.clone(),
+            runner: "workflow".into(),
+            at_ms: t0,
+        },
+        ExecEvent::NodeFinished { query_id: query_id(), model: Some("m".into()), observation: plan },
+        ExecEvent::NodeFinished { query_id: query_id(), model: None, observation: lookup },
+        ExecEvent::NodeFinished { query_id: query_id(), model: None, observation: cancel },
+        ExecEvent::ToolCalled {
+            query_id: query_id(),
+            node_id: "step-1".into(),
+            started_at_ms: t0 + 30.0,
+            call: agent_call,
+        },
+        ExecEvent::NodeFinished { query_id: query_id(), model: Some("m".into()), observation: step },
+        ExecEvent::RunFinished { query_id: query_id(), at_ms: t0 + 40.0, trace: Arc::new(trace.clone()) },
+    ];
+    for event in &events {
+        exporter.on_event(event);
+    }
+    exporter.shutdown().unwrap();
+
+    let mut batch = OtlpBatch::default();
+    for body in bodies.lock().unwrap().iter() {
+        batch.append(decode_otlp("export.pb".as_ref(), body, OtlpEncoding::Protobuf(OtlpSignal::Traces)));
+    }
+    assert!(batch.skipped.is_empty(), "{:#?}", batch.skipped);
+    let imported = assemble_otlp(batch.spans, batch.events, "otlp:export.pb");
+    assert!(imported.skipped.is_empty(), "{:#?}", imported.skipped);
+    assert_eq!(imported.items.len(), 1, "one run, one trajectory");
+    let flowmem_model::Item::Trajectory(trajectory) = &imported.items[0] else { panic!("a trajectory") };
+    assert_eq!(trajectory.query, trace.query);
+    assert_eq!(trajectory.final_answer, trace.result);
+    let calls: Vec<_> = trajectory
+        .tool_calls()
+        .map(|call| (call.tool.clone(), call.args.clone(), call.result.clone(), call.error.clone()))
+        .collect();
+    let expected: Vec<_> = trace
+        .tool_calls
+        .iter()
+        .map(|call| (call.tool.clone(), call.args.clone(), call.result.clone(), call.error.clone()))
+        .collect();
+    assert_eq!(calls, expected, "tools, arguments, results and errors, in order");
+    assert!(matches!(trajectory.steps.last().map(|step| &step.action), Some(Action::Message { .. })));
+    // exec records no chat content: each model call is a gap, and nothing else is.
+    let reasons: Vec<&str> = imported.gaps.iter().map(|gap| gap.reason.as_str()).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:#?}");
+    assert!(reasons.iter().all(|reason| reason.contains("the model call recorded no messages")), "{reasons:#?}");
 }

@@ -194,6 +194,25 @@ fn a_span_with_an_unknown_parent_imports_and_is_reported() {
 }
 
 #[test]
+fn content_cut_by_an_attribute_length_limit_is_reported_and_the_rest_imports() {
+    // OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT cuts the JSON text of the answer.
+    let cut = &ANSWER[..ANSWER.len() - 10];
+    let text = request(vec![span_json("00000000000000a1", None, 10, chat(ASK, cut))]);
+    let (_dir, path) = write_temp("cut.json", &text);
+    let imported = import_file(&path);
+    let trajectories = trajectories(&imported);
+    assert_eq!(trajectories[0].query, "Where is order 7?");
+    assert_eq!(trajectories[0].final_answer, None);
+    let gaps: Vec<String> = imported.gaps.iter().map(ToString::to_string).collect();
+    assert!(
+        gaps.iter().any(|gap| gap.contains(
+            "spans[0].attributes[2].value`: span `00000000000000a1` (span): `gen_ai.output.messages` is truncated"
+        )),
+        "{gaps:#?}"
+    );
+}
+
+#[test]
 fn a_fifty_megabyte_span_is_skipped_and_the_others_import() {
     let huge = "x".repeat(50_000_000);
     let big = span_json("00000000000000b2", None, 5, json!([{"key": "gen_ai.tool.call.result", "value": text(&huge)}]));
