@@ -1000,8 +1000,8 @@ pub enum ImportFormatArg {
     Xes,
     /// OpenTelemetry traces (OTLP JSON `*.json`, protobuf `*.pb`, Collector file exporter
     /// `*.jsonl`) of the GenAI or OpenInference conventions -> trajectories, one per
-    /// conversation id, else per trace. The files of one directory are read together, so
-    /// a protobuf `*logs*.pb` of GenAI events joins the spans it belongs to.
+    /// conversation id, else per trace. All paths are read together, so a protobuf
+    /// `*logs*.pb` of GenAI events joins the spans it belongs to.
     Otlp,
 }
 

@@ -61,7 +61,7 @@ pub use crate::graph::{
 pub use crate::import::{
     ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent,
     OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp, encode_export_response, encode_rpc_status,
-    import, import_text, otlp_file_encoding,
+    import, import_paths, import_text, otlp_file_encoding,
 };
 pub use crate::item::{Item, ItemKind};
 pub use crate::json_path::values_at;

@@ -38,9 +38,14 @@ struct Summary<'a> {
 pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let format_name = &format_name(args.format);
     let mut imported = Imported::default();
-    for path in &args.paths {
-        let one = import_path(args.format, path)
-            .with_context(|| format!("cannot import `{}` as {format_name}", path.display()))?;
+    // OTLP spans and their log events may come in different paths: they are read together.
+    let groups: Vec<&[PathBuf]> =
+        if args.format == ImportFormatArg::Otlp { vec![args.paths.as_slice()] } else { args.paths.chunks(1).collect() };
+    for paths in groups {
+        let one = import_paths(args.format, paths).with_context(|| {
+            let names: Vec<String> = paths.iter().map(|path| format!("`{}`", path.display())).collect();
+            format!("cannot import {} as {format_name}", names.join(", "))
+        })?;
         if args.strict
             && let Some(first) = one.skipped.first()
         {
@@ -82,8 +87,20 @@ pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
-/// Imports one path in one format. A format read by another crate is one more arm here,
-/// returning the same [`Imported`].
+/// Imports paths in one format (OTLP reads them together). A format read by another crate
+/// is one more arm here, returning the same [`Imported`].
+fn import_paths(format: ImportFormatArg, paths: &[PathBuf]) -> anyhow::Result<Imported> {
+    if format == ImportFormatArg::Otlp {
+        return Ok(model::import_paths(ImportFormat::Otlp, paths)?);
+    }
+    let mut imported = Imported::default();
+    for path in paths {
+        imported.append(import_path(format, path)?);
+    }
+    Ok(imported)
+}
+
+/// Imports one path in one format.
 fn import_path(format: ImportFormatArg, path: &Path) -> anyhow::Result<Imported> {
     let imported = match format {
         ImportFormatArg::OpenAi => model::import(ImportFormat::OpenAi, path)?,

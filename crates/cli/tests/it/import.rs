@@ -215,3 +215,16 @@ fn otlp_spans_without_content_import_and_list_their_gaps() {
         run.stderr
     );
 }
+
+#[test]
+fn otlp_spans_and_their_log_events_join_across_paths() {
+    let dir = TestDir::new();
+    let spans = otlp_fixture("genai-events.otlp.pb");
+    let logs = otlp_fixture("genai-events.logs.otlp.pb");
+    let run = dir.run(&["import", "--json", "--format", "otlp", &spans, &logs, "-o", "runs.jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON on stdout");
+    assert_eq!(summary["gaps"], serde_json::json!([]), "the events give every model call its messages");
+    let first: serde_json::Value = serde_json::from_str(dir.read("runs.jsonl").lines().next().unwrap()).unwrap();
+    assert_eq!(first["query"], "Please cancel my pending order #W5918442, I no longer need it.");
+}

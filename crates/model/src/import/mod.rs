@@ -176,6 +176,27 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
     Ok(imported)
 }
 
+/// Imports several paths, as [`import`] each: for OTLP, the files of every path are read
+/// before spans are assembled, so spans and their log events may be given as two paths.
+///
+/// # Errors
+///
+/// As [`import`], for the first path that fails.
+pub fn import_paths(format: ImportFormat, paths: &[PathBuf]) -> Result<Imported, ImportError> {
+    if format == ImportFormat::Otlp {
+        let mut files = Vec::new();
+        for path in paths {
+            files.extend(input::input_files(format, path)?);
+        }
+        return otlp::import_files(files);
+    }
+    let mut imported = Imported::default();
+    for path in paths {
+        imported.append(import(format, path)?);
+    }
+    Ok(imported)
+}
+
 /// Imports `text`, the content of one input in `format`, as if it had been read from a
 /// file at `name` (which only labels locations and `Meta::source`; nothing is read).
 ///
