@@ -329,6 +329,19 @@ fn truncated_protobuf_keeps_the_spans_before_the_cut_and_never_panics() {
 }
 
 #[test]
+fn a_broken_line_of_the_collectors_file_is_skipped_and_the_other_lines_import() {
+    let good = std::fs::read_to_string(fixture("genai-spans.otlp.jsonl")).unwrap();
+    let text = format!("{{\"resourceSpans\": [{{\"scopeSpans\": \n{}", good.trim_end());
+    let (_dir, path) = write_temp("collector.jsonl", &text);
+    let imported = import_file(&path);
+    check_runs(&imported, &expected("genai-spans"), "collector.jsonl after a broken line");
+    assert_eq!(imported.skipped.len(), 1, "{:#?}", imported.skipped);
+    let skipped = imported.skipped[0].to_string();
+    assert!(skipped.contains("collector.jsonl:1`"), "{skipped}");
+    assert!(skipped.contains("cut short?"), "{skipped}");
+}
+
+#[test]
 fn the_wire_types_agree_with_opentelemetry_proto() {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
     use prost::Message;
