@@ -6,7 +6,9 @@
 //! node (and per agent tool call), and a short span per control node. Spans carry their
 //! real start and end times from the observations, token usage as
 //! `gen_ai.usage.input_tokens`/`output_tokens`, tool names, arguments and results, and an
-//! error status for failed nodes.
+//! error status for failed nodes. Calls the run-time guard flagged are events
+//! `flowmem.guard.deviation` on the root span (tool, expected tools, blocked), counted in
+//! its `flowmem.guard.deviations` attribute.
 //!
 //! The exporter uses the blocking reqwest client on the batch processor's own thread:
 //! the async client was seen to panic at shutdown ("no reactor running").
@@ -115,6 +117,20 @@ impl OtelExporter {
         if let Some(error) = &trace.error {
             root.set_status(Status::error(error.clone()));
             root.set_attribute(KeyValue::new("error.type", "run_failed"));
+        }
+        if !trace.deviations.is_empty() {
+            root.set_attribute(KeyValue::new("flowmem.guard.deviations", trace.deviations.len() as i64));
+        }
+        for deviation in &trace.deviations {
+            root.add_event(
+                "flowmem.guard.deviation",
+                vec![
+                    KeyValue::new("flowmem.guard.index", deviation.index as i64),
+                    KeyValue::new("gen_ai.tool.name", deviation.tool.clone().unwrap_or_default()),
+                    KeyValue::new("flowmem.guard.expected", deviation.expected.join(",")),
+                    KeyValue::new("flowmem.guard.blocked", deviation.blocked),
+                ],
+            );
         }
         let parent = Context::current_with_span(root);
         for (observation, model) in trace.observations.iter().zip(run.models.iter().chain(std::iter::repeat(&None))) {

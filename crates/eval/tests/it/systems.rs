@@ -47,7 +47,7 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
         grounding: flowmem_exec::Grounding::default(),
     };
     let react =
-        ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None }, Some(isolation.clone()));
+        ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None, guard: None }, Some(isolation.clone()));
 
     let server = StateServer::tau2(state_dir.path());
     for repeat in 0..2 {

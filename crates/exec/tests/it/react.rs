@@ -21,7 +21,7 @@ async fn the_agent_calls_tools_until_it_answers() {
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
     let log = RecordingObserver::default();
-    let cfg = AgentConfig { max_steps: 5, instruction: Some("MEMORY-MARK".to_owned()) };
+    let cfg = AgentConfig { max_steps: 5, instruction: Some("MEMORY-MARK".to_owned()), guard: None };
     let trace = run_agent(&runtime, &cfg, &input(), &log).await;
     tools.shutdown().await;
 
@@ -53,7 +53,7 @@ async fn the_agent_stops_at_the_step_limit_with_the_trace_kept() {
     let llm = support::llm(Script::new().otherwise(Reply::tool_call("echo", json!({"message": "again"})))).await;
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
-    let cfg = AgentConfig { max_steps: 3, instruction: None };
+    let cfg = AgentConfig { max_steps: 3, instruction: None, guard: None };
     let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert_eq!(trace.error.as_deref(), Some("no final answer within 3 steps"));
