@@ -164,24 +164,27 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         printer.json_result(&summary)?;
     } else {
         let rate = outcome.expansions.success_rate.map_or_else(|| "–".to_owned(), |r| format!("{:.0}%", r * 100.0));
-        printer.result(&format!(
-            "{} iterations, best candidate {} (validation {:.3}), {} failed expansions\n\
-             expansion success rate {rate} ({} of {} expansions), {} optimizer calls\n\
-             LLM calls: {} ({} answered by the cache) · wall time {:.1}s\n\
-             best workflow: {}\nreport: {}",
-            outcome.state.iteration,
-            outcome.state.best,
-            outcome.state.best_val_score,
-            outcome.state.failed_expansions,
-            outcome.expansions.candidates,
-            outcome.expansions.expansions,
-            outcome.expansions.optimizer_calls,
-            totals.calls,
-            stats.hits,
-            started.elapsed().as_secs_f64(),
-            dir.join("best.workflow.json").display(),
-            dir.join("report.html").display(),
-        ))?;
+        let state = &outcome.state;
+        let expansions = &outcome.expansions;
+        let lines = [
+            format!(
+                "{} iterations, best candidate {} (validation {:.3}), {} failed expansions",
+                state.iteration, state.best, state.best_val_score, state.failed_expansions
+            ),
+            format!(
+                "expansion success rate {rate} ({} of {} expansions), {} optimizer calls",
+                expansions.candidates, expansions.expansions, expansions.optimizer_calls
+            ),
+            format!(
+                "LLM calls: {} ({} answered by the cache) · wall time {:.1}s",
+                totals.calls,
+                stats.hits,
+                started.elapsed().as_secs_f64()
+            ),
+            format!("best workflow: {}", dir.join("best.workflow.json").display()),
+            format!("report: {}", dir.join("report.html").display()),
+        ];
+        printer.result(&lines.join("\n"))?;
     }
     Ok(ExitStatus::Success)
 }

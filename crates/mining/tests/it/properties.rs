@@ -51,7 +51,7 @@ fn all_words(alphabet: &[&str], max_len: usize) -> Vec<Vec<String>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300), ..ProptestConfig::default() })]
 
     #[test]
     fn every_trace_replays_on_the_im_tree(traces in prop::collection::vec(trace(), 1..9)) {
@@ -101,13 +101,35 @@ proptest! {
         }
         let log = builder.build();
         let net = tree_to_petri_net(&tree);
-        let replay = token_replay(&log, &net);
-        for (variant, result) in log.variants().iter().zip(&replay.variants) {
-            prop_assert!(result.fit && result.fitness == 1.0, "token replay of {:?} on {}: {:?}", variant.activities, tree, result);
-        }
         let aligned = align_log(&log, &net, AlignConfig { max_states: 100_000, keep_moves: false }).expect("aligns");
         for (variant, result) in log.variants().iter().zip(&aligned.variants) {
             prop_assert!(result.deviations == 0 && result.fitness == 1.0, "alignment of {:?} on {}: {:?}", variant.activities, tree, result);
+        }
+    }
+
+    /// Token replay is sound but not complete, as PM4Py's is: it fires the first enabled
+    /// transition of a label and looks for invisible paths greedily, so a trace of the
+    /// language can fail to replay (`X('a', ->('a', 'a'))` on <a>, or the empty trace on
+    /// `X(+(tau, 'a'), *(tau, tau))`). What it calls fit is in the language.
+    #[test]
+    fn what_token_replay_calls_fit_aligns(tree in tree(), words in prop::collection::vec(trace(), 1..6)) {
+        let net = tree_to_petri_net(&tree);
+        let mut builder = EventLogBuilder::new();
+        let words = words.into_iter().map(|word| word.into_iter().map(str::to_owned).collect::<Vec<_>>());
+        for word in tree.language(4).into_iter().chain(words) {
+            builder.push_trace(word.iter());
+        }
+        let log = builder.build();
+        let replay = token_replay(&log, &net);
+        let aligned = align_log(&log, &net, AlignConfig { max_states: 100_000, keep_moves: false }).expect("aligns");
+        let labels = tree.labels();
+        for ((variant, replayed), alignment) in log.variants().iter().zip(&replay.variants).zip(&aligned.variants) {
+            // Events whose activity no transition carries are skipped by the replay, as
+            // PM4Py's are: the claim is about traces over the model's own labels.
+            let known = variant.activities.iter().all(|a| labels.contains(&log.activity(*a)));
+            if replayed.fit && known {
+                prop_assert!(alignment.deviations == 0, "{:?} on {}: replay {:?}, alignment {:?}", variant.activities, tree, replayed, alignment);
+            }
         }
     }
 
