@@ -12,8 +12,8 @@
 //! correct itself.
 //!
 //! This is the one home of call checking: the ReAct loop ([`run_agent`](crate::run_agent))
-//! checks through it when [`AgentConfig::guard`](crate::AgentConfig::guard) is set, and
-//! the server's gateway checks the tool calls of the conversations it forwards through it.
+//! checks through it when [`AgentConfig::guard`](crate::AgentConfig::guard) is set (the
+//! gateway's per-scope guard is not built yet; it would check through it too).
 //! [`load_process_model`] reads a skeleton file (a workflow graph's tool positions, a
 //! PNML net, or a process tree); `flowmem conform` reads its `--model` through it too.
 
@@ -272,7 +272,9 @@ pub fn blocked_result(deviation: &Deviation, guard_name: &str) -> String {
     } else {
         format!("one of: {}", deviation.expected.join(", "))
     };
-    format!("error: the call to `{tool}` was blocked: it deviates from the workflow `{guard_name}`, which expects {expected}")
+    format!(
+        "error: the call to `{tool}` was blocked: it deviates from the workflow `{guard_name}`, which expects {expected}"
+    )
 }
 
 #[cfg(test)]

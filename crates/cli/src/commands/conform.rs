@@ -207,20 +207,8 @@ fn read_model(args: &ConformArgs, log: &EventLog) -> anyhow::Result<(PetriNet, M
 }
 
 fn read_model_file(path: &Path, log: &EventLog) -> anyhow::Result<(PetriNet, &'static str, Option<ProcessTree>)> {
-    let name = path.to_string_lossy().to_lowercase();
-    if name.ends_with(".pnml") {
-        return Ok((flowmem_mining::read_pnml(path)?, "pnml", None));
-    }
-    if name.ends_with(".json") || name.ends_with(".yaml") || name.ends_with(".yml") {
-        let graph = flowmem_exec::load_graph(path)?;
-        let tree = flowmem_mining::skeleton_to_tree(&graph, log.activities())
-            .with_context(|| format!("cannot read the workflow graph `{}` as a process", path.display()))?;
-        return Ok((flowmem_mining::tree_to_petri_net(&tree), "graph", Some(tree)));
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    let tree = ProcessTree::parse(text.trim())
-        .with_context(|| format!("`{}` is neither PNML, a workflow graph nor a process tree", path.display()))?;
-    Ok((flowmem_mining::tree_to_petri_net(&tree), "tree", Some(tree)))
+    let model = flowmem_exec::load_process_model(path, log.activities())?;
+    Ok((model.net, model.kind.name(), model.tree))
 }
 
 #[derive(Serialize)]
