@@ -7,8 +7,7 @@
 # are not counted against it). flowmem's times are the minimum over REPS runs of
 # `cargo bench -p flowmem-mining --bench conformance`; PM4Py runs once (its alignments
 # take minutes). Models whose alignments PM4Py does not finish for the reference fixture
-# (see scripts/reference/pm4py_conformance.py) are not aligned by either side; flowmem's
-# aligner is then timed on those alone, once each, and listed after the table.
+# (see scripts/reference/pm4py_conformance.py) are not aligned by either side.
 #
 # Usage: scripts/bench-conformance.sh [REPS]     (default 3; PM4PY_VENV picks the venv,
 #        LOGS=a.xes.gz,b.xes limits the logs)
@@ -45,17 +44,11 @@ echo "timing flowmem ($REPS repetitions per log)" >&2
 echo "timing PM4Py (once per log)" >&2
 PM4PY_SHOW_PROGRESS_BAR=False "$VENV/bin/python" "$ROOT/scripts/bench/pm4py_conform.py" "$DATA" "$FIXTURE" "${LOGS[@]}" \
     2>/dev/null | sed 's/^/pm4py,/' >> "$RAW"
-
-echo "timing flowmem's aligner on the models PM4Py did not align in time" >&2
-UNFINISHED="$OUT/conformance-unfinished.csv"
-echo "log,model,align_ms,outcome" > "$UNFINISHED"
-(cd "$ROOT" && CONFORM_LOGS="$(IFS=,; echo "${LOGS[*]}")" ALIGN_UNFINISHED=1 \
-    cargo bench --quiet -p flowmem-mining --bench conformance) >> "$UNFINISHED"
 LOAD="$(uptime)"
 
-"$VENV/bin/python" - "$RAW" "$DATA" "$LOAD" "$UNFINISHED" "$FIXTURE" <<'PY' | tee "$OUT/conformance.txt"
+"$VENV/bin/python" - "$RAW" "$DATA" "$LOAD" <<'PY' | tee "$OUT/conformance.txt"
 import csv, json, os, sys
-raw, data, load, unfinished, fixture = sys.argv[1:6]
+raw, data, load = sys.argv[1:4]
 rows = {}
 for row in csv.DictReader(open(raw)):
     rows[(row["tool"], row["log"], row["model"])] = row
@@ -83,12 +76,5 @@ for model in ("im", "imf02"):
     tr = (ms(p, "read_ms") + ms(p, "token_replay_ms")) / (ms(f, "read_ms") + ms(f, "token_replay_ms"))
     al = (ms(p, "read_ms") + ms(p, "alignments_ms")) / (ms(f, "read_ms") + ms(f, "alignments_ms"))
     print(f"largest log {largest} ({model}): token replay {tr:.0f}x, alignments {al:.0f}x faster end to end (target >= 10x)")
-skipped = json.load(open(fixture))["logs"]
-rows = list(csv.DictReader(open(unfinished)))
-if rows:
-    print("\nflowmem's aligner on the models PM4Py did not align in time (once each, after reading the log):")
-    for row in rows:
-        why = skipped[row["log"]][row["model"]].get("alignments_skipped", "")
-        print(f"{row['log']:38} {row['model']:6} | PM4Py: {why} | flowmem: {float(row['align_ms']) / 1e3:.1f} s, {row['outcome']}")
 PY
 echo "raw CSV: $RAW" >&2

@@ -7,10 +7,6 @@
 //! CSV rows `log,model,read_ms,token_replay_ms,alignments_ms`, the minimum of `REPS`
 //! runs (default 3). Models whose alignments PM4Py did not finish for the reference
 //! fixture are not aligned (the column is empty), so both sides time the same work.
-//!
-//! With `ALIGN_UNFINISHED=1` it times only those models instead: one alignment of the
-//! whole log each, printing `log,model,align_ms,outcome` (the log's alignment fitness,
-//! or why the aligner gave up).
 
 #![allow(missing_docs, clippy::print_stdout)] // a bench binary prints its table.
 
@@ -37,17 +33,10 @@ fn main() {
         Ok(list) => list.split(',').map(str::to_owned).collect(),
         Err(_) => trees["logs"].as_object().expect("logs").keys().cloned().collect(),
     };
-    let unfinished_only = std::env::var("ALIGN_UNFINISHED").is_ok_and(|v| v == "1");
     for name in logs {
         for (model, key) in [("im", "im_tree"), ("imf02", "imf02_tree")] {
             let tree = ProcessTree::parse(trees["logs"][&name][key].as_str().expect("a tree")).expect("tree parses");
             let net = tree_to_petri_net(&tree);
-            if unfinished_only {
-                if fixture["logs"][&name][model].get("alignments").is_none() {
-                    align_unfinished(&data, &name, model, &net);
-                }
-                continue;
-            }
             let (mut read_ms, mut token_ms, mut align_ms) = (f64::MAX, f64::MAX, f64::MAX);
             for _ in 0..reps {
                 let started = Instant::now();
@@ -69,23 +58,4 @@ fn main() {
             println!("{name},{model},{read_ms:.3},{token_ms:.3},{align}");
         }
     }
-}
-
-/// Aligns a log PM4Py could not align in time, once, and prints the time and outcome.
-fn align_unfinished(data: &Path, name: &str, model: &str, net: &flowmem_mining::PetriNet) {
-    let log = read_xes(&data.join(name)).expect("log reads").to_event_log();
-    let started = Instant::now();
-    let config = AlignConfig { max_states: DEFAULT_MAX_STATES, keep_moves: false };
-    let outcome = match align_log(&log, net, config) {
-        Ok(report) => format!(
-            "aligned {} variants: log fitness {:.6}, average trace fitness {:.6}",
-            report.variants.len(),
-            report.log_fitness,
-            report.average_fitness
-        ),
-        // The error names the trace, which may be long: its start says enough.
-        Err(err) => format!("gave up: {}", err.to_string().chars().take(160).collect::<String>()),
-    };
-    let align_ms = started.elapsed().as_secs_f64() * 1e3;
-    println!("{name},{model},{align_ms:.3},{}", outcome.replace(',', ";"));
 }
