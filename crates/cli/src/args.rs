@@ -308,6 +308,19 @@ pub struct AgentArgs {
     /// Which workflows to retrieve from.
     #[command(flatten)]
     pub scope: ScopeArgs,
+    /// Check each tool call against this skeleton as it is made: a workflow graph
+    /// (`.json`/`.yaml`, its tool positions), a PNML net (`.pnml`), or a process tree in
+    /// PM4Py's notation. A call the skeleton cannot follow, or an answer where it cannot
+    /// end, is recorded as a deviation with the tools it expected (a `deviation` line in
+    /// `--trace`, counted on stderr); the call still runs unless `--guard-block`.
+    ///
+    /// Example: `flowmem agent --query "Cancel order #W1" --guard retail.workflow.json --trace run.jsonl`
+    #[arg(long, value_name = "SKELETON")]
+    pub guard: Option<std::path::PathBuf>,
+    /// Do not run a call that deviates from `--guard`'s skeleton: the agent gets an error
+    /// result naming the tools the skeleton expected, and may correct itself.
+    #[arg(long, requires = "guard")]
+    pub guard_block: bool,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
     pub exec: ExecArgs,

@@ -25,19 +25,21 @@ const REPORT_TEMPLATE: &str = include_str!("../templates/report.html.j2");
 #[must_use]
 pub fn render_markdown(report: &EvalReport) -> String {
     let mut out = String::new();
-    out.push_str("| system | role | records | runs | errors | TC | ES | task success | CV(ES) | latency s/query | LLM calls/query | tokens/query | tool calls/query | reward |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| system | role | records | runs | errors | TC | fitness | precision | ES | task success | CV(ES) | latency s/query | LLM calls/query | tokens/query | tool calls/query | reward |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for s in &report.systems {
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {} |",
+            "| {} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {} |",
             cell(&s.system),
             role_name(s),
             s.n_records,
             s.n_runs,
             s.n_errors,
             s.mean_tc,
+            opt(s.conformance.map(|c| c.fitness), 4),
+            opt(s.conformance.map(|c| c.precision), 4),
             opt(s.mean_es, 4),
             opt(s.task_success_rate, 4),
             opt(s.mean_cv_es, 4),
@@ -178,6 +180,8 @@ struct SystemRow<'a> {
     n_runs: usize,
     n_errors: usize,
     tc: String,
+    fitness: String,
+    precision: String,
     es: String,
     task_success: String,
     cv: String,
@@ -197,6 +201,8 @@ impl<'a> SystemRow<'a> {
             n_runs: s.n_runs,
             n_errors: s.n_errors,
             tc: format!("{:.4}", s.mean_tc),
+            fitness: opt(s.conformance.map(|c| c.fitness), 4),
+            precision: opt(s.conformance.map(|c| c.precision), 4),
             es: opt(s.mean_es, 4),
             task_success: opt(s.task_success_rate, 4),
             cv: opt(s.mean_cv_es, 4),
@@ -386,6 +392,7 @@ mod tests {
             completion_tokens: 50,
             tool_calls: 3,
             error: None,
+            tools: Vec::new(),
         }
     }
 
@@ -416,7 +423,7 @@ mod tests {
         let lines: Vec<&str> = markdown.lines().collect();
         assert!(
             lines[2].starts_with(
-                "| flow <v2> | workflow | 1 | 2 | 0 | 0.5000 | 0.5000 | – | 0.0000 | 1.50 | 4.00 | 350.0 | 3.00 |"
+                "| flow <v2> | workflow | 1 | 2 | 0 | 0.5000 | – | – | 0.5000 | – | 0.0000 | 1.50 | 4.00 | 350.0 | 3.00 |"
             ),
             "{}",
             lines[2]

@@ -5,6 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use flowmem_mining::{
+    Classifier, EventLog, EventLogBuilder, PrecisionVariant, Variant, discover, precision, token_replay,
+    tree_to_petri_net,
+};
+use flowmem_model::Record;
+
 use crate::reward::{Alpha, reward_of_means};
 use crate::scoring::ScoreMeans;
 
@@ -54,6 +60,20 @@ pub struct RunMeasurement {
     /// The error that ended the run early, if any; it still counts, with its scores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The tools the run called, in order: its case in the log that
+    /// [`EvalReport::with_conformance`] checks. Absent from reports written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+}
+
+/// How a system's produced tool traces fit the reference process (see
+/// [`EvalReport::with_conformance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ToolTraceConformance {
+    /// Token-based replay log fitness of the system's traces (PM4Py's default fitness).
+    pub fitness: f64,
+    /// ETConformance precision, token-based, of the reference model on the system's traces.
+    pub precision: f64,
 }
 
 /// Per-system figures, each a mean over runs unless named otherwise.
@@ -96,6 +116,10 @@ pub struct SystemSummary {
     pub tokens_per_query: f64,
     /// Mean tool calls per query.
     pub tool_calls_per_query: f64,
+    /// Fitness and precision of the system's produced tool traces against the process
+    /// mined from the reference records, once [`EvalReport::with_conformance`] set them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conformance: Option<ToolTraceConformance>,
 }
 
 /// The CV of ES for one record.
@@ -165,7 +189,7 @@ pub struct EvalReport {
 /// let run = |system: &str, role, es| RunMeasurement {
 ///     system: system.into(), role, record_id: "1".into(), repeat: 0, tc: 0.5, es: Some(es),
 ///     judge_failed: false, task_success: None, latency_ms: 100.0, llm_calls: 2, prompt_tokens: 10,
-///     completion_tokens: 5, tool_calls: 1, error: None,
+///     completion_tokens: 5, tool_calls: 1, error: None, tools: Vec::new(),
 /// };
 /// let report = summarize(vec![run("flow", SystemRole::Workflow, 0.6), run("react", SystemRole::Baseline, 0.5)]);
 /// let pct = report.comparisons[0].es_improvement_pct.unwrap();
@@ -190,6 +214,51 @@ pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
 }
 
 impl EvalReport {
+    /// Adds each system's [`ToolTraceConformance`]: the Inductive Miner's model of the
+    /// `reference` records' tool sequences, as a Petri net, checked against the log of the
+    /// system's runs (one case per run, [`RunMeasurement::tools`]). Left unset when the
+    /// reference has no cases.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_eval::{RunMeasurement, SystemRole, summarize};
+    /// use flowmem_model::Record;
+    ///
+    /// let reference: Record = serde_json::from_value(serde_json::json!(
+    ///     {"id": "1", "query": "q", "orchestration": [{"tool": "a", "args": {}}, {"tool": "b", "args": {}}]}
+    /// ))?;
+    /// let run = RunMeasurement {
+    ///     system: "wf".into(), role: SystemRole::Workflow, record_id: "1".into(), repeat: 0,
+    ///     tc: 1.0, es: None, judge_failed: false, task_success: None, latency_ms: 1.0, llm_calls: 1,
+    ///     prompt_tokens: 1, completion_tokens: 1, tool_calls: 2, error: None, tools: vec!["a".into(), "b".into()],
+    /// };
+    /// let report = summarize(vec![run]).with_conformance(&[reference]);
+    /// let conformance = report.systems[0].conformance.expect("the reference has a case");
+    /// assert_eq!((conformance.fitness, conformance.precision), (1.0, 1.0));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_conformance(mut self, reference: &[Record]) -> EvalReport {
+        let reference = EventLog::from_records(reference, Classifier::ToolName);
+        if reference.n_cases() == 0 {
+            return self;
+        }
+        let net = tree_to_petri_net(&discover(&reference, Variant::Im));
+        for system in &mut self.systems {
+            let mut produced = EventLogBuilder::new();
+            for run in self.runs.iter().filter(|run| run.system == system.system) {
+                produced.push_trace(&run.tools);
+            }
+            let produced = produced.build();
+            system.conformance = Some(ToolTraceConformance {
+                fitness: token_replay(&produced, &net).log_fitness,
+                precision: precision(&produced, &net, PrecisionVariant::EtcToken),
+            });
+        }
+        self
+    }
+
     /// Adds the reward of each system's means ([`reward_of_means`]: `R = α·TC + (1−α)·ES`,
     /// or TC alone for a system with no judged run), and its relative improvement to each
     /// comparison.
@@ -201,7 +270,7 @@ impl EvalReport {
     /// let run = RunMeasurement {
     ///     system: "react".into(), role: SystemRole::Baseline, record_id: "1".into(), repeat: 0,
     ///     tc: 1.0, es: Some(0.5), judge_failed: false, task_success: None, latency_ms: 100.0, llm_calls: 2,
-    ///     prompt_tokens: 10, completion_tokens: 5, tool_calls: 1, error: None,
+    ///     prompt_tokens: 10, completion_tokens: 5, tool_calls: 1, error: None, tools: Vec::new(),
     /// };
     /// let report = summarize(vec![run]).with_reward(Alpha::HALF);
     /// assert_eq!(report.systems[0].mean_reward, Some(0.75));
@@ -310,6 +379,7 @@ fn summarize_system(name: &str, runs: &[&RunMeasurement]) -> SystemSummary {
         llm_calls_per_query: mean_of(&|r| r.llm_calls as f64),
         tokens_per_query: mean_of(&|r| (r.prompt_tokens + r.completion_tokens) as f64),
         tool_calls_per_query: mean_of(&|r| r.tool_calls as f64),
+        conformance: None,
     }
 }
 
@@ -334,7 +404,40 @@ mod tests {
             completion_tokens: 20,
             tool_calls: 2,
             error: None,
+            tools: Vec::new(),
         }
+    }
+
+    #[test]
+    fn conformance_is_per_system_against_the_process_of_the_reference_records() {
+        let record = |id: &str, tools: &[&str]| -> flowmem_model::Record {
+            let calls: Vec<serde_json::Value> =
+                tools.iter().map(|t| serde_json::json!({"tool": t, "args": {}})).collect();
+            serde_json::from_value(serde_json::json!({"id": id, "query": "q", "orchestration": calls})).unwrap()
+        };
+        // The reference process: find the user, then cancel or refund.
+        let reference = [record("1", &["find_user", "cancel"]), record("2", &["find_user", "refund"])];
+        let with_tools = |system: &str, role, record_id: &str, tools: &[&str]| RunMeasurement {
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            ..run(system, role, record_id, 0, 1.0, 1.0)
+        };
+        let runs = vec![
+            with_tools("wf", SystemRole::Workflow, "1", &["find_user", "cancel"]),
+            with_tools("wf", SystemRole::Workflow, "2", &["find_user", "refund"]),
+            // The baseline skips the lookup once and calls a foreign tool once.
+            with_tools("react", SystemRole::Baseline, "1", &["cancel"]),
+            with_tools("react", SystemRole::Baseline, "2", &["find_user", "delete_account", "refund"]),
+        ];
+        let report = summarize(runs.clone()).with_conformance(&reference);
+        let of = |name: &str| report.systems.iter().find(|s| s.system == name).unwrap().conformance.unwrap();
+        assert_eq!(of("wf").fitness, 1.0);
+        assert!((of("wf").precision - 1.0).abs() < 1e-12, "{:?}", of("wf"));
+        assert!(of("react").fitness < 1.0, "{:?}", of("react"));
+        let markdown = crate::render_markdown(&report);
+        let wf_row = markdown.lines().find(|line| line.starts_with("| wf |")).unwrap();
+        assert!(wf_row.contains("| 1.0000 | 1.0000 | 1.0000 |"), "TC, fitness and precision side by side: {wf_row}");
+        // Without reference cases there is nothing to check against.
+        assert!(summarize(runs).with_conformance(&[]).systems.iter().all(|s| s.conformance.is_none()));
     }
 
     #[test]

@@ -113,7 +113,7 @@ pub async fn evaluate_concurrently(
         }
     }
     runs.sort_by_key(|(job_idx, _)| *job_idx);
-    summarize(runs.into_iter().map(|(_, run)| run).collect())
+    summarize(runs.into_iter().map(|(_, run)| run).collect()).with_conformance(records)
 }
 
 async fn measure(system: &dyn System, record: &Record, repeat: u32, cfg: &EvalConfig<'_>) -> RunMeasurement {
@@ -137,5 +137,6 @@ async fn measure(system: &dyn System, record: &Record, repeat: u32, cfg: &EvalCo
         completion_tokens: run.usage.completion_tokens + run.usage.cached_completion_tokens,
         tool_calls: trace.tool_calls.len() as u64,
         error: (!score.problems.is_empty()).then(|| score.problems.join("; ")),
+        tools: trace.tool_calls.iter().map(|call| call.tool.clone()).collect(),
     }
 }

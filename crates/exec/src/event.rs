@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use flowmem_model::{NodeObservation, ToolCall, Trace};
+use flowmem_model::{Deviation, NodeObservation, ToolCall, Trace};
 
 /// Something that happened while running a workflow graph or the ReAct agent.
 ///
@@ -65,6 +65,16 @@ pub enum ExecEvent {
         /// The call with its result or error and latency.
         call: ToolCall,
     },
+    /// The run-time guard found a call off its skeleton, before the call ran (or instead
+    /// of it, when blocked), or a final answer where the skeleton cannot end.
+    ToolDeviated {
+        /// The query's id.
+        query_id: String,
+        /// The agent step that made the call.
+        node_id: String,
+        /// What deviated and what the skeleton expected.
+        deviation: Deviation,
+    },
     /// A run ended; the trace is complete.
     RunFinished {
         /// The query's id.
@@ -86,6 +96,7 @@ impl ExecEvent {
             | ExecEvent::NodeFinished { query_id, .. }
             | ExecEvent::NodeSkipped { query_id, .. }
             | ExecEvent::ToolCalled { query_id, .. }
+            | ExecEvent::ToolDeviated { query_id, .. }
             | ExecEvent::RunFinished { query_id, .. } => query_id,
         }
     }

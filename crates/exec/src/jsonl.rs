@@ -2,7 +2,8 @@
 //!
 //! Each run is written as one contiguous block when it finishes: its node lines, a
 //! `"kind": "tool_call"` line for every invocation (in the order the calls finished),
-//! and a closing `"kind": "final"` line. Runs that execute concurrently therefore never
+//! a `"kind": "deviation"` line for every call the run-time guard flagged or blocked
+//! (before the call's own line), and a closing `"kind": "final"` line. Runs that execute concurrently therefore never
 //! interleave in the file, and a failed run still writes everything it observed.
 
 use std::collections::HashMap;
@@ -59,6 +60,13 @@ impl<W: Write + Send> ExecObserver for JsonlTraceWriter<W> {
                     query_id: query_id.clone(),
                     node_id: Some(node_id.clone()),
                     call: call.clone(),
+                });
+            }
+            ExecEvent::ToolDeviated { query_id, node_id, deviation } => {
+                state.pending.entry(query_id.clone()).or_default().push(TraceEvent::Deviation {
+                    query_id: query_id.clone(),
+                    node_id: Some(node_id.clone()),
+                    deviation: deviation.clone(),
                 });
             }
             ExecEvent::RunFinished { query_id, trace, .. } => {

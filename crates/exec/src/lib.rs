@@ -12,7 +12,10 @@
 //!   observations `O`). Every step is also reported as an [`ExecEvent`] to an
 //!   [`ExecObserver`]: the [`JsonlTraceWriter`], progress bars, or OpenTelemetry.
 //! - [`run_agent`] is the ReAct baseline over the same models and tools, producing the
-//!   same trace shape.
+//!   same trace shape. With a [`CallGuard`] in its [`AgentConfig`], each tool call is
+//!   checked against a skeleton as it is made ([`CallChecker`]); a deviation is recorded
+//!   in the trace with the tools the skeleton expected, and blocked under
+//!   [`GuardPolicy::Block`]. [`load_process_model`] reads skeleton files.
 //! - [`IsolatedTools`] gives a run its own state on a stateful tool server (the
 //!   `flowmem-tools` [`StateIsolation`](flowmem_tools::StateIsolation)) and hides the
 //!   state plumbing from the model; [`visible_tools`] lists what a graph may bind to.
@@ -47,6 +50,7 @@ mod engine;
 mod event;
 mod file;
 mod grounding;
+mod guard;
 mod isolated;
 mod jsonl;
 mod node;
@@ -63,6 +67,10 @@ pub use crate::engine::{RunInput, run};
 pub use crate::event::{ExecEvent, ExecObserver, NoObserver, Observers, RecordingObserver};
 pub use crate::file::{GraphFileError, GraphFormat, graph_to_string, load_graph, parse_graph, save_graph};
 pub use crate::grounding::Grounding;
+pub use crate::guard::{
+    CallChecker, CallGuard, GuardPolicy, ProcessModel, ProcessModelError, ProcessModelKind, blocked_result,
+    load_process_model,
+};
 pub use crate::isolated::{IsolatedTools, isolated_runtime, visible_tools};
 pub use crate::jsonl::JsonlTraceWriter;
 pub use crate::oracle::{TaskCheckError, TaskOracle};

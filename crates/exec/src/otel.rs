@@ -10,6 +10,9 @@
 //! result as GenAI messages (`gen_ai.input.messages`, `gen_ai.output.messages`), so
 //! `flowmem import --format otlp` reads the run back as the same trajectory: query, tool
 //! calls with arguments, results and errors in order, and answer.
+//! Calls the run-time guard flagged are events
+//! `flowmem.guard.deviation` on the root span (tool, expected tools, blocked), counted in
+//! its `flowmem.guard.deviations` attribute.
 //!
 //! The exporter uses the blocking reqwest client on the batch processor's own thread:
 //! the async client was seen to panic at shutdown ("no reactor running").
@@ -121,6 +124,20 @@ impl OtelExporter {
         if let Some(error) = &trace.error {
             root.set_status(Status::error(error.clone()));
             root.set_attribute(KeyValue::new("error.type", "run_failed"));
+        }
+        if !trace.deviations.is_empty() {
+            root.set_attribute(KeyValue::new("flowmem.guard.deviations", trace.deviations.len() as i64));
+        }
+        for deviation in &trace.deviations {
+            root.add_event(
+                "flowmem.guard.deviation",
+                vec![
+                    KeyValue::new("flowmem.guard.index", deviation.index as i64),
+                    KeyValue::new("gen_ai.tool.name", deviation.tool.clone().unwrap_or_default()),
+                    KeyValue::new("flowmem.guard.expected", deviation.expected.join(",")),
+                    KeyValue::new("flowmem.guard.blocked", deviation.blocked),
+                ],
+            );
         }
         let parent = Context::current_with_span(root);
         for (observation, model) in trace.observations.iter().zip(run.models.iter().chain(std::iter::repeat(&None))) {

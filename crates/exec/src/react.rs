@@ -7,16 +7,23 @@
 //! Under [`Grounding::Context`] a step whose calls hold values found in neither the query
 //! nor an earlier result is asked once more, and each call's observation says which
 //! arguments were off the context.
+//!
+//! With a [`CallGuard`] in the config, every call the model asks for is checked against
+//! the guard's skeleton before it runs (one step of a [`CallChecker`], see
+//! [`crate::guard`]); a deviation goes into [`Trace::deviations`] and the event stream,
+//! and a blocked call is answered with [`blocked_result`] instead of running. A final
+//! answer where the skeleton cannot end is a deviation too.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
-use flowmem_model::{NodeObservation, Trace, error_chain};
+use flowmem_model::{Deviation, NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
 use crate::event::{ExecEvent, ExecObserver, now_ms};
 use crate::grounding::{self, Grounding};
+use crate::guard::{CallChecker, CallGuard, blocked_result};
 use crate::node::value_text;
 use crate::plan::Runtime;
 use crate::prompts::{CONTEXT_ITEM_CHARS, PromptContext};
@@ -31,6 +38,8 @@ pub struct AgentConfig {
     pub max_steps: u32,
     /// Extra instructions for the system prompt (AWM puts workflow memory here).
     pub instruction: Option<String>,
+    /// The skeleton each tool call is checked against as it is made, if any.
+    pub guard: Option<CallGuard>,
 }
 
 /// Runs the ReAct agent on `input` and returns its trace.
@@ -38,7 +47,10 @@ pub struct AgentConfig {
 /// Each model call is one observation with node id `step-N` (kind `agent:step`); each
 /// tool invocation is a [`ExecEvent::ToolCalled`] and an entry of `π̂`. A model failure
 /// ends the run with [`Trace::error`] set and everything before it kept; reaching
-/// `max_steps` without a final answer sets the error too.
+/// `max_steps` without a final answer sets the error too. With [`AgentConfig::guard`],
+/// deviating calls are recorded in [`Trace::deviations`] (and as
+/// [`ExecEvent::ToolDeviated`]) and, when the guard blocks, answered with
+/// [`blocked_result`] instead of running.
 pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, observer: &dyn ExecObserver) -> Trace {
     observer.on_event(&ExecEvent::RunStarted {
         query_id: input.id.clone(),
@@ -55,12 +67,20 @@ pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, o
         options: &[],
         hints: &[],
     };
+    let mut checker = cfg.guard.as_ref().map(CallGuard::start);
     match runtime.prompts.render(REACT_TEMPLATE, &ctx) {
         Ok(system) => {
             let messages = vec![Message::system(system.text), Message::user(input.query.clone())];
-            steps(runtime, cfg, input, observer, messages, &mut trace).await;
+            steps(runtime, cfg, input, observer, messages, checker.as_mut(), &mut trace).await;
         }
         Err(err) => trace.error = Some(error_chain(&err)),
+    }
+    // The agent chose to end: the skeleton should be able to end here too.
+    if trace.result.is_some()
+        && let Some(end) = checker.as_ref().and_then(CallChecker::end)
+    {
+        let node_id = trace.observations.last().map_or_else(String::new, |o| o.node_id.clone());
+        deviated(observer, input, &node_id, &mut trace, end);
     }
     let trace = Arc::new(trace);
     observer.on_event(&ExecEvent::RunFinished { query_id: input.id.clone(), at_ms: now_ms(), trace: trace.clone() });
@@ -73,6 +93,7 @@ async fn steps(
     input: &RunInput,
     observer: &dyn ExecObserver,
     mut messages: Vec<Message>,
+    mut checker: Option<&mut CallChecker>,
     trace: &mut Trace,
 ) {
     let tools = runtime.tools.definitions();
@@ -152,7 +173,21 @@ async fn steps(
             tool_calls: response.tool_calls.clone(),
             tool_call_id: None,
         });
+        let budget = runtime.prompts.global(CONTEXT_ITEM_CHARS).and_then(serde_json::Value::as_u64);
         for chosen in response.tool_calls {
+            let deviation = checker.as_deref_mut().and_then(|checker| checker.check(&chosen.name));
+            if let Some(mut deviation) = deviation {
+                deviation.call_id = Some(chosen.id.clone());
+                let blocked = deviation.blocked.then(|| {
+                    let name = cfg.guard.as_ref().map_or("", CallGuard::name);
+                    blocked_result(&deviation, name)
+                });
+                deviated(observer, input, &node_id, trace, deviation);
+                if let Some(text) = blocked {
+                    messages.push(Message::tool_result(chosen.id, text));
+                    continue;
+                }
+            }
             let call_started_at_ms = now_ms();
             let mut call = runtime.tools.call(&chosen.name, chosen.arguments).await;
             if call.call_id.is_none() {
@@ -166,7 +201,6 @@ async fn steps(
             if call.error.is_none() && runtime.grounding == Grounding::Context {
                 results.push(flowmem_model::normalise_text(&text));
             }
-            let budget = runtime.prompts.global(CONTEXT_ITEM_CHARS).and_then(serde_json::Value::as_u64);
             messages.push(Message::tool_result(chosen.id, flowmem_llm::clip(text, budget.map(|b| b as usize))));
             observation.tool_call.get_or_insert_with(|| call.clone());
             trace.tool_calls.push(call.clone());
@@ -199,6 +233,16 @@ fn off_context(
             (chosen.name.clone(), grounding::off_context(&chosen.arguments, schema, query, results))
         })
         .collect()
+}
+
+/// Records a deviation in the trace and the event stream.
+fn deviated(observer: &dyn ExecObserver, input: &RunInput, node_id: &str, trace: &mut Trace, deviation: Deviation) {
+    observer.on_event(&ExecEvent::ToolDeviated {
+        query_id: input.id.clone(),
+        node_id: node_id.to_owned(),
+        deviation: deviation.clone(),
+    });
+    trace.deviations.push(deviation);
 }
 
 fn emit(

@@ -69,7 +69,7 @@ pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_tr
 pub use crate::record::Record;
 pub use crate::shape::ValueShape;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
-pub use crate::trace::{ArgGrounding, NodeObservation, Trace, TraceEvent};
+pub use crate::trace::{ArgGrounding, Deviation, NodeObservation, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::value_match::{normalise_text, occurs_in, value_key};
 pub use crate::workflow::{Provenance, Scope, StepSource, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};

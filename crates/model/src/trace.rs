@@ -29,6 +29,31 @@ pub struct Trace {
     /// The error that ended the run early, if any. Observations up to it are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the run-time guard flagged, in order (`flowmem agent --guard`); empty when no
+    /// guard ran or nothing deviated. Absent from traces written before the guard existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deviations: Vec<Deviation>,
+}
+
+/// A tool call off the skeleton a run-time guard checks against, or a run that ended
+/// where the skeleton cannot end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Deviation {
+    /// The call's position among the calls checked so far, from 0; for an end, the
+    /// number of calls checked.
+    pub index: usize,
+    /// The tool called; absent when the run ended where the skeleton cannot end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The tools the skeleton allowed instead, sorted; empty when it allowed only the end.
+    pub expected: Vec<String>,
+    /// Whether the call was blocked (never invoked; the agent was told why) rather than
+    /// only flagged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocked: bool,
+    /// The model's id of the call, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// Where one argument of a tool node's call came from (data-flow grounding).
@@ -93,7 +118,9 @@ pub struct NodeObservation {
 /// One line of a JSONL trace file.
 ///
 /// Every tool invocation is a line with `"kind": "tool_call"` carrying `tool`, `args`, and
-/// `result` or `error`.
+/// `result` or `error`. A call the run-time guard flagged or blocked is a line with
+/// `"kind": "deviation"` (the [`Deviation`]'s fields) just before it; files written before
+/// the guard existed have none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TraceEvent {
@@ -109,6 +136,18 @@ pub enum TraceEvent {
         /// The call and its outcome.
         #[serde(flatten)]
         call: ToolCall,
+    },
+    /// The run-time guard found a call off its skeleton (or a run ending where the
+    /// skeleton cannot).
+    Deviation {
+        /// The query the call belongs to.
+        query_id: String,
+        /// The agent step that made the call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node_id: Option<String>,
+        /// What deviated and what the skeleton expected.
+        #[serde(flatten)]
+        deviation: Deviation,
     },
     /// A tool server was restarted before a call.
     ServerRestart {
@@ -132,4 +171,43 @@ pub enum TraceEvent {
 
 fn is_null(value: &Arc<Value>) -> bool {
     value.is_null()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::trace::{Deviation, Trace, TraceEvent};
+
+    #[test]
+    fn a_trace_written_before_the_guard_reads_with_no_deviations() {
+        let old = json!({"query_id": "q", "query": "x", "tool_calls": [], "result": "done", "observations": []});
+        let trace: Trace = serde_json::from_value(old.clone()).unwrap();
+        assert!(trace.deviations.is_empty());
+        assert_eq!(serde_json::to_value(&trace).unwrap(), old, "no guard, no new field written");
+    }
+
+    #[test]
+    fn a_deviation_line_round_trips_and_an_end_has_no_tool() {
+        let flagged = Deviation {
+            index: 1,
+            tool: Some("delete_account".into()),
+            expected: vec!["cancel".into(), "refund".into()],
+            blocked: true,
+            call_id: Some("call_1".into()),
+        };
+        let line = TraceEvent::Deviation { query_id: "q".into(), node_id: Some("step-1".into()), deviation: flagged };
+        let text = serde_json::to_value(&line).unwrap();
+        assert_eq!(
+            text,
+            json!({"kind": "deviation", "query_id": "q", "node_id": "step-1", "index": 1, "tool": "delete_account",
+                "expected": ["cancel", "refund"], "blocked": true, "call_id": "call_1"})
+        );
+        assert_eq!(serde_json::from_value::<TraceEvent>(text).unwrap(), line);
+        let end = json!({"kind": "deviation", "query_id": "q", "index": 2, "expected": ["refund"]});
+        let TraceEvent::Deviation { deviation, node_id: None, .. } = serde_json::from_value(end).unwrap() else {
+            panic!("not a deviation line")
+        };
+        assert_eq!((deviation.tool, deviation.blocked), (None, false));
+    }
 }

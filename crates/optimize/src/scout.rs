@@ -282,7 +282,7 @@ async fn final_test(
         |system: &str| parts.isolation.as_ref().map(|iso| iso.with_key(format!("{}/test/{system}", iso.key)));
     let runtime = || parts.runtime.clone();
     let flowscout = WorkflowSystem::new("flowscout", runtime(), validate(best)?, isolation("flowscout"));
-    let agent = AgentConfig { max_steps: settings.agent_max_steps, instruction: None };
+    let agent = AgentConfig { max_steps: settings.agent_max_steps, instruction: None, guard: None };
     let react = ReactSystem::new("react", runtime(), agent, isolation("react"));
     let mined = WorkflowSystem::new("g0", runtime(), validate(g0)?, isolation("g0"));
     let mut systems: Vec<&dyn System> = vec![&flowscout, &react];

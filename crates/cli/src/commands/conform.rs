@@ -17,8 +17,9 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use flowmem_exec::{CallGuard, GuardPolicy};
 use flowmem_mining::{
-    AlignConfig, EventLog, Guard, Move, PetriNet, PrecisionVariant, ProcessTree, VariantAlignment, VariantReplay,
+    AlignConfig, EventLog, Move, PetriNet, PrecisionVariant, ProcessTree, VariantAlignment, VariantReplay,
 };
 use serde::Serialize;
 
@@ -40,13 +41,14 @@ pub fn run(args: &ConformArgs, printer: &Printer) -> anyhow::Result<ExitStatus> 
     let aligned = flowmem_mining::align_log(log, &net, AlignConfig { max_states: args.max_states, keep_moves: true })
         .with_context(|| format!("cannot align `{}` with the model", args.log.display()))?;
     let precision = flowmem_mining::precision(log, &net, PrecisionVariant::EtcToken);
+    let guard = args.guard.then(|| CallGuard::new(net.clone(), GuardPolicy::Flag, "model"));
     let variants: Vec<VariantReport<'_>> = log
         .variants()
         .iter()
         .zip(replay.variants.iter().zip(&aligned.variants))
         .map(|(variant, (token_replay, alignment))| {
             let activities: Vec<&str> = variant.activities.iter().map(|&a| log.activity(a)).collect();
-            let guard = args.guard.then(|| guard_replay(&net, &activities));
+            let guard = guard.as_ref().map(|guard| guard_replay(guard, &activities));
             VariantReport { activities, count: variant.count, token_replay, alignment, guard }
         })
         .collect();
@@ -155,17 +157,16 @@ pub fn run(args: &ConformArgs, printer: &Printer) -> anyhow::Result<ExitStatus> 
     Ok(ExitStatus::Success)
 }
 
-/// Replays `activities` through the run-time guard, one call at a time.
-fn guard_replay(net: &PetriNet, activities: &[&str]) -> GuardReport {
-    let mut guard = Guard::new(net.clone());
-    let mut deviations = Vec::new();
-    for (index, activity) in activities.iter().enumerate() {
-        let step = guard.step(activity);
-        if !step.conforms {
-            deviations.push(GuardFlag { index, activity: (*activity).to_owned(), expected: step.expected });
-        }
-    }
-    let can_finish = guard.can_finish();
+/// Replays `activities` through the run-time guard, one call at a time, as
+/// `flowmem agent --guard` checks a live run.
+fn guard_replay(guard: &CallGuard, activities: &[&str]) -> GuardReport {
+    let mut checker = guard.start();
+    let deviations: Vec<GuardFlag> = activities
+        .iter()
+        .filter_map(|activity| checker.check(activity))
+        .map(|d| GuardFlag { index: d.index, activity: d.tool.unwrap_or_default(), expected: d.expected })
+        .collect();
+    let can_finish = checker.end().is_none();
     GuardReport { flagged: !deviations.is_empty() || !can_finish, deviations, can_finish }
 }
 
@@ -207,20 +208,8 @@ fn read_model(args: &ConformArgs, log: &EventLog) -> anyhow::Result<(PetriNet, M
 }
 
 fn read_model_file(path: &Path, log: &EventLog) -> anyhow::Result<(PetriNet, &'static str, Option<ProcessTree>)> {
-    let name = path.to_string_lossy().to_lowercase();
-    if name.ends_with(".pnml") {
-        return Ok((flowmem_mining::read_pnml(path)?, "pnml", None));
-    }
-    if name.ends_with(".json") || name.ends_with(".yaml") || name.ends_with(".yml") {
-        let graph = flowmem_exec::load_graph(path)?;
-        let tree = flowmem_mining::skeleton_to_tree(&graph, log.activities())
-            .with_context(|| format!("cannot read the workflow graph `{}` as a process", path.display()))?;
-        return Ok((flowmem_mining::tree_to_petri_net(&tree), "graph", Some(tree)));
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    let tree = ProcessTree::parse(text.trim())
-        .with_context(|| format!("`{}` is neither PNML, a workflow graph nor a process tree", path.display()))?;
-    Ok((flowmem_mining::tree_to_petri_net(&tree), "tree", Some(tree)))
+    let model = flowmem_exec::load_process_model(path, log.activities())?;
+    Ok((model.net, model.kind.name(), model.tree))
 }
 
 #[derive(Serialize)]

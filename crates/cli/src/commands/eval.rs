@@ -70,7 +70,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     let mut baseline_system = None;
     if args.baseline {
         let agent = session.model(Purpose::Agent).await?;
-        let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
+        let cfg = AgentConfig { max_steps: args.max_steps, instruction: None, guard: None };
         baseline_system = Some(ReactSystem::new("react", session.runtime(agent), cfg, isolation.clone()));
     }
     let judge = if args.no_judge { None } else { Some(session.cached_model(Purpose::Judge).await?) };

@@ -77,7 +77,7 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         MemoryUse::Actions => MemoryMode::Actions,
     };
     let agent = MemoryAgentConfig {
-        agent: AgentConfig { max_steps: args.max_steps, instruction: None },
+        agent: AgentConfig { max_steps: args.max_steps, instruction: None, guard: None },
         mode,
         top_k: args.top_k,
         budget_tokens: args.budget_tokens,

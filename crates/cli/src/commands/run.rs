@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_exec::{
-    AgentConfig, ExecEvent, ExecObserver, JsonlTraceWriter, Observers, OtelExporter, Plan, RunInput, Runtime,
-    ToolCatalog, check, compile, load_graph, run, run_agent,
+    AgentConfig, CallGuard, ExecEvent, ExecObserver, GuardPolicy, JsonlTraceWriter, Observers, OtelExporter, Plan,
+    RunInput, Runtime, ToolCatalog, check, compile, load_graph, run, run_agent,
 };
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryAgentConfig, MemoryMode, MemoryStore, StoreConfig, run_with_memory};
-use flowmem_model::{Record, Trace};
+use flowmem_model::{Deviation, Record, Trace};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -117,7 +117,15 @@ async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result
 
 async fn run_agent_async(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let session = open_session(&args.exec, Purpose::Agent, "react").await?;
-    let cfg = AgentConfig { max_steps: args.max_steps, instruction: None };
+    let guard = match &args.guard {
+        Some(path) => {
+            let names: Vec<String> = session.runtime.tools.definitions().into_iter().map(|tool| tool.name).collect();
+            let policy = if args.guard_block { GuardPolicy::Block } else { GuardPolicy::Flag };
+            Some(CallGuard::load(path, &names, policy).with_context(|| format!("`--guard {}`", path.display()))?)
+        }
+        None => None,
+    };
+    let cfg = AgentConfig { max_steps: args.max_steps, instruction: None, guard };
     if let Some(db) = &args.memory {
         let outcome = run_memory_agent(args, db, cfg, &session, printer).await;
         session.close().await?;
@@ -212,6 +220,7 @@ fn report(traces: &[Trace], printer: &Printer) -> anyhow::Result<ExitStatus> {
                 "result": trace.result,
                 "error": trace.error,
                 "tool_calls": trace.tool_calls.len(),
+                "deviations": trace.deviations,
             }))?)?;
             continue;
         }
@@ -223,6 +232,9 @@ fn report(traces: &[Trace], printer: &Printer) -> anyhow::Result<ExitStatus> {
         if let Some(error) = &trace.error {
             printer.warn(&format!("query `{}`: {error}", trace.query_id));
         }
+        for deviation in &trace.deviations {
+            printer.warn(&format!("query `{}`: {}", trace.query_id, deviation_text(deviation)));
+        }
     }
     let n_failed = traces.iter().filter(|trace| trace.error.is_some()).count();
     let n_calls: usize = traces.iter().map(|trace| trace.tool_calls.len()).sum();
@@ -233,6 +245,18 @@ fn report(traces: &[Trace], printer: &Printer) -> anyhow::Result<ExitStatus> {
         traces.len() - n_failed,
     ));
     Ok(if n_failed == 0 { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// One guard deviation in words: which call, whether it was blocked, what was expected.
+fn deviation_text(deviation: &Deviation) -> String {
+    let expected = if deviation.expected.is_empty() { "the end".to_owned() } else { deviation.expected.join(" | ") };
+    match &deviation.tool {
+        Some(tool) => {
+            let what = if deviation.blocked { "blocked" } else { "deviates" };
+            format!("call {} to `{tool}` {what} from the guard's skeleton (expected {expected})", deviation.index + 1)
+        }
+        None => format!("answered after {} calls where the guard's skeleton expected {expected}", deviation.index),
+    }
 }
 
 /// Reads records (one JSON object a line); lines that are not records are reported and

@@ -345,6 +345,11 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
         (Some(1.0), Some(2.0))
     );
     assert_eq!(react["llm_calls_per_query"].as_f64(), Some(3.0), "judge calls are not the system's: {react}");
+    // Beside TC: the tool traces against the process mined from the records (one `echo`).
+    let conformance = |s: &Value, field: &str| s["conformance"][field].as_f64().unwrap();
+    assert_eq!((conformance(&workflow, "fitness"), conformance(&workflow, "precision")), (1.0, 1.0), "{workflow}");
+    assert!(conformance(&react, "fitness") < 1.0, "the second echo does not fit: {react}");
+    assert!(stdout.contains("| echo-then-answer | workflow | 2 | 4 | 0 | 1.0000 | 1.0000 | 1.0000 |"), "{stdout}");
     assert_eq!(workflow["cv_es"].as_array().unwrap().len(), 2);
     // FlowScout's relative improvement: (workflow − baseline) / baseline.
     let comparison = &report["comparisons"][0];

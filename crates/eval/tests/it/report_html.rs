@@ -22,6 +22,7 @@ fn run(system: &str, role: SystemRole, record: &str, repeat: u32, tc: f64, es: f
         completion_tokens: 40,
         tool_calls: 2,
         error: None,
+        tools: Vec::new(),
     }
 }
 

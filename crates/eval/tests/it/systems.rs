@@ -46,8 +46,12 @@ async fn every_react_run_gets_a_fresh_hidden_state() {
         prompts: Arc::new(exec_prompts(None).unwrap()),
         grounding: flowmem_exec::Grounding::default(),
     };
-    let react =
-        ReactSystem::new("react", runtime, AgentConfig { max_steps: 3, instruction: None }, Some(isolation.clone()));
+    let react = ReactSystem::new(
+        "react",
+        runtime,
+        AgentConfig { max_steps: 3, instruction: None, guard: None },
+        Some(isolation.clone()),
+    );
 
     let server = StateServer::tau2(state_dir.path());
     for repeat in 0..2 {

@@ -208,7 +208,7 @@ async fn react_and_workflow_runs_are_the_same_with_and_without_the_prefix_cache(
             prompts: Arc::new(exec_prompts(None).expect("templates register")),
             grounding: flowmem_exec::Grounding::default(),
         };
-        let agent = flowmem_exec::AgentConfig { max_steps: 3, instruction: None };
+        let agent = flowmem_exec::AgentConfig { max_steps: 3, instruction: None, guard: None };
         let react = flowmem_exec::run_agent(&runtime, &agent, &find_user_input(), &flowmem_exec::NoObserver).await;
         let plan = support::plan(find_user(), runtime);
         let workflow = run(&plan, &find_user_input(), &flowmem_exec::NoObserver).await;

@@ -195,7 +195,7 @@ async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_
     let server = support::llm(script).await;
     let mut runtime = support::runtime(&server, tools.clone());
     runtime.grounding = Grounding::Context;
-    let cfg = AgentConfig { max_steps: 4, instruction: None };
+    let cfg = AgentConfig { max_steps: 4, instruction: None, guard: None };
     let trace = run_agent(&runtime, &cfg, &input, &NoObserver).await;
     assert!(trace.error.is_none(), "{:?}", trace.error);
     assert_eq!(trace.tool_calls.len(), 1, "{:?}", trace.tool_calls);

@@ -1,6 +1,12 @@
-//! The ReAct baseline: reason-act steps over real MCP tools, the same trace shape.
+//! The ReAct baseline: reason-act steps over real MCP tools, the same trace shape, and
+//! the run-time guard that checks each call against a skeleton.
 
-use flowmem_exec::{AgentConfig, ExecEvent, RecordingObserver, RunInput, run_agent};
+use std::sync::Arc;
+
+use flowmem_exec::{
+    AgentConfig, CallGuard, ExecEvent, GuardPolicy, JsonlTraceWriter, Observers, RecordingObserver, RunInput, run_agent,
+};
+use flowmem_mining::{ProcessTree, tree_to_petri_net};
 use flowmem_testsupport::{Reply, Script};
 use serde_json::json;
 
@@ -21,7 +27,7 @@ async fn the_agent_calls_tools_until_it_answers() {
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
     let log = RecordingObserver::default();
-    let cfg = AgentConfig { max_steps: 5, instruction: Some("MEMORY-MARK".to_owned()) };
+    let cfg = AgentConfig { max_steps: 5, instruction: Some("MEMORY-MARK".to_owned()), guard: None };
     let trace = run_agent(&runtime, &cfg, &input(), &log).await;
     tools.shutdown().await;
 
@@ -53,7 +59,7 @@ async fn the_agent_stops_at_the_step_limit_with_the_trace_kept() {
     let llm = support::llm(Script::new().otherwise(Reply::tool_call("echo", json!({"message": "again"})))).await;
     let tools = support::everything().await;
     let runtime = support::runtime(&llm, tools.clone());
-    let cfg = AgentConfig { max_steps: 3, instruction: None };
+    let cfg = AgentConfig { max_steps: 3, instruction: None, guard: None };
     let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
     tools.shutdown().await;
     assert_eq!(trace.error.as_deref(), Some("no final answer within 3 steps"));
@@ -61,4 +67,94 @@ async fn the_agent_stops_at_the_step_limit_with_the_trace_kept() {
     assert_eq!(trace.observations.len(), 3);
     assert_eq!(trace.tool_calls.len(), 3);
     assert!(trace.tool_calls.iter().all(|call| call.result.as_ref().unwrap() == &json!("Echo: again")));
+}
+
+fn guard(policy: GuardPolicy) -> CallGuard {
+    let tree = ProcessTree::parse("->( 'get-sum', 'echo' )").unwrap();
+    CallGuard::new(tree_to_petri_net(&tree), policy, "sum-then-echo")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_flags_a_call_off_the_skeleton_lets_it_run_and_writes_it_to_the_trace_file() {
+    let script = Script::in_order([
+        Reply::tool_call("echo", json!({"message": "early"})),
+        Reply::tool_call("get-sum", json!({"a": 2, "b": 3})),
+        Reply::tool_call("echo", json!({"message": "5"})),
+        Reply::text("5"),
+    ]);
+    let llm = support::llm(script).await;
+    let tools = support::everything().await;
+    let runtime = support::runtime(&llm, tools.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.jsonl");
+    let writer = Arc::new(JsonlTraceWriter::new(std::fs::File::create(&path).unwrap()));
+    let log = Arc::new(RecordingObserver::default());
+    let observers = Observers(vec![writer.clone(), log.clone()]);
+    let cfg = AgentConfig { max_steps: 5, instruction: None, guard: Some(guard(GuardPolicy::Flag)) };
+    let trace = run_agent(&runtime, &cfg, &input(), &observers).await;
+    tools.shutdown().await;
+
+    assert_eq!(trace.error, None, "{trace:#?}");
+    let calls: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
+    assert_eq!(calls, ["echo", "get-sum", "echo"], "a flagged call still runs");
+    assert_eq!(trace.tool_calls[0].result.as_ref().unwrap(), &json!("Echo: early"));
+    // Only the stray first call deviates: the guard goes on from where the skeleton was.
+    assert_eq!(trace.deviations.len(), 1, "{:?}", trace.deviations);
+    let stray = &trace.deviations[0];
+    assert_eq!((stray.index, stray.tool.as_deref(), stray.blocked), (0, Some("echo"), false));
+    assert_eq!(stray.expected, ["get-sum"]);
+    assert!(stray.call_id.is_some());
+    let events = log.events();
+    let flagged: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            ExecEvent::ToolDeviated { node_id, .. } => Some(node_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(flagged, ["step-0"]);
+
+    drop(observers);
+    Arc::try_unwrap(writer).ok().unwrap().finish().unwrap();
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&path).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let kinds: Vec<&str> =
+        lines.iter().filter(|line| line["kind"] != "node").map(|line| line["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["deviation", "tool_call", "tool_call", "tool_call", "final"], "{lines:#?}");
+    let line = lines.iter().find(|line| line["kind"] == "deviation").unwrap();
+    assert_eq!((line["tool"].as_str(), line["expected"].clone()), (Some("echo"), json!(["get-sum"])));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_guard_answers_a_stray_call_without_running_it_and_flags_an_early_end() {
+    let script = Script::in_order([
+        Reply::tool_call("echo", json!({"message": "early"})),
+        Reply::tool_call("get-sum", json!({"a": 2, "b": 3})),
+        Reply::text("5"),
+    ]);
+    let llm = support::llm(script).await;
+    let tools = support::everything().await;
+    let runtime = support::runtime(&llm, tools.clone());
+    let cfg = AgentConfig { max_steps: 5, instruction: None, guard: Some(guard(GuardPolicy::Block)) };
+    let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
+    tools.shutdown().await;
+
+    assert_eq!(trace.result.as_deref(), Some("5"), "{trace:#?}");
+    let calls: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
+    assert_eq!(calls, ["get-sum"], "the blocked echo never ran");
+    assert_eq!(trace.deviations.len(), 2, "{:?}", trace.deviations);
+    let (blocked, end) = (&trace.deviations[0], &trace.deviations[1]);
+    assert_eq!((blocked.index, blocked.tool.as_deref(), blocked.blocked), (0, Some("echo"), true));
+    assert_eq!(blocked.expected, ["get-sum"]);
+    // The answer came where the skeleton still wanted the echo.
+    assert_eq!((end.index, end.tool.as_deref(), end.blocked), (2, None, false));
+    assert_eq!(end.expected, ["echo"]);
+    // The model was told why, and what the skeleton expected.
+    let requests = llm.chat_requests();
+    let told = requests[1].messages().iter().find(|message| message["role"] == "tool").cloned().unwrap();
+    let text = told["content"].as_str().unwrap();
+    assert!(
+        text.contains("`echo` was blocked") && text.contains("sum-then-echo") && text.contains("get-sum"),
+        "{text}"
+    );
 }

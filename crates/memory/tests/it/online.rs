@@ -48,7 +48,7 @@ fn runtime(server: &ScriptedLlmServer, tools: Arc<Registry>) -> Runtime {
 
 fn agent_cfg(mode: MemoryMode, budget_tokens: usize) -> MemoryAgentConfig {
     MemoryAgentConfig {
-        agent: AgentConfig { max_steps: 4, instruction: None },
+        agent: AgentConfig { max_steps: 4, instruction: None, guard: None },
         mode,
         top_k: 5,
         budget_tokens,

@@ -24,7 +24,8 @@ const MAX_MARKINGS: usize = 10_000;
 /// Incremental conformance of one running trace against a net.
 #[derive(Debug, Clone)]
 pub struct Guard {
-    net: PetriNet,
+    // Shared: every run checked against one skeleton starts a guard over the same net.
+    net: std::sync::Arc<PetriNet>,
     // Invariant: closed under silent transitions, never empty.
     markings: Vec<Box<[u8]>>,
     goal: Box<[u8]>,
@@ -40,7 +41,8 @@ pub struct GuardStep {
 }
 
 impl Guard {
-    /// A guard at the start of a trace.
+    /// A guard at the start of a trace, over `net` (owned, or an `Arc` shared with other
+    /// guards).
     ///
     /// # Example
     ///
@@ -57,7 +59,8 @@ impl Guard {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
-    pub fn new(net: PetriNet) -> Guard {
+    pub fn new(net: impl Into<std::sync::Arc<PetriNet>>) -> Guard {
+        let net = net.into();
         let start: Box<[u8]> = net.dense(&net.initial_marking).iter().map(|&n| n.min(255) as u8).collect();
         let goal: Box<[u8]> = net.dense(&net.final_marking).iter().map(|&n| n.min(255) as u8).collect();
         let mut guard = Guard { net, markings: Vec::new(), goal };
