@@ -15,15 +15,19 @@ use crate::{
 };
 
 /// An API key. Its `Debug` output is redacted and it has no `Display` or `Serialize`,
-/// so it cannot leak into logs, errors, traces or the cache by accident.
+/// so it cannot leak into logs, errors, traces or the cache by accident; and it is
+/// registered with [`flowmem_model::register_secret`], so text that echoes it (a server's
+/// error body, a reply) is redacted wherever flowmem prints, logs or stores it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(Arc<str>);
 
 impl ApiKey {
-    /// Wraps a key.
+    /// Wraps a key and registers it as a secret of the process.
     #[must_use]
     pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(Arc::from(key.into()))
+        let key: Arc<str> = Arc::from(key.into());
+        flowmem_model::register_secret(&key);
+        ApiKey(key)
     }
 
     /// The `Authorization: Bearer` value, marked sensitive; `None` when the key is not
@@ -58,8 +62,14 @@ pub struct HttpModelConfig {
     pub model: String,
     /// The key sent as `Authorization: Bearer`, if any.
     pub api_key: Option<ApiKey>,
-    /// The timeout of one HTTP attempt, from sending to the end of the body.
+    /// The deadline of one call: from [`ChatModel::chat`] to its answer, waiting for a
+    /// free slot, every attempt, every backoff and a schema re-ask included. No call
+    /// takes longer; a retry that could not start before it fails the call at once.
     pub timeout: Duration,
+    /// The longest one HTTP attempt may take (from sending to the end of the body), so
+    /// that a stalled attempt leaves time for a retry; `None`: whatever remains of the
+    /// deadline.
+    pub attempt_timeout: Option<Duration>,
     /// The most requests to this model in flight at once.
     pub max_concurrency: usize,
     /// How failed attempts are retried.
@@ -67,8 +77,8 @@ pub struct HttpModelConfig {
 }
 
 impl HttpModelConfig {
-    /// A configuration with a 120 s timeout, 8 concurrent requests and
-    /// [`RetryPolicy::standard`].
+    /// A configuration with a 120 s deadline per call (no separate attempt timeout), 8
+    /// concurrent requests and [`RetryPolicy::standard`].
     #[must_use]
     pub fn new(name: impl Into<String>, base_url: impl Into<String>, model: impl Into<String>) -> HttpModelConfig {
         HttpModelConfig {
@@ -77,6 +87,7 @@ impl HttpModelConfig {
             model: model.into(),
             api_key: None,
             timeout: Duration::from_secs(120),
+            attempt_timeout: None,
             max_concurrency: 8,
             retry: RetryPolicy::standard(),
         }
@@ -92,9 +103,12 @@ impl HttpModelConfig {
 ///   reply is validated against the schema. A reply that does not match is re-asked
 ///   once with the validation error (prompt `repair_json`); a second failure is
 ///   [`LlmError::InvalidReply`] carrying the raw reply.
-/// - Every attempt has a timeout. 408, 429, 5xx, timeouts, connection errors and bodies
-///   that are not a chat completion are retried with exponential backoff and jitter,
-///   honouring `Retry-After`.
+/// - A call has a deadline ([`HttpModelConfig::timeout`]) that covers all of it; an
+///   attempt may have a shorter timeout of its own. 408, 429, 5xx, timeouts and connection
+///   errors are retried with exponential backoff and jitter, honouring `Retry-After`, and
+///   each retry is logged; a retry that would start after the deadline (such as a
+///   `Retry-After` longer than what remains) fails the call at once with
+///   [`LlmError::RetryPastDeadline`], saying why.
 /// - At most `max_concurrency` requests are in flight at once.
 ///
 /// # Example
@@ -130,8 +144,8 @@ impl HttpModel {
     /// not a valid header value.
     pub fn new(cfg: HttpModelConfig) -> Result<HttpModel, LlmError> {
         let unavailable = |reason: String| LlmError::Unavailable { model: cfg.name.clone(), reason };
+        // Each attempt sets its own timeout: what remains of its call's deadline.
         let client = reqwest::Client::builder()
-            .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
             .build()
             .map_err(|err| unavailable(format!("cannot build an HTTP client: {err}")))?;
@@ -153,13 +167,16 @@ impl HttpModel {
         &self.cfg
     }
 
-    /// Sends `body` with retries and returns the parsed completion.
-    async fn complete(&self, body: &Value) -> Result<Completion, LlmError> {
+    /// Sends `body` with retries until `deadline` and returns the parsed completion.
+    async fn complete(&self, body: &Value, deadline: tokio::time::Instant) -> Result<Completion, LlmError> {
         let mut retry = 0;
         loop {
             let attempt = {
-                let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-                self.attempt(body).await
+                let Ok(permit) = tokio::time::timeout_at(deadline, self.permits.acquire()).await else {
+                    return Err(self.deadline_timeout());
+                };
+                let _permit = permit.expect("the semaphore is never closed");
+                self.attempt(body, deadline).await
             };
             let failure = match attempt {
                 Ok(completion) => return Ok(completion),
@@ -168,11 +185,37 @@ impl HttpModel {
             if !failure.retryable || retry >= self.cfg.retry.max_retries {
                 return Err(failure.error);
             }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Err(failure.error);
+            }
             let delay = self.cfg.retry.delay(retry, failure.retry_after);
+            if delay >= remaining {
+                let reason = match failure.retry_after {
+                    Some(asked) => format!(
+                        "the server asked to retry after {:.1} s (Retry-After), and {:.1} s remain",
+                        asked.as_secs_f64(),
+                        remaining.as_secs_f64()
+                    ),
+                    None => format!(
+                        "retry {} would start in {:.1} s, and {:.1} s remain",
+                        retry + 1,
+                        delay.as_secs_f64(),
+                        remaining.as_secs_f64()
+                    ),
+                };
+                return Err(LlmError::RetryPastDeadline {
+                    model: self.cfg.name.clone(),
+                    seconds: self.cfg.timeout.as_secs_f64(),
+                    reason,
+                    last: Box::new(failure.error),
+                });
+            }
             tracing::warn!(
                 model = %self.cfg.name,
                 retry = retry + 1,
                 delay_ms = delay.as_millis() as u64,
+                remaining_ms = remaining.as_millis() as u64,
                 error = %failure.error,
                 "retrying chat request",
             );
@@ -181,16 +224,28 @@ impl HttpModel {
         }
     }
 
-    /// One HTTP attempt.
-    async fn attempt(&self, body: &Value) -> Result<Completion, Failure> {
-        let mut request = self.client.post(&self.url).json(body);
+    /// One HTTP attempt, bounded by the attempt timeout and by `deadline`.
+    async fn attempt(&self, body: &Value, deadline: tokio::time::Instant) -> Result<Completion, Failure> {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // The timeout an error names: the call's deadline, or the attempt's own when shorter.
+        let (limit, named) = match self.cfg.attempt_timeout {
+            Some(attempt) if attempt < remaining => (attempt, attempt),
+            _ => (remaining, self.cfg.timeout),
+        };
+        if limit.is_zero() {
+            return Err(Failure { retryable: false, retry_after: None, error: self.deadline_timeout() });
+        }
+        let mut request = self.client.post(&self.url).json(body).timeout(limit);
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }
-        let response = request.send().await.map_err(|err| self.transport_failure(err))?;
+        let response = request.send().await.map_err(|err| self.transport_failure(err, named))?;
         let status = response.status();
         let retry_after = retry_after(response.headers());
-        let text = response.text().await.map_err(|err| self.transport_failure(err))?;
+        let text = response.text().await.map_err(|err| self.transport_failure(err, named))?;
+        // Whatever the server sent back (an error that echoes the key, a reply) is
+        // redacted before anything reads it.
+        let text = flowmem_model::redact(&text).into_owned();
         if !status.is_success() {
             let code = status.as_u16();
             return Err(Failure {
@@ -199,21 +254,24 @@ impl HttpModel {
                 error: LlmError::Status { model: self.cfg.name.clone(), status: code, body: shorten(&text, 500) },
             });
         }
-        let wire: WireResponse = serde_json::from_str(&text).map_err(|err| Failure {
+        // A body that is not a chat completion is a fault of the server (or of a proxy in
+        // front of it), retried like one, and never taken for the model's words.
+        let wire = parse_completion(&text).map_err(|problem| Failure {
             retryable: true,
             retry_after: None,
-            error: LlmError::InvalidReply {
-                model: self.cfg.name.clone(),
-                problem: format!("a body that is not a chat completion ({err})"),
-                raw: text.clone(),
-            },
+            error: LlmError::Protocol { model: self.cfg.name.clone(), endpoint: self.url.clone(), problem },
         })?;
-        self.completion(wire, &text).map_err(|error| Failure { retryable: false, retry_after: None, error })
+        self.completion(wire).map_err(|error| Failure { retryable: false, retry_after: None, error })
     }
 
-    fn transport_failure(&self, err: reqwest::Error) -> Failure {
+    /// The call's deadline passed.
+    fn deadline_timeout(&self) -> LlmError {
+        LlmError::Timeout { model: self.cfg.name.clone(), seconds: self.cfg.timeout.as_secs_f64() }
+    }
+
+    fn transport_failure(&self, err: reqwest::Error, timeout: Duration) -> Failure {
         let error = if err.is_timeout() {
-            LlmError::Timeout { model: self.cfg.name.clone(), seconds: self.cfg.timeout.as_secs_f64() }
+            LlmError::Timeout { model: self.cfg.name.clone(), seconds: timeout.as_secs_f64() }
         } else {
             // Strip the URL's query string, if any, in case a deployment put a key there.
             LlmError::Transport { model: self.cfg.name.clone(), source: Box::new(err.without_url()) }
@@ -221,12 +279,12 @@ impl HttpModel {
         Failure { retryable: true, retry_after: None, error }
     }
 
-    fn completion(&self, wire: WireResponse, raw: &str) -> Result<Completion, LlmError> {
+    fn completion(&self, wire: WireResponse) -> Result<Completion, LlmError> {
         let Some(choice) = wire.choices.into_iter().next() else {
-            return Err(LlmError::InvalidReply {
+            return Err(LlmError::Protocol {
                 model: self.cfg.name.clone(),
-                problem: "a chat completion with no choices".to_owned(),
-                raw: raw.to_owned(),
+                endpoint: self.url.clone(),
+                problem: "a chat completion with an empty `choices` list".to_owned(),
             });
         };
         let mut tool_calls = Vec::new();
@@ -270,15 +328,16 @@ impl ChatModel for HttpModel {
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
         let Some(format) = &request.response_format else {
-            let reply = self.complete(&request_body(&self.cfg.model, request, &request.messages)).await?;
+            let reply = self.complete(&request_body(&self.cfg.model, request, &request.messages), deadline).await?;
             return Ok(reply.into_response(started.elapsed(), Usage::default()));
         };
         let validator = jsonschema::validator_for(&format.schema).map_err(|err| LlmError::InvalidRequest {
             model: self.cfg.name.clone(),
             problem: format!("response format `{}` is not a valid JSON Schema: {err}", format.name),
         })?;
-        let first = self.complete(&request_body(&self.cfg.model, request, &request.messages)).await?;
+        let first = self.complete(&request_body(&self.cfg.model, request, &request.messages), deadline).await?;
         let problem = match check_reply(&validator, first.content.as_deref()) {
             Ok(json_text) => {
                 return Ok(first.with_content(json_text).into_response(started.elapsed(), Usage::default()));
@@ -293,7 +352,7 @@ impl ChatModel for HttpModel {
             problem: format!("cannot render the repair prompt: {err}"),
         })?;
         messages.push(Message::user(repair));
-        let second = self.complete(&request_body(&self.cfg.model, request, &messages)).await?;
+        let second = self.complete(&request_body(&self.cfg.model, request, &messages), deadline).await?;
         match check_reply(&validator, second.content.as_deref()) {
             Ok(json_text) => Ok(second.with_content(json_text).into_response(started.elapsed(), first.usage)),
             Err(problem) => Err(LlmError::InvalidReply {
@@ -332,6 +391,7 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
     let response = request.send().await.map_err(transport)?;
     let status = response.status();
     let text = response.text().await.map_err(transport)?;
+    let text = flowmem_model::redact(&text).into_owned();
     if !status.is_success() {
         return Err(LlmError::Status { model: name, status: status.as_u16(), body: shorten(&text, 500) });
     }
@@ -433,6 +493,31 @@ fn strip_code_fence(text: &str) -> &str {
     let Some(body) = rest.strip_suffix("```") else { return trimmed };
     // Drop an info string such as `json` on the opening line.
     body.split_once('\n').map_or(body, |(_, code)| code).trim()
+}
+
+/// Reads a chat-completions body, or says what is wrong with it, quoting its start.
+fn parse_completion(text: &str) -> Result<WireResponse, String> {
+    let quote = || shorten(text.trim(), 120);
+    let value: Value =
+        serde_json::from_str(text).map_err(|err| format!("the body is not JSON ({err}); it begins `{}`", quote()))?;
+    serde_json::from_value(value)
+        .map_err(|err| format!("the body is JSON but not a chat completion ({err}); it begins `{}`", quote()))
+}
+
+/// Entry points for `cargo fuzz` (the `fuzz/` crate), compiled only under
+/// `--cfg fuzzing`.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Reads `text` as a chat-completions body the way every attempt does, and, when it
+    /// is one, turns it into a completion (tool-call arguments parsed). Never panics.
+    pub fn read_reply(text: &str) {
+        let Ok(wire) = super::parse_completion(text) else { return };
+        let cfg = super::HttpModelConfig::new("fuzz", "http://127.0.0.1:9/v1", "fuzz");
+        if let Ok(model) = super::HttpModel::new(cfg) {
+            let _ = model.completion(wire);
+        }
+    }
 }
 
 /// Shortens `text` to at most `max` bytes on a character boundary.

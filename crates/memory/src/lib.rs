@@ -78,7 +78,7 @@ pub use crate::online::{
     read_stream,
 };
 pub use crate::store::{
-    AddOutcome, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
+    AddOutcome, CheckReport, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
 };
 pub use crate::templates::prompts;
 pub use crate::text::description_similarity;

@@ -58,4 +58,4 @@ pub use crate::render::{tree_to_dot, tree_to_mermaid};
 pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_bound_skeleton, tree_to_skeleton};
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};
-pub use crate::xes::{XesCase, XesEvent, XesLog, parse_xes, parse_xes_str, read_xes};
+pub use crate::xes::{XesCase, XesEvent, XesLog, XesRemark, parse_xes, parse_xes_str, read_xes};

@@ -489,8 +489,8 @@ fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), Ed
         graph.edges.push(Edge { from: fork.clone(), to: id.clone(), kind: EdgeKind::Data, label: None });
         graph.edges.push(Edge { from: id.clone(), to: join.clone(), kind: EdgeKind::Data, label: None });
     }
-    graph.nodes.push(GraphNode { id: fork, kind: NodeKind::Parallel, description: None });
-    graph.nodes.push(GraphNode { id: join, kind: NodeKind::Join, description: None });
+    graph.nodes.push(GraphNode { id: fork, kind: NodeKind::Parallel {}, description: None });
+    graph.nodes.push(GraphNode { id: join, kind: NodeKind::Join {}, description: None });
     Ok(())
 }
 
@@ -672,7 +672,7 @@ mod tests {
     #[test]
     fn retry_loop_wraps_a_node() {
         let control =
-            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded };
+            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded {} };
         let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
         assert_eq!(
             edges(&graph),
@@ -817,7 +817,7 @@ mod tests {
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::AddEdge { from, to, label: None }),
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::RemoveEdge { from, to }),
             id.clone().prop_map(|around| GraphEdit::InsertControl {
-                control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded }
+                control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded {} }
             }),
             (id.clone(), id)
                 .prop_map(|(a, b)| GraphEdit::InsertControl { control: ControlInsert::Parallel { nodes: vec![a, b] } }),

@@ -163,6 +163,9 @@ fn load(path: &Path, classifier: ActivityClassifier, printer: &Printer) -> anyho
                 path.display()
             ));
         }
+        for line in crate::commands::common::xes_remark_lines(path, &xes) {
+            printer.warn(&line);
+        }
         return Ok(Loaded {
             log,
             records: Vec::new(),

@@ -3,5 +3,6 @@
 
 mod broken;
 mod data;
+mod files;
 mod jsonl;
 mod support;
