@@ -33,7 +33,10 @@ bash scripts/setup/00-rust.sh
 bash scripts/setup/20-mcp-servers.sh
 bash scripts/setup/30-model.sh
 cargo build -p flowmem
-flowmem="$repo/target/debug/flowmem"
+# One binary for the whole run, even if the tree is rebuilt meanwhile.
+mkdir -p "$out/bin"
+cp "$repo/target/debug/flowmem" "$out/bin/flowmem"
+flowmem="$out/bin/flowmem"
 state=(--state-key-arg state_key --reset-tool reset_state)
 
 started=$(date +%s)

@@ -57,6 +57,9 @@ fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
         .args(["serve", "--memory"])
         .arg(memory)
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream, "--gateway-memory", mode, "--quiet-secs", "3600"])
+        // BM25, the gateway's default, for both surfaces: the workflows have no vectors,
+        // and the `hybrid` bench of flowmem-memory prints what embedding a query adds.
+        .args(["--retrieval", "bm25", "--gateway-retrieval", "bm25"])
         .env("OPENAI_BASE_URL", upstream)
         .env("FLOWMEM_MODEL", "scripted-model")
         .env_remove("FLOWMEM_CONFIG");

@@ -97,7 +97,12 @@ fn main() {
     let direct = Latencies::new(direct);
 
     let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
-    command.args(["serve", "--memory"]).arg(&memory).args(["--listen", "127.0.0.1:0"]).env_remove("FLOWMEM_CONFIG");
+    // BM25 retrieval, as measured before hybrid existed; the workflows have no vectors.
+    command
+        .args(["serve", "--memory"])
+        .arg(&memory)
+        .args(["--listen", "127.0.0.1:0", "--retrieval", "bm25"])
+        .env_remove("FLOWMEM_CONFIG");
     let started = spawn_listening(command, "listening on ", Duration::from_secs(60));
     let (mut server, url) = (started.child, started.address);
 

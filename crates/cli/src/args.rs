@@ -85,6 +85,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
+    /// Check how well a process model fits a log: fitness, precision, deviating traces.
+    Conform(ConformArgs),
     /// Induce AWM workflows from trajectories into a workflow memory.
     Induce(InduceArgs),
     /// Browse, search, export, import and prune a workflow memory.
@@ -287,12 +289,31 @@ pub struct AgentArgs {
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS", requires = "memory")]
     pub budget_tokens: usize,
+    /// How workflows are retrieved: `bm25` (words), `vector` (meaning, by the embedding
+    /// model) or `hybrid` (both, fused by reciprocal rank). The mode and each hit's
+    /// scores are the trace's first node. Default: `[memory] retrieval`, else `hybrid`.
+    ///
+    /// Example: `flowmem agent --query "swap my keyboard" --memory memory.db --retrieval hybrid`
+    #[arg(long, value_enum, value_name = "MODE", requires = "memory")]
+    pub retrieval: Option<RetrievalArg>,
     /// Which workflows to retrieve from.
     #[command(flatten)]
     pub scope: ScopeArgs,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
     pub exec: ExecArgs,
+}
+
+/// `--retrieval`: how stored workflows are ranked for a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrievalArg {
+    /// BM25 over descriptions and steps: exact words, no model.
+    Bm25,
+    /// Cosine similarity of sentence embeddings (the embedding model): paraphrases match.
+    Vector,
+    /// BM25 and vector rankings fused by reciprocal rank.
+    Hybrid,
 }
 
 /// How `flowmem agent --memory` gives workflows to the agent.
@@ -416,6 +437,10 @@ pub struct ServeLlmArgs {
     /// no request prefills what an earlier one did (shared by all requests; 0 is off).
     #[arg(long, value_name = "MB", default_value_t = flowmem_llm_local::DEFAULT_PREFIX_CACHE_MB)]
     pub prefix_cache_mb: u64,
+    /// The directory of the embedding model served at `/v1/embeddings` (default:
+    /// `$FLOWMEM_MODEL_DIR` or `~/.cache/flowmem/models/`, `all-MiniLM-L6-v2`).
+    #[arg(long, value_name = "DIR")]
+    pub embedding_model: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `flowmem schema`.
@@ -596,6 +621,60 @@ pub struct MineArgs {
     pub replay: MineReplayArgs,
 }
 
+/// Arguments of `flowmem conform`.
+///
+/// Replays a log on a model and prints how well they fit, with PM4Py's measures:
+/// fitness by token-based replay (missing, remaining, consumed and produced tokens),
+/// fitness by optimal alignments (log and model moves cost 1, silent and synchronous
+/// moves 0), and ETConformance precision (how much more the model allows than the log
+/// does). Then the deviating traces, most frequent first, with their alignment: `a → b`
+/// are synchronous moves, `[log only: x]` an event the model cannot follow, `[model only:
+/// y]` a step the model needs and the trace lacks. `--json` gives every variant.
+///
+/// The model is a process tree in PM4Py's notation (`--tree`, or `--model` on a text
+/// file), a PNML Petri net (`--model net.pnml`), or a workflow graph (`--model
+/// graph.json`): its tool positions, each bound to the tools it hints (a position without
+/// hints allows any tool of the log), branches as choices, parallel blocks, loops.
+///
+/// Example: `flowmem conform retail.jsonl --tree "->( 'find_user_id_by_email', X( 'cancel_pending_order', 'return_delivered_order_items' ) )"`
+///
+/// Example: `flowmem mine runs.jsonl --miner imf --output pnml > net.pnml && flowmem conform runs.jsonl --model net.pnml --json`
+#[derive(Debug, Args)]
+pub struct ConformArgs {
+    /// The log: XES (`.xes`, `.xes.gz`), or JSONL with one `Record` or `Trajectory` per line.
+    pub log: std::path::PathBuf,
+    /// The model as a process tree in PM4Py's notation (it may start with `->`).
+    #[arg(
+        long,
+        value_name = "TREE",
+        conflicts_with = "model",
+        required_unless_present = "model",
+        allow_hyphen_values = true
+    )]
+    pub tree: Option<String>,
+    /// The model file: PNML (`.pnml`), a workflow graph (`.json`, `.yaml`), or a text file
+    /// holding a process tree.
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<std::path::PathBuf>,
+    /// How JSONL tool calls become activities: the tool name, or the tool name with its
+    /// sorted argument keys (`get_order(order_id)`).
+    #[arg(long, value_enum, default_value_t = ActivityClassifier::Tool)]
+    pub classifier: ActivityClassifier,
+    /// How many deviating variants to show (`--json` lists all).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Exit 1 when the log's alignment fitness is below this value.
+    #[arg(long, value_name = "FITNESS")]
+    pub fail_under: Option<f64>,
+    /// The most search states one alignment may visit before the command gives up.
+    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N")]
+    pub max_states: usize,
+    /// Also replay every trace through the run-time guard, call by call, as a live agent
+    /// would be checked, and show which calls it flags and what it expected instead.
+    #[arg(long)]
+    pub guard: bool,
+}
+
 /// How `flowmem mine` replays records whose calls lack results before mining the data
 /// flow (`--output dataflow` or `skeleton`). Without `--config` or `--state-key-arg`
 /// nothing is replayed, and calls without results offer no result sources.
@@ -710,6 +789,15 @@ pub struct InduceArgs {
     pub text: bool,
 }
 
+/// How `flowmem scout` asks the optimizer for a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanDecodingArg {
+    /// One request per edit (the default).
+    PerEdit,
+    /// One request for the whole plan, then one per edit to repair it.
+    Whole,
+}
+
 /// The induction modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -767,18 +855,49 @@ pub enum MemoryCommand {
         #[arg(long)]
         tree: bool,
     },
-    /// Rank workflows by BM25 relevance to a query.
+    /// Rank workflows for a query: by BM25, by the meaning of sentence embeddings, or
+    /// both fused (`--retrieval`).
     ///
-    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3`
+    /// Example: `flowmem memory search "cancel my order" --memory memory.db -k 3 --retrieval hybrid`
     Search {
         /// The query text.
         query: String,
         /// How many workflows to print.
         #[arg(short = 'k', long, default_value_t = 5, value_parser = at_least_one::<usize>)]
         limit: usize,
+        /// How workflows are ranked. Default: `[memory] retrieval`, else `hybrid`.
+        #[arg(long, value_enum, value_name = "MODE")]
+        retrieval: Option<RetrievalArg>,
         /// Which workflows to search.
         #[command(flatten)]
         scope: ScopeArgs,
+        /// Where the embedding model comes from (`[roles] embedding`).
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Measure retrieval quality on held-out records with reference tool logs: for each
+    /// record's query, retrieve the top k workflows and report the mean TC between the
+    /// top workflow's tool sequence and the reference's, recall@1 and recall@k of a
+    /// workflow with exactly the reference's tool sequence, and MRR, per retrieval mode.
+    /// No agent runs.
+    ///
+    /// Example: `flowmem memory eval-retrieval test.jsonl --memory memory.db -k 3 --retrieval bm25,vector,hybrid --json`
+    EvalRetrieval {
+        /// The records (`flowmem import` output): each one's `query` and its reference
+        /// tool log (`orchestration`).
+        records: std::path::PathBuf,
+        /// How many workflows are retrieved per query.
+        #[arg(short = 'k', long, default_value_t = 3)]
+        k: usize,
+        /// The retrieval modes to measure, side by side.
+        #[arg(long, value_enum, value_name = "MODES", value_delimiter = ',', default_value = "bm25,vector,hybrid")]
+        retrieval: Vec<RetrievalArg>,
+        /// Which workflows to retrieve from.
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Where the embedding model comes from (`[roles] embedding`).
+        #[command(flatten)]
+        config: ConfigArgs,
     },
     /// Write workflows as JSONL or AWM plain text.
     ///
@@ -990,6 +1109,13 @@ pub struct ScoutArgs {
     /// The ReAct baseline's step budget.
     #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
+    /// How the optimizer writes a plan: `per-edit` asks for one edit at a time, each
+    /// under a schema narrowed to the graph the earlier edits left (the model says `done`
+    /// when the plan is complete); `whole` asks for the whole plan at once and then for
+    /// the edits that did not apply, one at a time. Both keep a plan's longest valid
+    /// prefix.
+    #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
+    pub plan_decoding: PlanDecodingArg,
     /// Where the configuration comes from.
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -1047,6 +1173,10 @@ pub struct LearnArgs {
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS")]
     pub budget_tokens: usize,
+    /// How workflows are retrieved: `bm25`, `vector` or `hybrid`. Default: `[memory]
+    /// retrieval`, else `hybrid`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub retrieval: Option<RetrievalArg>,
     /// Retrieve from and induce into this scope (default: each record's own domain and site).
     #[command(flatten)]
     pub scope: ScopeArgs,
@@ -1196,6 +1326,15 @@ pub struct ServeArgs {
     /// `[roles] inducer` model. Default: `[gateway] induce`, else `rule`.
     #[arg(long, value_enum, value_name = "MODE")]
     pub induce: Option<InduceMode>,
+    /// How `find_workflows` ranks: `bm25`, `vector` or `hybrid`. Default: `[memory]
+    /// retrieval`, else `hybrid`.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub retrieval: Option<RetrievalArg>,
+    /// How the gateway ranks workflows for a conversation. Default: `[gateway]
+    /// retrieval`, else `bm25`: embedding the first message costs milliseconds on the
+    /// gateway's latency budget (see README, Benchmarks).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub gateway_retrieval: Option<RetrievalArg>,
     /// Where models and tools come from.
     #[command(flatten)]
     pub config: ConfigArgs,

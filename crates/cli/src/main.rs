@@ -71,6 +71,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Graph(command) => commands::graph::run(&command, printer),
         Command::Tools(args) => commands::tools::run(&args, printer),
         Command::Mine(args) => commands::mine::run(&args, printer),
+        Command::Conform(args) => commands::conform::run(&args, printer),
         Command::Induce(args) => commands::induce::run(&args, printer),
         Command::Memory(args) => commands::memory::run(&args, printer),
         Command::Import(args) => commands::import::run(&args, printer),

@@ -14,10 +14,12 @@ use anyhow::{Context, bail};
 use flowmem_eval::TaskChecker;
 use flowmem_exec::Runtime;
 use flowmem_llm::{
-    AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, EmbeddedPrompt, HttpModel, LlmSettings,
-    LocalModelConfig, ModelChoice, Prompts, Purpose, ResponseCache, TextLimitModel,
+    AccountedModel, Accounting, CacheMode, CachedModel, ChatModel, EmbeddedPrompt, EmbeddingChoice, EmbeddingModel,
+    HttpEmbeddingModel, HttpModel, LlmSettings, LocalModelConfig, ModelChoice, Prompts, Purpose, ResponseCache,
+    TextLimitModel,
 };
-use flowmem_llm_local::{LocalConfig, LocalError, LocalModel};
+use flowmem_llm_local::{LocalConfig, LocalEmbeddingConfig, LocalEmbeddingModel, LocalError, LocalModel};
+use flowmem_memory::{RetrievalMode, Retriever};
 use flowmem_tools::StateIsolation;
 use flowmem_tools::{Registry, ToolsConfig};
 
@@ -401,4 +403,103 @@ fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
         return Err(anyhow::Error::new(error).context(format!("model `{}`", cfg.name)));
     }
     Ok(Arc::new(TextLimitModel::new(Arc::new(LocalModel::new(config)), LOCAL_TEXT_LIMIT)))
+}
+
+/// The embedding model the configuration chooses ([`LlmSettings::resolve_embedding`]):
+/// an OpenAI-compatible endpoint, or the embedded all-MiniLM-L6-v2. The embedded one's
+/// files are checked now; when one is missing, the error names the setup script.
+///
+/// # Errors
+///
+/// When the configuration does not resolve, the client cannot be built, or a file of
+/// the embedded model is missing.
+pub fn embedding_model(config: &Config) -> anyhow::Result<Arc<dyn EmbeddingModel>> {
+    let choice = config.llm().resolve_embedding(&flowmem_llm::std_env)?;
+    // Names only: the entry may carry an API key.
+    tracing::info!(model = choice.name(), "chose the embedding model");
+    match choice {
+        EmbeddingChoice::Http(cfg) => Ok(Arc::new(HttpEmbeddingModel::new(cfg)?)),
+        EmbeddingChoice::Local(cfg) => {
+            let mut local = LocalEmbeddingConfig::standard();
+            if let Some(dir) = cfg.path {
+                local.dir = dir;
+            }
+            if let Some(path) = LocalEmbeddingModel::missing_file(&local.dir) {
+                let error = LocalError::EmbeddingModelMissing { path };
+                return Err(anyhow::Error::new(error).context(format!("embedding model `{}`", cfg.name)));
+            }
+            Ok(Arc::new(LocalEmbeddingModel::new(local)))
+        }
+        other => bail!("embedding model `{}` has a kind this build does not support", other.name()),
+    }
+}
+
+/// The retriever a command uses: the mode a flag or the configuration asks for (an
+/// error when it needs an embedding model that is missing), else `default`, which falls
+/// back to BM25 with a warning when the embedded embedding model is not installed, so
+/// that a memory stays searchable without it.
+///
+/// # Errors
+///
+/// As [`retriever`], for a mode that was asked for.
+pub fn chosen_retriever(
+    config: &Config,
+    asked: Option<RetrievalMode>,
+    default: RetrievalMode,
+) -> anyhow::Result<Retriever> {
+    if let Some(mode) = asked {
+        return retriever(config, mode);
+    }
+    match retriever(config, default) {
+        Err(err) if is_missing_embedding_model(&err) => {
+            tracing::warn!(
+                "{err:#}; retrieving by BM25 instead of `{default}` (pass --retrieval to choose, or run the setup script)"
+            );
+            Ok(Retriever::bm25())
+        }
+        other => other,
+    }
+}
+
+/// Whether `err` says the embedded embedding model's files are missing.
+fn is_missing_embedding_model(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| matches!(cause.downcast_ref(), Some(LocalError::EmbeddingModelMissing { .. })))
+}
+
+/// The embedding model when one is usable, for commands that store workflows: their
+/// vectors are then written with them; without one (the embedded model's files
+/// missing), workflows are stored without vectors and vector retrieval embeds them
+/// later.
+///
+/// # Errors
+///
+/// When the configuration names a model that cannot be built; a missing embedded model
+/// is not an error.
+pub fn optional_embedding_model(config: &Config) -> anyhow::Result<Option<Arc<dyn EmbeddingModel>>> {
+    match embedding_model(config) {
+        Ok(model) => Ok(Some(model)),
+        Err(err)
+            if err
+                .chain()
+                .any(|cause| matches!(cause.downcast_ref(), Some(LocalError::EmbeddingModelMissing { .. }))) =>
+        {
+            tracing::info!(error = %format!("{err:#}"), "storing workflows without vectors");
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// The retriever of `mode`: with the configured embedding model when the mode needs
+/// one ([`embedding_model`]), none for BM25.
+///
+/// # Errors
+///
+/// As [`embedding_model`], for vector and hybrid modes.
+pub fn retriever(config: &Config, mode: RetrievalMode) -> anyhow::Result<Retriever> {
+    if !mode.needs_vectors() {
+        return Ok(Retriever::bm25());
+    }
+    let model = embedding_model(config).with_context(|| format!("retrieval mode `{mode}` needs an embedding model"))?;
+    Ok(Retriever::new(mode, Some(model))?)
 }

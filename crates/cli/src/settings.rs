@@ -9,10 +9,38 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use flowmem_llm::{LlmSettings, Purpose};
+use flowmem_memory::RetrievalMode;
 use flowmem_model::Scope;
 use flowmem_tools::{ToolsConfig, TransportConfig};
 
-use crate::args::{ConfigArgs, JudgeModelArgs, ModelArgs, OptimizerModelArgs, ScopeArgs};
+use crate::args::{ConfigArgs, JudgeModelArgs, ModelArgs, OptimizerModelArgs, RetrievalArg, ScopeArgs};
+
+/// The retrieval mode of the agent, `find_workflows`, `memory search` and `learn` when
+/// neither a flag nor `[memory] retrieval` says: hybrid, which found the reference's
+/// workflow most often on τ-bench retail (`flowmem memory eval-retrieval`, see README).
+pub const DEFAULT_RETRIEVAL: RetrievalMode = RetrievalMode::Hybrid;
+
+/// The gateway's retrieval mode when neither `--gateway-retrieval` nor `[gateway]
+/// retrieval` says: BM25, because the gateway's added latency is budgeted per request
+/// and embedding a query costs milliseconds on 2 cores (`gateway_latency` bench).
+pub const DEFAULT_GATEWAY_RETRIEVAL: RetrievalMode = RetrievalMode::Bm25;
+
+/// The mode a `--retrieval` flag names.
+#[must_use]
+pub fn retrieval_mode(arg: RetrievalArg) -> RetrievalMode {
+    match arg {
+        RetrievalArg::Bm25 => RetrievalMode::Bm25,
+        RetrievalArg::Vector => RetrievalMode::Vector,
+        RetrievalArg::Hybrid => RetrievalMode::Hybrid,
+    }
+}
+
+/// The retrieval mode asked for: the flag, else the configured one; `None` leaves the
+/// command's default.
+#[must_use]
+pub fn asked_retrieval(flag: Option<RetrievalArg>, configured: Option<RetrievalArg>) -> Option<RetrievalMode> {
+    flag.or(configured).map(retrieval_mode)
+}
 
 /// Finds the configuration file: `--config PATH`, then `$FLOWMEM_CONFIG`, then
 /// `./flowmem.toml` if it exists. `None` means no file: defaults and the environment.
@@ -101,6 +129,40 @@ impl Config {
     }
 }
 
+/// The `[memory]` table of `flowmem.toml`: how workflows are retrieved.
+///
+/// ```toml
+/// [memory]
+/// retrieval = "hybrid"               # or "bm25", "vector"; the embedding model: [roles] embedding
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySettings {
+    /// The retrieval mode of the agent, `find_workflows`, `memory search` and `learn`.
+    pub retrieval: Option<RetrievalArg>,
+}
+
+impl Config {
+    /// The `[memory]` table, or the defaults when the file has none.
+    ///
+    /// # Errors
+    ///
+    /// When the table is not valid, naming the file and the field.
+    pub fn memory(&self) -> anyhow::Result<MemorySettings> {
+        self.table("memory")
+    }
+
+    /// The table `name` of the file, or its defaults when the file or the table is absent.
+    fn table<T: serde::de::DeserializeOwned + Default>(&self, name: &str) -> anyhow::Result<T> {
+        let (Some(path), Some(text)) = (&self.path, &self.text) else { return Ok(T::default()) };
+        // Only this table is read here; the other tables have their readers.
+        let value: toml::Value =
+            toml::from_str(text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
+        let Some(table) = value.get(name) else { return Ok(T::default()) };
+        table.clone().try_into().with_context(|| format!("`{}`: invalid [{name}] table", path.display()))
+    }
+}
+
 /// The `[gateway]` table of `flowmem.toml`: the memory gateway of `flowmem serve`.
 ///
 /// ```toml
@@ -112,6 +174,7 @@ impl Config {
 /// budget_tokens = 1000
 /// quiet_secs = 30
 /// induce = "lm"                      # or "rule" (the default); also for report_run
+/// retrieval = "bm25"                 # the default; or "hybrid", "vector"
 /// record = true
 /// unrecorded_domains = ["health"]
 /// unrecorded_tokens = [3]            # token ids, as `flowmem serve token create` prints
@@ -142,6 +205,8 @@ pub struct GatewaySettings {
     pub quiet_secs: Option<f64>,
     /// How successful runs become workflows: `rule` or `lm`.
     pub induce: Option<crate::args::InduceMode>,
+    /// How conversations' workflows are retrieved.
+    pub retrieval: Option<RetrievalArg>,
     /// Whether conversations are recorded.
     pub record: Option<bool>,
     /// Domains not recorded.
@@ -173,20 +238,7 @@ impl Config {
     ///
     /// When the table is not valid, naming the file and the field.
     pub fn gateway(&self) -> anyhow::Result<GatewaySettings> {
-        #[derive(serde::Deserialize)]
-        struct File {
-            #[serde(default)]
-            gateway: Option<GatewaySettings>,
-        }
-        let (Some(path), Some(text)) = (&self.path, &self.text) else { return Ok(GatewaySettings::default()) };
-        // Only the `[gateway]` table is read here; the other tables have their readers.
-        let value: toml::Value =
-            toml::from_str(text).with_context(|| format!("`{}` is not valid TOML", path.display()))?;
-        let Some(table) = value.get("gateway") else { return Ok(GatewaySettings::default()) };
-        let file: File = toml::Value::Table(toml::map::Map::from_iter([("gateway".to_owned(), table.clone())]))
-            .try_into()
-            .with_context(|| format!("`{}`: invalid [gateway] table", path.display()))?;
-        Ok(file.gateway.unwrap_or_default())
+        self.table("gateway")
     }
 }
 

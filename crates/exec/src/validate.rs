@@ -351,6 +351,28 @@ pub const LOOP_EXIT: &str = "exit";
 /// The variable every template may use: the query text.
 pub const VAR_QUERY: &str = "query";
 
+/// The route labels a branch with `condition` can take, with the condition's name, when
+/// they are fixed: `ok` and `error` for `tool_succeeded`, `default` for `always`. A
+/// judge chooses among whatever labels the branch's edges carry, so it has none.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_exec::condition_routes;
+/// use flowmem_model::Condition;
+///
+/// assert_eq!(condition_routes(&Condition::ToolSucceeded), Some((&["ok", "error"][..], "tool_succeeded")));
+/// assert_eq!(condition_routes(&Condition::Judge { question: "?".into() }), None);
+/// ```
+#[must_use]
+pub fn condition_routes(condition: &Condition) -> Option<(&'static [&'static str], &'static str)> {
+    match condition {
+        Condition::Judge { .. } => None,
+        Condition::ToolSucceeded => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
+        Condition::Always => Some((&[ROUTE_DEFAULT], "always")),
+    }
+}
+
 // Globals minijinja provides; templates may call them without an upstream node.
 const TEMPLATE_GLOBALS: &[&str] = &["range", "dict", "namespace", "debug", "loop", "iteration"];
 
@@ -592,12 +614,7 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
                         Some(_) => {}
                     }
                 }
-                let fixed: Option<(&[&str], &'static str)> = match condition {
-                    Condition::Judge { .. } => None,
-                    Condition::ToolSucceeded {} => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
-                    Condition::Always {} => Some((&[ROUTE_DEFAULT], "always")),
-                };
-                if let Some((labels, condition)) = fixed {
+                if let Some((labels, condition)) = condition_routes(condition) {
                     for label in labels {
                         if !seen.contains(label) {
                             res.push(Violation::MissingRoute { node: node.id.clone(), label: (*label).to_owned() });

@@ -42,8 +42,13 @@ pub struct ConstraintTiming {
     pub free: Duration,
 }
 
-/// A fixed English text of at least `n` tokens, cut to exactly `n`.
-fn context_tokens(model: &LocalModel, n: usize) -> Result<Vec<u32>, LocalError> {
+/// A fixed English text of at least `n` tokens, cut to exactly `n`: the prompt every
+/// probe here runs, so another engine can be given the very same token ids.
+///
+/// # Errors
+///
+/// Load and tokenizer errors.
+pub fn context_tokens(model: &LocalModel, n: usize) -> Result<Vec<u32>, LocalError> {
     let paragraph = "The workflow memory stores procedures that agents learned from earlier runs. \
         Each procedure lists the tools to call, in order, with the arguments they need. ";
     let mut text = String::from("<|im_start|>user\n");

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// The command that fetches and verifies the model file.
 pub const SETUP_COMMAND: &str = "bash scripts/setup/30-model.sh";
 
+/// The command that fetches and verifies the embedding model's files.
+pub const EMBEDDING_SETUP_COMMAND: &str = "bash scripts/setup/35-embedding-model.sh";
+
 /// An error from the embedded model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -13,6 +16,12 @@ pub enum LocalError {
     #[error("model file `{}` is missing\nhint: run `{SETUP_COMMAND}` from the repository root to fetch and verify it", path.display())]
     ModelMissing {
         /// Where we looked.
+        path: PathBuf,
+    },
+    /// A file of the embedding model is not there.
+    #[error("embedding model file `{}` is missing\nhint: run `{EMBEDDING_SETUP_COMMAND}` from the repository root to fetch and verify it", path.display())]
+    EmbeddingModelMissing {
+        /// The first missing file.
         path: PathBuf,
     },
     /// The GGUF file could not be read or loaded.

@@ -20,8 +20,12 @@
 //!   reused tokens as `cached_tokens`.
 //! - Tool calls: tools are ranked by word overlap, then by the likelihood of their
 //!   name; the call is then generated under the chosen tool's argument schema.
-//! - [`router`] and [`serve`] put any `ChatModel` behind an OpenAI-compatible HTTP
-//!   endpoint (`flowmem serve-llm`).
+//! - [`LocalEmbeddingModel`] is the embedded sentence-embedding model,
+//!   all-MiniLM-L6-v2 (candle's BERT encoder, our mean pooling and normalisation),
+//!   behind [`EmbeddingModel`](flowmem_llm::EmbeddingModel), with its files fetched by
+//!   [`EMBEDDING_SETUP_COMMAND`].
+//! - [`router`] and [`serve`] put any `ChatModel` (and optionally an `EmbeddingModel`)
+//!   behind an OpenAI-compatible HTTP endpoint (`flowmem serve-llm`).
 //!
 //! The model file is fetched and verified by `bash scripts/setup/30-model.sh`
 //! ([`SETUP_COMMAND`]); without it, every call fails with
@@ -50,6 +54,7 @@
 #[doc(hidden)]
 pub mod bench;
 mod constrain;
+mod embed;
 mod engine;
 mod error;
 mod kernels;
@@ -62,8 +67,12 @@ mod serve;
 mod tokenizer;
 
 pub use crate::constrain::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, prepare as prepare_schema};
+pub use crate::embed::{
+    EMBEDDING_DIM, EMBEDDING_DIR, EMBEDDING_FILES, EMBEDDING_MODEL_NAME, LocalEmbeddingConfig, LocalEmbeddingModel,
+    MAX_TOKENS, default_embedding_dir,
+};
 pub use crate::engine::Precision;
-pub use crate::error::{LocalError, SETUP_COMMAND};
+pub use crate::error::{EMBEDDING_SETUP_COMMAND, LocalError, SETUP_COMMAND};
 pub use crate::model::{LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path, to_llm_error};
 pub use crate::prefix::{DEFAULT_PREFIX_CACHE_MB, PrefixCacheStats};
 pub use crate::respond::{DEFAULT_MAX_JSON_TOKENS, DEFAULT_MAX_TOKENS, MAX_SCORED_TOOLS};

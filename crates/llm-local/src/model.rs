@@ -22,14 +22,19 @@ pub const MODEL_NAME: &str = "smollm2-135m-instruct";
 /// `~/.cache/flowmem/models/`, joined with [`MODEL_FILE`].
 #[must_use]
 pub fn default_model_path() -> PathBuf {
-    let dir = match std::env::var_os("FLOWMEM_MODEL_DIR") {
+    model_dir().join(MODEL_FILE)
+}
+
+/// The model cache folder the setup scripts fill: `$FLOWMEM_MODEL_DIR`, else
+/// `~/.cache/flowmem/models/`.
+pub(crate) fn model_dir() -> PathBuf {
+    match std::env::var_os("FLOWMEM_MODEL_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => {
             let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
             home.join(".cache").join("flowmem").join("models")
         }
-    };
-    dir.join(MODEL_FILE)
+    }
 }
 
 /// How to load the embedded model.

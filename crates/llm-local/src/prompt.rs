@@ -32,17 +32,26 @@ struct Turn {
     content: String,
 }
 
+/// A tool as the system message shows it: a compact signature, its description, and a
+/// line per documented parameter. The grammar enforces the full JSON Schema whatever the
+/// prompt shows, so the prompt spends no tokens on JSON punctuation.
 #[derive(Serialize)]
-struct ToolView<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: String,
+struct ToolView {
+    signature: String,
+    description: String,
+    params: Vec<ParamView>,
+}
+
+#[derive(Serialize)]
+struct ParamView {
+    name: String,
+    description: String,
 }
 
 #[derive(Serialize)]
 struct SystemContext<'a> {
     base: &'a str,
-    tools: Vec<ToolView<'a>>,
+    tools: Vec<ToolView>,
     schema: Option<String>,
     schema_keys: Vec<String>,
 }
@@ -85,11 +94,7 @@ impl Templates {
         let tools = if request.tool_choice == ToolChoice::None {
             Vec::new()
         } else {
-            request
-                .tools
-                .iter()
-                .map(|t| ToolView { name: &t.name, description: &t.description, parameters: t.parameters.to_string() })
-                .collect()
+            request.tools.iter().map(|t| tool_view(&t.name, &t.description, &t.parameters)).collect()
         };
         let (schema, schema_keys) = match &request.response_format {
             Some(format) => schema_for_prompt(&format.schema),
@@ -122,6 +127,99 @@ impl Templates {
             .collect();
         let rest = chatml.render(Value::from(Serde(ChatContext { messages: turns }))).map_err(render_err)?;
         Ok(RenderedPrompt { system, rest })
+    }
+}
+
+/// The most characters of a tool's description the prompt shows: its first sentences
+/// up to this bound. τ² descriptions run to 500 characters of policy, most of it repeated
+/// in the system prompt of a real deployment.
+const TOOL_DESCRIPTION_CHARS: usize = 240;
+/// The most characters of a parameter's description.
+const PARAM_DESCRIPTION_CHARS: usize = 160;
+
+fn tool_view(name: &str, description: &str, parameters: &serde_json::Value) -> ToolView {
+    let properties = parameters.get("properties").and_then(serde_json::Value::as_object);
+    let required: Vec<&str> = parameters
+        .get("required")
+        .and_then(serde_json::Value::as_array)
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    let mut args = Vec::new();
+    let mut params = Vec::new();
+    for (arg, schema) in properties.into_iter().flatten() {
+        let optional = if required.contains(&arg.as_str()) { "" } else { "?" };
+        args.push(format!("{arg}{optional}: {}", type_text(schema, 0)));
+        if let Some(text) = schema.get("description").and_then(serde_json::Value::as_str) {
+            params.push(ParamView { name: arg.clone(), description: clip_sentences(text, PARAM_DESCRIPTION_CHARS) });
+        }
+    }
+    ToolView {
+        signature: format!("{name}({})", args.join(", ")),
+        description: clip_sentences(description, TOOL_DESCRIPTION_CHARS),
+        params,
+    }
+}
+
+/// A JSON Schema type as short text: `string`, `integer`, `"a" | "b"`, `string[]`,
+/// `{id: string, n?: integer}` (two levels of objects, then `object`).
+fn type_text(schema: &serde_json::Value, depth: usize) -> String {
+    use serde_json::Value as Json;
+    if let Some(Json::Array(values)) = schema.get("enum") {
+        return values.iter().map(Json::to_string).collect::<Vec<_>>().join(" | ");
+    }
+    if let Some(value) = schema.get("const") {
+        return value.to_string();
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Json::Array(options)) = schema.get(key) {
+            let texts: Vec<String> = options.iter().map(|o| type_text(o, depth)).collect();
+            return texts.join(" | ");
+        }
+    }
+    let kind = match schema.get("type") {
+        Some(Json::String(kind)) => kind.clone(),
+        Some(Json::Array(kinds)) => {
+            kinds.iter().filter_map(Json::as_str).filter(|k| *k != "null").collect::<Vec<_>>().join(" | ")
+        }
+        _ if schema.get("properties").is_some() => "object".to_owned(),
+        _ => "any".to_owned(),
+    };
+    match kind.as_str() {
+        "array" => {
+            let items = schema.get("items").map_or_else(|| "any".to_owned(), |items| type_text(items, depth + 1));
+            if items.contains(" | ") { format!("({items})[]") } else { format!("{items}[]") }
+        }
+        "object" if depth < 2 => {
+            let Some(properties) = schema.get("properties").and_then(Json::as_object) else { return kind };
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Json::as_array)
+                .map(|r| r.iter().filter_map(Json::as_str).collect())
+                .unwrap_or_default();
+            let fields: Vec<String> = properties
+                .iter()
+                .map(|(name, field)| {
+                    let optional = if required.contains(&name.as_str()) { "" } else { "?" };
+                    format!("{name}{optional}: {}", type_text(field, depth + 1))
+                })
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        _ => kind,
+    }
+}
+
+/// `text` with its whitespace collapsed, cut after the last sentence that ends within
+/// `limit` characters (or at `limit`, with an ellipsis, when the first sentence is longer).
+fn clip_sentences(text: &str, limit: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= limit {
+        return flat;
+    }
+    let cut: String = flat.chars().take(limit).collect();
+    match cut.rfind(". ") {
+        Some(end) if end > 0 => cut[..=end].to_owned(),
+        _ => format!("{}…", cut.trim_end()),
     }
 }
 
@@ -203,6 +301,32 @@ mod tests {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         );
         assert_eq!(p.rest, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    /// Tools are listed as compact signatures with their parameters' notes: the grammar
+    /// holds the schema, the prompt only has to say what each tool is for.
+    #[test]
+    fn tools_are_shown_as_compact_signatures() {
+        let mut request = ChatRequest::new(vec![Message::user("Cancel #W1")], Purpose::Other);
+        request.tools = vec![flowmem_llm::ToolDefinition {
+            name: "cancel_pending_order".into(),
+            description: "Cancel a pending order. If the order is already processed or delivered,\n\nit cannot be cancelled. The agent needs to explain the cancellation detail and ask for explicit user confirmation (yes/no) to proceed. If the user confirms, the order status will be changed.".into(),
+            parameters: json!({"type": "object", "title": "parameters", "required": ["order_id", "reason"], "properties": {
+                "order_id": {"type": "string", "title": "Order Id", "description": "The order id, such as '#W0000000'."},
+                "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]},
+                "items": {"type": "array", "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}, "n": {"type": ["integer", "null"]}}}}
+            }}),
+        }];
+        let system = Templates::new().render(&request).unwrap().system;
+        let signature = "- cancel_pending_order(order_id: string, reason: \"no longer needed\" | \"ordered by mistake\", \
+                         items?: {id: string, n?: integer}[]): Cancel a pending order. If the order is already \
+                         processed or delivered, it cannot be cancelled. The agent";
+        assert!(system.contains(signature), "{system}");
+        // Cut after the last whole sentence within the bound.
+        let notes = "(yes/no) to proceed.\n  order_id: The order id, such as '#W0000000'.\nCall exactly one tool";
+        assert!(system.contains(notes), "{system}");
+        assert!(!system.contains("If the user confirms"), "{system}");
+        assert!(!system.contains("\"title\""), "{system}");
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! Routes: `POST /v1/chat/completions` (messages, tools and `tool_choice`,
 //! `response_format` of type `json_schema` or `json_object`, `temperature`,
 //! `max_tokens` / `max_completion_tokens`, `seed`, `stream` with
-//! `stream_options.include_usage`) and `GET /v1/models`.
+//! `stream_options.include_usage`), `GET /v1/models`, and, when an embedding model is
+//! given, `POST /v1/embeddings` (`input` a string or an array of strings,
+//! `encoding_format` `float`, or `base64` of little-endian `f32`s, which the official
+//! SDKs ask for by default).
 //!
 //! A streamed answer opens at once with the role chunk, so a client sees the request
 //! accepted, then sends the reply when it is decoded: its text, each tool call, the
@@ -21,24 +24,29 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::Engine as _;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use flowmem_llm::{
-    ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, Purpose, ResponseFormat, Role, ToolChoice,
-    ToolDefinition,
+    ChatModel, ChatRequest, ChatResponse, EmbeddingModel, FinishReason, LlmError, Message, Purpose, ResponseFormat,
+    Role, ToolChoice, ToolDefinition,
 };
 
-/// The router serving `model`.
-pub fn router(model: Arc<dyn ChatModel>) -> Router {
-    Router::new()
+/// The router serving `model`, and `embedder` at `/v1/embeddings` when given.
+pub fn router(model: Arc<dyn ChatModel>, embedder: Option<Arc<dyn EmbeddingModel>>) -> Router {
+    let chat = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
-        .with_state(model)
+        .with_state(model);
+    match embedder {
+        Some(embedder) => chat.merge(Router::new().route("/v1/embeddings", post(embeddings)).with_state(embedder)),
+        None => chat,
+    }
 }
 
-/// Serves `model` on `listener` until `shutdown` resolves.
+/// Serves `model` (and `embedder`, when given) on `listener` until `shutdown` resolves.
 ///
 /// # Errors
 ///
@@ -46,9 +54,83 @@ pub fn router(model: Arc<dyn ChatModel>) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     model: Arc<dyn ChatModel>,
+    embedder: Option<Arc<dyn EmbeddingModel>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(model)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(model, embedder)).with_graceful_shutdown(shutdown).await
+}
+
+#[derive(Deserialize)]
+struct WireEmbeddingRequest {
+    #[serde(default)]
+    model: Option<String>,
+    input: Value,
+    #[serde(default)]
+    encoding_format: Option<String>,
+}
+
+/// The most texts one `/v1/embeddings` request may carry.
+const MAX_EMBEDDING_INPUTS: usize = 2048;
+
+async fn embeddings(
+    State(embedder): State<Arc<dyn EmbeddingModel>>,
+    body: Result<Json<WireEmbeddingRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(wire) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let base64 = match wire.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`$.encoding_format`: expected `float` or `base64`, not `{other}`"
+            )));
+        }
+    };
+    let texts: Vec<String> = match wire.input {
+        Value::String(text) => vec![text],
+        Value::Array(items) => {
+            let mut texts = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                match item {
+                    Value::String(text) => texts.push(text),
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "`$.input[{i}]`: expected a string (token arrays are not served)"
+                        )));
+                    }
+                }
+            }
+            texts
+        }
+        _ => return Err(ApiError::bad_request("`$.input`: expected a string or an array of strings")),
+    };
+    if texts.is_empty() || texts.len() > MAX_EMBEDDING_INPUTS {
+        return Err(ApiError::bad_request(format!("`$.input`: expected 1 to {MAX_EMBEDDING_INPUTS} texts")));
+    }
+    let out = embedder.embed(&texts).await?;
+    let model = wire.model.unwrap_or_else(|| embedder.name().to_owned());
+    let data: Vec<Value> = out
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, vector)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    let tokens = out.prompt_tokens;
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response())
 }
 
 /// An error answer: its status and OpenAI-style body.

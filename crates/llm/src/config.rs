@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{ApiKey, CacheMode, HttpModelConfig, LlmError, Purpose, RetryPolicy, list_models};
+use crate::{ApiKey, CacheMode, HttpEmbeddingConfig, HttpModelConfig, LlmError, Purpose, RetryPolicy, list_models};
 
 /// The LLM part of `flowmem.toml`. Other tables of the file are ignored here.
 ///
@@ -24,10 +24,15 @@ use crate::{ApiKey, CacheMode, HttpModelConfig, LlmError, Purpose, RetryPolicy, 
 /// [models.small]
 /// kind = "local"                   # the embedded model
 ///
+/// [models.embed]                  # an OpenAI-compatible /embeddings endpoint
+/// base_url = "http://localhost:8088/v1"
+/// model = "all-minilm-l6-v2"
+///
 /// [roles]                          # which model each purpose uses
 /// default = "small"
 /// optimizer = "big"
 /// judge = "big"
+/// embedding = "embed"              # retrieval by meaning; default: the embedded all-MiniLM-L6-v2
 ///
 /// [llm]
 /// cache = "read-write"             # or read-only, off
@@ -74,7 +79,8 @@ pub struct ModelEntry {
     pub max_concurrency: Option<usize>,
     /// Retries after the first attempt.
     pub retries: Option<u32>,
-    /// For `local` models: the model file, instead of the default download location.
+    /// For `local` models: the model file (for the `embedding` role, the directory of
+    /// the embedding model's files), instead of the default download location.
     pub path: Option<PathBuf>,
 }
 
@@ -105,6 +111,9 @@ pub struct RoleTable {
     pub inducer: Option<String>,
     /// The agent.
     pub agent: Option<String>,
+    /// The sentence-embedding model of vector and hybrid retrieval (not a chat
+    /// purpose: see [`LlmSettings::resolve_embedding`]).
+    pub embedding: Option<String>,
 }
 
 impl RoleTable {
@@ -175,6 +184,28 @@ pub struct LocalModelConfig {
     pub path: Option<PathBuf>,
     /// `[llm.local] prefix_cache_mb`, if set.
     pub prefix_cache_mb: Option<u64>,
+}
+
+/// Which embedding model to use, as resolved by [`LlmSettings::resolve_embedding`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum EmbeddingChoice {
+    /// An OpenAI-compatible `/embeddings` endpoint; build it with
+    /// [`HttpEmbeddingModel::new`](crate::HttpEmbeddingModel::new).
+    Http(HttpEmbeddingConfig),
+    /// The embedded all-MiniLM-L6-v2, built by the caller (`flowmem-llm-local`).
+    Local(LocalModelConfig),
+}
+
+impl EmbeddingChoice {
+    /// flowmem's name for the chosen model.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match self {
+            EmbeddingChoice::Http(cfg) => &cfg.name,
+            EmbeddingChoice::Local(cfg) => &cfg.name,
+        }
+    }
 }
 
 /// An error in the model configuration.
@@ -339,6 +370,39 @@ impl LlmSettings {
             path: None,
             prefix_cache_mb: self.llm.local.prefix_cache_mb,
         }))
+    }
+
+    /// Chooses the embedding model: the `[models]` entry `[roles] embedding` names (an
+    /// OpenAI-compatible endpoint, or `kind = "local"` for the embedded model from its
+    /// `path`), else the embedded all-MiniLM-L6-v2. `OPENAI_BASE_URL` alone never
+    /// chooses an endpoint for embeddings: a chat endpoint need not serve them.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelConfigError::Invalid`] when the role names an unknown model, or the entry
+    /// lacks `model` or a base URL, or its `api_key_env` variable is unset.
+    pub fn resolve_embedding(&self, env: EnvLookup<'_>) -> Result<EmbeddingChoice, ModelConfigError> {
+        let Some(name) = &self.roles.embedding else {
+            return Ok(EmbeddingChoice::Local(LocalModelConfig {
+                name: "local-embedding".to_owned(),
+                path: None,
+                prefix_cache_mb: None,
+            }));
+        };
+        match self.role_model("embedding", name, env)? {
+            ModelChoice::Local(cfg) => Ok(EmbeddingChoice::Local(LocalModelConfig { prefix_cache_mb: None, ..cfg })),
+            ModelChoice::Http(chat) => {
+                let mut cfg = HttpEmbeddingConfig::new(chat.name, chat.base_url, chat.model);
+                cfg.api_key = chat.api_key;
+                cfg.timeout = chat.timeout;
+                cfg.attempt_timeout = chat.attempt_timeout;
+                cfg.retry = chat.retry;
+                if self.models[name].max_concurrency.is_some() {
+                    cfg.max_concurrency = chat.max_concurrency;
+                }
+                Ok(EmbeddingChoice::Http(cfg))
+            }
+        }
     }
 
     /// The cache mode, `read-write` by default.

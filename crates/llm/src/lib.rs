@@ -14,6 +14,9 @@
 //! - [`CachedModel`] and [`AccountedModel`] wrap any model: the first replays replies
 //!   from a SQLite [`ResponseCache`], the second counts calls, tokens and time in an
 //!   [`Accounting`]; [`TextLimitModel`] gives free-text requests a default length limit.
+//! - [`EmbeddingModel`] turns texts into vectors for retrieval by meaning; it is
+//!   implemented by the OpenAI-compatible [`HttpEmbeddingModel`] (`/embeddings`) and by
+//!   the embedded all-MiniLM-L6-v2 (`flowmem-llm-local`).
 //! - [`LlmSettings`] reads the `[models]`, `[roles]` and `[llm]` tables of
 //!   `flowmem.toml` and [resolves](LlmSettings::resolve) which model a purpose uses,
 //!   as a [`ModelChoice`].
@@ -51,6 +54,8 @@ mod accounting;
 mod cache;
 mod chat;
 mod config;
+mod embed;
+mod endpoint;
 mod error;
 mod limit;
 mod openai;
@@ -65,8 +70,11 @@ pub use crate::chat::{
     ToolChoice, ToolDefinition, Usage,
 };
 pub use crate::config::{
-    CacheSettings, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelConfigError, ModelEntry, ModelKind,
-    RoleTable, std_env,
+    CacheSettings, EmbeddingChoice, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelConfigError,
+    ModelEntry, ModelKind, RoleTable, std_env,
+};
+pub use crate::embed::{
+    EMBEDDINGS_PATH, EmbeddingModel, Embeddings, HttpEmbeddingConfig, HttpEmbeddingModel, normalize,
 };
 pub use crate::error::LlmError;
 pub use crate::limit::TextLimitModel;

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-use crate::retry::{RetryPolicy, retry_after};
+use crate::endpoint::{Endpoint, EndpointConfig, Failure, shorten};
+use crate::passthrough::CHAT_COMPLETIONS_PATH;
+use crate::retry::RetryPolicy;
 use crate::{
     AssistantToolCall, ChatModel, ChatRequest, ChatResponse, EmbeddedPrompt, FinishReason, LlmError, Message, Prompts,
     ResponseFormat, Role, ToolChoice, Usage,
@@ -33,10 +34,6 @@ impl ApiKey {
     /// The `Authorization: Bearer` value, marked sensitive; `None` when the key is not
     /// a valid header value.
     pub(crate) fn bearer_header(&self) -> Option<HeaderValue> {
-        self.bearer()
-    }
-
-    fn bearer(&self) -> Option<HeaderValue> {
         let mut value = HeaderValue::from_str(&format!("Bearer {}", self.0)).ok()?;
         // reqwest redacts sensitive header values from its own Debug output.
         value.set_sensitive(true);
@@ -128,11 +125,7 @@ impl HttpModelConfig {
 #[derive(Debug)]
 pub struct HttpModel {
     cfg: HttpModelConfig,
-    client: reqwest::Client,
-    auth: Option<HeaderValue>,
-    // Invariant: holds `cfg.max_concurrency` permits (at least 1).
-    permits: Semaphore,
-    url: String,
+    endpoint: Endpoint,
 }
 
 impl HttpModel {
@@ -143,22 +136,17 @@ impl HttpModel {
     /// [`LlmError::Unavailable`] when the HTTP client cannot be built or the API key is
     /// not a valid header value.
     pub fn new(cfg: HttpModelConfig) -> Result<HttpModel, LlmError> {
-        let unavailable = |reason: String| LlmError::Unavailable { model: cfg.name.clone(), reason };
-        // Each attempt sets its own timeout: what remains of its call's deadline.
-        let client = reqwest::Client::builder()
-            .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|err| unavailable(format!("cannot build an HTTP client: {err}")))?;
-        let auth =
-            match &cfg.api_key {
-                Some(key) => Some(key.bearer().ok_or_else(|| {
-                    unavailable("the API key holds characters not allowed in an HTTP header".to_owned())
-                })?),
-                None => None,
-            };
-        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-        let permits = Semaphore::new(cfg.max_concurrency.max(1));
-        Ok(HttpModel { cfg, client, auth, permits, url })
+        let endpoint = Endpoint::new(EndpointConfig {
+            name: &cfg.name,
+            base_url: &cfg.base_url,
+            path: CHAT_COMPLETIONS_PATH,
+            api_key: cfg.api_key.as_ref(),
+            timeout: cfg.timeout,
+            attempt_timeout: cfg.attempt_timeout,
+            max_concurrency: cfg.max_concurrency,
+            retry: cfg.retry,
+        })?;
+        Ok(HttpModel { cfg, endpoint })
     }
 
     /// The configuration.
@@ -167,123 +155,32 @@ impl HttpModel {
         &self.cfg
     }
 
-    /// Sends `body` with retries until `deadline` and returns the parsed completion.
+    /// Sends `body` with retries until `deadline` and returns the parsed completion. A
+    /// body that is not a chat completion is a protocol error, retried as a fault of the
+    /// server (or of a proxy in front of it) and never taken for the model's words; a
+    /// completion that cannot be used is not retried.
     async fn complete(&self, body: &Value, deadline: tokio::time::Instant) -> Result<Completion, LlmError> {
-        let mut retry = 0;
-        loop {
-            let attempt = {
-                let Ok(permit) = tokio::time::timeout_at(deadline, self.permits.acquire()).await else {
-                    return Err(self.deadline_timeout());
-                };
-                let _permit = permit.expect("the semaphore is never closed");
-                self.attempt(body, deadline).await
-            };
-            let failure = match attempt {
-                Ok(completion) => return Ok(completion),
-                Err(failure) => failure,
-            };
-            if !failure.retryable || retry >= self.cfg.retry.max_retries {
-                return Err(failure.error);
-            }
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if remaining.is_zero() {
-                return Err(failure.error);
-            }
-            let delay = self.cfg.retry.delay(retry, failure.retry_after);
-            if delay >= remaining {
-                let reason = match failure.retry_after {
-                    Some(asked) => format!(
-                        "the server asked to retry after {:.1} s (Retry-After), and {:.1} s remain",
-                        asked.as_secs_f64(),
-                        remaining.as_secs_f64()
-                    ),
-                    None => format!(
-                        "retry {} would start in {:.1} s, and {:.1} s remain",
-                        retry + 1,
-                        delay.as_secs_f64(),
-                        remaining.as_secs_f64()
-                    ),
-                };
-                return Err(LlmError::RetryPastDeadline {
-                    model: self.cfg.name.clone(),
-                    seconds: self.cfg.timeout.as_secs_f64(),
-                    reason,
-                    last: Box::new(failure.error),
-                });
-            }
-            tracing::warn!(
-                model = %self.cfg.name,
-                retry = retry + 1,
-                delay_ms = delay.as_millis() as u64,
-                remaining_ms = remaining.as_millis() as u64,
-                error = %failure.error,
-                "retrying chat request",
-            );
-            tokio::time::sleep(delay).await;
-            retry += 1;
-        }
-    }
-
-    /// One HTTP attempt, bounded by the attempt timeout and by `deadline`.
-    async fn attempt(&self, body: &Value, deadline: tokio::time::Instant) -> Result<Completion, Failure> {
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        // The timeout an error names: the call's deadline, or the attempt's own when shorter.
-        let (limit, named) = match self.cfg.attempt_timeout {
-            Some(attempt) if attempt < remaining => (attempt, attempt),
-            _ => (remaining, self.cfg.timeout),
-        };
-        if limit.is_zero() {
-            return Err(Failure { retryable: false, retry_after: None, error: self.deadline_timeout() });
-        }
-        let mut request = self.client.post(&self.url).json(body).timeout(limit);
-        if let Some(auth) = &self.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
-        }
-        let response = request.send().await.map_err(|err| self.transport_failure(err, named))?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let text = response.text().await.map_err(|err| self.transport_failure(err, named))?;
-        // Whatever the server sent back (an error that echoes the key, a reply) is
-        // redacted before anything reads it.
-        let text = flowmem_model::redact(&text).into_owned();
-        if !status.is_success() {
-            let code = status.as_u16();
-            return Err(Failure {
-                retryable: code == 408 || code == 429 || status.is_server_error(),
-                retry_after,
-                error: LlmError::Status { model: self.cfg.name.clone(), status: code, body: shorten(&text, 500) },
-            });
-        }
-        // A body that is not a chat completion is a fault of the server (or of a proxy in
-        // front of it), retried like one, and never taken for the model's words.
-        let wire = parse_completion(&text).map_err(|problem| Failure {
-            retryable: true,
-            retry_after: None,
-            error: LlmError::Protocol { model: self.cfg.name.clone(), endpoint: self.url.clone(), problem },
-        })?;
-        self.completion(wire).map_err(|error| Failure { retryable: false, retry_after: None, error })
-    }
-
-    /// The call's deadline passed.
-    fn deadline_timeout(&self) -> LlmError {
-        LlmError::Timeout { model: self.cfg.name.clone(), seconds: self.cfg.timeout.as_secs_f64() }
-    }
-
-    fn transport_failure(&self, err: reqwest::Error, timeout: Duration) -> Failure {
-        let error = if err.is_timeout() {
-            LlmError::Timeout { model: self.cfg.name.clone(), seconds: timeout.as_secs_f64() }
-        } else {
-            // Strip the URL's query string, if any, in case a deployment put a key there.
-            LlmError::Transport { model: self.cfg.name.clone(), source: Box::new(err.without_url()) }
-        };
-        Failure { retryable: true, retry_after: None, error }
+        self.endpoint
+            .post(body, "chat", deadline, |text| {
+                let wire = parse_completion(text).map_err(|problem| Failure {
+                    retryable: true,
+                    retry_after: None,
+                    error: LlmError::Protocol {
+                        model: self.cfg.name.clone(),
+                        endpoint: self.endpoint.url().to_owned(),
+                        problem,
+                    },
+                })?;
+                self.completion(wire).map_err(Failure::fatal)
+            })
+            .await
     }
 
     fn completion(&self, wire: WireResponse) -> Result<Completion, LlmError> {
         let Some(choice) = wire.choices.into_iter().next() else {
             return Err(LlmError::Protocol {
                 model: self.cfg.name.clone(),
-                endpoint: self.url.clone(),
+                endpoint: self.endpoint.url().to_owned(),
                 problem: "a chat completion with an empty `choices` list".to_owned(),
             });
         };
@@ -378,7 +275,7 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
         reason: format!("cannot build an HTTP client: {err}"),
     })?;
     let mut request = client.get(format!("{}/models", base_url.trim_end_matches('/')));
-    if let Some(auth) = api_key.and_then(ApiKey::bearer) {
+    if let Some(auth) = api_key.and_then(ApiKey::bearer_header) {
         request = request.header(AUTHORIZATION, auth);
     }
     let transport = |err: reqwest::Error| {
@@ -409,13 +306,6 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
         raw: text.clone(),
     })?;
     Ok(list.data.into_iter().map(|entry| entry.id).collect())
-}
-
-/// A failed attempt and whether to retry it.
-struct Failure {
-    error: LlmError,
-    retryable: bool,
-    retry_after: Option<Duration>,
 }
 
 /// A parsed completion, before schema checking.
@@ -518,18 +408,6 @@ pub mod fuzzing {
             let _ = model.completion(wire);
         }
     }
-}
-
-/// Shortens `text` to at most `max` bytes on a character boundary.
-fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// The JSON body of a chat-completions request.

@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use flowmem_exec::{AgentConfig, ExecObserver, RunInput, Runtime, ToolBox, run_agent};
+use flowmem_exec::{AgentConfig, ExecEvent, ExecObserver, RunInput, Runtime, ToolBox, run_agent};
 use flowmem_llm::{PromptError, Prompts, ToolDefinition};
-use flowmem_model::{JsonObject, Scope, StepSource, ToolCall, Trace, Workflow, WorkflowStep};
+use flowmem_model::{JsonObject, NodeObservation, Scope, StepSource, ToolCall, Trace, Workflow, WorkflowStep};
 
 use crate::error::{MemoryError, OnlineError};
+use crate::retrieval::{Retrieval, Retriever};
 use crate::store::{MemoryStore, UseOutcome};
 use crate::templates::prompt_text;
 
@@ -400,7 +401,7 @@ pub enum MemoryMode {
 }
 
 /// Options of [`run_with_memory`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MemoryAgentConfig {
     /// The ReAct loop's options; its instruction is extended with the memory.
     pub agent: AgentConfig,
@@ -412,7 +413,12 @@ pub struct MemoryAgentConfig {
     pub budget_tokens: usize,
     /// The scope workflows are retrieved from.
     pub scope: Scope,
+    /// How workflows are retrieved (BM25, vector or hybrid).
+    pub retriever: Retriever,
 }
+
+/// The node id of the retrieval step in a memory run's trace.
+pub const RETRIEVAL_NODE_ID: &str = "memory";
 
 /// A memory-augmented run.
 #[derive(Debug, Clone, PartialEq)]
@@ -467,8 +473,12 @@ impl MemoryRun {
 
 /// Runs the ReAct agent on `input` with workflows retrieved from `store`.
 ///
-/// Retrieval counts as a retrieval in the store's statistics; the caller records the
-/// outcome of the use with [`record_uses`] once the run is judged.
+/// Retrieval goes through [`Retriever::retrieve`] and counts as a retrieval in the
+/// store's statistics; the caller records the outcome of the use with [`record_uses`]
+/// once the run is judged. The retrieval is the trace's first observation (node
+/// [`RETRIEVAL_NODE_ID`], kind `retrieval:<mode>`, its output the
+/// [`Retrieval::record`](crate::Retrieval::record) with the mode and each hit's scores),
+/// and the observer sees it as a finished node before the agent starts.
 ///
 /// # Errors
 ///
@@ -481,9 +491,43 @@ pub async fn run_with_memory(
     input: &RunInput,
     observer: &dyn ExecObserver,
 ) -> Result<MemoryRun, OnlineError> {
-    let hits = if cfg.top_k == 0 { Vec::new() } else { store.retrieve(&input.query, &cfg.scope, cfg.top_k)? };
-    let workflows: Vec<Workflow> = hits.into_iter().map(|hit| hit.workflow).collect();
+    let started_at_ms = now_ms();
+    let retrieval = if cfg.top_k == 0 {
+        Retrieval { mode: cfg.retriever.mode(), embed_ms: 0.0, search_ms: 0.0, hits: Vec::new() }
+    } else {
+        cfg.retriever.retrieve(store, &input.query, &cfg.scope, cfg.top_k).await?
+    };
+    let observation = NodeObservation {
+        node_id: RETRIEVAL_NODE_ID.to_owned(),
+        node_kind: format!("retrieval:{}", retrieval.mode),
+        output: Some(retrieval.record().to_string()),
+        started_at_ms,
+        latency_ms: retrieval.embed_ms + retrieval.search_ms,
+        ..NodeObservation::default()
+    };
+    let model =
+        cfg.retriever.embedder().filter(|_| retrieval.mode.needs_vectors()).map(|model| model.name().to_owned());
+    observer.on_event(&ExecEvent::NodeFinished { query_id: input.id.clone(), model, observation: observation.clone() });
+    let workflows: Vec<Workflow> = retrieval.hits.into_iter().map(|hit| hit.workflow).collect();
     let retrieved: Vec<String> = workflows.iter().map(|workflow| workflow.id.clone()).collect();
+    let mut run = run_modes(runtime, cfg, input, observer, workflows, retrieved).await?;
+    run.trace.observations.insert(0, observation);
+    Ok(run)
+}
+
+/// Milliseconds since the Unix epoch, as traces count time.
+fn now_ms() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+async fn run_modes(
+    runtime: &Runtime,
+    cfg: &MemoryAgentConfig,
+    input: &RunInput,
+    observer: &dyn ExecObserver,
+    workflows: Vec<Workflow>,
+    retrieved: Vec<String>,
+) -> Result<MemoryRun, OnlineError> {
     match cfg.mode {
         MemoryMode::Prompt => {
             let prompt_error = |source| OnlineError::Prompt { template: "workflow", source };

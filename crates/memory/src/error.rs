@@ -61,6 +61,22 @@ pub enum MemoryError {
         /// The id asked for.
         id: String,
     },
+    /// The embedding model failed to embed a query or workflows.
+    #[error("embedding model `{model}` failed")]
+    Embedding {
+        /// The embedding model's name.
+        model: String,
+        /// The model's error.
+        #[source]
+        source: flowmem_llm::LlmError,
+    },
+    /// A search or a vector write cannot be done as asked: a vector mode without an
+    /// embedding model, vectors that do not fit the workflows.
+    #[error("{reason}")]
+    Retrieval {
+        /// What is wrong, with what to do.
+        reason: String,
+    },
     /// A workflow to be stored is unusable.
     #[error("workflow `{description}` cannot be stored: {reason}")]
     InvalidWorkflow {

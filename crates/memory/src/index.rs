@@ -6,6 +6,11 @@
 //! and every other process's), so it always answers for the committed state of the file
 //! at the time of the search. The first search loads the whole log.
 //!
+//! Beside the BM25 postings it holds each workflow's embedding vector (one per
+//! workflow, with the id of the model that made it; `index_log` entries `vector` say
+//! that a workflow's vector was written), for exact nearest-neighbour search over
+//! normalised vectors, and fuses the two rankings by reciprocal rank ([`rank`]).
+//!
 //! Scoring is Okapi BM25 with `k1 = 1.2`, `b = 0.75` and the always-positive IDF
 //! `ln(1 + (N − df + 0.5) / (df + 0.5))`, over the tokens of the description (counted
 //! twice, so the description weighs double) and of the steps (state, reasoning, tool
@@ -22,6 +27,14 @@ const B: f32 = 0.75;
 /// How many times a description token counts.
 const DESCRIPTION_WEIGHT: u32 = 2;
 
+/// The `k` of reciprocal-rank fusion, `Σ 1 / (k + rank)`: 60, the value of Cormack,
+/// Clarke and Büttcher (2009) that most hybrid search systems keep.
+pub(crate) const RRF_K: f64 = 60.0;
+
+/// How deep each ranking is read for fusion: a document below this depth in both
+/// rankings cannot enter the fused top `limit`.
+const FUSION_DEPTH: usize = 100;
+
 /// One document of the index.
 #[derive(Debug, Clone)]
 struct Doc {
@@ -29,6 +42,47 @@ struct Doc {
     len: u32,
     scope: u32,
     alive: bool,
+    // (vector set, slot) of the document's embedding, if it has one.
+    vector: Option<(u32, u32)>,
+}
+
+/// The vectors of one embedding model, stored contiguously for a linear scan.
+#[derive(Debug, Default)]
+struct VectorSet {
+    model: String,
+    dim: usize,
+    // `slot_doc.len() * dim` floats, L2-normalised.
+    data: Vec<f32>,
+    // The document of each slot; `DEAD` for a slot whose vector was replaced or whose
+    // document was deleted.
+    slot_doc: Vec<u32>,
+    n_dead: usize,
+}
+
+const DEAD: u32 = u32::MAX;
+
+/// How a search ranks: by words, by meaning, or both fused.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Ranking<'a> {
+    /// BM25 only.
+    Bm25,
+    /// Cosine similarity to the query vector of `model` only.
+    Vector { model: &'a str, vector: &'a [f32] },
+    /// Both, fused by reciprocal rank.
+    Hybrid { model: &'a str, vector: &'a [f32] },
+}
+
+/// A ranked document with what each ranking said of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Scored {
+    /// The workflow's primary key.
+    pub(crate) pk: i64,
+    /// The score the results are ordered by: BM25, cosine, or the fused score.
+    pub(crate) score: f64,
+    /// The BM25 score and 1-based rank, when the document was in the BM25 ranking read.
+    pub(crate) bm25: Option<(f64, usize)>,
+    /// The cosine similarity and 1-based rank, when it was in the vector ranking read.
+    pub(crate) vector: Option<(f64, usize)>,
 }
 
 /// The postings of one exact scope: a scope filter then touches only the lists of the
@@ -52,13 +106,19 @@ pub(crate) struct SearchIndex {
     scope_ids: HashMap<(Option<String>, Option<String>), u32>,
     // Interned terms, shared by every partition.
     term_ids: HashMap<String, u32>,
+    // One set per embedding model seen.
+    vector_sets: Vec<VectorSet>,
     n_dead: u32,
     // The last `index_log.seq` applied.
     last_seq: i64,
 }
 
 /// A ranked match: the workflow's primary key and its BM25 score.
+#[cfg(test)]
 pub(crate) type Ranked = (i64, f64);
+
+/// A document index and its score in one ranking.
+type DocScore = (f32, u32);
 
 impl SearchIndex {
     /// The last `index_log.seq` committed in `conn`'s file.
@@ -78,8 +138,9 @@ impl SearchIndex {
             return Ok(());
         }
         let mut stmt = conn.prepare_cached(
-            "SELECT l.seq, l.pk, l.op, w.description, w.index_text, w.site, w.domain
+            "SELECT l.seq, l.pk, l.op, w.description, w.index_text, w.site, w.domain, v.model, v.vector
              FROM index_log AS l LEFT JOIN workflows AS w ON w.pk = l.pk
+             LEFT JOIN workflow_vectors AS v ON v.pk = l.pk
              WHERE l.seq > ?1 ORDER BY l.seq",
         )?;
         let mut rows = stmt.query([self.last_seq])?;
@@ -97,9 +158,15 @@ impl SearchIndex {
             let Some(description) = row.get::<_, Option<String>>(3)? else {
                 continue;
             };
-            let steps_text: String = row.get::<_, Option<String>>(4)?.unwrap_or_default();
-            let scope = (row.get::<_, Option<String>>(5)?, row.get::<_, Option<String>>(6)?);
-            self.insert(pk, &description, &steps_text, scope);
+            if op == "insert" {
+                let steps_text: String = row.get::<_, Option<String>>(4)?.unwrap_or_default();
+                let scope = (row.get::<_, Option<String>>(5)?, row.get::<_, Option<String>>(6)?);
+                self.insert(pk, &description, &steps_text, scope);
+            }
+            // The vector as it is now: a later `vector` entry only writes it again.
+            if let (Some(model), Some(blob)) = (row.get::<_, Option<String>>(7)?, row.get::<_, Option<Vec<u8>>>(8)?) {
+                self.set_vector(pk, &model, &decode_vector(&blob));
+            }
         }
         let n_alive = self.docs.len() as u32 - self.n_dead;
         if self.n_dead > 1024 && self.n_dead > n_alive / 4 {
@@ -108,17 +175,110 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// The best `limit` alive documents for `query` whose scope passes `filter`.
+    /// The best `limit` alive documents for `query` by BM25 whose scope passes `filter`.
+    #[cfg(test)]
     pub(crate) fn search(&self, query: &str, filter: (Option<&str>, Option<&str>), limit: usize) -> Vec<Ranked> {
-        let admitted: Vec<&Partition> = self
-            .scopes
+        self.bm25(query, &self.admitted(filter), limit)
+            .into_iter()
+            .map(|(score, doc_idx)| (self.docs[doc_idx as usize].pk, f64::from(score)))
+            .collect()
+    }
+
+    /// The best `limit` alive documents whose scope passes `filter`, ranked as `ranking`
+    /// says. Hybrid ranking reads the top [`FUSION_DEPTH`] (at least `limit`) of each
+    /// ranking and orders their union by `Σ 1 / (RRF_K + rank)` over the rankings a
+    /// document is in; ties go to the better BM25 rank, then to the older document.
+    pub(crate) fn rank(
+        &self,
+        ranking: Ranking<'_>,
+        query: &str,
+        filter: (Option<&str>, Option<&str>),
+        limit: usize,
+    ) -> Vec<Scored> {
+        let admitted = self.admitted(filter);
+        let pk = |doc_idx: u32| self.docs[doc_idx as usize].pk;
+        match ranking {
+            Ranking::Bm25 => self
+                .bm25(query, &admitted, limit)
+                .into_iter()
+                .enumerate()
+                .map(|(rank, (score, doc))| Scored {
+                    pk: pk(doc),
+                    score: f64::from(score),
+                    bm25: Some((f64::from(score), rank + 1)),
+                    vector: None,
+                })
+                .collect(),
+            Ranking::Vector { model, vector } => self
+                .nearest(model, vector, &admitted, limit)
+                .into_iter()
+                .enumerate()
+                .map(|(rank, (similarity, doc))| Scored {
+                    pk: pk(doc),
+                    score: f64::from(similarity),
+                    bm25: None,
+                    vector: Some((f64::from(similarity), rank + 1)),
+                })
+                .collect(),
+            Ranking::Hybrid { model, vector } => {
+                let depth = limit.max(FUSION_DEPTH);
+                let by_words = self.bm25(query, &admitted, depth);
+                let by_meaning = self.nearest(model, vector, &admitted, depth);
+                let mut fused: HashMap<u32, Scored> = HashMap::default();
+                for (rank, &(score, doc)) in by_words.iter().enumerate() {
+                    let entry =
+                        fused.entry(doc).or_insert(Scored { pk: pk(doc), score: 0.0, bm25: None, vector: None });
+                    entry.bm25 = Some((f64::from(score), rank + 1));
+                    entry.score += 1.0 / (RRF_K + (rank + 1) as f64);
+                }
+                for (rank, &(similarity, doc)) in by_meaning.iter().enumerate() {
+                    let entry =
+                        fused.entry(doc).or_insert(Scored { pk: pk(doc), score: 0.0, bm25: None, vector: None });
+                    entry.vector = Some((f64::from(similarity), rank + 1));
+                    entry.score += 1.0 / (RRF_K + (rank + 1) as f64);
+                }
+                let mut ranked: Vec<(u32, Scored)> = fused.into_iter().collect();
+                let bm25_rank = |scored: &Scored| scored.bm25.map_or(usize::MAX, |(_, rank)| rank);
+                ranked.sort_by(|(doc_a, a), (doc_b, b)| {
+                    b.score.total_cmp(&a.score).then(bm25_rank(a).cmp(&bm25_rank(b))).then(doc_a.cmp(doc_b))
+                });
+                ranked.truncate(limit);
+                ranked.into_iter().map(|(_, scored)| scored).collect()
+            }
+        }
+    }
+
+    /// For each interned scope, whether `filter` admits it.
+    fn admitted(&self, filter: (Option<&str>, Option<&str>)) -> Vec<bool> {
+        self.scopes
             .iter()
-            .zip(&self.partitions)
-            .filter(|((site, domain), _)| {
+            .map(|(site, domain)| {
                 filter.0.is_none_or(|want| site.as_deref() == Some(want))
                     && filter.1.is_none_or(|want| domain.as_deref() == Some(want))
             })
-            .map(|(_, partition)| partition)
+            .collect()
+    }
+
+    /// How many alive documents `filter` admits, and how many of them have a vector of
+    /// `model`.
+    pub(crate) fn vector_coverage(&self, model: &str, filter: (Option<&str>, Option<&str>)) -> (usize, usize) {
+        let admitted = self.admitted(filter);
+        let n_alive: usize =
+            self.partitions.iter().zip(&admitted).filter(|(_, ok)| **ok).map(|(p, _)| p.n_alive as usize).sum();
+        let Some(set) = self.vector_sets.iter().find(|set| set.model == model) else { return (n_alive, 0) };
+        let n_vectors =
+            set.slot_doc.iter().filter(|&&doc| doc != DEAD && admitted[self.docs[doc as usize].scope as usize]).count();
+        (n_alive, n_vectors)
+    }
+
+    /// The best `limit` (score, document) pairs by BM25 among the admitted scopes.
+    fn bm25(&self, query: &str, admitted_scopes: &[bool], limit: usize) -> Vec<DocScore> {
+        let admitted: Vec<&Partition> = self
+            .partitions
+            .iter()
+            .zip(admitted_scopes)
+            .filter(|(_, ok)| **ok)
+            .map(|(partition, _)| partition)
             .collect();
         let n_alive: u32 = admitted.iter().map(|p| p.n_alive).sum();
         if n_alive == 0 || limit == 0 {
@@ -163,21 +323,102 @@ impl SearchIndex {
                 }
             }
         }
-        let mut ranked: Vec<(f32, u32)> = scores
+        let ranked: Vec<DocScore> = scores
             .iter()
             .enumerate()
             .filter(|&(_, &score)| score > 0.0)
             .map(|(doc_idx, &score)| (score, doc_idx as u32))
             .collect();
-        // Best first; ties go to the older workflow (smaller doc index), so the order is
-        // deterministic.
-        let by_rank = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        if ranked.len() > limit {
-            ranked.select_nth_unstable_by(limit - 1, by_rank);
-            ranked.truncate(limit);
+        top(ranked, limit)
+    }
+
+    /// The best `limit` (cosine, document) pairs among the admitted scopes' documents
+    /// with a vector of `model`: an exact scan over normalised vectors (`query` is
+    /// normalised by the caller). A query of another dimension matches nothing.
+    fn nearest(&self, model: &str, query: &[f32], admitted_scopes: &[bool], limit: usize) -> Vec<DocScore> {
+        let Some(set) = self.vector_sets.iter().find(|set| set.model == model) else { return Vec::new() };
+        if set.dim != query.len() || limit == 0 {
+            return Vec::new();
         }
-        ranked.sort_by(by_rank);
-        ranked.into_iter().map(|(score, doc_idx)| (self.docs[doc_idx as usize].pk, f64::from(score))).collect()
+        let mut scored: Vec<DocScore> = Vec::with_capacity(set.slot_doc.len());
+        for (row, &doc) in set.data.chunks_exact(set.dim).zip(&set.slot_doc) {
+            if doc == DEAD || !admitted_scopes[self.docs[doc as usize].scope as usize] {
+                continue;
+            }
+            scored.push((dot(row, query), doc));
+        }
+        top(scored, limit)
+    }
+
+    /// Sets the vector of the document `pk` (normalised by the caller), replacing any
+    /// earlier one; a document not in the index is left alone.
+    fn set_vector(&mut self, pk: i64, model: &str, vector: &[f32]) {
+        let Some(&doc_idx) = self.doc_of_pk.get(&pk) else { return };
+        if vector.is_empty() {
+            return;
+        }
+        self.clear_vector(doc_idx);
+        let set_idx = match self.vector_sets.iter().position(|set| set.model == model && set.dim == vector.len()) {
+            Some(idx) => idx,
+            None => {
+                // A model's vectors have one dimension; a new dimension starts a new set
+                // and retires the old one.
+                self.vector_sets.retain(|set| set.model != model);
+                for doc in &mut self.docs {
+                    doc.vector = None;
+                }
+                self.reslot_all();
+                self.vector_sets.push(VectorSet { model: model.to_owned(), dim: vector.len(), ..VectorSet::default() });
+                self.vector_sets.len() - 1
+            }
+        };
+        let set = &mut self.vector_sets[set_idx];
+        let slot = u32::try_from(set.slot_doc.len()).unwrap_or(u32::MAX);
+        set.data.extend_from_slice(vector);
+        set.slot_doc.push(doc_idx);
+        self.docs[doc_idx as usize].vector = Some((set_idx as u32, slot));
+        if set.n_dead > 1024 && set.n_dead > set.slot_doc.len() / 2 {
+            self.compact_vectors();
+        }
+    }
+
+    /// Marks the document's vector slot dead, if it has one.
+    fn clear_vector(&mut self, doc_idx: u32) {
+        if let Some((set, slot)) = self.docs[doc_idx as usize].vector.take() {
+            let set = &mut self.vector_sets[set as usize];
+            set.slot_doc[slot as usize] = DEAD;
+            set.n_dead += 1;
+        }
+    }
+
+    /// Points every document at its current slot, after sets were dropped.
+    fn reslot_all(&mut self) {
+        for (set_idx, set) in self.vector_sets.iter().enumerate() {
+            for (slot, &doc) in set.slot_doc.iter().enumerate() {
+                if doc != DEAD {
+                    self.docs[doc as usize].vector = Some((set_idx as u32, slot as u32));
+                }
+            }
+        }
+    }
+
+    /// Drops dead slots from every vector set.
+    fn compact_vectors(&mut self) {
+        for set in &mut self.vector_sets {
+            let dim = set.dim;
+            let mut data = Vec::with_capacity(set.data.len() - set.n_dead * dim);
+            let mut slot_doc = Vec::with_capacity(set.slot_doc.len() - set.n_dead);
+            for (row, &doc) in set.data.chunks_exact(dim).zip(&set.slot_doc) {
+                if doc != DEAD {
+                    data.extend_from_slice(row);
+                    slot_doc.push(doc);
+                }
+            }
+            set.data = data;
+            set.slot_doc = slot_doc;
+            set.n_dead = 0;
+        }
+        self.reslot_all();
     }
 
     fn insert(&mut self, pk: i64, description: &str, steps_text: &str, scope: (Option<String>, Option<String>)) {
@@ -223,7 +464,7 @@ impl SearchIndex {
         }
         partition.n_alive += 1;
         partition.total_len_alive += u64::from(len);
-        self.docs.push(Doc { pk, len, scope: scope_id, alive: true });
+        self.docs.push(Doc { pk, len, scope: scope_id, alive: true, vector: None });
         self.doc_of_pk.insert(pk, doc_idx);
     }
 
@@ -231,6 +472,7 @@ impl SearchIndex {
         let Some(doc_idx) = self.doc_of_pk.remove(&pk) else {
             return;
         };
+        self.clear_vector(doc_idx);
         let doc = &mut self.docs[doc_idx as usize];
         doc.alive = false;
         let partition = &mut self.partitions[doc.scope as usize];
@@ -266,8 +508,54 @@ impl SearchIndex {
                 !list.is_empty()
             });
         }
+        for set in &mut self.vector_sets {
+            for doc in &mut set.slot_doc {
+                if *doc != DEAD {
+                    *doc = new_idx[*doc as usize].unwrap_or(DEAD);
+                }
+            }
+        }
+        self.compact_vectors();
         self.n_dead = 0;
     }
+}
+
+/// The best `limit` of `scored`, best first; ties go to the older document (smaller
+/// index), so the order is deterministic.
+fn top(mut scored: Vec<DocScore>, limit: usize) -> Vec<DocScore> {
+    let by_rank = |a: &DocScore, b: &DocScore| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    if limit == 0 {
+        return Vec::new();
+    }
+    if scored.len() > limit {
+        scored.select_nth_unstable_by(limit - 1, by_rank);
+        scored.truncate(limit);
+    }
+    scored.sort_by(by_rank);
+    scored
+}
+
+/// The dot product, in eight independent lanes so the compiler vectorises it.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a_chunks.remainder().iter().zip(b_chunks.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *lane += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// A stored vector: little-endian `f32`s.
+pub(crate) fn encode_vector(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The inverse of [`encode_vector`]; trailing bytes short of a float are ignored.
+pub(crate) fn decode_vector(blob: &[u8]) -> Vec<f32> {
+    blob.chunks_exact(4).map(|bytes| f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])).collect()
 }
 
 /// English function words, left out of the index and of queries: they match nearly
@@ -329,7 +617,70 @@ fn stem(token: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::index::{SearchIndex, is_stopword, stem};
+    use crate::index::{Ranking, SearchIndex, is_stopword, stem};
+
+    /// The hand-made case of the fusion test: (pk, text, vector).
+    const FUSION_CASE: [(i64, &str, [f32; 3]); 4] = [
+        (1, "cancel order", [0.6, 0.8, 0.0]),
+        (2, "order status", [0.8, 0.6, 0.0]),
+        (3, "flight", [1.0, 0.0, 0.0]),
+        (4, "weather", [0.0, 0.0, 1.0]),
+    ];
+
+    fn fusion_index() -> SearchIndex {
+        let mut index = SearchIndex::default();
+        for (pk, text, vector) in FUSION_CASE {
+            index.insert(pk, text, "", (None, Some("retail".to_owned())));
+            index.set_vector(pk, "m", &vector);
+        }
+        index
+    }
+
+    fn pks(index: &SearchIndex, ranking: Ranking<'_>) -> Vec<i64> {
+        index.rank(ranking, "cancel order", (None, None), 10).iter().map(|scored| scored.pk).collect()
+    }
+
+    #[test]
+    fn hybrid_ranking_fuses_by_reciprocal_rank() {
+        let index = fusion_index();
+        let query = [1.0, 0.0, 0.0];
+        // BM25: 1 (both words), 2 (one word). Vectors: 3 (cos 1), 2 (0.8), 1 (0.6), 4 (0).
+        assert_eq!(pks(&index, Ranking::Bm25), [1, 2]);
+        assert_eq!(pks(&index, Ranking::Vector { model: "m", vector: &query }), [3, 2, 1, 4]);
+        // Fused: 1 = 1/61 + 1/63 = 0.032266 > 2 = 1/62 + 1/62 = 0.032258 > 3 = 1/61 > 4 = 1/64.
+        let fused = index.rank(Ranking::Hybrid { model: "m", vector: &query }, "cancel order", (None, None), 10);
+        assert_eq!(fused.iter().map(|scored| scored.pk).collect::<Vec<_>>(), [1, 2, 3, 4], "{fused:?}");
+        assert!((fused[0].score - (1.0 / 61.0 + 1.0 / 63.0)).abs() < 1e-12);
+        assert_eq!((fused[0].bm25.map(|(_, rank)| rank), fused[0].vector.map(|(_, rank)| rank)), (Some(1), Some(3)));
+        assert_eq!((fused[2].bm25, fused[2].vector.map(|(_, rank)| rank)), (None, Some(1)));
+        // A scope that admits nothing, and a query of another model, find nothing.
+        assert!(
+            index
+                .rank(Ranking::Hybrid { model: "m", vector: &query }, "cancel", (None, Some("airline")), 10)
+                .is_empty()
+        );
+        assert!(pks(&index, Ranking::Vector { model: "other", vector: &query }).is_empty());
+    }
+
+    #[test]
+    fn replaced_and_deleted_vectors_leave_the_scan_and_survive_compaction() {
+        let mut index = SearchIndex::default();
+        for pk in 0..3000 {
+            index.insert(pk, "doc", "", (None, None));
+            index.set_vector(pk, "m", &[pk as f32, 1.0]);
+        }
+        for pk in 0..2500 {
+            index.remove(pk);
+        }
+        // A new vector replaces the old one: pk 2999 now points away from the query.
+        index.set_vector(2999, "m", &[-1.0, 0.0]);
+        index.compact();
+        assert_eq!(index.vector_coverage("m", (None, None)), (500, 500));
+        let nearest = index.rank(Ranking::Vector { model: "m", vector: &[-1.0, 0.0] }, "", (None, None), 1);
+        assert_eq!(nearest[0].pk, 2999);
+        let nearest = index.rank(Ranking::Vector { model: "m", vector: &[0.0, 1.0] }, "", (None, None), 1);
+        assert_eq!(nearest[0].pk, 2500, "equal similarities go to the oldest alive document");
+    }
 
     #[test]
     fn dead_documents_never_make_a_matching_term_count_against_a_document() {

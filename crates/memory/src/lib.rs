@@ -5,9 +5,13 @@
 //!
 //! - [`MemoryStore`] is the memory: one SQLite file (WAL, migrated schema, one
 //!   transaction per write) holding [`Workflow`](flowmem_model::Workflow)s with scope,
-//!   provenance, creation time and usage statistics. [`MemoryStore::search`] ranks by
-//!   BM25; [`MemoryStore::add`] merges near-duplicates and evicts by
-//!   [`retention_score`] when a scope is full.
+//!   provenance, creation time, usage statistics and an embedding vector.
+//!   [`MemoryStore::search`] ranks by BM25, [`MemoryStore::search_with`] by BM25,
+//!   vector similarity or both fused ([`RetrievalMode`]); [`MemoryStore::add`] merges
+//!   near-duplicates and evicts by [`retention_score`] when a scope is full.
+//! - [`Retriever`] is how every caller retrieves: it embeds the query when its mode
+//!   needs a vector (through a `&dyn EmbeddingModel`, never building one), and
+//!   [`sync_vectors`] keeps the stored vectors those of the current model.
 //! - [`induce`] turns [`Trajectory`](flowmem_model::Trajectory)s into workflows, by
 //!   rules ([`induce::rule`], deterministic) or with a language model
 //!   ([`induce::lm`]); each reports what it skipped or rejected and why.
@@ -17,6 +21,8 @@
 //! - [`run_with_memory`] runs exec's ReAct agent with retrieved workflows, either in its
 //!   system prompt within a token budget ([`prompt_memory`]) or as callable tools
 //!   ([`WorkflowTools`], AWM_AS) whose calls expand to their steps.
+//! - [`eval_retrieval`] measures retrieval quality on held-out records with reference
+//!   tool logs (TC of the top workflow, recall@k), per [`RetrievalMode`].
 //! - [`judge_run`] is AWM's LM evaluator; [`agreement`] compares it with ground truth.
 //! - [`learn_online`] is online AWM over a task stream, resumable from its progress
 //!   file (the stream is saved beside it, [`read_stream`]), with a fresh tool state per
@@ -52,24 +58,28 @@ mod agent;
 mod compose;
 mod curve_html;
 mod error;
+mod eval_retrieval;
 mod index;
 pub mod induce;
 mod judge;
 mod offline;
 mod online;
 pub mod render;
+mod retrieval;
 mod schema;
 mod store;
 mod templates;
 mod text;
 
 pub use crate::agent::{
-    CHARS_PER_TOKEN, MemoryAgentConfig, MemoryMode, MemoryRun, PromptMemory, WorkflowTools, WorkflowUse, approx_tokens,
-    expand_calls, prompt_memory, record_uses, run_with_memory, workflow_tool_name, workflow_variables,
+    CHARS_PER_TOKEN, MemoryAgentConfig, MemoryMode, MemoryRun, PromptMemory, RETRIEVAL_NODE_ID, WorkflowTools,
+    WorkflowUse, approx_tokens, expand_calls, prompt_memory, record_uses, run_with_memory, workflow_tool_name,
+    workflow_variables,
 };
 pub use crate::compose::{TreeLine, composition, composition_tree};
 pub use crate::curve_html::render_curve_html;
 pub use crate::error::{InduceError, MemoryError, OnlineError};
+pub use crate::eval_retrieval::{ModeSummary, RecordResult, RetrievalEvalConfig, RetrievalReport, eval_retrieval};
 pub use crate::judge::{Agreement, EVALUATE_PROMPT, Judgement, RunToJudge, agreement, judge_run};
 pub use crate::offline::{Added, OfflineConfig, OfflineReport, induce_offline};
 pub use crate::online::{
@@ -77,8 +87,13 @@ pub use crate::online::{
     PROGRESS_FILE, ProgressLine, STREAM_FILE, SuccessSource, TaskRun, learn_online, learning_curve, read_progress,
     read_stream,
 };
+pub use crate::retrieval::{
+    QueryEmbedding, Retrieval, RetrievalMode, Retriever, SearchQuery, WorkflowVectors, embed_workflows,
+    retrieval_record, sync_vectors,
+};
 pub use crate::store::{
-    AddOutcome, CheckReport, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, retention_score, success_rate,
+    AddOutcome, CheckReport, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, VectorTask, retention_score,
+    success_rate,
 };
 pub use crate::templates::prompts;
 pub use crate::text::description_similarity;

@@ -4,14 +4,16 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use flowmem_llm::EmbeddingModel;
 use flowmem_model::{Scope, Trajectory};
 
 use crate::error::InduceError;
 use crate::induce::{self, Inducer, RuleConfig, SkipReason, SkippedCandidate};
+use crate::retrieval::embed_workflows;
 use crate::store::{AddOutcome, MemoryStore};
 
 /// Options of [`induce_offline`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct OfflineConfig<'a> {
     /// The inducer. Its own scope setting is replaced by the per-group scope.
     pub inducer: Inducer<'a>,
@@ -20,6 +22,21 @@ pub struct OfflineConfig<'a> {
     pub scope: Option<&'a Scope>,
     /// For LM induction: trajectories per prompt within one scope.
     pub batch_size: usize,
+    /// The embedding model whose vectors are stored with each new workflow (in the same
+    /// transaction), or `None` to store workflows without vectors (vector retrieval
+    /// embeds them later, [`sync_vectors`](crate::sync_vectors)).
+    pub embedder: Option<&'a dyn EmbeddingModel>,
+}
+
+impl std::fmt::Debug for OfflineConfig<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfflineConfig")
+            .field("inducer", &self.inducer)
+            .field("scope", &self.scope)
+            .field("batch_size", &self.batch_size)
+            .field("embedder", &self.embedder.map(EmbeddingModel::name))
+            .finish()
+    }
 }
 
 /// What [`induce_offline`] did.
@@ -71,8 +88,9 @@ impl std::fmt::Debug for Inducer<'_> {
 /// after an interrupted induction adds only what is missing. The rest are grouped by
 /// scope (the override, or each trajectory's site and domain); each group is induced
 /// separately (LM induction in batches of [`OfflineConfig::batch_size`]) and its
-/// workflows are stored in that scope, each in its own transaction as soon as its batch
-/// is induced, so a kill loses at most the batch in flight.
+/// workflows are stored in that scope (with their vectors, when an embedder is given),
+/// one transaction per batch as soon as the batch is induced, so a kill loses at most
+/// the batch in flight.
 ///
 /// # Errors
 ///
@@ -125,14 +143,18 @@ pub async fn induce_offline(
             };
             report.proposed += induction.proposed;
             report.skipped.extend(induction.skipped);
-            for workflow in induction.workflows {
-                let outcome = store.add(&workflow)?;
-                report.added.push(Added {
-                    description: workflow.description,
-                    trajectory_ids: workflow.provenance.trajectory_ids,
-                    outcome,
-                });
-            }
+            let vectors = match cfg.embedder {
+                Some(embedder) if !induction.workflows.is_empty() => {
+                    Some(embed_workflows(embedder, &induction.workflows).await?)
+                }
+                _ => None,
+            };
+            let outcomes = store.add_all_with_vectors(&induction.workflows, vectors.as_ref())?;
+            report.added.extend(induction.workflows.into_iter().zip(outcomes).map(|(workflow, outcome)| Added {
+                description: workflow.description,
+                trajectory_ids: workflow.provenance.trajectory_ids,
+                outcome,
+            }));
         }
     }
     Ok(report)

@@ -59,6 +59,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO index_log (pk, op) SELECT pk, 'insert' FROM workflows ORDER BY pk;
     DROP TABLE workflow_fts;
     ",
+    // 3: an embedding vector per workflow, with the id of the model that made it (derived
+    // state for vector and hybrid retrieval, rebuilt when the model changes), and the
+    // log op `vector` that tells the in-memory index a workflow's vector was written.
+    "
+    CREATE TABLE workflow_vectors (
+        pk INTEGER PRIMARY KEY,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE TABLE index_log_3 (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        pk INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('insert', 'delete', 'vector'))
+    );
+    INSERT INTO index_log_3 (seq, pk, op) SELECT seq, pk, op FROM index_log ORDER BY seq;
+    DROP TABLE index_log;
+    ALTER TABLE index_log_3 RENAME TO index_log;
+    ",
 ];
 
 /// The `PRAGMA application_id` of a flowmem memory: `flmm` in ASCII.

@@ -11,9 +11,10 @@ use sha2::{Digest, Sha256};
 use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, canonical_json};
 
 use crate::error::MemoryError;
-use crate::index::SearchIndex;
+use crate::index::{Ranking, SearchIndex, encode_vector};
+use crate::retrieval::{RetrievalMode, SearchQuery, WorkflowVectors, normalised};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, Ownership, ownership};
-use crate::text::{action_key, description_similarity, steps_text};
+use crate::text::{action_key, description_similarity, embedding_text, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,10 +88,31 @@ impl AddOutcome {
 /// One retrieval result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
-    /// BM25 relevance; higher is more relevant.
+    /// The score hits are ordered by, higher first: BM25 relevance (mode `bm25`),
+    /// cosine similarity (mode `vector`), or the reciprocal-rank fusion of both
+    /// (mode `hybrid`).
     pub score: f64,
+    /// The BM25 score, when the workflow was in the BM25 ranking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bm25: Option<f64>,
+    /// The cosine similarity of the workflow's vector to the query's, when it was in the
+    /// vector ranking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f64>,
     /// The workflow.
     pub workflow: Workflow,
+}
+
+/// A workflow that needs a vector from the current embedding model, as
+/// [`MemoryStore::vector_backlog`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorTask {
+    /// The workflow's primary key (the cursor of the next backlog call).
+    pub pk: i64,
+    /// The workflow's id.
+    pub id: String,
+    /// The text to embed: description and tool names.
+    pub text: String,
 }
 
 /// How a run that used a workflow ended, for the usage statistics.
@@ -312,10 +334,42 @@ impl MemoryStore {
     ///
     /// As [`MemoryStore::add`]; on error nothing is stored.
     pub fn add_all(&mut self, workflows: &[Workflow]) -> Result<Vec<AddOutcome>, MemoryError> {
+        self.add_all_with_vectors(workflows, None)
+    }
+
+    /// Adds many workflows as [`MemoryStore::add_all`] does, each inserted one with its
+    /// vector from `vectors` (one per workflow, in order, as
+    /// [`embed_workflows`](crate::embed_workflows) makes them; normalised here) written in
+    /// the same transaction. A workflow that merges into a stored one keeps the stored
+    /// one's vector.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::add`], and [`MemoryError::Retrieval`] when `vectors` does not
+    /// hold one vector per workflow; on error nothing is stored.
+    pub fn add_all_with_vectors(
+        &mut self,
+        workflows: &[Workflow],
+        vectors: Option<&WorkflowVectors>,
+    ) -> Result<Vec<AddOutcome>, MemoryError> {
+        if let Some(vectors) = vectors
+            && vectors.vectors.len() != workflows.len()
+        {
+            return Err(MemoryError::Retrieval {
+                reason: format!("{} vectors for {} workflows", vectors.vectors.len(), workflows.len()),
+            });
+        }
         let tx = self.write_tx()?;
         let mut outcomes = Vec::with_capacity(workflows.len());
-        for workflow in workflows {
-            outcomes.push(add_in(&tx, &self.path, &self.cfg, workflow)?);
+        for (idx, workflow) in workflows.iter().enumerate() {
+            let outcome = add_in(&tx, &self.path, &self.cfg, workflow)?;
+            if let (AddOutcome::Inserted { id, .. }, Some(vectors)) = (&outcome, vectors) {
+                let pk: i64 = tx
+                    .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
+                    .map_err(self.sqlite("writing a vector"))?;
+                write_vector(&tx, &self.path, pk, &vectors.model, &vectors.vectors[idx])?;
+            }
+            outcomes.push(outcome);
         }
         tx.commit().map_err(self.sqlite("committing workflows"))?;
         Ok(outcomes)
@@ -385,26 +439,86 @@ impl MemoryStore {
             .map_err(self.sqlite("counting workflows"))
     }
 
-    /// The `limit` workflows most relevant to `query` among those whose scope matches
-    /// `filter`, best first. Read-only: it does not count as a retrieval.
+    /// The `limit` workflows most relevant to `query` by BM25 among those whose scope
+    /// matches `filter`, best first. Read-only: it does not count as a retrieval.
     ///
     /// Relevance is Okapi BM25 (k1 = 1.2, b = 0.75) over the description and the steps'
     /// text (state, reasoning, tool names, argument names and values), with the
     /// description weighted twice. Words are matched after lowercasing and plural
     /// stemming; a query without any word matches nothing. The index lives in memory, is
     /// loaded by the first search and then follows every process's writes.
+    /// [`MemoryStore::search_with`] ranks by meaning too.
     ///
     /// # Errors
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn search(&self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
+        self.search_with(&SearchQuery::bm25(query), filter, limit)
+    }
+
+    /// The `limit` workflows best for `query` among those whose scope matches `filter`,
+    /// best first, ranked as its mode says: BM25 as [`MemoryStore::search`] does, the
+    /// cosine similarity of the workflows' vectors to the query's (an exact scan over
+    /// normalised vectors of the query's embedding model; workflows without such a
+    /// vector are left out), or both fused by reciprocal rank
+    /// (`Σ 1 / (60 + rank)` over the top 100 of each ranking; see
+    /// [`RetrievalMode::Hybrid`]). Each hit carries what each ranking said of it.
+    /// Read-only: it does not count as a retrieval. [`Retriever`](crate::Retriever)
+    /// builds the query.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Retrieval`] for a vector or hybrid query without a vector, and
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn search_with(&self, query: &SearchQuery, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
+        let ranking = match (query.mode, &query.embedding) {
+            (RetrievalMode::Bm25, _) => Ranking::Bm25,
+            (RetrievalMode::Vector, Some(embedding)) => {
+                Ranking::Vector { model: &embedding.model, vector: &embedding.vector }
+            }
+            (RetrievalMode::Hybrid, Some(embedding)) => {
+                Ranking::Hybrid { model: &embedding.model, vector: &embedding.vector }
+            }
+            (mode, None) => {
+                return Err(MemoryError::Retrieval {
+                    reason: format!("a `{}` search needs the query's vector, and none was given", mode.as_str()),
+                });
+            }
+        };
         let filter_pair = (filter.site.as_deref(), filter.domain.as_deref());
+        let ranked = self.with_index(|index| index.rank(ranking, &query.text, filter_pair, limit))?;
+        // The hits' rows and provenances in one query each, whatever their number.
+        let pks = serde_json::to_string(&ranked.iter().map(|scored| scored.pk).collect::<Vec<_>>()).unwrap_or_default();
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN (SELECT value FROM json_each(?1))");
+        let mut rows: std::collections::HashMap<i64, RawRow> =
+            self.query_rows(&sql, [&pks])?.into_iter().map(|row| (row.pk, row)).collect();
+        let mut workflows =
+            self.decode_all(ranked.iter().filter_map(|scored| rows.remove(&scored.pk)).collect())?.into_iter();
+        // A row deleted by another process since the sync is simply no longer a hit.
+        let mut hits = Vec::with_capacity(ranked.len());
+        let mut next = workflows.next();
+        for scored in ranked {
+            if let Some(workflow) = next.take_if(|(row_pk, _)| *row_pk == scored.pk) {
+                hits.push(Hit {
+                    score: scored.score,
+                    bm25: scored.bm25.map(|(score, _)| score),
+                    similarity: scored.vector.map(|(similarity, _)| similarity),
+                    workflow: workflow.1,
+                });
+                next = workflows.next();
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Runs `f` on the search index, brought up to date with the file first.
+    fn with_index<T>(&self, f: impl FnOnce(&SearchIndex) -> T) -> Result<T, MemoryError> {
         let head = SearchIndex::log_head(&self.conn).map_err(self.sqlite("updating the search index"))?;
         // A poisoned lock only means another search panicked; the index is rebuilt from
         // the log then.
-        let ranked = match self.index.read() {
+        match self.index.read() {
             // Up to date, or ahead (a sibling synced since this connection looked).
-            Ok(index) if index.last_seq() >= head => index.search(query, filter_pair, limit),
+            Ok(index) if index.last_seq() >= head => Ok(f(&index)),
             held => {
                 drop(held);
                 let mut index = self.index.write().unwrap_or_else(|poisoned| {
@@ -413,25 +527,82 @@ impl MemoryStore {
                     guard
                 });
                 index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
-                index.search(query, filter_pair, limit)
-            }
-        };
-        // The hits' rows and provenances in one query each, whatever their number.
-        let pks = serde_json::to_string(&ranked.iter().map(|&(pk, _)| pk).collect::<Vec<_>>()).unwrap_or_default();
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN (SELECT value FROM json_each(?1))");
-        let mut rows: std::collections::HashMap<i64, RawRow> =
-            self.query_rows(&sql, [&pks])?.into_iter().map(|row| (row.pk, row)).collect();
-        let mut workflows = self.decode_all(ranked.iter().filter_map(|(pk, _)| rows.remove(pk)).collect())?.into_iter();
-        // A row deleted by another process since the sync is simply no longer a hit.
-        let mut hits = Vec::with_capacity(ranked.len());
-        let mut next = workflows.next();
-        for (pk, score) in ranked {
-            if let Some(workflow) = next.take_if(|(row_pk, _)| *row_pk == pk) {
-                hits.push(Hit { score, workflow: workflow.1 });
-                next = workflows.next();
+                Ok(f(&index))
             }
         }
-        Ok(hits)
+    }
+
+    /// How many workflows `filter` admits, and how many of them have a vector of the
+    /// embedding model `model` (as [`EmbeddingModel::model_id`](flowmem_llm::EmbeddingModel::model_id)
+    /// names it). Cheap: the index answers.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the index cannot be brought up to date.
+    pub fn vector_coverage(&self, model: &str, filter: &Scope) -> Result<(usize, usize), MemoryError> {
+        let filter_pair = (filter.site.as_deref(), filter.domain.as_deref());
+        self.with_index(|index| index.vector_coverage(model, filter_pair))
+    }
+
+    /// Up to `limit` workflows after primary key `after` (oldest first) without a vector
+    /// of `model`: never embedded, or embedded by another model. Embed their texts and
+    /// write the vectors with [`MemoryStore::set_vectors`]; [`sync_vectors`](crate::sync_vectors)
+    /// does both until none is left.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when reading fails.
+    pub fn vector_backlog(&self, model: &str, after: i64, limit: usize) -> Result<Vec<VectorTask>, MemoryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT w.pk, w.id, w.description, w.action_key FROM workflows AS w
+                 LEFT JOIN workflow_vectors AS v ON v.pk = w.pk
+                 WHERE w.pk > ?1 AND (v.model IS NULL OR v.model != ?2) ORDER BY w.pk LIMIT ?3",
+            )
+            .map_err(self.sqlite("listing workflows to embed"))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        stmt.query_map(params![after, model, limit], |row| {
+            let description: String = row.get(2)?;
+            let action_key: String = row.get(3)?;
+            Ok(VectorTask {
+                pk: row.get(0)?,
+                id: row.get(1)?,
+                text: embedding_text(&description, action_key.split('\u{1f}').filter(|tool| !tool.is_empty())),
+            })
+        })
+        .and_then(Iterator::collect)
+        .map_err(self.sqlite("listing workflows to embed"))
+    }
+
+    /// Writes the vectors of `model` for the workflows `ids` (normalised here), replacing
+    /// their earlier vectors, in one transaction; ids no longer stored are skipped.
+    /// Returns how many were written.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Retrieval`] when `vectors` and `ids` differ in length, and
+    /// [`MemoryError::Sqlite`] when the write fails (then nothing is written).
+    pub fn set_vectors(&mut self, ids: &[&str], vectors: &WorkflowVectors) -> Result<usize, MemoryError> {
+        if ids.len() != vectors.vectors.len() {
+            return Err(MemoryError::Retrieval {
+                reason: format!("{} vectors for {} workflows", vectors.vectors.len(), ids.len()),
+            });
+        }
+        let tx = self.write_tx()?;
+        let mut n_written = 0;
+        for (id, vector) in ids.iter().zip(&vectors.vectors) {
+            let pk: Option<i64> = tx
+                .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
+                .optional()
+                .map_err(self.sqlite("writing vectors"))?;
+            if let Some(pk) = pk {
+                write_vector(&tx, &self.path, pk, &vectors.model, vector)?;
+                n_written += 1;
+            }
+        }
+        tx.commit().map_err(self.sqlite("writing vectors"))?;
+        Ok(n_written)
     }
 
     /// Searches as [`MemoryStore::search`] does and counts each hit as retrieved, in one
@@ -547,7 +718,8 @@ impl MemoryStore {
 
     /// A number that changes whenever a workflow is inserted or deleted, by this or any
     /// other process: the last sequence number of the search index's log. Usage counts
-    /// and merged provenance do not change it.
+    /// and merged provenance do not change it; writing vectors (a rebuild after a change
+    /// of embedding model) does.
     ///
     /// A server polls it to tell its clients that the list of workflows changed.
     ///
@@ -979,9 +1151,26 @@ fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> R
     Ok(evicted)
 }
 
+/// Writes (or replaces) the vector of workflow `pk`, normalised, and logs it for the
+/// index.
+fn write_vector(tx: &Transaction<'_>, path: &Path, pk: i64, model: &str, vector: &[f32]) -> Result<(), MemoryError> {
+    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "writing a vector", source };
+    if vector.is_empty() {
+        return Err(MemoryError::Retrieval { reason: format!("an empty vector from embedding model `{model}`") });
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO workflow_vectors (pk, model, vector) VALUES (?1, ?2, ?3)",
+        params![pk, model, encode_vector(&normalised(vector))],
+    )
+    .map_err(sqlite)?;
+    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'vector')", [pk]).map_err(sqlite)?;
+    Ok(())
+}
+
 fn delete_pk(tx: &Transaction<'_>, path: &Path, pk: i64) -> Result<(), MemoryError> {
     let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "deleting a workflow", source };
     tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk]).map_err(sqlite)?;
+    tx.execute("DELETE FROM workflow_vectors WHERE pk = ?1", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM provenance WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM workflows WHERE pk = ?1", [pk]).map_err(sqlite)?;
     Ok(())

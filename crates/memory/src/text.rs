@@ -62,6 +62,21 @@ pub(crate) fn steps_text(workflow: &Workflow) -> String {
     text
 }
 
+/// The text a workflow is embedded from for vector retrieval: its description, then its
+/// tool names (from [`action_key`]'s sequence, separated by commas), on a second line.
+/// The description carries the task's meaning; the tool names (`exchange_delivered_order_items`)
+/// say what the workflow does when the description is terse.
+pub(crate) fn embedding_text<'a>(description: &str, tools: impl IntoIterator<Item = &'a str>) -> String {
+    let mut text = description.trim().to_owned();
+    let mut first = true;
+    for tool in tools {
+        text.push_str(if first { "\n" } else { ", " });
+        first = false;
+        text.push_str(&tool.replace('_', " "));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use crate::text::{description_similarity, tokens};

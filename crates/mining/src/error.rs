@@ -34,4 +34,12 @@ pub enum MiningError {
         /// What was missing.
         reason: String,
     },
+    /// The document is XML but not a PNML net flowmem can read.
+    #[error("`{}` is not a usable PNML net: {reason}", path.display())]
+    Pnml {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
 }

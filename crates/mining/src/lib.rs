@@ -12,7 +12,12 @@
 //! - [`discover`] runs the Inductive Miner ([`Variant::Im`] or [`Variant::ImF`]) and
 //!   returns a [`ProcessTree`], printed in PM4Py's notation.
 //! - [`tree_to_petri_net`] gives a [`PetriNet`] with the tree's language, exportable as
-//!   PNML ([`PetriNet::to_pnml`]); [`tree_to_dot`] and [`tree_to_mermaid`] draw the tree.
+//!   PNML ([`PetriNet::to_pnml`]) and read back ([`read_pnml`]); [`tree_to_dot`] and
+//!   [`tree_to_mermaid`] draw the tree.
+//! - Conformance checking with PM4Py parity: [`fitness`] by token-based replay or
+//!   alignments ([`FitnessVariant`]), [`precision`] by ETConformance
+//!   ([`PrecisionVariant`]), the details per variant from [`token_replay`] and
+//!   [`align_log`], and a [`Guard`] that checks a running trace one event at a time.
 //! - [`tree_to_skeleton`] turns the tree into the skeleton
 //!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search.
 //! - [`mine_dataflow`] finds where every argument value of the records' calls comes from
@@ -34,18 +39,25 @@
 
 #![deny(missing_docs)]
 
+mod conformance;
 pub mod dataflow;
 mod dfg;
 mod error;
 mod log;
 mod md5;
 mod petri;
+mod pnml;
 mod render;
 mod skeleton;
 mod tree;
 mod variants;
 mod xes;
 
+pub use crate::conformance::{
+    AlignConfig, AlignmentReport, ConformanceError, DEFAULT_MAX_STATES, FitnessVariant, Guard, GuardStep, MOVE_COST,
+    Move, PrecisionVariant, SILENT_COST, TokenReplayReport, VariantAlignment, VariantReplay, align_log, fitness,
+    precision, token_replay,
+};
 pub use crate::dataflow::{
     ArgumentFlow, BindingConfig, DATAFLOW_VERSION, Dataflow, KindCounts, RecordFlow, Source, SourceSupport, ValueFlow,
     mine_dataflow,
@@ -53,9 +65,12 @@ pub use crate::dataflow::{
 pub use crate::dfg::{Dfg, discover_dfg};
 pub use crate::error::MiningError;
 pub use crate::log::{ActivityId, Classifier, EventLog, EventLogBuilder, TraceVariant};
-pub use crate::petri::{PetriNet, Transition, tree_to_petri_net};
+pub use crate::petri::{Arc, PetriNet, Transition, tree_to_petri_net};
+pub use crate::pnml::{parse_pnml, read_pnml};
 pub use crate::render::{tree_to_dot, tree_to_mermaid};
-pub use crate::skeleton::{SKELETON_MAX_ITERATIONS, tree_to_bound_skeleton, tree_to_skeleton};
+pub use crate::skeleton::{
+    GraphShapeError, SKELETON_MAX_ITERATIONS, skeleton_to_tree, tree_to_bound_skeleton, tree_to_skeleton,
+};
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};
 pub use crate::xes::{XesCase, XesEvent, XesLog, XesRemark, parse_xes, parse_xes_str, read_xes};

@@ -239,3 +239,154 @@ fn llm(role: LlmRole) -> NodeKind {
 fn node(id: &str, kind: NodeKind, description: &str) -> GraphNode {
     GraphNode { id: id.to_owned(), kind, description: Some(description.to_owned()) }
 }
+
+/// A workflow graph that [`skeleton_to_tree`] cannot read as a block-structured process.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read workflow graph node `{node}` as a process: {reason}")]
+pub struct GraphShapeError {
+    /// The node where reading stopped.
+    pub node: String,
+    /// What is wrong there.
+    pub reason: &'static str,
+}
+
+/// Reads a workflow graph's tool positions as a process tree, the inverse of
+/// [`tree_to_skeleton`] up to loop bounds: a tool node is its hinted tools (a choice when
+/// it hints several, any of `all_tools` when it hints none), LLM and join nodes are silent,
+/// a `branch` is a choice and a `parallel` node a parallel block between it and the node
+/// where its routes meet, a `loop` is `*( body, tau )` (its `max_iterations` is not
+/// modelled). Conditions are not modelled either: every route may be taken.
+///
+/// # Errors
+///
+/// [`GraphShapeError`] naming the node when an edge names a missing node, a node other
+/// than a branch or parallel node has several outgoing edges, the routes of a branch or
+/// parallel node never meet, or a loop has no `body` edge.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_mining::{ProcessTree, skeleton_to_tree, tree_to_skeleton};
+///
+/// let tree = ProcessTree::parse("->( 'find_user', X( 'cancel', *( 'refund', tau ) ) )")?;
+/// let back = skeleton_to_tree(&tree_to_skeleton(&tree), &[])?;
+/// assert_eq!(back.canonical(), tree.canonical());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn skeleton_to_tree(graph: &WorkflowGraph, all_tools: &[String]) -> Result<ProcessTree, GraphShapeError> {
+    let reader = GraphReader { graph, all_tools };
+    let steps = reader.walk(&graph.entry, None, 0)?;
+    Ok(ProcessTree::operator(Operator::Sequence, steps).fold())
+}
+
+struct GraphReader<'g> {
+    graph: &'g WorkflowGraph,
+    all_tools: &'g [String],
+}
+
+impl<'g> GraphReader<'g> {
+    fn error(node: &str, reason: &'static str) -> GraphShapeError {
+        GraphShapeError { node: node.to_owned(), reason }
+    }
+
+    fn forward(&self, id: &'g str) -> Vec<&'g Edge> {
+        self.graph.edges.iter().filter(|e| e.from == id && e.kind != EdgeKind::Back).collect()
+    }
+
+    fn single(&self, id: &'g str) -> Result<Option<&'g str>, GraphShapeError> {
+        match self.forward(id).as_slice() {
+            [] => Ok(None),
+            [edge] => Ok(Some(edge.to.as_str())),
+            _ => Err(Self::error(id, "several outgoing edges, but it is not a branch or parallel node")),
+        }
+    }
+
+    /// The steps from `start` until `stop` (excluded) or the end.
+    fn walk(&self, start: &'g str, stop: Option<&str>, depth: usize) -> Result<Vec<ProcessTree>, GraphShapeError> {
+        if depth > self.graph.nodes.len() {
+            return Err(Self::error(start, "a cycle without a `back` edge"));
+        }
+        let mut out = Vec::new();
+        let mut current = Some(start);
+        let mut visited = 0;
+        while let Some(id) = current {
+            if Some(id) == stop {
+                break;
+            }
+            visited += 1;
+            if visited > self.graph.nodes.len() {
+                return Err(Self::error(id, "a cycle without a `back` edge"));
+            }
+            let node =
+                self.graph.node(id).ok_or_else(|| Self::error(id, "an edge names a node that does not exist"))?;
+            current = match &node.kind {
+                NodeKind::Tool { hints, .. } => {
+                    let tools = if hints.is_empty() { self.all_tools } else { hints.as_slice() };
+                    let mut choice: Vec<ProcessTree> = tools.iter().map(ProcessTree::activity).collect();
+                    out.push(match choice.len() {
+                        0 => ProcessTree::Tau,
+                        1 => choice.remove(0),
+                        _ => ProcessTree::operator(Operator::Xor, choice),
+                    });
+                    self.single(id)?
+                }
+                NodeKind::Llm { .. } | NodeKind::Join => self.single(id)?,
+                NodeKind::Branch { .. } | NodeKind::Parallel => {
+                    let routes = self.forward(id);
+                    let join = self.meeting_point(id, &routes)?;
+                    let mut children = Vec::new();
+                    for route in routes {
+                        children.push(if route.to == join {
+                            ProcessTree::Tau
+                        } else {
+                            ProcessTree::operator(Operator::Sequence, self.walk(&route.to, Some(join), depth + 1)?)
+                        });
+                    }
+                    let operator =
+                        if matches!(node.kind, NodeKind::Parallel) { Operator::Parallel } else { Operator::Xor };
+                    out.push(ProcessTree::operator(operator, children));
+                    Some(join)
+                }
+                NodeKind::Loop { .. } => {
+                    let edges = self.forward(id);
+                    let body = edges
+                        .iter()
+                        .find(|e| e.label.as_deref() == Some("body"))
+                        .ok_or_else(|| Self::error(id, "a loop without a `body` edge"))?;
+                    let steps = self.walk(&body.to, Some(id), depth + 1)?;
+                    out.push(ProcessTree::operator(
+                        Operator::Loop,
+                        vec![ProcessTree::operator(Operator::Sequence, steps), ProcessTree::Tau],
+                    ));
+                    edges.iter().find(|e| e.label.as_deref() == Some("exit")).map(|e| e.to.as_str())
+                }
+            };
+        }
+        Ok(out)
+    }
+
+    /// The first node, in breadth-first order from the first route, that every route
+    /// reaches (a route reaches its own target).
+    fn meeting_point(&self, id: &str, routes: &[&'g Edge]) -> Result<&'g str, GraphShapeError> {
+        let reach = |start: &'g str| {
+            let mut order = vec![start];
+            let mut idx = 0;
+            while idx < order.len() {
+                for edge in self.forward(order[idx]) {
+                    if !order.contains(&edge.to.as_str()) {
+                        order.push(&edge.to);
+                    }
+                }
+                idx += 1;
+            }
+            order
+        };
+        let sets: Vec<Vec<&'g str>> = routes.iter().map(|e| reach(&e.to)).collect();
+        let Some(first) = sets.first() else { return Err(Self::error(id, "no outgoing routes")) };
+        first
+            .iter()
+            .copied()
+            .find(|node| sets.iter().all(|set| set.contains(node)))
+            .ok_or_else(|| Self::error(id, "its routes never meet"))
+    }
+}

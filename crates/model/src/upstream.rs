@@ -37,8 +37,9 @@ pub struct Upstream {
 impl WorkflowGraph {
     /// The body of every `loop` node, by node position: the nodes reachable from its
     /// `body` edges over non-`back` edges without passing through the loop, that lead
-    /// back to a `back` edge into it. A loop that no `back` edge closes has no body (it
-    /// is invalid for that reason alone). Bodies are sorted; a node id used twice counts
+    /// back to a `back` edge into it (a nested loop's `back` edges count as ways back, so
+    /// a nested loop's body is in its outer loop's body too). A loop that no `back` edge
+    /// closes has no body (it is invalid for that reason alone). Bodies are sorted; a node id used twice counts
     /// as its first node.
     ///
     /// Each body costs searches bounded by the nodes that lead to its `back` edges, so
@@ -77,7 +78,9 @@ impl WorkflowGraph {
             if !matches!(node.kind, NodeKind::Loop { .. }) || adjacency.index.get(node.id.as_str()) != Some(&loop_idx) {
                 continue;
             }
-            // The nodes that lead to a back edge into the loop without passing it.
+            // The nodes that lead to a back edge into the loop without passing it. A
+            // nested loop's body returns to its own loop node over its `back` edge, and
+            // that node goes on to this loop's, so inner back edges count as ways back too.
             let mut stack: Vec<usize> =
                 adjacency.back_preds[loop_idx].iter().copied().filter(|&idx| idx != loop_idx).collect();
             while let Some(idx) = stack.pop() {
@@ -85,7 +88,8 @@ impl WorkflowGraph {
                     continue;
                 }
                 backward_mark[idx] = loop_idx;
-                stack.extend(adjacency.preds[idx].iter().copied().filter(|&pred| pred != loop_idx));
+                let inner_back = adjacency.back_preds[idx].iter();
+                stack.extend(adjacency.preds[idx].iter().chain(inner_back).copied().filter(|&pred| pred != loop_idx));
             }
             // Of those, the ones the body edges reach (searching only among them).
             let mut body = Vec::new();

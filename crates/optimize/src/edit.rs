@@ -2,10 +2,19 @@
 //!
 //! Applying a plan only changes the graph's shape; whether the result is executable
 //! (`Valid(G, T)`) is decided by the executor's validator afterwards.
+//!
+//! Structural edits keep a valid graph valid by construction: a control-flow insertion
+//! brings its labelled edges (a loop its `body`, `exit` and `back` edges, a branch its
+//! routes), inserting a node on a loop's back edge keeps the back edge last, removing a
+//! node reconnects its neighbours (closing the loop it ended, dropping the loop it was
+//! the whole body of), and an edit that would leave a control node without its labels
+//! (a node inserted after a branch alone, a condition whose routes a branch lacks) is
+//! refused, naming the node, rather than applied.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use flowmem_exec::{LOOP_BODY, LOOP_EXIT};
 use flowmem_model::{
     ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, NodeKind, ValueSource, WorkflowGraph,
 };
@@ -226,6 +235,14 @@ pub enum EditProblem {
         /// The next node.
         to: String,
     },
+    /// A node that cannot run as a member of a parallel block.
+    #[error("`{node}` cannot be a member of a parallel block: it is a {reason} node")]
+    ParallelMember {
+        /// The node.
+        node: String,
+        /// What it is.
+        reason: &'static str,
+    },
     /// A parallel block would start at the entry or end at the exit.
     #[error("a parallel block cannot start at the entry or end at the exit")]
     ParallelAtEndpoint,
@@ -253,6 +270,89 @@ pub enum EditProblem {
         /// The node.
         node: String,
     },
+    /// A node is to be inserted after a control node alone; it must go on one of the
+    /// control node's edges, which carry its route labels.
+    #[error("node `{node}` is a {kind} node: insert on one of its edges (give `before`)")]
+    AfterControl {
+        /// The control node.
+        node: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// `remove_node` names a control node, whose routes cannot simply be bridged.
+    #[error("node `{node}` is a {kind} node; only LLM and tool nodes can be removed")]
+    RemovesControl {
+        /// The control node.
+        node: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// A branch is given a condition whose routes it does not have.
+    #[error("condition `{condition}` needs the routes {needs} out of branch `{node}`, which has {has}")]
+    ConditionRoutes {
+        /// The branch.
+        node: String,
+        /// The condition's name.
+        condition: &'static str,
+        /// The labels the condition chooses among.
+        needs: String,
+        /// The labels the branch's edges carry.
+        has: String,
+    },
+    /// A new or replacing node of a control kind: control flow comes in with
+    /// `insert_control`, which brings its edges and labels.
+    #[error("node `{node}` is a control node; add control flow with `insert_control`")]
+    ControlNode {
+        /// The node's id.
+        node: String,
+    },
+    /// A loop bound of zero: the loop would never run its body.
+    #[error("a loop needs `max_iterations` of at least 1")]
+    ZeroBound,
+    /// Removing the node would end a labelled route in a loop's back edge.
+    #[error("node `{node}` cannot be removed: the route `{route}` into it would end a loop body without its label")]
+    RouteEndsLoop {
+        /// The node.
+        node: String,
+        /// The route, as `from [label]`.
+        route: String,
+    },
+    /// A retry loop cannot wrap this node.
+    #[error("node `{node}` cannot be wrapped in a retry loop: {reason}")]
+    CannotWrap {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A branch cannot be put before a control or join node.
+    #[error("a branch cannot go before `{node}`, a {kind} node; put it before an LLM or tool node")]
+    CannotBranch {
+        /// The node.
+        node: String,
+        /// Its kind.
+        kind: &'static str,
+    },
+    /// A branch's alternative must be an LLM or tool node.
+    #[error("the alternative `{node}` of a branch must be an LLM or tool node")]
+    ControlAlternative {
+        /// The alternative node's id.
+        node: String,
+    },
+    /// An edge out of a loop: a loop has exactly its `body` and `exit` edges.
+    #[error("node `{node}` is a loop; it keeps exactly its `body` and `exit` edges")]
+    EdgeFromLoop {
+        /// The loop.
+        node: String,
+    },
+    /// An edge out of a branch without a route label, or a label out of a plain node.
+    #[error("an edge out of `{node}` {problem}")]
+    EdgeLabel {
+        /// The edge's source.
+        node: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
 }
 
 /// Applies every edit of `plan` to a copy of `graph`.
@@ -264,8 +364,35 @@ pub enum EditProblem {
 pub fn apply_plan(graph: &WorkflowGraph, plan: &EditPlan) -> Result<WorkflowGraph, EditError> {
     let mut res = graph.clone();
     for (index, edit) in plan.edits.iter().enumerate() {
-        apply_edit(&mut res, edit).map_err(|reason| EditError { index, op: edit.op_name(), reason })?;
+        apply_in_place(&mut res, edit).map_err(|reason| EditError { index, op: edit.op_name(), reason })?;
     }
+    Ok(res)
+}
+
+/// Applies one edit to a copy of `graph`: the step of edit-at-a-time planning.
+///
+/// # Errors
+///
+/// What is wrong with the edit on this graph, naming the node or edge. `graph` is never
+/// modified.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_optimize::{GraphEdit, apply_edit};
+/// # let graph: flowmem_model::WorkflowGraph = serde_json::from_str(r#"{"nodes": [
+/// #   {"id": "plan", "kind": "llm", "role": "plan"}, {"id": "t", "kind": "tool"},
+/// #   {"id": "synth", "kind": "llm", "role": "synthesize"}],
+/// #   "edges": [{"from": "plan", "to": "t"}, {"from": "t", "to": "synth"}],
+/// #   "entry": "plan", "exit": "synth"}"#)?;
+/// let edited = apply_edit(&graph, &GraphEdit::RemoveNode { id: "t".into() })?;
+/// assert!(edited.node("t").is_none());
+/// assert!(apply_edit(&edited, &GraphEdit::RemoveNode { id: "t".into() }).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn apply_edit(graph: &WorkflowGraph, edit: &GraphEdit) -> Result<WorkflowGraph, EditProblem> {
+    let mut res = graph.clone();
+    apply_in_place(&mut res, edit)?;
     Ok(res)
 }
 
@@ -288,11 +415,15 @@ impl GraphEdit {
     }
 }
 
-fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditProblem> {
+fn apply_in_place(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditProblem> {
     match edit {
         GraphEdit::AddNode { node, after, before } => add_node(graph, node, after, before.as_deref()),
         GraphEdit::RemoveNode { id } => remove_node(graph, id),
         GraphEdit::ReplaceNode { id, node } => {
+            if let Some(kind) = control_kind(graph, id).or_else(|| join_kind(graph, id)) {
+                return Err(EditProblem::RemovesControl { node: id.clone(), kind });
+            }
+            require_step(node)?;
             let target = node_mut(graph, id)?;
             target.kind = node.kind.clone();
             target.description = node.description.clone();
@@ -304,6 +435,7 @@ fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditPro
             if edge_index(graph, from, to).is_some() {
                 return Err(EditProblem::EdgeExists { from: from.clone(), to: to.clone() });
             }
+            check_new_edge_label(graph, from, label.as_deref())?;
             graph.edges.push(Edge { from: from.clone(), to: to.clone(), kind: EdgeKind::Data, label: label.clone() });
             Ok(())
         }
@@ -326,6 +458,9 @@ fn apply_edit(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditPro
         }
         GraphEdit::InsertControl { control } => insert_control(graph, control),
         GraphEdit::RefineControl { id, max_iterations, condition } => {
+            if let Some(condition) = condition {
+                check_condition_routes(graph, id, condition)?;
+            }
             refine_control(node_mut(graph, id)?, id, *max_iterations, condition.as_ref())
         }
         GraphEdit::RewritePrompt { id, instruction } => match &mut node_mut(graph, id)?.kind {
@@ -358,6 +493,7 @@ fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &Va
 
 fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Option<&str>) -> Result<(), EditProblem> {
     require_free_id(graph, &node.id)?;
+    require_step(node)?;
     require_node(graph, after)?;
     match before {
         Some(before) => {
@@ -367,11 +503,22 @@ fn add_node(graph: &mut WorkflowGraph, node: &GraphNode, after: &str, before: Op
                 node: node.id.clone(),
             })?;
             let old = graph.edges.remove(idx);
-            graph.edges.push(Edge { to: node.id.clone(), ..old.clone() });
-            graph.edges.push(Edge { from: node.id.clone(), to: before.to_owned(), kind: EdgeKind::Data, label: None });
+            // The first half keeps the route label (a branch's choice, a loop's `body`);
+            // on a loop's back edge the new node joins the body, so the back edge stays
+            // the last one.
+            let (first_kind, second_kind) = match old.kind {
+                EdgeKind::Back => (EdgeKind::Data, EdgeKind::Back),
+                kind => (kind, EdgeKind::Data),
+            };
+            graph.edges.push(Edge { from: old.from, to: node.id.clone(), kind: first_kind, label: old.label });
+            graph.edges.push(Edge { from: node.id.clone(), to: before.to_owned(), kind: second_kind, label: None });
         }
         None => {
-            for edge in graph.edges.iter_mut().filter(|e| e.from == after && e.kind != EdgeKind::Back) {
+            if let Some(kind) = control_kind(graph, after) {
+                return Err(EditProblem::AfterControl { node: after.to_owned(), kind });
+            }
+            for edge in graph.edges.iter_mut().filter(|e| e.from == after) {
+                // A back edge moves too: the new node becomes the body's last node.
                 edge.from = node.id.clone();
             }
             graph.edges.push(Edge { from: after.to_owned(), to: node.id.clone(), kind: EdgeKind::Data, label: None });
@@ -389,34 +536,209 @@ fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), EditProblem> {
     if graph.entry == id || graph.exit == id {
         return Err(EditProblem::RemovesEndpoint { node: id.to_owned() });
     }
+    if let Some(kind) = control_kind(graph, id).or_else(|| join_kind(graph, id)) {
+        return Err(EditProblem::RemovesControl { node: id.to_owned(), kind });
+    }
+    if let Some(route) = route_into_back_edge(graph, id) {
+        return Err(EditProblem::RouteEndsLoop { node: id.to_owned(), route });
+    }
     // A self-edge is neither a way in nor a way out: bridging it would point the
     // predecessors back at the removed node.
     let incoming: Vec<Edge> =
         graph.edges.iter().filter(|e| e.to == id && e.from != id && e.kind != EdgeKind::Back).cloned().collect();
-    let outgoing: Vec<Edge> =
-        graph.edges.iter().filter(|e| e.from == id && e.to != id && e.kind != EdgeKind::Back).cloned().collect();
+    let outgoing: Vec<Edge> = graph.edges.iter().filter(|e| e.from == id && e.to != id).cloned().collect();
     graph.edges.retain(|e| e.from != id && e.to != id);
     graph.nodes.retain(|n| n.id != id);
     for pred in &incoming {
         for succ in &outgoing {
-            if pred.from != succ.to && edge_index(graph, &pred.from, &succ.to).is_none() {
+            if pred.from == succ.to {
+                // The loop whose whole body this was; it goes below.
+                continue;
+            }
+            let bridge = if succ.kind == EdgeKind::Back {
+                // The body's last node: its predecessor closes the loop now.
+                Edge { from: pred.from.clone(), to: succ.to.clone(), kind: EdgeKind::Back, label: None }
+            } else {
                 // The predecessor's label keeps a branch route or loop body pointing at the bypass.
-                graph.edges.push(Edge {
-                    from: pred.from.clone(),
-                    to: succ.to.clone(),
-                    kind: pred.kind,
-                    label: pred.label.clone(),
-                });
+                Edge { from: pred.from.clone(), to: succ.to.clone(), kind: pred.kind, label: pred.label.clone() }
+            };
+            // A removed member of a parallel block leaves the others; a direct fork → join
+            // edge would only add an empty member.
+            let empty_member = bridge.kind != EdgeKind::Back
+                && matches!(graph.node(&pred.from).map(|n| &n.kind), Some(NodeKind::Parallel))
+                && matches!(graph.node(&succ.to).map(|n| &n.kind), Some(NodeKind::Join))
+                && graph.edges.iter().any(|e| e.from == pred.from);
+            let exists =
+                graph.edges.iter().any(|e| e.from == bridge.from && e.to == bridge.to && e.label == bridge.label);
+            if !empty_member && !exists {
+                graph.edges.push(bridge);
             }
         }
     }
+    drop_bodyless_loops(graph);
     Ok(())
+}
+
+/// Whether `id` may be removed (the narrowed plan schema offers only these).
+pub(crate) fn can_remove(graph: &WorkflowGraph, id: &str) -> bool {
+    graph.node(id).is_some()
+        && graph.entry != id
+        && graph.exit != id
+        && control_kind(graph, id).or_else(|| join_kind(graph, id)).is_none()
+        && route_into_back_edge(graph, id).is_none()
+}
+
+/// The labelled route into `id` (a branch's choice, a loop's `exit`) when `id` also ends
+/// a loop body: removing `id` would turn that route into a back edge, which carries no
+/// label, and leave its branch or loop without it.
+fn route_into_back_edge(graph: &WorkflowGraph, id: &str) -> Option<String> {
+    let back_to: Vec<&str> = graph.outgoing(id).filter(|e| e.kind == EdgeKind::Back).map(|e| e.to.as_str()).collect();
+    if back_to.is_empty() {
+        return None;
+    }
+    // The loop's own `body` edge is no such route: a whole body removed takes its loop
+    // along.
+    let route = graph
+        .incoming(id)
+        .find(|e| e.kind != EdgeKind::Back && e.label.is_some() && !back_to.contains(&e.from.as_str()))?;
+    Some(format!("{} [{}]", route.from, route.label.as_deref().unwrap_or_default()))
+}
+
+/// Removes every loop that has lost its body (its body was one node, now removed),
+/// connecting what led into it to what followed it.
+fn drop_bodyless_loops(graph: &mut WorkflowGraph) {
+    let bodyless: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Loop { .. }))
+        .filter(|n| !graph.edges.iter().any(|e| e.from == n.id && e.label.as_deref() == Some(LOOP_BODY)))
+        .map(|n| n.id.clone())
+        .collect();
+    for id in bodyless {
+        let incoming: Vec<Edge> =
+            graph.edges.iter().filter(|e| e.to == id && e.kind != EdgeKind::Back).cloned().collect();
+        let exits: Vec<String> = graph
+            .edges
+            .iter()
+            .filter(|e| e.from == id && e.label.as_deref() == Some(LOOP_EXIT))
+            .map(|e| e.to.clone())
+            .collect();
+        graph.edges.retain(|e| e.from != id && e.to != id);
+        graph.nodes.retain(|n| n.id != id);
+        for pred in &incoming {
+            for exit in &exits {
+                if !graph.edges.iter().any(|e| e.from == pred.from && e.to == *exit && e.label == pred.label) {
+                    graph.edges.push(Edge { to: exit.clone(), ..pred.clone() });
+                }
+            }
+        }
+        if graph.entry == id
+            && let [exit] = exits.as_slice()
+        {
+            graph.entry = exit.clone();
+        }
+    }
+}
+
+/// The kind of `id` when it is a control node whose edges carry meaning of their own
+/// (a branch's routes, a loop's body and exit, a parallel block's members).
+fn control_kind(graph: &WorkflowGraph, id: &str) -> Option<&'static str> {
+    match graph.node(id).map(|n| &n.kind) {
+        Some(NodeKind::Branch { .. }) => Some("branch"),
+        Some(NodeKind::Loop { .. }) => Some("loop"),
+        Some(NodeKind::Parallel) => Some("parallel"),
+        _ => None,
+    }
+}
+
+/// New nodes are LLM or tool nodes: control flow comes in with `insert_control`, which
+/// brings its edges.
+fn require_step(node: &GraphNode) -> Result<(), EditProblem> {
+    match node.kind {
+        NodeKind::Llm { .. } | NodeKind::Tool { .. } => Ok(()),
+        _ => Err(EditProblem::ControlNode { node: node.id.clone() }),
+    }
+}
+
+/// `join` when `id` is a join node: a branch before it would split a parallel block.
+fn join_kind(graph: &WorkflowGraph, id: &str) -> Option<&'static str> {
+    matches!(graph.node(id).map(|n| &n.kind), Some(NodeKind::Join)).then_some("join")
+}
+
+/// Whether a retry loop may wrap `id` (the narrowed plan schema offers only these).
+pub(crate) fn can_retry(graph: &WorkflowGraph, id: &str) -> bool {
+    retry_obstacle(graph, id).is_none()
+}
+
+/// Why `id` cannot be wrapped in a retry loop, if it cannot: a loop re-runs one LLM or
+/// tool node that has one way on and does not itself end a loop's body.
+fn retry_obstacle(graph: &WorkflowGraph, id: &str) -> Option<&'static str> {
+    if control_kind(graph, id).or_else(|| join_kind(graph, id)).is_some() {
+        return Some("only an LLM or tool node can be retried");
+    }
+    if graph.exit == id {
+        return Some("it is the exit");
+    }
+    if graph.entry == id {
+        return Some("it is the entry");
+    }
+    let forward = graph.outgoing(id).filter(|e| e.kind != EdgeKind::Back).count();
+    let back = graph.outgoing(id).any(|e| e.kind == EdgeKind::Back);
+    match (forward, back) {
+        (1, false) => None,
+        (_, true) => Some("it ends another loop's body"),
+        _ => Some("a retried node needs exactly one successor"),
+    }
+}
+
+/// A new edge out of `from` must carry a route label exactly when `from` is a branch; a
+/// loop takes no new edge.
+fn check_new_edge_label(graph: &WorkflowGraph, from: &str, label: Option<&str>) -> Result<(), EditProblem> {
+    let problem = match (control_kind(graph, from), label) {
+        (Some("loop"), _) => return Err(EditProblem::EdgeFromLoop { node: from.to_owned() }),
+        (Some("branch"), None) => "needs a route label, because it leaves a branch",
+        (Some("branch"), Some(label)) if graph.outgoing(from).any(|e| e.label.as_deref() == Some(label)) => {
+            "repeats a route label of the branch"
+        }
+        (Some("branch"), Some(label)) if label.trim().is_empty() => "needs a non-empty route label",
+        (Some(_), _) | (None, None) => return Ok(()),
+        (None, Some(_)) => "takes no route label, because only branches and loops have routes",
+    };
+    Err(EditProblem::EdgeLabel { node: from.to_owned(), problem })
+}
+
+/// A branch's new condition must choose among the routes the branch has.
+fn check_condition_routes(graph: &WorkflowGraph, id: &str, condition: &Condition) -> Result<(), EditProblem> {
+    if !matches!(graph.node(id).map(|n| &n.kind), Some(NodeKind::Branch { .. })) {
+        return Ok(());
+    }
+    let Some((needs, name)) = flowmem_exec::condition_routes(condition) else { return Ok(()) };
+    let mut has: Vec<&str> =
+        graph.outgoing(id).filter(|e| e.kind != EdgeKind::Back).filter_map(|e| e.label.as_deref()).collect();
+    has.sort_unstable();
+    let mut wanted = needs.to_vec();
+    wanted.sort_unstable();
+    if has == wanted {
+        return Ok(());
+    }
+    Err(EditProblem::ConditionRoutes {
+        node: id.to_owned(),
+        condition: name,
+        needs: needs.join(", "),
+        has: if has.is_empty() { "none".to_owned() } else { has.join(", ") },
+    })
 }
 
 fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<(), EditProblem> {
     match control {
         ControlInsert::RetryLoop { around, max_iterations, until } => {
             require_node(graph, around)?;
+            if *max_iterations == 0 {
+                return Err(EditProblem::ZeroBound);
+            }
+            if let Some(reason) = retry_obstacle(graph, around) {
+                return Err(EditProblem::CannotWrap { node: around.clone(), reason });
+            }
             let loop_id = fresh_id(graph, &format!("retry_{around}"));
             redirect_incoming(graph, around, &loop_id);
             for edge in graph.edges.iter_mut().filter(|e| e.from == *around && e.kind != EdgeKind::Back) {
@@ -437,10 +759,17 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
         ControlInsert::Branch { before, question, alternative } => {
             require_node(graph, before)?;
             require_free_id(graph, &alternative.id)?;
+            if let Some(kind) = control_kind(graph, before).or_else(|| join_kind(graph, before)) {
+                return Err(EditProblem::CannotBranch { node: before.clone(), kind });
+            }
+            if !matches!(alternative.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. }) {
+                return Err(EditProblem::ControlAlternative { node: alternative.id.clone() });
+            }
             let branch_id = fresh_id(graph, &format!("branch_{before}"));
             redirect_incoming(graph, before, &branch_id);
-            let successors: Vec<Edge> =
-                graph.edges.iter().filter(|e| e.from == *before && e.kind != EdgeKind::Back).cloned().collect();
+            // The alternative continues where `before` would have, closing the loop
+            // `before` ends, if any.
+            let successors: Vec<Edge> = graph.edges.iter().filter(|e| e.from == *before).cloned().collect();
             for succ in successors {
                 graph.edges.push(Edge { from: alternative.id.clone(), to: succ.to, kind: succ.kind, label: None });
             }
@@ -467,6 +796,9 @@ fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), Ed
     }
     for id in chain {
         require_node(graph, id)?;
+        if let Some(kind) = control_kind(graph, id).or_else(|| join_kind(graph, id)) {
+            return Err(EditProblem::ParallelMember { node: id.clone(), reason: kind });
+        }
     }
     for pair in chain.windows(2) {
         let outgoing: Vec<&Edge> = graph.outgoing(&pair[0]).collect();
@@ -482,7 +814,9 @@ fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), Ed
     let join = fresh_id(graph, &format!("join_{last}"));
     graph.edges.retain(|e| !chain.windows(2).any(|pair| e.from == pair[0] && e.to == pair[1]));
     redirect_incoming(graph, first, &fork);
-    for edge in graph.edges.iter_mut().filter(|e| e.from == *last && e.kind != EdgeKind::Back) {
+    // Whatever followed the chain follows the join, a loop's back edge included when the
+    // chain ended a loop body.
+    for edge in graph.edges.iter_mut().filter(|e| e.from == *last) {
         edge.from = join.clone();
     }
     for id in chain {
@@ -502,6 +836,9 @@ fn refine_control(
 ) -> Result<(), EditProblem> {
     match &mut node.kind {
         NodeKind::Loop { max_iterations, until } => {
+            if new_bound == Some(0) {
+                return Err(EditProblem::ZeroBound);
+            }
             if let Some(bound) = new_bound {
                 *max_iterations = bound;
             }
@@ -805,6 +1142,114 @@ mod tests {
         assert!(graph.edges.iter().any(|edge| edge.from == "t1" && edge.to == "synth"), "{:?}", graph.edges);
     }
 
+    /// The graph's violations, tools unchecked: empty means `Valid(G, T)` up to tools.
+    fn violations(graph: &WorkflowGraph) -> Vec<String> {
+        flowmem_exec::violations(graph, flowmem_exec::ToolCatalog::Unchecked).iter().map(ToString::to_string).collect()
+    }
+
+    /// plan → t1 → loop(t2 → t3) → t4 → synth: a chain with a two-node loop body.
+    fn with_loop() -> WorkflowGraph {
+        serde_json::from_value(serde_json::json!({
+            "nodes": [
+                {"id": "plan", "kind": "llm", "role": "plan"}, {"id": "t1", "kind": "tool"},
+                {"id": "again", "kind": "loop", "max_iterations": 3, "until": {"type": "tool_succeeded"}},
+                {"id": "t2", "kind": "tool"}, {"id": "t3", "kind": "tool"}, {"id": "t4", "kind": "tool"},
+                {"id": "synth", "kind": "llm", "role": "synthesize"}
+            ],
+            "edges": [
+                {"from": "plan", "to": "t1"}, {"from": "t1", "to": "again"},
+                {"from": "again", "to": "t2", "label": "body"}, {"from": "t2", "to": "t3"},
+                {"from": "t3", "to": "again", "kind": "back"}, {"from": "again", "to": "t4", "label": "exit"},
+                {"from": "t4", "to": "synth"}
+            ],
+            "entry": "plan", "exit": "synth"
+        }))
+        .unwrap()
+    }
+
+    /// Control-flow insertions bring their edges and labels: each result is valid as it
+    /// is, with no further edit.
+    #[test]
+    fn inserted_loops_branches_and_parallel_blocks_validate_without_further_edits() {
+        assert_eq!(violations(&with_loop()), Vec::<String>::new());
+        let inserts = [
+            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 2, until: Condition::ToolSucceeded },
+            ControlInsert::RetryLoop { around: "t2".into(), max_iterations: 2, until: Condition::Always },
+            ControlInsert::RetryLoop { around: "t4".into(), max_iterations: 2, until: Condition::ToolSucceeded },
+            ControlInsert::Branch { before: "t1".into(), question: "Known?".into(), alternative: tool("alt") },
+            ControlInsert::Branch { before: "t2".into(), question: "Known?".into(), alternative: tool("alt") },
+            ControlInsert::Branch { before: "t3".into(), question: "Known?".into(), alternative: tool("alt") },
+            ControlInsert::Branch {
+                before: "synth".into(),
+                question: "Enough?".into(),
+                alternative: llm("alt", LlmRole::Reason),
+            },
+            ControlInsert::Parallel { nodes: vec!["t2".into(), "t3".into()] },
+        ];
+        for control in inserts {
+            let edit = GraphEdit::InsertControl { control: control.clone() };
+            let graph = super::apply_edit(&with_loop(), &edit).unwrap_or_else(|err| panic!("{control:?}: {err}"));
+            assert_eq!(violations(&graph), Vec::<String>::new(), "{control:?} gave {:?}", graph.edges);
+        }
+    }
+
+    /// The edits the issue saw break graphs now keep them valid, or are refused naming
+    /// the node.
+    #[test]
+    fn structural_edits_keep_loops_and_branches_whole() {
+        let g = with_loop();
+        let apply = |graph: &WorkflowGraph, edit: GraphEdit| super::apply_edit(graph, &edit);
+        // Removing a loop's last body node closes the loop at its predecessor.
+        let graph = apply(&g, GraphEdit::RemoveNode { id: "t3".into() }).unwrap();
+        assert_eq!(violations(&graph), Vec::<String>::new(), "{:?}", graph.edges);
+        assert!(edges(&graph).contains(&"t2->again (back)".to_owned()), "{:?}", edges(&graph));
+        // Removing the whole body drops the loop.
+        let graph = apply(&graph, GraphEdit::RemoveNode { id: "t2".into() }).unwrap();
+        assert!(graph.node("again").is_none());
+        assert_eq!(violations(&graph), Vec::<String>::new(), "{:?}", graph.edges);
+        assert!(edges(&graph).contains(&"t1->t4".to_owned()), "{:?}", edges(&graph));
+        // A node on a loop's back edge joins the body; the back edge stays last.
+        let on_back = GraphEdit::AddNode { node: tool("check"), after: "t3".into(), before: Some("again".into()) };
+        let graph = apply(&g, on_back).unwrap();
+        assert_eq!(violations(&graph), Vec::<String>::new(), "{:?}", graph.edges);
+        assert!(edges(&graph).contains(&"check->again (back)".to_owned()));
+        // After the body's last node alone, likewise.
+        let graph = apply(&g, GraphEdit::AddNode { node: tool("check"), after: "t3".into(), before: None }).unwrap();
+        assert_eq!(violations(&graph), Vec::<String>::new(), "{:?}", graph.edges);
+        // After a loop alone would strip its labels: refused, naming it.
+        let err = apply(&g, GraphEdit::AddNode { node: tool("x"), after: "again".into(), before: None }).unwrap_err();
+        assert_eq!(err, EditProblem::AfterControl { node: "again".into(), kind: "loop" });
+        // A branch route needs its label; a plain edge has none.
+        let branch = GraphEdit::InsertControl {
+            control: ControlInsert::Branch { before: "t4".into(), question: "q".into(), alternative: tool("alt") },
+        };
+        let graph = apply(&g, branch).unwrap();
+        let err = apply(&graph, GraphEdit::AddEdge { from: "branch_t4".into(), to: "synth".into(), label: None })
+            .unwrap_err();
+        assert!(matches!(err, EditProblem::EdgeLabel { .. }), "{err}");
+        let routed = GraphEdit::AddEdge { from: "branch_t4".into(), to: "synth".into(), label: Some("skip".into()) };
+        assert_eq!(violations(&apply(&graph, routed).unwrap()), Vec::<String>::new());
+        // A condition whose routes the branch lacks is refused, naming both.
+        let refine = GraphEdit::RefineControl {
+            id: "branch_t4".into(),
+            max_iterations: None,
+            condition: Some(Condition::ToolSucceeded),
+        };
+        let err = apply(&graph, refine).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "condition `tool_succeeded` needs the routes ok, error out of branch `branch_t4`, which has alternative, primary"
+        );
+        // Control nodes are neither removed nor added as plain nodes.
+        assert!(matches!(
+            apply(&g, GraphEdit::RemoveNode { id: "again".into() }),
+            Err(EditProblem::RemovesControl { .. })
+        ));
+        let join = GraphNode { id: "j".into(), kind: NodeKind::Join, description: None };
+        let err = apply(&g, GraphEdit::AddNode { node: join, after: "t1".into(), before: Some("again".into()) });
+        assert_eq!(err.unwrap_err(), EditProblem::ControlNode { node: "j".into() });
+    }
+
     fn arb_edit() -> impl Strategy<Value = GraphEdit> {
         let id = prop::sample::select(vec!["plan", "t1", "t2", "synth", "zz"]).prop_map(str::to_owned);
         prop_oneof![
@@ -824,6 +1269,34 @@ mod tests {
         ]
     }
 
+    /// A structural edit on [`with_loop`]'s nodes, targets drawn from its ids and a few
+    /// new ones, so many edits are refused and the rest must keep the graph valid.
+    fn arb_structural_edit() -> impl Strategy<Value = GraphEdit> {
+        let ids = vec!["plan", "t1", "again", "t2", "t3", "t4", "synth", "n0", "n1", "n2"];
+        let id = prop::sample::select(ids).prop_map(str::to_owned);
+        let fresh = (0..1000u32).prop_map(|n| format!("x{n}"));
+        prop_oneof![
+            (fresh.clone(), id.clone(), prop::option::of(id.clone()))
+                .prop_map(|(new, after, before)| { GraphEdit::AddNode { node: tool(&new), after, before } }),
+            id.clone().prop_map(|id| GraphEdit::RemoveNode { id }),
+            (id.clone(), 0..3u32).prop_map(|(around, bound)| GraphEdit::InsertControl {
+                control: ControlInsert::RetryLoop { around, max_iterations: bound, until: Condition::ToolSucceeded }
+            }),
+            (id.clone(), fresh).prop_map(|(before, alt)| GraphEdit::InsertControl {
+                control: ControlInsert::Branch {
+                    before,
+                    question: "q".into(),
+                    alternative: llm(&alt, LlmRole::Reason)
+                }
+            }),
+            (id.clone(), id.clone())
+                .prop_map(|(a, b)| GraphEdit::InsertControl { control: ControlInsert::Parallel { nodes: vec![a, b] } }),
+            (id, prop::sample::select(vec![Condition::ToolSucceeded, Condition::Always])).prop_map(
+                |(id, condition)| GraphEdit::RefineControl { id, max_iterations: None, condition: Some(condition) }
+            ),
+        ]
+    }
+
     proptest! {
         /// Every plan either fails with an error or yields a graph whose edges, entry and
         /// exit all name existing nodes and whose ids stay unique.
@@ -839,6 +1312,20 @@ mod tests {
                 prop_assert!(graph.node(&graph.exit).is_some());
                 for edge in &graph.edges {
                     prop_assert!(graph.node(&edge.from).is_some() && graph.node(&edge.to).is_some(), "{:?}", edge);
+                }
+            }
+        }
+
+        /// Structural edits keep a valid graph valid, one after another, or are refused:
+        /// what lets a plan be built edit by edit with every prefix executable.
+        #[test]
+        fn structural_edits_keep_a_valid_graph_valid(edits in prop::collection::vec(arb_structural_edit(), 1..8)) {
+            let mut graph = with_loop();
+            for edit in edits {
+                if let Ok(next) = super::apply_edit(&graph, &edit) {
+                    let problems = violations(&next);
+                    prop_assert!(problems.is_empty(), "{edit:?} on {:?} gave {problems:?}", graph.edges);
+                    graph = next;
                 }
             }
         }

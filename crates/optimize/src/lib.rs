@@ -5,8 +5,11 @@
 //! - [`GraphEdit`] is one typed edit of a [`WorkflowGraph`](flowmem_model::WorkflowGraph):
 //!   node add/remove/replace, edge add/remove/reconnect, control-flow insert/refine,
 //!   prompt rewrite. An optimizer LLM proposes a [`EditPlan`] (a list of edits) under the
-//!   JSON Schema that [`EditPlan`] derives; [`apply_plan`] applies it or says which edit
-//!   failed and why.
+//!   JSON Schema that [`EditPlan`] derives. Plans are built edit by edit
+//!   ([`Proposer`], [`ProposedEdits`], [`PlanTurn`]): each edit is decoded under the
+//!   schema narrowed to the graph the earlier edits left, applied with [`apply_edit`] and
+//!   validated; a refused edit is dropped and the optimizer is asked again from there, so
+//!   a plan keeps its longest valid prefix. [`expansion_stats`] counts how expansions went.
 //! - [`SearchTree`] holds the MCTS statistics `C`, `W`, `Q` per candidate, and
 //!   implements selection (Eq. 6, with the 3-children rule and a cosine-annealed `λ`) and
 //!   backpropagation (Eq. 8).
@@ -38,16 +41,17 @@ mod simulate;
 mod svg;
 mod tree;
 
-pub use crate::edit::{ControlInsert, EditError, EditPlan, EditProblem, GraphEdit, apply_plan};
-pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, new_id_prefix};
-pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS};
+pub use crate::edit::{ControlInsert, EditError, EditPlan, EditProblem, GraphEdit, apply_edit, apply_plan};
+pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, edit_step_schema, new_id_prefix};
+pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding};
 pub use crate::scout::{
     ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, alpha_of, chain_workflow, initial_workflow, prepare_run,
     render_report, scout,
 };
 pub use crate::search::{
-    CandidatePlan, Checkpoint, Evaluation, IterationRecord, PLAN_REPAIRS, ProposalInput, Proposer, SearchError,
-    SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+    CandidatePlan, Checkpoint, DroppedEdit, EditCounts, Evaluation, ExpansionStats, IterationRecord, PLAN_REPAIRS,
+    PlanTurn, ProposalInput, ProposedEdits, Proposer, SearchError, SearchParts, SearchState, Simulator, StopReason,
+    Strategy, Validator, candidate_path, expansion_stats, run_search,
 };
 pub use crate::simulate::{ExecSimulator, ExecValidator};
 pub use crate::svg::{

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use flowmem_model::{EdgeKind, GraphNode, NodeKind, WorkflowGraph};
+use flowmem_model::{Condition, EdgeKind, GraphNode, NodeKind, WorkflowGraph};
 
 use crate::edit::EditPlan;
 
@@ -74,6 +74,60 @@ pub fn edit_plan_schema_for(graph: &WorkflowGraph, tools: &[String], max_edits: 
     narrowed_schema(graph, tools, max_edits, &new_id_prefix(graph))
 }
 
+/// The schema of one turn's reply when a plan is decoded edit by edit, narrowed to
+/// `graph` as the earlier edits left it (see [`edit_plan_schema_for`]):
+/// - on the first turn, `{"rationale": …, "edit": {…}}`;
+/// - later, `{"edit": {…}}`, where the edit may be `{"op": "done"}` when `can_finish`
+///   (the plan has an edit already).
+///
+/// The root is an object, as OpenAI's strict structured outputs require.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_optimize::edit_step_schema;
+/// # let graph: flowmem_model::WorkflowGraph = serde_json::from_str(r#"{"nodes": [
+/// #   {"id": "plan", "kind": "llm", "role": "plan"}, {"id": "t", "kind": "tool"},
+/// #   {"id": "synth", "kind": "llm", "role": "synthesize"}],
+/// #   "edges": [{"from": "plan", "to": "t"}, {"from": "t", "to": "synth"}],
+/// #   "entry": "plan", "exit": "synth"}"#)?;
+/// let later = edit_step_schema(&graph, &[], false, true);
+/// let validator = jsonschema::validator_for(&later)?;
+/// assert!(validator.is_valid(&serde_json::json!({"edit": {"op": "done"}})));
+/// assert!(validator.is_valid(&serde_json::json!({"edit": {"op": "remove_node", "id": "t"}})));
+/// assert!(!validator.is_valid(&serde_json::json!({"edit": {"op": "remove_node", "id": "ghost"}})));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn edit_step_schema(graph: &WorkflowGraph, tools: &[String], first: bool, can_finish: bool) -> Value {
+    let plan = narrowed_schema(graph, tools, 1, &new_id_prefix(graph));
+    let defs = plan.get("$defs").cloned().unwrap_or_else(|| json!({}));
+    let edit_ref = json!({"$ref": "#/$defs/GraphEdit"});
+    let edit = if can_finish {
+        let done = json!({"type": "object", "properties": {"op": {"type": "string", "const": DONE}},
+                          "required": ["op"], "additionalProperties": false});
+        // `anyOf`, not `oneOf`: the two are disjoint by their `op`, and llguidance compiles
+        // `oneOf` only where it can prove that itself.
+        json!({"anyOf": [edit_ref, done]})
+    } else {
+        edit_ref
+    };
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    if first {
+        let rationale = plan.pointer("/properties/rationale").cloned().unwrap_or_else(|| json!({"type": "string"}));
+        properties.insert("rationale".to_owned(), rationale);
+        required.push(Value::from("rationale"));
+    }
+    properties.insert("edit".to_owned(), edit);
+    required.push(Value::from("edit"));
+    json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false,
+           "$defs": defs})
+}
+
+/// The `op` of the reply that ends a plan decoded edit by edit.
+pub(crate) const DONE: &str = "done";
+
 pub(crate) fn narrowed_schema(graph: &WorkflowGraph, tools: &[String], max_edits: usize, prefix: &str) -> Value {
     let mut schema = edit_plan_schema();
     let ids: Vec<Value> = graph.nodes.iter().map(|n| Value::String(n.id.clone())).collect();
@@ -86,8 +140,16 @@ pub(crate) fn narrowed_schema(graph: &WorkflowGraph, tools: &[String], max_edits
             }
         }
     }
+    let controls_fit = match schema.get_mut("$defs") {
+        Some(Value::Object(defs)) => narrow_controls(defs, graph),
+        _ => true,
+    };
+    let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
     if let Some(edit) = schema.pointer_mut("/$defs/GraphEdit") {
-        narrow_operations(edit, graph);
+        narrow_operations(edit, graph, &defs);
+        if !controls_fit && let Some(Value::Array(operations)) = edit.get_mut("oneOf") {
+            operations.retain(|op| op.pointer("/properties/op/const") != Some(&json!("insert_control")));
+        }
     }
     bound_sizes(&mut schema, graph.nodes.len());
     if let Some(edits) = schema.pointer_mut("/properties/edits") {
@@ -106,6 +168,9 @@ fn bound_sizes(schema: &mut Value, node_count: usize) {
             if let Some(Value::Object(property)) = properties.get_mut(name) {
                 property.insert("maxLength".to_owned(), Value::from(limit));
             }
+        }
+        if let Some(Value::Object(property)) = properties.get_mut("max_iterations") {
+            property.insert("minimum".to_owned(), Value::from(1));
         }
         for (name, limit) in [("hints", MAX_HINTS), ("nodes", node_count as u64)] {
             if let Some(Value::Object(property)) = properties.get_mut(name) {
@@ -179,16 +244,23 @@ fn narrow_new_node(schema: &mut Value, tools: &[String], prefix: &str) {
 }
 
 /// Replaces each operation of the `GraphEdit` schema by the variants that fit `graph`
-/// (see [`edit_plan_schema_for`]).
-fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
+/// (see [`edit_plan_schema_for`]). `defs` are the schema's definitions, for the
+/// conditions a branch may take.
+fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph, defs: &Value) {
     let Some(Value::Array(operations)) = edit.get_mut("oneOf") else { return };
     let edges = distinct_edges(graph);
     let nodes_where = |keep: &dyn Fn(&GraphNode) -> bool| -> Vec<&str> {
         graph.nodes.iter().filter(|n| keep(n)).map(|n| n.id.as_str()).collect()
     };
-    let removable = nodes_where(&|n| n.id != graph.entry && n.id != graph.exit);
-    let prompted = nodes_where(&|n| matches!(n.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. }));
-    let controls = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
+    let is_step = |n: &GraphNode| matches!(n.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. });
+    // Only LLM and tool nodes are removed: a control node's routes cannot be bridged.
+    let removable = nodes_where(&|n| crate::edit::can_remove(graph, &n.id));
+    let prompted = nodes_where(&is_step);
+    // A node goes after a node alone only where that node's edges carry no labels.
+    let followable = nodes_where(&|n| is_step(n) || matches!(n.kind, NodeKind::Join));
+    let plain_sources = nodes_where(&|n| !matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
+    let branches = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. }));
+    let loops = nodes_where(&|n| matches!(n.kind, NodeKind::Loop { .. }));
     let all = nodes_where(&|_| true);
     let upstream = graph.upstream();
     for operation in std::mem::take(operations) {
@@ -196,14 +268,42 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
         match op.as_str() {
             "remove_node" => operations.extend(with_choices(operation, "id", &removable)),
             "rewrite_prompt" => operations.extend(with_choices(operation, "id", &prompted)),
-            "refine_control" => operations.extend(with_choices(operation, "id", &controls)),
+            "replace_node" => {
+                let mut operation = operation;
+                set_property(&mut operation, "node", json!({"$ref": "#/$defs/StepNode"}));
+                operations.extend(with_choices(operation, "id", &prompted));
+            }
+            "refine_control" => {
+                let mut on_loop = operation.clone();
+                set_property(&mut on_loop, "condition", nullable(conditions(defs, |_| true)));
+                operations.extend(with_choices(on_loop, "id", &loops));
+                for branch in &branches {
+                    let mut variant = pinned(&operation, &[("id", branch)]);
+                    set_property(&mut variant, "max_iterations", json!({"type": "null"}));
+                    let fits = |condition: &Condition| condition_fits(graph, branch, condition);
+                    set_property(&mut variant, "condition", nullable(conditions(defs, fits)));
+                    operations.push(variant);
+                }
+            }
             "add_node" => {
+                let mut operation = operation;
+                set_property(&mut operation, "node", json!({"$ref": "#/$defs/StepNode"}));
                 // After a node alone (`before` absent or null), or on one of its edges.
                 let mut alone = operation.clone();
                 set_property(&mut alone, "before", json!({"type": "null"}));
-                operations.extend(with_choices(alone, "after", &all));
+                operations.extend(with_choices(alone, "after", &followable));
                 operations
                     .extend(edges.iter().map(|(from, to)| pinned(&operation, &[("after", from), ("before", to)])));
+            }
+            "add_edge" => {
+                let mut plain = operation.clone();
+                set_property(&mut plain, "label", json!({"type": "null"}));
+                set_property(&mut plain, "to", json!({"type": "string", "enum": all}));
+                operations.extend(with_choices(plain, "from", &plain_sources));
+                let mut routed = operation.clone();
+                set_property(&mut routed, "label", json!({"type": "string", "minLength": 1, "maxLength": 40}));
+                require(&mut routed, "label");
+                operations.extend(with_choices(routed, "from", &branches));
             }
             "remove_edge" | "reconnect_edge" => {
                 operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("from", from), ("to", to)])));
@@ -211,6 +311,105 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph) {
             "rebind_argument" => operations.extend(rebindings(&operation, graph, &upstream)),
             _ => operations.push(operation),
         }
+    }
+}
+
+/// Narrows the control constructs to where they keep the graph valid: a retry loop
+/// around an LLM or tool node with one way on, a branch before an LLM or tool node with
+/// an LLM or tool node as its alternative, a parallel block of LLM and tool nodes.
+/// Returns false when no construct fits anywhere.
+fn narrow_controls(defs: &mut serde_json::Map<String, Value>, graph: &WorkflowGraph) -> bool {
+    let retryable: Vec<&str> =
+        graph.nodes.iter().filter(|n| crate::edit::can_retry(graph, &n.id)).map(|n| n.id.as_str()).collect();
+    let steps: Vec<&str> = graph
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Llm { .. } | NodeKind::Tool { .. }))
+        .map(|n| n.id.as_str())
+        .collect();
+    if let Some(node) = defs.get("GraphNode").cloned() {
+        defs.insert("StepNode".to_owned(), only_kinds(node, &["llm", "tool"]));
+    }
+    let Some(Value::Array(constructs)) = defs.get_mut("ControlInsert").and_then(|c| c.get_mut("oneOf")) else {
+        return true;
+    };
+    for construct in std::mem::take(constructs) {
+        let name =
+            construct.pointer("/properties/construct/const").and_then(Value::as_str).unwrap_or_default().to_owned();
+        match name.as_str() {
+            "retry_loop" => constructs.extend(with_choices(construct, "around", &retryable)),
+            "branch" => {
+                let mut construct = construct;
+                set_property(&mut construct, "alternative", json!({"$ref": "#/$defs/StepNode"}));
+                constructs.extend(with_choices(construct, "before", &steps));
+            }
+            "parallel" if steps.len() >= 2 => {
+                let mut construct = construct;
+                if let Some(items) = construct.pointer_mut("/properties/nodes/items") {
+                    restrict_to(items, &steps.iter().map(|s| Value::from(*s)).collect::<Vec<_>>());
+                }
+                constructs.push(construct);
+            }
+            "parallel" => {}
+            _ => constructs.push(construct),
+        }
+    }
+    !constructs.is_empty()
+}
+
+/// `node`'s schema (a [`GraphNode`]) with only the node kinds in `kinds`.
+fn only_kinds(mut node: Value, kinds: &[&str]) -> Value {
+    fn keep(variant: &Value, kinds: &[&str]) -> bool {
+        variant.pointer("/properties/kind/const").and_then(Value::as_str).is_none_or(|kind| kinds.contains(&kind))
+    }
+    fn filter(schema: &mut Value, kinds: &[&str]) {
+        if let Some(Value::Array(variants)) = schema.get_mut("oneOf") {
+            variants.retain(|variant| keep(variant, kinds));
+        }
+        if let Some(Value::Array(parts)) = schema.get_mut("allOf") {
+            parts.iter_mut().for_each(|part| filter(part, kinds));
+        }
+    }
+    filter(&mut node, kinds);
+    node
+}
+
+/// The variants of the `Condition` definition whose sample `keep` accepts.
+fn conditions(defs: &Value, keep: impl Fn(&Condition) -> bool) -> Vec<Value> {
+    let variants = defs.pointer("/Condition/oneOf").and_then(Value::as_array).cloned().unwrap_or_default();
+    variants
+        .into_iter()
+        .filter(|variant| {
+            let kind = variant.pointer("/properties/type/const").and_then(Value::as_str).unwrap_or_default();
+            let sample = serde_json::from_value::<Condition>(json!({"type": kind, "question": "?"}));
+            sample.is_ok_and(|condition| keep(&condition))
+        })
+        .collect()
+}
+
+/// Whether branch `id` has exactly the routes `condition` chooses among.
+fn condition_fits(graph: &WorkflowGraph, id: &str, condition: &Condition) -> bool {
+    let Some((needs, _)) = flowmem_exec::condition_routes(condition) else { return true };
+    let mut has: Vec<&str> =
+        graph.outgoing(id).filter(|e| e.kind != EdgeKind::Back).filter_map(|e| e.label.as_deref()).collect();
+    has.sort_unstable();
+    let mut needs = needs.to_vec();
+    needs.sort_unstable();
+    has == needs
+}
+
+/// One of the `variants`, or null (as `anyOf`: they are disjoint by their tag).
+fn nullable(variants: Vec<Value>) -> Value {
+    let mut variants = variants;
+    variants.push(json!({"type": "null"}));
+    json!({"anyOf": variants})
+}
+
+fn require(operation: &mut Value, field: &str) {
+    if let Some(Value::Array(required)) = operation.get_mut("required")
+        && !required.iter().any(|r| r == field)
+    {
+        required.push(Value::from(field));
     }
 }
 

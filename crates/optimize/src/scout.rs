@@ -16,8 +16,10 @@ use flowmem_model::{Record, WorkflowGraph};
 use flowmem_report::{Markup, error_page, render_page};
 use flowmem_tools::StateIsolation;
 
+use crate::propose::PlanDecoding;
 use crate::search::{
-    Checkpoint, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path, run_search,
+    Checkpoint, EditCounts, ExpansionStats, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path,
+    expansion_stats, run_search,
 };
 use crate::simulate::{ExecSimulator, ExecValidator};
 use crate::svg::{search_tree, validation_curve, workflow_graph};
@@ -46,6 +48,10 @@ pub struct ScoutSettings {
     pub repeat: u32,
     /// The ReAct baseline's step budget.
     pub agent_max_steps: u32,
+    /// How the optimizer is asked for plans (edit by edit unless set; older run
+    /// directories lack the field and resume edit by edit).
+    #[serde(default)]
+    pub plan_decoding: PlanDecoding,
 }
 
 impl ScoutSettings {
@@ -64,6 +70,7 @@ impl ScoutSettings {
             concurrency: 4,
             repeat: 1,
             agent_max_steps: 12,
+            plan_decoding: PlanDecoding::PerEdit,
         }
     }
 }
@@ -181,6 +188,9 @@ pub struct ScoutOutcome {
     pub test: Option<EvalReport>,
     /// Sizes of the opt, val and test splits.
     pub split_sizes: (usize, usize, usize),
+    /// How the search's expansions went: the expansion success rate, edits proposed,
+    /// applied and dropped by kind, optimizer calls per candidate.
+    pub expansions: ExpansionStats,
 }
 
 /// Runs (or resumes) FlowScout in `dir`.
@@ -237,8 +247,9 @@ pub async fn scout(
         Some(final_test(dir, settings, &parts_split.test, &best, &g0_saved, state.best != 0, parts).await?)
     };
     let root_val: f64 = read_json::<crate::search::Evaluation>(&candidate_path(dir, 0, "val"))?.reward;
-    write_text(&dir.join("report.html"), &render_report(&state, root_val, &best, test.as_ref()))?;
-    Ok(ScoutOutcome { state, best, test, split_sizes })
+    let expansions = expansion_stats(dir, &state)?;
+    write_text(&dir.join("report.html"), &render_report(&state, &expansions, root_val, &best, test.as_ref()))?;
+    Ok(ScoutOutcome { state, best, test, split_sizes, expansions })
 }
 
 fn read_state(dir: &Path) -> Result<Option<SearchState>, ScoutError> {
@@ -289,10 +300,24 @@ async fn final_test(
 /// `DIR/report.html`: the validation curve, the search tree with the best path, the best
 /// workflow, and the test table.
 #[must_use]
-pub fn render_report(state: &SearchState, root_val: f64, best: &WorkflowGraph, test: Option<&EvalReport>) -> String {
+pub fn render_report(
+    state: &SearchState,
+    expansions: &ExpansionStats,
+    root_val: f64,
+    best: &WorkflowGraph,
+    test: Option<&EvalReport>,
+) -> String {
     let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
     let ctx = ReportContext {
         title: "FlowScout run",
+        expansions: ExpansionView {
+            expansions: expansions.expansions,
+            candidates: expansions.candidates,
+            success_rate: expansions.success_rate.map_or_else(|| "–".to_owned(), |r| format!("{:.0}%", r * 100.0)),
+            optimizer_calls: expansions.optimizer_calls,
+            calls_per_candidate: expansions.calls_per_candidate.map_or_else(|| "–".to_owned(), |c| format!("{c:.1}")),
+            edits: expansions.edits.iter().map(|(op, counts)| (op.as_str(), *counts)).collect(),
+        },
         iterations: state.iteration,
         best: state.best,
         best_val_score: format!("{:.4}", state.best_val_score),
@@ -331,6 +356,7 @@ const REPORT_TEMPLATE: &str = include_str!("../templates/scout_report.html.j2");
 #[derive(Serialize)]
 struct ReportContext<'a> {
     title: &'a str,
+    expansions: ExpansionView<'a>,
     iterations: u32,
     best: TreeNodeId,
     best_val_score: String,
@@ -340,6 +366,16 @@ struct ReportContext<'a> {
     search_tree: Markup,
     workflow_graph: Markup,
     test: Option<Vec<TestRow<'a>>>,
+}
+
+#[derive(Serialize)]
+struct ExpansionView<'a> {
+    expansions: u32,
+    candidates: u32,
+    success_rate: String,
+    optimizer_calls: u32,
+    calls_per_candidate: String,
+    edits: Vec<(&'a str, EditCounts)>,
 }
 
 #[derive(Serialize)]

@@ -14,6 +14,7 @@
 //! evaluation is written before the tree is updated; on resume, files already present are
 //! read instead of asking the model or running the candidate again.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -22,7 +23,8 @@ use serde_json::Value;
 
 use flowmem_model::WorkflowGraph;
 
-use crate::edit::{EditPlan, apply_plan};
+use crate::edit::{EditPlan, GraphEdit, apply_edit};
+use crate::plan_schema::MAX_PLAN_EDITS;
 use crate::tree::{SearchConfig, SearchTree, TreeNodeId};
 
 /// A candidate's scores on one split, with the feedback the optimizer reads.
@@ -60,31 +62,86 @@ pub trait Simulator: Send + Sync {
     async fn validate(&self, candidate: TreeNodeId, graph: &WorkflowGraph) -> Result<Evaluation, SearchError>;
 }
 
-/// What the optimizer is asked to improve, and what it has already tried there.
+/// What the optimizer is asked to improve, what it has already tried there, and the plan
+/// under construction.
 #[derive(Debug, Clone, Copy)]
 pub struct ProposalInput<'a> {
     /// The candidate being expanded.
     pub graph: &'a WorkflowGraph,
     /// Its cached feedback `F_opt`.
     pub feedback: &'a Value,
-    /// Why this expansion's previous attempt was rejected (empty on the first attempt).
-    pub problems: &'a [String],
     /// The plans of earlier expansions of the same candidate, in candidate order. Without
     /// them a deterministic optimizer (greedy decoding, or the LLM cache) would answer a
     /// second expansion exactly as it answered the first.
     pub tried: &'a [CandidatePlan],
+    /// The graph as the edits applied so far left it (`graph` on the first turn): the
+    /// next edit is decoded against it.
+    pub current: &'a WorkflowGraph,
+    /// The turns of this plan so far, oldest first (empty on the first turn).
+    pub turns: &'a [PlanTurn],
 }
 
-/// Proposes edit plans (the optimizer LLM).
+/// The proposer's answer in one turn of building a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProposedEdits {
+    /// Why the plan should help; the first turn's answer carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+    /// The edits, in order: one per turn when decoding edit by edit, the whole plan when
+    /// a proposer answers at once. Empty: the plan is complete (the model chose `done`).
+    pub edits: Vec<GraphEdit>,
+}
+
+impl ProposedEdits {
+    /// The model's `done`: the plan is complete.
+    #[must_use]
+    pub fn done() -> ProposedEdits {
+        ProposedEdits { rationale: None, edits: Vec::new() }
+    }
+}
+
+/// One turn of a plan's construction and what became of it, as the proposer is shown it
+/// on the next turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanTurn {
+    /// What the proposer answered; `None` when its reply was not an edit at all.
+    pub proposed: Option<ProposedEdits>,
+    /// How many of its edits were applied, from the first.
+    pub applied: usize,
+    /// Why the first edit not applied was refused (the apply error or the graph's
+    /// violations), why the reply was not an edit, or why the finished plan was not
+    /// accepted. Empty when every edit applied.
+    pub problems: Vec<String>,
+}
+
+/// An edit the optimizer proposed that is not in the candidate's plan, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedEdit {
+    /// The number of edits applied before it: its position in the plan.
+    pub position: usize,
+    /// The edit.
+    pub edit: GraphEdit,
+    /// Why it was dropped.
+    pub reasons: Vec<String>,
+}
+
+/// Proposes edit plans (the optimizer LLM), one turn at a time.
 #[async_trait::async_trait]
 pub trait Proposer: Send + Sync {
-    /// Proposes a plan for `input.graph` given its feedback, the problems of the previous
-    /// attempt and the plans already tried on the same graph.
+    /// Proposes the next edits of the plan for `input.graph`: on the first turn the
+    /// rationale and the first edit (or a whole plan), later the next edit against
+    /// `input.current`, or [`ProposedEdits::done`].
     ///
     /// # Errors
     ///
-    /// When the model cannot be reached or its reply is not an edit plan.
-    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError>;
+    /// [`SearchError::InvalidProposal`] when the reply is not an edit (the driver shows
+    /// the model why and asks again), or another error when the model cannot be reached.
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<ProposedEdits, SearchError>;
+
+    /// The most edits a plan may hold.
+    fn max_edits(&self) -> usize {
+        MAX_PLAN_EDITS
+    }
 }
 
 /// Checks `Valid(G, T)`: an empty list means the graph may run.
@@ -233,10 +290,16 @@ pub enum SearchError {
 pub struct CandidatePlan {
     /// The expanded parent.
     pub parent: TreeNodeId,
-    /// The plan, when one validated.
+    /// The plan: the rationale and the edits that were applied, when at least one was.
     pub plan: Option<EditPlan>,
-    /// Every rejected attempt's problems, in order.
+    /// The problems of every refused turn, in order.
     pub rejected: Vec<Vec<String>>,
+    /// The edits proposed but not applied, with why.
+    #[serde(default)]
+    pub dropped: Vec<DroppedEdit>,
+    /// The optimizer requests the plan took (0 in run directories older than this field).
+    #[serde(default)]
+    pub optimizer_calls: u32,
 }
 
 /// Everything the driver needs besides the run directory.
@@ -251,7 +314,9 @@ pub struct SearchParts<'a> {
     pub checkpoint: &'a (dyn Fn(Checkpoint) -> bool + Send + Sync),
 }
 
-/// How many times an invalid plan is shown its errors and re-asked, after the first try.
+/// How many refused turns a plan may have before it ends with the edits it has: each
+/// refusal (an edit that does not apply or validate, a reply that is not an edit) is
+/// shown to the optimizer, which is asked again from there.
 pub const PLAN_REPAIRS: usize = 2;
 
 /// Starts a new search in `dir` from `g0`, or continues the one persisted there when
@@ -280,6 +345,67 @@ pub async fn run_search(
         }
     }
     Ok(state)
+}
+
+/// How a search's expansions went. MCTS learns only from the candidates it evaluates, so
+/// the share of expansions that yield one is the first thing to read about a search.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExpansionStats {
+    /// Expansions tried (every candidate but `G⁰`, failed ones included).
+    pub expansions: u32,
+    /// Expansions that yielded an evaluated candidate.
+    pub candidates: u32,
+    /// `candidates / expansions`; `None` before the first expansion.
+    pub success_rate: Option<f64>,
+    /// Optimizer requests over all expansions.
+    pub optimizer_calls: u32,
+    /// `optimizer_calls / candidates`; `None` while there is no candidate.
+    pub calls_per_candidate: Option<f64>,
+    /// Edits proposed, applied and dropped, by operation.
+    pub edits: BTreeMap<String, EditCounts>,
+}
+
+/// Edits of one operation over a search.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditCounts {
+    /// Proposed by the optimizer.
+    pub proposed: u32,
+    /// Kept in a candidate's plan.
+    pub applied: u32,
+    /// Dropped: refused, or after a refused edit of the same reply.
+    pub dropped: u32,
+}
+
+/// Reads the plan files of the search in `dir` (candidates 1 to `state.tree.len() - 1`)
+/// and counts how its expansions went.
+///
+/// # Errors
+///
+/// A plan file that cannot be read or parsed.
+pub fn expansion_stats(dir: &Path, state: &SearchState) -> Result<ExpansionStats, SearchError> {
+    let mut stats = ExpansionStats::default();
+    for candidate in 1..state.tree.len() {
+        let Some(plan) = read_json::<CandidatePlan>(&candidate_path(dir, candidate, "plan"))? else { continue };
+        stats.expansions += 1;
+        stats.optimizer_calls += plan.optimizer_calls;
+        if let Some(kept) = &plan.plan {
+            stats.candidates += 1;
+            for edit in &kept.edits {
+                let counts = stats.edits.entry(edit.op_name().to_owned()).or_default();
+                counts.proposed += 1;
+                counts.applied += 1;
+            }
+        }
+        for dropped in &plan.dropped {
+            let counts = stats.edits.entry(dropped.edit.op_name().to_owned()).or_default();
+            counts.proposed += 1;
+            counts.dropped += 1;
+        }
+    }
+    stats.success_rate = (stats.expansions > 0).then(|| f64::from(stats.candidates) / f64::from(stats.expansions));
+    stats.calls_per_candidate =
+        (stats.candidates > 0).then(|| f64::from(stats.optimizer_calls) / f64::from(stats.candidates));
+    Ok(stats)
 }
 
 /// The path of a candidate's file with `suffix` (`workflow`, `plan`, `opt`, `val`).
@@ -405,8 +531,11 @@ fn next_beam(state: &mut SearchState, width: usize) {
     state.beam_children.clear();
 }
 
-/// Proposes a plan for `candidate` and applies it, re-asking with the problems up to
-/// [`PLAN_REPAIRS`] times. A plan persisted by an interrupted run is reused as is.
+/// Builds a plan for `candidate` one turn at a time: each proposed edit is applied to the
+/// graph the earlier ones left and validated; an edit that fails is dropped and the
+/// model, shown why, is asked again from there. The plan keeps every edit that applied;
+/// it yields a candidate when it keeps at least one and gives a new workflow. A plan
+/// persisted by an interrupted run is reused as is.
 async fn expand(
     dir: &Path,
     candidate: TreeNodeId,
@@ -427,49 +556,148 @@ async fn expand(
     let siblings = siblings(dir, parent, candidate)?;
     let known = KnownWorkflows::load(dir, parent_graph, &siblings)?;
     let tried: Vec<CandidatePlan> = siblings.into_iter().map(|(_, plan)| plan).collect();
-    let mut rejected: Vec<Vec<String>> = Vec::new();
-    for attempt in 0..=PLAN_REPAIRS {
-        let problems = rejected.last().cloned().unwrap_or_default();
-        if attempt > 0 {
-            tracing::info!(candidate, attempt, "re-asking the optimizer with the problems of its last plan");
+    let max_edits = parts.proposer.max_edits().clamp(1, MAX_PLAN_EDITS);
+    let mut building = PlanBuilder::new(parent_graph);
+    while building.applied.len() < max_edits && building.refusals <= PLAN_REPAIRS {
+        let input = ProposalInput {
+            graph: parent_graph,
+            feedback: &parent_eval.feedback,
+            tried: &tried,
+            current: &building.current,
+            turns: &building.turns,
+        };
+        if building.turns.last().is_some_and(|turn| !turn.problems.is_empty()) {
+            tracing::info!(candidate, refusals = building.refusals, "re-asking the optimizer with what was refused");
         }
-        let input =
-            ProposalInput { graph: parent_graph, feedback: &parent_eval.feedback, problems: &problems, tried: &tried };
-        let plan = match parts.proposer.propose(&input).await {
-            Ok(plan) => plan,
+        building.calls += 1;
+        let proposed = match parts.proposer.propose(&input).await {
+            Ok(proposed) => proposed,
             Err(SearchError::InvalidProposal(problem)) => {
-                tracing::info!(candidate, attempt, %problem, "edit plan rejected: not a valid proposal");
-                rejected.push(vec![problem]);
+                tracing::info!(candidate, %problem, "optimizer reply refused: not an edit");
+                building.refuse(None, vec![problem]);
                 continue;
             }
             Err(err) => return Err(err),
         };
-        let problems = match apply_plan(parent_graph, &plan) {
-            Ok(graph) => {
-                let violations = match known.repeat_of(&graph) {
-                    Some(repeat) => vec![repeat],
-                    None => parts.validator.violations(&graph),
-                };
-                if violations.is_empty() {
-                    write_json(&candidate_path(dir, candidate, "workflow"), &graph)?;
-                    write_json(&plan_path, &CandidatePlan { parent, plan: Some(plan), rejected })?;
-                    return Ok(Some(graph));
-                }
-                violations
-            }
-            Err(err) => vec![err.to_string()],
+        if !proposed.edits.is_empty() {
+            building.apply(candidate, proposed, max_edits, parts.validator);
+            continue;
+        }
+        // `done`: the plan must have an edit and give a workflow not tried yet.
+        let problem = if building.applied.is_empty() {
+            Some("a plan needs at least one edit".to_owned())
+        } else {
+            known.repeat_of(&building.current)
         };
-        tracing::info!(candidate, attempt, ?problems, "edit plan rejected");
-        rejected.push(problems);
+        match problem {
+            Some(problem) => building.refuse(Some(proposed), vec![problem]),
+            None => {
+                building.turns.push(PlanTurn { proposed: Some(proposed), applied: 0, problems: Vec::new() });
+                break;
+            }
+        }
     }
-    tracing::warn!(
-        candidate,
-        parent,
-        attempts = rejected.len(),
-        "expansion failed: the optimizer gave no valid edit plan"
-    );
-    write_json(&plan_path, &CandidatePlan { parent, plan: None, rejected })?;
-    Ok(None)
+    let PlanBuilder { current, applied, rationale, dropped, turns, calls, .. } = building;
+    let rejected: Vec<Vec<String>> =
+        turns.iter().filter(|turn| !turn.problems.is_empty()).map(|turn| turn.problems.clone()).collect();
+    let repeat = if applied.is_empty() { None } else { known.repeat_of(&current) };
+    if applied.is_empty() || repeat.is_some() {
+        tracing::warn!(
+            candidate,
+            parent,
+            calls,
+            dropped = dropped.len(),
+            "expansion failed: the optimizer's plan kept no edit that gives a new valid workflow"
+        );
+        let mut rejected = rejected;
+        rejected.extend(repeat.map(|repeat| vec![repeat]));
+        let record = CandidatePlan { parent, plan: None, rejected, dropped, optimizer_calls: calls };
+        write_json(&plan_path, &record)?;
+        return Ok(None);
+    }
+    write_json(&candidate_path(dir, candidate, "workflow"), &current)?;
+    let plan = EditPlan { rationale, edits: applied };
+    let record = CandidatePlan { parent, plan: Some(plan), rejected, dropped, optimizer_calls: calls };
+    write_json(&plan_path, &record)?;
+    Ok(Some(current))
+}
+
+/// A plan under construction: the graph so far, the edits kept and dropped, the turns.
+struct PlanBuilder {
+    current: WorkflowGraph,
+    applied: Vec<GraphEdit>,
+    rationale: String,
+    dropped: Vec<DroppedEdit>,
+    turns: Vec<PlanTurn>,
+    /// Turns refused so far; past [`PLAN_REPAIRS`] the plan ends with what it has.
+    refusals: usize,
+    calls: u32,
+}
+
+impl PlanBuilder {
+    fn new(parent: &WorkflowGraph) -> PlanBuilder {
+        PlanBuilder {
+            current: parent.clone(),
+            applied: Vec::new(),
+            rationale: String::new(),
+            dropped: Vec::new(),
+            turns: Vec::new(),
+            refusals: 0,
+            calls: 0,
+        }
+    }
+
+    fn refuse(&mut self, proposed: Option<ProposedEdits>, problems: Vec<String>) {
+        self.refusals += 1;
+        self.turns.push(PlanTurn { proposed, applied: 0, problems });
+    }
+
+    /// Applies the proposed edits in order, each to the graph the previous left, while
+    /// they apply and validate and the plan has room; the first that does not is
+    /// dropped with its reasons, and so are the rest of the turn's edits.
+    fn apply(&mut self, candidate: TreeNodeId, proposed: ProposedEdits, max_edits: usize, validator: &dyn Validator) {
+        if self.rationale.is_empty()
+            && let Some(rationale) = &proposed.rationale
+        {
+            self.rationale.clone_from(rationale);
+        }
+        let mut applied = 0;
+        let mut problems = Vec::new();
+        for (idx, edit) in proposed.edits.iter().enumerate() {
+            let outcome = if self.applied.len() >= max_edits {
+                Err(vec![format!("the plan already holds the most edits allowed, {max_edits}")])
+            } else {
+                apply_edit(&self.current, edit).map_err(|err| vec![err.to_string()]).and_then(|graph| {
+                    if graph == self.current {
+                        return Err(vec!["the edit leaves the workflow unchanged".to_owned()]);
+                    }
+                    let violations = validator.violations(&graph);
+                    if violations.is_empty() { Ok(graph) } else { Err(violations) }
+                })
+            };
+            match outcome {
+                Ok(graph) => {
+                    tracing::info!(candidate, position = self.applied.len(), op = edit.op_name(), "edit applied");
+                    self.current = graph;
+                    self.applied.push(edit.clone());
+                    applied += 1;
+                }
+                Err(reasons) => {
+                    tracing::info!(candidate, op = edit.op_name(), ?reasons, "edit refused and dropped");
+                    let position = self.applied.len();
+                    self.dropped.push(DroppedEdit { position, edit: edit.clone(), reasons: reasons.clone() });
+                    let unseen = vec!["an earlier edit of the same reply was refused".to_owned()];
+                    for later in &proposed.edits[idx + 1..] {
+                        self.dropped.push(DroppedEdit { position, edit: later.clone(), reasons: unseen.clone() });
+                    }
+                    problems = reasons;
+                    self.refusals += 1;
+                    break;
+                }
+            }
+        }
+        self.turns.push(PlanTurn { proposed: Some(proposed), applied, problems });
+    }
 }
 
 /// The plan files of the candidates before `candidate` that expanded `parent`, failed

@@ -54,14 +54,16 @@ pub(crate) async fn find_workflows(state: &Arc<AppState>, args: &JsonObject) -> 
         },
     };
     let scope = scope_arg(args);
-    let hits = match state.read(move |store| store.search(&task, &scope, k)).await {
-        Ok(hits) => hits,
+    let retrieval = match state.retrieve(&state.retriever, &task, scope, k).await {
+        Ok(retrieval) => retrieval,
         Err(err) => return failure(format!("searching the memory failed: {err}")),
     };
+    tracing::info!(retrieval = %retrieval.record(), "find_workflows");
+    let hits = &retrieval.hits;
     let catalog = state.catalog.borrow().clone();
     let mut text = String::new();
     let mut listed = Vec::with_capacity(hits.len());
-    for hit in &hits {
+    for hit in hits {
         let workflow = &hit.workflow;
         let rendered = match prompt_memory(&state.prompts, std::slice::from_ref(workflow), usize::MAX) {
             Ok(memory) => memory.text,
@@ -76,14 +78,15 @@ pub(crate) async fn find_workflows(state: &Arc<AppState>, args: &JsonObject) -> 
             text.push_str(&format!("Callable as tool: {tool}\n"));
         }
         text.push_str(rendered.trim_end());
-        listed.push(json!({"id": workflow.id, "description": workflow.description, "score": hit.score, "tool": tool}));
+        listed.push(json!({"id": workflow.id, "description": workflow.description, "score": hit.score,
+            "bm25": hit.bm25, "similarity": hit.similarity, "tool": tool}));
     }
     state.count_retrieved(hits.iter().map(|hit| hit.workflow.id.clone()).collect());
     if text.is_empty() {
         text.push_str("No stored workflow fits this task.");
     }
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(json!({"workflows": listed}));
+    result.structured_content = Some(json!({"workflows": listed, "retrieval": retrieval.record()}));
     result
 }
 

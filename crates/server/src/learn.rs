@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use flowmem_llm::ChatModel;
 use flowmem_memory::induce::{self, Induction, LmConfig, RuleConfig, SkipReason, SkippedCandidate};
-use flowmem_memory::{AddOutcome, RunToJudge, UseOutcome, judge_run, record_uses};
+use flowmem_memory::{AddOutcome, RunToJudge, UseOutcome, embed_workflows, judge_run, record_uses};
 use flowmem_model::{ImportFormat, Item, Outcome, Scope, Trajectory, import_text};
 
 use crate::state::AppState;
@@ -132,12 +132,22 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
     let trajectory_id = trajectory.id.clone();
     let shown = run.shown.to_vec();
     let workflows = induction.workflows.clone();
+    // The vectors too are made before the writer is taken, and written with their
+    // workflows in one transaction.
+    let vectors = match &state.parts.embedder {
+        Some(embedder) if !workflows.is_empty() => Some(
+            embed_workflows(embedder.as_ref(), &workflows)
+                .await
+                .map_err(|err| format!("embedding the run's workflows failed: {err}"))?,
+        ),
+        _ => None,
+    };
     let added = state
         .write(move |store| {
             if store.learned_from(&trajectory.id)? {
                 return Ok(None);
             }
-            let added = store.add_all(&workflows)?;
+            let added = store.add_all_with_vectors(&workflows, vectors.as_ref())?;
             let outcome = if success { UseOutcome::Success } else { UseOutcome::Failure };
             // A workflow deleted since it was shown has no use to count.
             let alive: Vec<String> = shown.into_iter().filter(|id| store.get(id).is_ok()).collect();

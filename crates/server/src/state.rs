@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use flowmem_exec::{Runtime, ToolBox, ValidatedGraph};
-use flowmem_llm::ChatModel;
-use flowmem_memory::{MemoryError, MemoryStore, StoreConfig};
+use flowmem_llm::{ChatModel, EmbeddingModel};
+use flowmem_memory::{MemoryError, MemoryStore, Retrieval, RetrievalMode, Retriever, StoreConfig};
+use flowmem_model::Scope;
 use flowmem_model::Trace;
 use flowmem_tools::StateIsolation;
 
@@ -50,11 +51,13 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// The OpenAI-compatible memory gateway at `/v1`; `None` serves none.
     pub gateway: Option<GatewayConfig>,
+    /// How `find_workflows` ranks; vector and hybrid need [`Parts::embedder`].
+    pub retrieval: RetrievalMode,
 }
 
 impl ServeConfig {
     /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
-    /// isolation, a 1 s poll, a 30 s drain, no gateway.
+    /// isolation, a 1 s poll, a 30 s drain, no gateway, BM25 retrieval.
     #[must_use]
     pub fn standard(memory: PathBuf) -> ServeConfig {
         ServeConfig {
@@ -68,6 +71,7 @@ impl ServeConfig {
             poll_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
             gateway: None,
+            retrieval: RetrievalMode::Bm25,
         }
     }
 }
@@ -98,6 +102,9 @@ pub struct Parts {
     pub induce: Induce,
     /// The deployed graphs, from [`load_graphs`](crate::load_graphs).
     pub graphs: Vec<DeployedGraph>,
+    /// The embedding model of vector and hybrid retrieval (queries, and the workflows
+    /// learned here); `None` allows BM25 only.
+    pub embedder: Option<Arc<dyn EmbeddingModel>>,
 }
 
 /// How long retrieval counts gather before they are written in one transaction.
@@ -139,6 +146,8 @@ pub struct AppState {
     next_id: AtomicU64,
     /// The memory gateway, when configured.
     pub(crate) gateway: Option<Arc<Gateway>>,
+    /// How `find_workflows` retrieves.
+    pub(crate) retriever: Retriever,
 }
 
 impl AppState {
@@ -159,12 +168,17 @@ impl AppState {
         let (retrievals, retrievals_rx) = mpsc::unbounded_channel();
         let open_access = tokens.count()? == 0;
         let prompts = flowmem_memory::prompts().map_err(|err| ServerError::Prompt(err.to_string()))?;
+        let retriever = Retriever::new(cfg.retrieval, parts.embedder.clone())?;
         let gateway = match &cfg.gateway {
-            Some(gateway) => Some(Arc::new(Gateway::open(gateway.clone(), &cfg.memory)?)),
+            Some(gateway) => {
+                let retriever = Retriever::new(gateway.retrieval, parts.embedder.clone())?;
+                Some(Arc::new(Gateway::open(gateway.clone(), &cfg.memory, retriever)?))
+            }
             None => None,
         };
         Ok(Arc::new(AppState {
             gateway,
+            retriever,
             tokens,
             prompts,
             readers: Mutex::new(readers),
@@ -269,6 +283,24 @@ impl AppState {
         })
         .await
         .map_err(|err| ServerError::Join(err.to_string()))?
+    }
+
+    /// Retrieves the `k` best workflows for `text` in `scope` as `retriever` ranks: the
+    /// query is embedded here (when the mode needs it), the search runs on a reader.
+    /// `find_workflows` and the gateway both retrieve through this. Read-only; callers
+    /// count what they show with [`AppState::count_retrieved`].
+    pub(crate) async fn retrieve(
+        self: &Arc<Self>,
+        retriever: &Retriever,
+        text: &str,
+        scope: Scope,
+        k: usize,
+    ) -> Result<Retrieval, ServerError> {
+        let (query, embed_ms) = retriever.query(text).await?;
+        let started = std::time::Instant::now();
+        let hits = self.read(move |store| store.search_with(&query, &scope, k)).await?;
+        let search_ms = started.elapsed().as_secs_f64() * 1000.0;
+        Ok(Retrieval { mode: retriever.mode(), embed_ms, search_ms, hits })
     }
 
     /// Runs `work` on the writer store on a blocking thread. Each store write is one

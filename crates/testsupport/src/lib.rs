@@ -3,7 +3,8 @@
 //! # Brief overview
 //!
 //! - [`ScriptedLlmServer`] is a real HTTP server on loopback that speaks the OpenAI
-//!   chat-completions API (`POST /v1/chat/completions`, `GET /v1/models`). It answers
+//!   chat-completions API (`POST /v1/chat/completions`, `GET /v1/models`), and
+//!   `POST /v1/embeddings` with deterministic bag-of-words vectors. It answers
 //!   from a [`Script`] of [`Reply`] values, in request order or matched on content with
 //!   [`Match`], injects faults (429 with `Retry-After`, 500, slow replies, malformed
 //!   JSON, missing fields), streams a reply as SSE chunks when the request asks for
@@ -54,4 +55,4 @@ pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
 pub use crate::process::{Listening, spawn_listening};
 pub use crate::script::{Match, Reply, Script};
-pub use crate::server::{RecordedRequest, ScriptedLlmServer};
+pub use crate::server::{BAG_OF_WORDS_DIM, RecordedRequest, ScriptedLlmServer, bag_of_words};

@@ -40,6 +40,7 @@ pub struct Script {
     pub(crate) queue: VecDeque<Reply>,
     pub(crate) fallback: Option<Reply>,
     pub(crate) models: Vec<String>,
+    pub(crate) embedding_faults: VecDeque<Reply>,
 }
 
 #[derive(Debug, Clone)]
@@ -59,7 +60,13 @@ impl Default for Script {
 impl Script {
     /// An empty script: no replies, one model `scripted-model`.
     pub fn new() -> Script {
-        Script { rules: Vec::new(), queue: VecDeque::new(), fallback: None, models: vec!["scripted-model".to_owned()] }
+        Script {
+            rules: Vec::new(),
+            queue: VecDeque::new(),
+            fallback: None,
+            models: vec!["scripted-model".to_owned()],
+            embedding_faults: VecDeque::new(),
+        }
     }
 
     /// A script answering requests with `replies`, one each, in order.
@@ -95,6 +102,15 @@ impl Script {
     /// The model ids `GET /v1/models` lists, in order.
     pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Script {
         self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Answers the next `/v1/embeddings` requests, one each and in order, with these
+    /// replies when they are faults (an HTTP status, a raw body; a delay applies too);
+    /// after them, and for any other kind of reply, the server answers with its
+    /// bag-of-words vectors (see [`ScriptedLlmServer`](crate::ScriptedLlmServer)).
+    pub fn embedding_faults(mut self, replies: impl IntoIterator<Item = Reply>) -> Script {
+        self.embedding_faults.extend(replies);
         self
     }
 

@@ -18,9 +18,13 @@ use crate::script::{Reply, ReplyKind, Script};
 /// A real HTTP server on `127.0.0.1` speaking the OpenAI chat-completions API, with
 /// replies taken from a [`Script`].
 ///
-/// It serves `POST /v1/chat/completions` and `GET /v1/models`, records every request
-/// it receives, and tracks how many chat requests were in flight at once. The server
-/// stops when the handle is dropped.
+/// It serves `POST /v1/chat/completions`, `POST /v1/embeddings` and `GET /v1/models`,
+/// records every request it receives, and tracks how many chat requests were in flight
+/// at once. The server stops when the handle is dropped.
+///
+/// Embeddings are a deterministic bag of words ([`bag_of_words`]): texts that share
+/// words get similar vectors, so retrieval by meaning can be tested over real HTTP
+/// without a model. [`Script::embedding_faults`] injects failures.
 ///
 /// # Example
 ///
@@ -125,6 +129,7 @@ impl ScriptedLlmServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/models", get(models))
+            .route("/v1/embeddings", post(embeddings))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
@@ -176,6 +181,12 @@ impl ScriptedLlmServer {
             }
             arrived.await;
         }
+    }
+
+    /// The embeddings requests received so far, in arrival order.
+    #[must_use]
+    pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|request| request.path.ends_with("/embeddings")).collect()
     }
 
     /// The largest number of chat requests being answered at the same moment.
@@ -284,6 +295,65 @@ async fn models(
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "flowmem-testsupport"}))
         .collect();
     json_response(StatusCode::OK, json!({"object": "list", "data": data}).to_string())
+}
+
+/// The dimension of [`bag_of_words`] vectors.
+pub const BAG_OF_WORDS_DIM: usize = 64;
+
+/// The scripted server's embedding of `text`: each lowercase alphanumeric word adds 1
+/// to one of [`BAG_OF_WORDS_DIM`] buckets, chosen by a fixed hash of the word; an empty
+/// text gets a vector with one bucket set, so no vector is zero.
+#[must_use]
+pub fn bag_of_words(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0; BAG_OF_WORDS_DIM];
+    for word in text.split(|ch: char| !ch.is_alphanumeric()).filter(|word| !word.is_empty()) {
+        // FNV-1a, so the buckets never change between runs or platforms.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in word.to_lowercase().bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        vector[(hash % BAG_OF_WORDS_DIM as u64) as usize] += 1.0;
+    }
+    if vector.iter().all(|&x| x == 0.0) {
+        vector[0] = 1.0;
+    }
+    vector
+}
+
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = record(&shared, &method, &uri, &headers, &body);
+    let fault = shared.script.lock().expect("script lock").embedding_faults.pop_front();
+    if let Some(fault) = fault {
+        if !fault.delay.is_zero() {
+            tokio::time::sleep(fault.delay).await;
+        }
+        if matches!(fault.kind, ReplyKind::Status { .. } | ReplyKind::Raw { .. }) {
+            return render(&fault, &request, 0);
+        }
+    }
+    let texts: Vec<String> = match &request["input"] {
+        Value::String(text) => vec![text.clone()],
+        Value::Array(items) => items.iter().map(|item| item.as_str().unwrap_or_default().to_owned()).collect(),
+        _ => {
+            let message = "scripted server: `input` must be a string or an array of strings";
+            return json_response(StatusCode::BAD_REQUEST, json!({"error": {"message": message}}).to_string());
+        }
+    };
+    let data: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": bag_of_words(text)}))
+        .collect();
+    let tokens: usize = texts.iter().map(|text| text.split_whitespace().count()).sum();
+    let body = json!({"object": "list", "data": data, "model": request["model"],
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}});
+    json_response(StatusCode::OK, body.to_string())
 }
 
 async fn not_found(

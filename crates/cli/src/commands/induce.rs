@@ -14,7 +14,7 @@ use flowmem_model::Trajectory;
 use crate::args::{InduceArgs, InduceMode};
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
-use crate::session::{CacheUse, Session, SessionSettings, ToolsUse};
+use crate::session::{CacheUse, Session, SessionSettings, ToolsUse, optional_embedding_model};
 use crate::settings::{Config, ModelRoles, stored_scope};
 
 /// Characters of each tool result shown to the inducer model.
@@ -80,16 +80,25 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let mut store = MemoryStore::open(&args.memory, store_cfg)?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let config = Config::load(&args.config)?;
+    // Each new workflow's vector goes into the memory with it, when an embedding model
+    // is usable; otherwise vector retrieval embeds the workflows later.
+    let embedder = optional_embedding_model(&config)?;
+    let embedder = embedder.as_deref();
     let (report, model, accounting) = match args.mode {
         InduceMode::Rule => {
             let rule_cfg = RuleConfig { min_steps: args.min_steps, scope: None };
-            let cfg =
-                OfflineConfig { inducer: Inducer::Rule(&rule_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            let cfg = OfflineConfig {
+                inducer: Inducer::Rule(&rule_cfg),
+                scope: scope.as_ref(),
+                batch_size: args.batch_size,
+                embedder,
+            };
             (runtime.block_on(induce_offline(&mut store, &trajectories, &cfg))?, None, None)
         }
         InduceMode::Lm => {
             let settings = SessionSettings {
-                config: Config::load(&args.config)?,
+                config: config.clone(),
                 models: ModelRoles::new(&args.model),
                 tools: ToolsUse::None,
                 prompts: None,
@@ -108,8 +117,12 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
                 max_tokens: args.max_tokens,
                 max_result_chars: MAX_RESULT_CHARS,
             };
-            let cfg =
-                OfflineConfig { inducer: Inducer::Lm(&lm_cfg), scope: scope.as_ref(), batch_size: args.batch_size };
+            let cfg = OfflineConfig {
+                inducer: Inducer::Lm(&lm_cfg),
+                scope: scope.as_ref(),
+                batch_size: args.batch_size,
+                embedder,
+            };
             let report = runtime
                 .block_on(induce_offline(&mut store, &trajectories, &cfg))
                 .with_context(|| format!("inducing with model `{}`", model.name()))?;

@@ -17,8 +17,8 @@ use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, progress_bar, refuse_outputs_that_are_inputs};
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
-use crate::settings::{Config, ModelRoles, scope_filter};
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever};
+use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, asked_retrieval, scope_filter};
 
 /// The state key every run of the online agents uses; runs go one at a time.
 const RUN_STATE_KEY: &str = "flowmem-online/run";
@@ -42,8 +42,11 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let mut store = MemoryStore::open(&args.memory, StoreConfig::standard())
         .with_context(|| format!("cannot open the memory `{}`", args.memory.display()))?;
 
+    let config = Config::load(&args.config)?;
+    let asked = asked_retrieval(args.retrieval, config.memory()?.retrieval);
+    let retriever = chosen_retriever(&config, asked, DEFAULT_RETRIEVAL)?;
     let settings = SessionSettings {
-        config: Config::load(&args.config)?,
+        config,
         models: ModelRoles::new(&args.model).with_judge(&args.judge),
         tools: ToolsUse::Required,
         prompts: Some(PromptSettings { dir: None, extra: Vec::new() }),
@@ -82,6 +85,7 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         top_k: args.top_k,
         budget_tokens: args.budget_tokens,
         scope: scope_filter(&args.scope),
+        retriever,
     };
     let bar = ProgressBar::new(printer);
     let on_progress = |progress: &OnlineProgress<'_>| bar.update(progress);

@@ -1,4 +1,5 @@
-//! `flowmem memory`: list, show, search, export, import and prune a workflow memory.
+//! `flowmem memory`: list, show, search, export, import and prune a workflow memory, and
+//! measure its retrieval quality (`eval-retrieval`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -6,14 +7,18 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use flowmem_memory::render::{self, read_jsonl, to_graph, write_jsonl};
-use flowmem_memory::{AddOutcome, MemoryStore, PrunePolicy, StoreConfig};
+use flowmem_memory::{
+    AddOutcome, MemoryStore, PrunePolicy, RetrievalEvalConfig, RetrievalReport, StoreConfig, eval_retrieval,
+};
 use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
 
-use crate::args::{ExchangeFormat, MemoryArgs, MemoryCommand};
+use crate::args::{ConfigArgs, ExchangeFormat, MemoryArgs, MemoryCommand, RetrievalArg, ScopeArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::refuse_outputs_that_are_inputs;
+use crate::commands::common::block_on;
 use crate::printer::Printer;
-use crate::settings::{scope_filter, stored_scope};
+use crate::session::{chosen_retriever, retriever};
+use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode, scope_filter, stored_scope};
 
 /// Runs one `flowmem memory` command.
 pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -33,7 +38,13 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     match &args.command {
         MemoryCommand::List(scope) => list(&store, &scope_filter(scope), printer),
         MemoryCommand::Show { id, graph, tree } => show(&store, id, *graph, *tree, printer),
-        MemoryCommand::Search { query, limit, scope } => search(&store, query, *limit, &scope_filter(scope), printer),
+        MemoryCommand::Search { query, limit, retrieval, scope, config } => {
+            let search = Search { query, limit: *limit, retrieval: *retrieval, scope, config };
+            block_on(run_search(&mut store, search, printer))
+        }
+        MemoryCommand::EvalRetrieval { records, k, retrieval, scope, config } => {
+            block_on(run_eval_retrieval(&mut store, records, *k, retrieval, scope, config, printer))
+        }
         MemoryCommand::Export { format, output, scope } => {
             if let Some(output) = output {
                 refuse_outputs_that_are_inputs(&[output], &[path])?;
@@ -183,22 +194,102 @@ fn provenance_line(provenance: &Provenance) -> String {
     line
 }
 
-fn search(
-    store: &MemoryStore,
-    query: &str,
+/// The flags of `flowmem memory search`.
+struct Search<'a> {
+    query: &'a str,
     limit: usize,
-    scope: &Scope,
-    printer: &Printer,
-) -> anyhow::Result<ExitStatus> {
-    let hits = store.search(query, scope, limit)?;
+    retrieval: Option<RetrievalArg>,
+    scope: &'a ScopeArgs,
+    config: &'a ConfigArgs,
+}
+
+async fn run_search(store: &mut MemoryStore, args: Search<'_>, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let config = Config::load(args.config)?;
+    let asked = asked_retrieval(args.retrieval, config.memory()?.retrieval);
+    let retriever = chosen_retriever(&config, asked, DEFAULT_RETRIEVAL)?;
+    let embedded = retriever.prepare(store).await?;
+    if embedded > 0 {
+        printer.info(&format!("embedded {embedded} workflows that had no vector of the embedding model"));
+    }
+    let retrieval = retriever.search(store, args.query, &scope_filter(args.scope), args.limit).await?;
+    let hits = &retrieval.hits;
     if printer.json {
-        printer.json_result(&hits)?;
+        printer.json_result(hits)?;
     } else {
-        for hit in &hits {
-            printer.result(&format!("{:>7.3}  {}", hit.score, summary_line(&hit.workflow)))?;
+        for hit in hits {
+            let parts: Vec<String> =
+                [hit.bm25.map(|s| format!("bm25 {s:.3}")), hit.similarity.map(|s| format!("cos {s:.3}"))]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+            let detail = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
+            printer.result(&format!("{:>7.3}{detail}  {}", hit.score, summary_line(&hit.workflow)))?;
         }
+        printer.info(&format!("{} hits by {}", hits.len(), retrieval.mode));
     }
     Ok(if hits.is_empty() { ExitStatus::Failure } else { ExitStatus::Success })
+}
+
+async fn run_eval_retrieval(
+    store: &mut MemoryStore,
+    records: &Path,
+    k: usize,
+    modes: &[RetrievalArg],
+    scope: &ScopeArgs,
+    config: &ConfigArgs,
+    printer: &Printer,
+) -> anyhow::Result<ExitStatus> {
+    if k == 0 {
+        anyhow::bail!("-k must be at least 1");
+    }
+    let config = Config::load(config)?;
+    let records = flowmem_model::read_records(records)?;
+    let mut retrievers = Vec::with_capacity(modes.len());
+    for &mode in modes {
+        let retriever = retriever(&config, retrieval_mode(mode))?;
+        let embedded = retriever.prepare(store).await?;
+        if embedded > 0 {
+            printer.info(&format!("embedded {embedded} workflows that had no vector of the embedding model"));
+        }
+        retrievers.push(retriever);
+    }
+    let cfg = RetrievalEvalConfig { k, scope: scope_filter(scope) };
+    let report = eval_retrieval(store, &retrievers, &records, &cfg).await?;
+    if printer.json {
+        printer.json_result(&report)?;
+    } else {
+        for line in report_table(&report) {
+            printer.result(&line)?;
+        }
+    }
+    Ok(if report.n_records == 0 { ExitStatus::Failure } else { ExitStatus::Success })
+}
+
+/// The report as a Markdown table, one row per mode, with the counts below.
+fn report_table(report: &RetrievalReport) -> Vec<String> {
+    let k = report.k;
+    let mut lines = vec![
+        format!("| retrieval | TC@1 | recall@1 | recall@{k} | MRR@{k} | embed ms | search ms |"),
+        "|---|---|---|---|---|---|---|".to_owned(),
+    ];
+    for mode in &report.modes {
+        lines.push(format!(
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} |",
+            mode.mode,
+            mode.mean_tc_top1,
+            mode.recall_at_1,
+            mode.recall_at_k,
+            mode.mrr_at_k,
+            mode.mean_embed_ms,
+            mode.mean_search_ms
+        ));
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "{} records with a reference tool log ({} without, left out); {} have a stored workflow of the reference's tool sequence (the bound on recall)",
+        report.n_records, report.n_without_reference, report.n_reachable
+    ));
+    lines
 }
 
 fn export(

@@ -5,7 +5,8 @@
 //! "skipped"}, "miner": "im"|"imf", "noise": f64|null, "tree": "<PM4Py notation>",
 //! "top_paths": [{"count", "share", "activities": [..]}], "output": <the --output value:
 //! a string, or JSON for `json`, `skeleton` and `dataflow`>, "timings_ms": {"read", "variants", "discover"}|null,
-//! "replay": {"records", "records_ok", "calls", "executed"} (only when records were replayed)}`.
+//! "replay": {"records", "records_ok", "calls", "executed"} (only when records were replayed),
+//! "conformance": {"token_replay_fitness", "precision"} (the model on its own log)}`.
 //! The `dataflow` output is flowmem-mining's `Dataflow` document (its own `version`).
 
 use std::io::{BufRead, BufReader};
@@ -40,6 +41,12 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let tree = flowmem_mining::discover(log, variant);
     let discover_ms = elapsed_ms(started);
     let top_paths = top_paths(log, args.top);
+    // How well the discovered model fits its own log, by PM4Py's default measures.
+    let net = flowmem_mining::tree_to_petri_net(&tree);
+    let conformance = Conformance {
+        token_replay_fitness: flowmem_mining::token_replay(log, &net).log_fitness,
+        precision: flowmem_mining::precision(log, &net, flowmem_mining::PrecisionVariant::EtcToken),
+    };
     let (dataflow, replay) = match args.output {
         MineOutput::Dataflow | MineOutput::Skeleton if loaded.format == "jsonl" => {
             let (records, replay) = with_results(&loaded.records, &args.replay, printer)?;
@@ -54,15 +61,7 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     if printer.json {
         let doc = MineReport {
             version: 1,
-            log: LogSummary {
-                path: args.log.display().to_string(),
-                format: loaded.format,
-                cases: log.n_cases(),
-                events: log.n_events(),
-                variants: log.variants().len(),
-                activities: log.activities().len(),
-                skipped: loaded.skipped,
-            },
+            log: LogSummary::of(&args.log, &loaded),
             miner: match args.miner {
                 MinerKind::Im => "im",
                 MinerKind::Imf => "imf",
@@ -72,12 +71,17 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             top_paths,
             output,
             timings_ms: timings,
+            conformance,
             replay,
         };
         printer.json_result(&doc)?;
         return Ok(ExitStatus::Success);
     }
     print_summary(printer, args, &loaded, &top_paths, timings.as_ref());
+    printer.info(&format!(
+        "the model on its log: fitness {:.4} (token replay), precision {:.4} (see `flowmem conform` for alignments and deviations)",
+        conformance.token_replay_fitness, conformance.precision
+    ));
     if let (MineOutput::Dataflow, Some(dataflow)) = (args.output, &dataflow) {
         print_dataflow(printer, dataflow)?;
         return Ok(ExitStatus::Success);
@@ -89,11 +93,12 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
-struct Loaded {
-    log: EventLog,
+/// A log read by [`load`].
+pub(crate) struct Loaded {
+    pub(crate) log: EventLog,
     // The JSONL records, trajectories as records (their tool calls in order); empty for XES.
     records: Vec<Record>,
-    format: &'static str,
+    pub(crate) format: &'static str,
     skipped: u64,
     // Parsing the file, then grouping cases into variants.
     read_ms: f64,
@@ -112,6 +117,16 @@ struct MineReport {
     timings_ms: Option<Timings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     replay: Option<ReplaySummary>,
+    conformance: Conformance,
+}
+
+/// How well the discovered model fits the log it was mined from.
+#[derive(Serialize)]
+struct Conformance {
+    /// Token-based replay fitness (PM4Py's default fitness).
+    token_replay_fitness: f64,
+    /// ETConformance precision, token-based (PM4Py's default precision).
+    precision: f64,
 }
 
 /// What replaying the records for their results did.
@@ -123,8 +138,9 @@ struct ReplaySummary {
     executed: usize,
 }
 
+/// The `log` object of `mine` and `conform`'s JSON documents.
 #[derive(Serialize)]
-struct LogSummary {
+pub(crate) struct LogSummary {
     path: String,
     format: &'static str,
     cases: u64,
@@ -132,6 +148,21 @@ struct LogSummary {
     variants: usize,
     activities: usize,
     skipped: u64,
+}
+
+impl LogSummary {
+    pub(crate) fn of(path: &Path, loaded: &Loaded) -> LogSummary {
+        let log = &loaded.log;
+        LogSummary {
+            path: path.display().to_string(),
+            format: loaded.format,
+            cases: log.n_cases(),
+            events: log.n_events(),
+            variants: log.variants().len(),
+            activities: log.activities().len(),
+            skipped: loaded.skipped,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -148,7 +179,9 @@ struct Timings {
     discover: f64,
 }
 
-fn load(path: &Path, classifier: ActivityClassifier, printer: &Printer) -> anyhow::Result<Loaded> {
+/// Reads an XES log or JSONL records and trajectories as an event log; `mine` and
+/// `conform` share it.
+pub(crate) fn load(path: &Path, classifier: ActivityClassifier, printer: &Printer) -> anyhow::Result<Loaded> {
     let started = Instant::now();
     if is_xes(path)? {
         let xes = flowmem_mining::read_xes(path)?;

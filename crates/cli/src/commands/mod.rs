@@ -2,6 +2,7 @@
 //! [`ExitStatus`].
 
 pub mod common;
+pub mod conform;
 pub mod eval;
 pub mod graph;
 pub mod import;

@@ -21,8 +21,8 @@ use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, progress_bar, refuse_outputs_that_are_inputs};
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
-use crate::settings::{Config, ModelRoles, scope_filter};
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever};
+use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, asked_retrieval, scope_filter};
 
 /// Runs `flowmem run`.
 pub fn run_workflow(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -281,12 +281,17 @@ async fn run_memory_agent(
         MemoryUse::Prompt => MemoryMode::Prompt,
         MemoryUse::Actions => MemoryMode::Actions,
     };
+    let config = Config::load(&args.exec.config)?;
+    let retriever =
+        chosen_retriever(&config, asked_retrieval(args.retrieval, config.memory()?.retrieval), DEFAULT_RETRIEVAL)?;
+    let retrieval = retriever.mode();
     let cfg = MemoryAgentConfig {
         agent,
         mode,
         top_k: args.top_k,
         budget_tokens: args.budget_tokens,
         scope: scope_filter(&args.scope),
+        retriever,
     };
     let input = RunInput { id: "query".to_owned(), query: args.query.clone() };
     let memory_run = run_with_memory(&session.runtime, &cfg, &mut store, &input, &session.observers)
@@ -298,7 +303,7 @@ async fn run_memory_agent(
         store.record_use(&id, outcome).with_context(|| format!("recording the use of `{id}` in `{}`", db.display()))?;
     }
     printer.info(&format!(
-        "workflows retrieved: [{}]; used: [{}]",
+        "workflows retrieved by {retrieval}: [{}]; used: [{}]",
         memory_run.retrieved.join(", "),
         memory_run.used_workflows(mode).join(", ")
     ));

@@ -8,10 +8,11 @@ use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, ScoreConfig, TcConfig};
 use flowmem_exec::{TaskOracle, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, Strategy, prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding, ScoutParts, ScoutSettings, Strategy,
+    prepare_run, scout,
 };
 
-use crate::args::ScoutArgs;
+use crate::args::{PlanDecodingArg, ScoutArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::{
     block_on, calls_lacking_results, progress_bar, refuse_outputs_that_are_inputs, replay_for_results,
@@ -43,6 +44,10 @@ fn settings_from_args(args: &ScoutArgs) -> anyhow::Result<ScoutSettings> {
     settings.concurrency = args.concurrency.max(1);
     settings.repeat = args.repeat.max(1);
     settings.agent_max_steps = args.max_steps;
+    settings.plan_decoding = match args.plan_decoding {
+        PlanDecodingArg::PerEdit => PlanDecoding::PerEdit,
+        PlanDecodingArg::Whole => PlanDecoding::Whole,
+    };
     Alpha::new(settings.alpha).context("--alpha")?;
     Ok(settings)
 }
@@ -70,7 +75,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         tools: ToolsUse::Required,
         prompts: Some(PromptSettings {
             dir: args.prompts.prompts.clone(),
-            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS],
+            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS, PROPOSE_NEXT_EDIT],
         }),
         // The cache lives in the run directory, so a resume and every child candidate
         // replay the unchanged calls.
@@ -84,7 +89,13 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let prompts = session.prompts().clone();
     let accounting = session.accounting();
     let tool_names = visible_tools(session.registry().as_ref(), session.isolation());
-    let proposer = LlmProposer { model: optimizer, prompts: prompts.clone(), tools: tool_names, max_edits: 6 };
+    let proposer = LlmProposer {
+        model: optimizer,
+        prompts: prompts.clone(),
+        tools: tool_names,
+        max_edits: 6,
+        decoding: settings.plan_decoding,
+    };
 
     let bar = progress_bar(printer, u64::from(settings.search.iterations), "{bar:30} iteration {pos}/{len} {msg}");
     let on_iteration = |iteration: u32, best: Option<f64>| {
@@ -147,6 +158,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         "best_candidate": outcome.state.best,
         "best_val_score": outcome.state.best_val_score,
         "failed_expansions": outcome.state.failed_expansions,
+        "expansions": outcome.expansions,
         "llm_calls": totals.calls,
         "llm_calls_saved_by_cache": stats.hits,
         "wall_time_secs": started.elapsed().as_secs_f64(),
@@ -156,20 +168,28 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     if printer.json {
         printer.json_result(&summary)?;
     } else {
-        printer.result(&format!(
-            "{} iterations, best candidate {} (validation {:.3}), {} failed expansions\n\
-             LLM calls: {} ({} answered by the cache) · wall time {:.1}s\n\
-             best workflow: {}\nreport: {}",
-            outcome.state.iteration,
-            outcome.state.best,
-            outcome.state.best_val_score,
-            outcome.state.failed_expansions,
-            totals.calls,
-            stats.hits,
-            started.elapsed().as_secs_f64(),
-            dir.join("best.workflow.json").display(),
-            dir.join("report.html").display(),
-        ))?;
+        let rate = outcome.expansions.success_rate.map_or_else(|| "–".to_owned(), |r| format!("{:.0}%", r * 100.0));
+        let state = &outcome.state;
+        let expansions = &outcome.expansions;
+        let lines = [
+            format!(
+                "{} iterations, best candidate {} (validation {:.3}), {} failed expansions",
+                state.iteration, state.best, state.best_val_score, state.failed_expansions
+            ),
+            format!(
+                "expansion success rate {rate} ({} of {} expansions), {} optimizer calls",
+                expansions.candidates, expansions.expansions, expansions.optimizer_calls
+            ),
+            format!(
+                "LLM calls: {} ({} answered by the cache) · wall time {:.1}s",
+                totals.calls,
+                stats.hits,
+                started.elapsed().as_secs_f64()
+            ),
+            format!("best workflow: {}", dir.join("best.workflow.json").display()),
+            format!("report: {}", dir.join("report.html").display()),
+        ];
+        printer.result(&lines.join("\n"))?;
     }
     Ok(ExitStatus::Success)
 }

@@ -20,8 +20,10 @@ use crate::args::{
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
-use crate::settings::{Config, GatewaySettings, ModelRoles};
+use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever, retriever};
+use crate::settings::{
+    Config, DEFAULT_GATEWAY_RETRIEVAL, DEFAULT_RETRIEVAL, GatewaySettings, ModelRoles, asked_retrieval,
+};
 use flowmem_model::Scope;
 
 /// The state key prefix of calls that name no state of their own.
@@ -67,6 +69,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     }
     let config = Config::load(&args.config)?;
     let gateway_settings = config.gateway()?;
+    let session_config = config.clone();
     let settings = SessionSettings {
         config,
         models: ModelRoles::new(&args.model).with_judge(&args.judge),
@@ -105,6 +108,9 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
     cfg.isolation = isolation;
+    let asked = asked_retrieval(args.retrieval, session_config.memory()?.retrieval);
+    let find_retriever = chosen_retriever(&session_config, asked, DEFAULT_RETRIEVAL)?;
+    cfg.retrieval = find_retriever.mode();
     // The embedded upstream's server, when the gateway has no upstream of its own.
     let mut embedded_upstream = None;
     if args.gateway || args.upstream.is_some() {
@@ -128,9 +134,31 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
         };
         cfg.gateway = Some(gateway_config(upstream, settings, args)?);
     }
+    // The embedding model is built when a surface retrieves by meaning; the stored
+    // workflows are then given vectors of it before serving, and learned ones get theirs
+    // as they are stored.
+    let gateway_mode = cfg.gateway.as_ref().map(|gateway| gateway.retrieval).filter(|mode| mode.needs_vectors());
+    let vector_retriever = match (find_retriever.mode().needs_vectors(), gateway_mode) {
+        (true, _) => Some(find_retriever),
+        (false, Some(mode)) => Some(retriever(&session_config, mode)?),
+        (false, None) => None,
+    };
+    let embedder = match vector_retriever {
+        Some(retriever) => {
+            let mut store = MemoryStore::open(memory, StoreConfig::standard())?;
+            let embedded = retriever.prepare(&mut store).await?;
+            if embedded > 0 {
+                printer
+                    .info(&format!("embedded {embedded} stored workflows that had no vector of the embedding model"));
+            }
+            retriever.embedder().cloned()
+        }
+        None => None,
+    };
+    tracing::info!(find_workflows = %cfg.retrieval, gateway = ?cfg.gateway.as_ref().map(|g| g.retrieval), "retrieval modes");
     let n_graphs = graphs.len();
     let has_gateway = cfg.gateway.is_some();
-    let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs })
+    let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs, embedder })
         .with_context(|| format!("cannot serve the memory `{}`", memory.display()))?;
     let res = if args.stdio {
         // stdout carries the MCP session: nothing else may be printed there.
@@ -167,7 +195,7 @@ async fn axum_serve_model(
     listener: tokio::net::TcpListener,
     model: Arc<dyn flowmem_llm::ChatModel>,
 ) -> std::io::Result<()> {
-    flowmem_llm_local::serve(listener, model, std::future::pending()).await
+    flowmem_llm_local::serve(listener, model, None, std::future::pending()).await
 }
 
 /// The gateway's settings: flags over `[gateway]` over the defaults.
@@ -186,6 +214,7 @@ fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs
     if let Some(budget) = settings.budget_tokens {
         cfg.budget_tokens = budget;
     }
+    cfg.retrieval = asked_retrieval(args.gateway_retrieval, settings.retrieval).unwrap_or(DEFAULT_GATEWAY_RETRIEVAL);
     if let Some(secs) = args.quiet_secs.or(settings.quiet_secs) {
         if !(secs.is_finite() && secs >= 0.0) {
             bail!("the quiet period must be a number of seconds, not {secs}");

@@ -5,14 +5,16 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::Context;
-use flowmem_llm_local::{LocalConfig, LocalModel};
+use flowmem_llm::EmbeddingModel;
+use flowmem_llm_local::{EMBEDDING_SETUP_COMMAND, LocalConfig, LocalEmbeddingConfig, LocalEmbeddingModel, LocalModel};
 
 use crate::args::ServeLlmArgs;
 use crate::commands::ExitStatus;
 use crate::printer::Printer;
 
 /// Loads the model, binds `127.0.0.1:PORT`, prints the base URL, and serves until
-/// Ctrl-C.
+/// Ctrl-C. The embedding model answers `/v1/embeddings`; when its files are missing the
+/// chat model is still served, and each embeddings request fails naming the setup script.
 pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let mut config = LocalConfig::standard();
     if let Some(path) = &args.model {
@@ -22,6 +24,15 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
     let model = LocalModel::new(config);
     // Load before binding, so a missing file fails now with the setup command to run.
     model.load().with_context(|| "cannot start the embedded model")?;
+    let mut embedding_config = LocalEmbeddingConfig::standard();
+    if let Some(dir) = &args.embedding_model {
+        embedding_config.dir.clone_from(dir);
+    }
+    let embedder = LocalEmbeddingModel::new(embedding_config);
+    if let Err(err) = embedder.load() {
+        printer.warn(&format!("{err}; embedding requests answer 503 until `{EMBEDDING_SETUP_COMMAND}` has run"));
+    }
+    let embedder: Arc<dyn EmbeddingModel> = Arc::new(embedder);
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
@@ -35,11 +46,14 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
         } else {
             printer.result(&format!("http://{bound}/v1"))?;
         }
-        printer.info("serving the embedded model; press Ctrl-C to stop");
+        printer.info(&format!("listening on http://{bound}/v1"));
+        printer.info("serving the embedded model (chat and embeddings); press Ctrl-C to stop");
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        flowmem_llm_local::serve(listener, Arc::new(model), shutdown).await.context("the server failed")?;
+        flowmem_llm_local::serve(listener, Arc::new(model), Some(embedder), shutdown)
+            .await
+            .context("the server failed")?;
         anyhow::Ok(())
     })?;
     Ok(ExitStatus::Success)

@@ -130,6 +130,9 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
     let recorded = &steps[0]["body"];
     assert_eq!(steps[0]["status"], 200, "{recorded}");
     assert_eq!(recorded["state"], "done", "{recorded}");
+    // The gateway's default retrieval, and what it found in the empty memory, are recorded.
+    assert_eq!(recorded["record"]["retrieval"]["mode"], "bm25", "{recorded}");
+    assert_eq!(recorded["record"]["retrieval"]["hits"], json!([]), "{recorded}");
     let messages = recorded["record"]["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages.iter().map(|message| message["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"], "{recorded}");

@@ -92,6 +92,13 @@ async fn agent_with_memory_uses_workflows_in_prompt_and_as_actions_and_records_t
     assert_eq!(definition["function"]["parameters"]["required"], json!(["text", "a", "b"]));
     let trace = std::fs::read_to_string(dir.path().join("trace.jsonl")).unwrap();
     assert!(trace.contains("Echo: hi"), "the expanded steps ran: {trace}");
+    // The retrieval is the trace's first node: the mode and each hit's scores.
+    let first: Value = serde_json::from_str(trace.lines().next().unwrap()).unwrap();
+    assert_eq!((first["node_id"].as_str(), first["node_kind"].as_str()), (Some("memory"), Some("retrieval:hybrid")));
+    let retrieval: Value = serde_json::from_str(first["output"].as_str().unwrap()).unwrap();
+    assert_eq!(retrieval["mode"], "hybrid");
+    assert_eq!(retrieval["hits"][0]["id"], id.as_str());
+    assert!(retrieval["hits"][0]["bm25"].is_number() && retrieval["hits"][0]["similarity"].is_number(), "{retrieval}");
     assert!(String::from_utf8_lossy(&output.stderr).contains(&format!("used: [{id}]")), "{output:?}");
     assert_eq!(stats(&workflows(dir.path()).await[0]), (2, 2, 0));
 

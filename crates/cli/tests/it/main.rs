@@ -1,6 +1,7 @@
 //! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
 //! directory, one module per command.
 
+mod conform;
 mod dataflow;
 mod eval;
 mod gateway;
@@ -13,6 +14,7 @@ mod llm_chat;
 mod memory;
 mod mine;
 mod online_embedded;
+mod retrieval;
 mod run;
 mod score;
 mod scout;

@@ -35,6 +35,9 @@ fn json_report_has_counts_tree_and_timings() {
     assert_eq!(doc["miner"], "imf");
     assert_eq!(doc["output"]["entry"], "plan");
     assert!(doc["timings_ms"]["discover"].as_f64().is_some());
+    // PM4Py's figures for its IMf(0.2) net on this log (the conformance fixture).
+    assert_eq!(doc["conformance"]["token_replay_fitness"], 1.0);
+    assert_eq!(doc["conformance"]["precision"], 0.7530864197530864);
 }
 
 #[test]

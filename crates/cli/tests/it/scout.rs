@@ -75,6 +75,12 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     assert_eq!(summary["split"], serde_json::json!({"opt": 1, "val": 1, "test": 1}), "{summary}");
     assert_eq!(summary["iterations"], 1, "{summary}");
     assert!(summary["llm_calls"].as_u64().unwrap() > 0, "{summary}");
+    // `--json` reports how the expansion went: one expansion, its optimizer calls, the
+    // edits by kind.
+    let expansions = &summary["expansions"];
+    assert_eq!(expansions["expansions"], 1, "{summary}");
+    assert!(expansions["optimizer_calls"].as_u64().unwrap() >= 1, "{summary}");
+    assert!(expansions["success_rate"].is_f64(), "{summary}");
 
     let run = dir.path("run");
     // Every committed candidate has its graph and its two evaluations on disk.

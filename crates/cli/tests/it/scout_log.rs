@@ -10,22 +10,23 @@ use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, deps_dir, req
 
 use crate::support::TestDir;
 
-/// The optimizer's first request fails with a 500 (retried), its first plan cuts the
+/// The optimizer's first request fails with a 500 (retried), its first edit cuts the
 /// mined skeleton's only edge into `synthesize` (a graph whose exit cannot be reached:
-/// rejected, and the optimizer is asked again), and its second plan is a valid prompt
-/// rewrite.
+/// refused, and the optimizer is asked again), its second edit is a valid prompt
+/// rewrite, and then it says `done`.
 fn script() -> Script {
-    let plan = |edits: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edits": edits}));
+    let edit = |edit: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edit": edit}));
     let judge = Reply::json(
         json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
     );
     Script::new()
+        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
         .when_seq(
             Match::any_message_contains("You improve a tool-using agent workflow"),
             [
                 Reply::server_error(),
-                plan(json!([{"op": "remove_edge", "from": "tool_1", "to": "synthesize"}])),
-                plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}])),
+                edit(json!({"op": "remove_edge", "from": "tool_1", "to": "synthesize"})),
+                edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})),
             ],
         )
         .when(Match::last_user_contains("You are evaluating the result"), judge)
@@ -87,7 +88,7 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     let line = |needle: &str| stderr.lines().find(|line| line.contains(needle)).map(str::to_owned);
     let retry = line("retrying chat request").unwrap_or_else(|| panic!("no retry line in:\n{stderr}"));
     assert!(retry.contains("WARN") && retry.contains("500"), "{retry}");
-    let rejected = line("edit plan rejected").unwrap_or_else(|| panic!("no rejected plan in:\n{stderr}"));
+    let rejected = line("edit refused").unwrap_or_else(|| panic!("no refused edit in:\n{stderr}"));
     assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
     assert!(line("re-asking the optimizer").is_some(), "{stderr}");
 
@@ -97,5 +98,5 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("retrying chat request"), "{stderr}");
-    assert!(!stderr.contains("edit plan rejected"), "{stderr}");
+    assert!(!stderr.contains("edit refused"), "{stderr}");
 }

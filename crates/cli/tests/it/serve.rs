@@ -181,6 +181,11 @@ fn check_memory_steps(document: &Value, n_stored: usize) {
     assert!(text.contains("return_delivered_order_items"), "the fitting workflow: {text}");
     let listed = found["structured"]["workflows"].as_array().unwrap();
     assert!(!listed.is_empty() && listed.len() <= 3, "{listed:?}");
+    // The default retrieval is hybrid; the mode and each hit's scores come back.
+    let retrieval = &found["structured"]["retrieval"];
+    assert_eq!(retrieval["mode"], "hybrid", "{found}");
+    assert_eq!(retrieval["hits"][0]["id"], listed[0]["id"], "{found}");
+    assert!(listed[0]["bm25"].is_number() && listed[0]["similarity"].is_number(), "{listed:?}");
 
     assert_eq!(steps[2]["is_error"], true);
     assert!(steps[2]["text"].as_str().unwrap().contains("`task`"), "the error names the parameter: {}", steps[2]);

@@ -14,6 +14,8 @@ Program: {"base_url": URL (the gateway's /v1), "api_key": KEY, "steps": [...]}, 
       tools, answer each with results[tool], and ask again
       -> {"turns": [{"message", "headers"}], "messages": the whole transcript}
   {"op": "models"}                              -> {"ids": [...]}
+  {"op": "embed", "input": str | [...], "model"?: M, "encoding_format"?: "float"|"base64"}
+      -> {"vectors": [[...]], "indices": [...], "prompt_tokens": N} (the SDK decodes base64)
   {"op": "end", "conversation": ID, "outcome"?: bool}  -> the JSON reply
   {"op": "wait", "done": N, "timeout": S}       -> the gateway's status once N are done
   {"op": "get", "conversation": ID}             -> the recorded conversation
@@ -141,6 +143,14 @@ def main(program):
                 results.append(tool_loop(client, step))
             elif op == "models":
                 results.append({"ids": [model.id for model in client.models.list()]})
+            elif op == "embed":
+                kwargs = {"model": step.get("model", "all-minilm-l6-v2"), "input": step["input"]}
+                if "encoding_format" in step:
+                    kwargs["encoding_format"] = step["encoding_format"]
+                reply = client.embeddings.create(**kwargs)
+                results.append({"vectors": [list(item.embedding) for item in reply.data],
+                                "indices": [item.index for item in reply.data],
+                                "prompt_tokens": reply.usage.prompt_tokens})
             elif op == "end":
                 body = {"outcome": step["outcome"]} if "outcome" in step else {}
                 reply = http.post(f"/flowmem/conversations/{step['conversation']}/end", json=body)

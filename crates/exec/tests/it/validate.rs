@@ -383,3 +383,40 @@ fn long_sequences_of_loops_check_in_near_linear_time() {
     let violations = check_within(loops_in_sequence(5000, false), limit).unwrap_err();
     assert_eq!(violations.iter().filter(|v| matches!(v, Violation::LoopNotClosed { .. })).count(), 5000);
 }
+
+/// A loop inside another loop's body: the inner body is part of the outer body too (it
+/// returns to the outer loop through the inner loop node), so the graph is valid and the
+/// inner body's nodes count as the outer loop's when it is compiled.
+#[test]
+fn a_loop_nested_in_a_loop_body_is_valid() {
+    let nested = graph(json!({
+        "nodes": [
+            {"id": "plan", "kind": "llm", "role": "plan"},
+            {"id": "outer", "kind": "loop", "max_iterations": 2, "until": {"type": "tool_succeeded"}},
+            {"id": "a", "kind": "tool"},
+            {"id": "inner", "kind": "loop", "max_iterations": 2, "until": {"type": "tool_succeeded"}},
+            {"id": "b", "kind": "tool"},
+            {"id": "c", "kind": "tool"},
+            {"id": "answer", "kind": "llm", "role": "synthesize"}
+        ],
+        "edges": [
+            {"from": "plan", "to": "outer"},
+            {"from": "outer", "to": "a", "label": "body"},
+            {"from": "a", "to": "inner"},
+            {"from": "inner", "to": "b", "label": "body"},
+            {"from": "b", "to": "inner", "kind": "back"},
+            {"from": "inner", "to": "c", "label": "exit"},
+            {"from": "c", "to": "outer", "kind": "back"},
+            {"from": "outer", "to": "answer", "label": "exit"}
+        ],
+        "entry": "plan",
+        "exit": "answer"
+    }));
+    assert_eq!(violations(&nested, ToolCatalog::Unchecked), Vec::<Violation>::new());
+    // The inner loop may even be the outer body's first node.
+    let mut first = nested.clone();
+    first.edges.retain(|edge| !matches!((edge.from.as_str(), edge.to.as_str()), ("outer", "a") | ("a", "inner")));
+    first.nodes.retain(|node| node.id != "a");
+    first.edges.push(serde_json::from_value(json!({"from": "outer", "to": "inner", "label": "body"})).unwrap());
+    assert_eq!(violations(&first, ToolCatalog::Unchecked), Vec::<Violation>::new());
+}

@@ -6,13 +6,18 @@
 #![allow(clippy::print_stderr)]
 
 mod chat;
+mod embed;
 mod prefix;
 mod serve;
 mod structured;
 mod tokenizer;
 mod tools;
 
-use flowmem_llm_local::{LocalConfig, LocalModel, SETUP_COMMAND};
+use std::sync::OnceLock;
+
+use flowmem_llm_local::{
+    EMBEDDING_SETUP_COMMAND, LocalConfig, LocalEmbeddingConfig, LocalEmbeddingModel, LocalModel, SETUP_COMMAND,
+};
 
 /// The shared model, or `None` (with a message naming the setup command) when the
 /// model file is absent.
@@ -46,4 +51,30 @@ pub fn model_with_cache(mb: u64) -> Option<LocalModel> {
 pub fn schema_errors(schema: &serde_json::Value, instance: &serde_json::Value) -> Vec<String> {
     let validator = jsonschema::validator_for(schema).expect("the test schema compiles");
     validator.iter_errors(instance).map(|e| format!("{} at {}", e, e.instance_path)).collect()
+}
+
+/// The embedding model, loaded once for the whole test binary, or `None` (with a
+/// message naming the setup command) when its files are absent.
+pub fn embedding_model() -> Option<LocalEmbeddingModel> {
+    static MODEL: OnceLock<Option<LocalEmbeddingModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let config = LocalEmbeddingConfig::standard();
+            if let Some(missing) = LocalEmbeddingModel::missing_file(&config.dir) {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "embedding model file `{}` is missing under CI; `{EMBEDDING_SETUP_COMMAND}` should have fetched it",
+                    missing.display()
+                );
+                eprintln!(
+                    "SKIPPED: embedding model file `{}` is missing; run `{EMBEDDING_SETUP_COMMAND}` from the repository root",
+                    missing.display()
+                );
+                return None;
+            }
+            let model = LocalEmbeddingModel::new(config);
+            model.load().expect("the embedding model loads");
+            Some(model)
+        })
+        .clone()
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use flowmem_llm::ChatModel;
+use flowmem_llm::{ChatModel, EmbeddingModel};
 
 pub struct Server {
     pub base: String,
@@ -14,10 +14,14 @@ pub struct Server {
 
 impl Server {
     pub async fn start(model: Arc<dyn ChatModel>) -> Server {
+        Server::start_with(model, None).await
+    }
+
+    pub async fn start_with(model: Arc<dyn ChatModel>, embedder: Option<Arc<dyn EmbeddingModel>>) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(flowmem_llm_local::serve(listener, model, async {
+        let task = tokio::spawn(flowmem_llm_local::serve(listener, model, embedder, async {
             let _ = stopped.await;
         }));
         Server { base, stop: Some(stop), task }

@@ -5,6 +5,7 @@ mod accounting;
 mod cache;
 mod concurrency;
 mod config;
+mod embed;
 mod faults;
 mod limit;
 mod schema;

@@ -77,7 +77,7 @@ async fn store_with(
     let cfg = lm_cfg(&model, &prompts, structured);
     let dir = tempfile::tempdir().unwrap();
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
-    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size };
+    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size, embedder: None };
     let report = induce_offline(&mut store, &trajectories(), &offline).await.unwrap();
     (report, store, server.chat_requests(), dir)
 }
@@ -283,7 +283,7 @@ async fn a_failing_model_is_an_error_and_stores_nothing() {
     let cfg = lm_cfg(&model, &prompts, true);
     let dir = tempfile::tempdir().unwrap();
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
-    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size: 5 };
+    let offline = OfflineConfig { inducer: Inducer::Lm(&cfg), scope: None, batch_size: 5, embedder: None };
     let err = induce_offline(&mut store, &trajectories(), &offline).await.unwrap_err();
     assert!(
         matches!(err, flowmem_memory::InduceError::Llm(flowmem_llm::LlmError::Status { status: 400, .. })),

@@ -5,6 +5,7 @@ mod curve_html;
 mod lm;
 mod online;
 mod render;
+mod retrieval;
 mod rule_data;
 mod store;
 

@@ -53,6 +53,7 @@ fn agent_cfg(mode: MemoryMode, budget_tokens: usize) -> MemoryAgentConfig {
         top_k: 5,
         budget_tokens,
         scope: Scope { site: None, domain: Some("demo".to_owned()) },
+        retriever: flowmem_memory::Retriever::bm25(),
     }
 }
 

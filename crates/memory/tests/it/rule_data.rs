@@ -104,7 +104,7 @@ fn offline_induction_learns_only_from_successful_runs() {
     let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
     let rule_cfg = RuleConfig::standard();
     let scope = Scope { site: None, domain: Some("toolbench".to_owned()) };
-    let cfg = OfflineConfig { inducer: Inducer::Rule(&rule_cfg), scope: Some(&scope), batch_size: 5 };
+    let cfg = OfflineConfig { inducer: Inducer::Rule(&rule_cfg), scope: Some(&scope), batch_size: 5, embedder: None };
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let report = runtime.block_on(induce_offline(&mut store, &trajectories, &cfg)).unwrap();
 

@@ -183,19 +183,19 @@ fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
     let path = dir.path().join("memory.db");
     let id = {
         let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), 3);
         store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
     };
     let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
     assert_eq!(store.get(&id).unwrap().description, "persisted");
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), 3);
     drop(store);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
-    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 2, .. }), "{err}");
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 3, .. }), "{err}");
 }
 
 #[test]

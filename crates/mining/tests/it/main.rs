@@ -1,5 +1,6 @@
 //! Integration tests of flowmem-mining, one module per topic.
 
+mod conformance_parity;
 mod dataflow;
 mod parity;
 mod properties;

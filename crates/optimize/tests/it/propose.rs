@@ -5,7 +5,8 @@ use std::sync::Arc;
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::WorkflowGraph;
 use flowmem_optimize::{
-    CandidatePlan, EditPlan, FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, ProposalInput, Proposer, edit_plan_schema_for,
+    CandidatePlan, EditPlan, FEEDBACK_CHARS, GraphEdit, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding,
+    PlanTurn, ProposalInput, ProposedEdits, Proposer, apply_edit, edit_plan_schema_for, edit_step_schema,
 };
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
 use serde_json::json;
@@ -40,7 +41,17 @@ fn graph() -> WorkflowGraph {
 }
 
 fn input<'a>(graph: &'a WorkflowGraph, feedback: &'a serde_json::Value) -> ProposalInput<'a> {
-    ProposalInput { graph, feedback, problems: &[], tried: &[] }
+    ProposalInput { graph, feedback, tried: &[], current: graph, turns: &[] }
+}
+
+fn prompts() -> Arc<Prompts> {
+    let mut prompts = Prompts::new();
+    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).expect("optimizer templates");
+    Arc::new(prompts)
+}
+
+fn proposer(model: Arc<dyn ChatModel>, tools: Vec<String>, max_edits: usize, decoding: PlanDecoding) -> LlmProposer {
+    LlmProposer { model, prompts: prompts(), tools, max_edits, decoding }
 }
 
 fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
@@ -51,21 +62,23 @@ fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
 
 #[tokio::test]
 async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
-    let plan = json!({"rationale": "retry the lookup", "edits": [{"op": "rewrite_prompt", "id": "find", "instruction": "Ask for the zip."}]});
-    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
+    let step = json!({"rationale": "retry the lookup", "edit": {"op": "rewrite_prompt", "id": "find", "instruction": "Ask for the zip."}});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(step))).await;
     let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).expect("optimizer templates");
     prompts.set_global(FEEDBACK_CHARS, &200);
     let proposer = LlmProposer {
         model: http_model(&server),
         prompts: Arc::new(prompts),
         tools: vec!["find_user_id_by_name_zip".into(), "get_order_details".into()],
         max_edits: 4,
+        decoding: PlanDecoding::PerEdit,
     };
     let feedback = json!({"queries": [{"query": "x".repeat(5_000), "failing_nodes": ["find"]}]});
 
-    let plan = proposer.propose(&input(&graph(), &feedback)).await.expect("a valid plan");
-    assert_eq!(plan.rationale, "retry the lookup");
+    let proposed = proposer.propose(&input(&graph(), &feedback)).await.expect("a valid edit");
+    assert_eq!(proposed.rationale.as_deref(), Some("retry the lookup"));
+    assert_eq!(proposed.edits.len(), 1);
 
     let requests = server.chat_requests();
     assert_eq!(requests.len(), 1);
@@ -98,12 +111,10 @@ async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
 async fn the_plan_schema_admits_only_the_graphs_nodes() {
     let plan = json!({"rationale": "r", "edits": [{"op": "remove_node", "id": "user"}]});
     let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
-    let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
     let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
-    let proposer =
-        LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: tools.clone(), max_edits: 2 };
-    proposer.propose(&input(&graph(), &json!({}))).await.expect("a valid plan");
+    let proposer = proposer(http_model(&server), tools.clone(), 2, PlanDecoding::Whole);
+    let proposed = proposer.propose(&input(&graph(), &json!({}))).await.expect("a valid plan");
+    assert_eq!(proposed.edits.len(), 1);
     let sent = server.chat_requests()[0].body["response_format"]["json_schema"]["schema"].clone();
     assert_eq!(sent, edit_plan_schema_for(&graph(), &tools, 2), "the request carries the narrowed schema");
 
@@ -125,6 +136,13 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         // (`user` runs alongside `order`, so it is no source of it.)
         json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "query", "shape": "number"}}]),
         json!([{"op": "rebind_argument", "node": "find", "arg": "zip", "source": {"from": "constant", "value": 19122}}]),
+        // A branch takes a judge, or a fixed condition whose routes it has; a new route
+        // out of it has a label.
+        json!([{"op": "refine_control", "id": "route", "condition": {"type": "tool_succeeded"}}]),
+        json!([{"op": "refine_control", "id": "route", "condition": {"type": "judge", "question": "ok?"}}]),
+        json!([{"op": "add_edge", "from": "route", "to": "plan", "label": "again"}]),
+        json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "find", "max_iterations": 2, "until": {"type": "tool_succeeded"}}}]),
+        json!([{"op": "insert_control", "control": {"construct": "branch", "before": "user", "question": "q", "alternative": {"id": "e1_alt", "kind": "tool"}}}]),
     ];
     for edits in accepted {
         let value = plan(edits);
@@ -156,6 +174,24 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "rebind_argument", "node": "user", "arg": "user_id", "source": {"from": "result", "node": "find", "path": "items"}}]),
         json!([{"op": "rebind_argument", "node": "user", "arg": "", "source": {"from": "query"}}]),
         json!([{"op": "rebind_argument", "node": "order", "arg": "order_id", "source": {"from": "argument", "node": "user", "arg": "x"}}]),
+        // What would leave a control node without its labels, or add a control node
+        // without its edges.
+        json!([{"op": "add_node", "after": "fan", "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "add_node", "after": "route", "before": null, "node": {"id": "e1_v", "kind": "llm", "role": "verify"}}]),
+        json!([{"op": "add_node", "after": "find", "before": "fan", "node": {"id": "e1_b", "kind": "branch", "condition": {"type": "always"}}}]),
+        json!([{"op": "remove_node", "id": "fan"}]),
+        json!([{"op": "remove_node", "id": "again"}]),
+        json!([{"op": "refine_control", "id": "route", "condition": {"type": "always"}}]),
+        json!([{"op": "refine_control", "id": "route", "max_iterations": 2}]),
+        json!([{"op": "refine_control", "id": "again", "max_iterations": 0}]),
+        json!([{"op": "add_edge", "from": "again", "to": "synth"}]),
+        json!([{"op": "add_edge", "from": "route", "to": "plan"}]),
+        json!([{"op": "add_edge", "from": "plan", "to": "synth", "label": "x"}]),
+        json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "fan", "max_iterations": 2, "until": {"type": "always"}}}]),
+        json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "synth", "max_iterations": 2, "until": {"type": "always"}}}]),
+        json!([{"op": "insert_control", "control": {"construct": "branch", "before": "meet", "question": "q", "alternative": {"id": "e1_alt", "kind": "tool"}}}]),
+        json!([{"op": "insert_control", "control": {"construct": "branch", "before": "user", "question": "q", "alternative": {"id": "e1_alt", "kind": "join"}}}]),
+        json!([{"op": "insert_control", "control": {"construct": "parallel", "nodes": ["fan", "user"]}}]),
     ];
     for edits in refused {
         let value = plan(edits);
@@ -176,7 +212,7 @@ fn new_ids_are_prefixed_by_the_next_generation() {
     }
     assert_eq!(flowmem_optimize::new_id_prefix(&grown), "e11_");
     let schema = jsonschema::validator_for(&edit_plan_schema_for(&grown, &[], 2)).unwrap();
-    let add = |id: &str| json!({"rationale": "r", "edits": [{"op": "add_node", "after": "plan", "node": {"id": id, "kind": "join"}}]});
+    let add = |id: &str| json!({"rationale": "r", "edits": [{"op": "add_node", "after": "plan", "node": {"id": id, "kind": "llm", "role": "verify"}}]});
     assert!(schema.is_valid(&add("e11_join")));
     assert!(!schema.is_valid(&add("e10_retry")), "an id of the graph is refused");
     assert!(!schema.is_valid(&add("join")));
@@ -187,25 +223,25 @@ fn new_ids_are_prefixed_by_the_next_generation() {
 /// six bounded edits.
 #[tokio::test]
 async fn the_prompt_lists_the_plans_already_tried() {
-    let plan = json!({"rationale": "r", "edits": [{"op": "remove_node", "id": "user"}]});
-    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
-    let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
-    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: vec![], max_edits: 3 };
+    let step = json!({"rationale": "r", "edit": {"op": "remove_node", "id": "user"}});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(step))).await;
+    let proposer = proposer(http_model(&server), vec![], 3, PlanDecoding::PerEdit);
     let applied: EditPlan = serde_json::from_value(
         json!({"rationale": "x", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "Be brief."}]}),
     )
     .unwrap();
     let tried = [
-        CandidatePlan { parent: 0, plan: Some(applied), rejected: vec![] },
+        CandidatePlan { parent: 0, plan: Some(applied), rejected: vec![], dropped: vec![], optimizer_calls: 2 },
         CandidatePlan {
             parent: 0,
             plan: None,
-            rejected: vec![vec!["first".into()], vec!["node id `find` is already in use".into()]],
+            rejected: vec![vec!["FIRST-PROBLEM".into()], vec!["node id `find` is already in use".into()]],
+            dropped: vec![],
+            optimizer_calls: 3,
         },
     ];
     let graph = graph();
-    let input = ProposalInput { graph: &graph, feedback: &json!({}), problems: &[], tried: &tried };
+    let input = ProposalInput { graph: &graph, feedback: &json!({}), tried: &tried, current: &graph, turns: &[] };
     proposer.propose(&input).await.expect("a valid plan");
 
     let request = &server.chat_requests()[0];
@@ -216,7 +252,7 @@ async fn the_prompt_lists_the_plans_already_tried() {
     );
     assert!(prompt.contains(r#"- [{"op":"rewrite_prompt","id":"synth","instruction":"Be brief."}]"#), "{prompt}");
     assert!(prompt.contains("- a plan that could not be applied: node id `find` is already in use"), "{prompt}");
-    assert!(!prompt.contains("first"), "only the last attempt's problems are shown:\n{prompt}");
+    assert!(!prompt.contains("FIRST-PROBLEM"), "only the last attempt's problems are shown:\n{prompt}");
     assert!(prompt.contains(r#"A new node's id starts with "e1_""#), "{prompt}");
     assert_eq!(request.body["max_tokens"], 1536, "{}", request.body);
 }
@@ -225,19 +261,17 @@ async fn the_prompt_lists_the_plans_already_tried() {
 /// the feedback names.
 #[tokio::test]
 async fn the_prompt_shows_the_bindings_of_tool_nodes() {
-    let plan = json!({"rationale": "r", "edits": [{"op": "rebind_argument", "node": "order", "arg": "order_id",
-        "source": {"from": "result", "node": "find", "path": "$.orders[*]"}}]});
-    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(plan))).await;
-    let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
-    let proposer = LlmProposer { model: http_model(&server), prompts: Arc::new(prompts), tools: vec![], max_edits: 2 };
+    let step = json!({"rationale": "r", "edit": {"op": "rebind_argument", "node": "order", "arg": "order_id",
+        "source": {"from": "result", "node": "find", "path": "$.orders[*]"}}});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(step))).await;
+    let proposer = proposer(http_model(&server), vec![], 2, PlanDecoding::PerEdit);
     let mut graph = graph();
     let order = graph.nodes.iter_mut().find(|node| node.id == "order").unwrap();
     order.kind = serde_json::from_value(json!({"kind": "tool", "hints": ["get_order_details"], "bindings": {
         "order_id": {"observed": 3, "sources": [{"from": "query", "shape": "id", "support": 2},
                                                 {"from": "argument", "node": "find", "arg": "zip", "support": 1}]}}}))
     .unwrap();
-    let proposed = proposer.propose(&input(&graph, &json!({}))).await.expect("a valid plan");
+    let proposed = proposer.propose(&input(&graph, &json!({}))).await.expect("a valid edit");
     assert_eq!(proposed.edits[0].op_name(), "rebind_argument");
     let requests = server.chat_requests();
     let prompt = requests[0].last_text("user").unwrap();
@@ -256,14 +290,95 @@ async fn the_embedded_model_decodes_a_plan_under_the_narrowed_schema() {
         flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
     let mut config = flowmem_llm_local::LocalConfig::standard();
     config.path = model_file;
-    let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
     let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
     let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
-    let proposer = LlmProposer { model, prompts: Arc::new(prompts), tools, max_edits: 1 };
+    let proposer = proposer(model, tools, 2, PlanDecoding::PerEdit);
     let graph = graph();
     let feedback = json!([{"id": "0", "tc": 0.0, "ungrounded_arguments": [{"node": "order", "arg": "order_id", "source": "model"}]}]);
-    let plan = proposer.propose(&input(&graph, &feedback)).await.expect("the grammar compiles and the plan is valid");
-    let schema = jsonschema::validator_for(&edit_plan_schema_for(&graph, &proposer.tools, 1)).unwrap();
-    assert!(schema.is_valid(&serde_json::to_value(&plan).unwrap()), "{plan:?}");
+    let proposed =
+        proposer.propose(&input(&graph, &feedback)).await.expect("the grammar compiles and the edit is valid");
+    let [edit] = proposed.edits.as_slice() else { panic!("one edit per turn: {proposed:?}") };
+    let schema = jsonschema::validator_for(&edit_step_schema(&graph, &proposer.tools, true, false)).unwrap();
+    let reply = json!({"rationale": proposed.rationale, "edit": edit});
+    assert!(schema.is_valid(&reply), "{reply}");
+
+    // The next turn's schema (an edit, or `done`) compiles too, on the graph the first
+    // edit left (or the same graph, had it been refused).
+    let (current, turn) = match apply_edit(&graph, edit) {
+        Ok(next) => (next, PlanTurn { proposed: Some(proposed.clone()), applied: 1, problems: vec![] }),
+        Err(err) => {
+            (graph.clone(), PlanTurn { proposed: Some(proposed.clone()), applied: 0, problems: vec![err.to_string()] })
+        }
+    };
+    let turns = [turn];
+    let input = ProposalInput { graph: &graph, feedback: &feedback, tried: &[], current: &current, turns: &turns };
+    let next = proposer.propose(&input).await.expect("the next turn's grammar compiles");
+    let can_finish = turns[0].applied > 0;
+    let schema = jsonschema::validator_for(&edit_step_schema(&current, &proposer.tools, false, can_finish)).unwrap();
+    let edit = next.edits.first().map_or(json!({"op": "done"}), |edit| serde_json::to_value(edit).unwrap());
+    assert!(schema.is_valid(&json!({"edit": edit})), "{edit}");
+}
+
+/// Later turns repeat the conversation: the model's reply, then what became of it and
+/// what changed, and the question for the next edit under the schema narrowed to the
+/// graph as it now is.
+#[tokio::test]
+async fn a_later_turn_shows_what_became_of_each_reply_and_is_narrowed_to_the_current_graph() {
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::json(json!({"edit": {"op": "done"}})))).await;
+    let proposer = proposer(http_model(&server), vec![], 4, PlanDecoding::PerEdit);
+    let graph = graph();
+    let added = GraphEdit::AddNode {
+        node: serde_json::from_value(json!({"id": "e1_check", "kind": "tool"})).unwrap(),
+        after: "find".into(),
+        before: Some("fan".into()),
+    };
+    let removed = GraphEdit::RemoveNode { id: "user".into() };
+    let ghost = GraphEdit::RemoveNode { id: "user".into() };
+    let current = apply_edit(&apply_edit(&graph, &added).unwrap(), &removed).unwrap();
+    let turns = [
+        PlanTurn {
+            proposed: Some(ProposedEdits { rationale: Some("check first".into()), edits: vec![added] }),
+            applied: 1,
+            problems: vec![],
+        },
+        PlanTurn {
+            proposed: Some(ProposedEdits { rationale: None, edits: vec![removed] }),
+            applied: 1,
+            problems: vec![],
+        },
+        PlanTurn {
+            proposed: Some(ProposedEdits { rationale: None, edits: vec![ghost] }),
+            applied: 0,
+            problems: vec!["no node `user`".into()],
+        },
+        PlanTurn { proposed: None, applied: 0, problems: vec!["the reply was not an edit: EOF".into()] },
+    ];
+    let input = ProposalInput { graph: &graph, feedback: &json!({}), tried: &[], current: &current, turns: &turns };
+    let proposed = proposer.propose(&input).await.expect("done parses");
+    assert_eq!(proposed, ProposedEdits::done());
+
+    let request = &server.chat_requests()[0];
+    let messages = request.body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    // The reply that was no edit has no assistant turn of its own.
+    assert_eq!(roles, ["user", "assistant", "user", "assistant", "user", "assistant", "user", "user"]);
+    let text = |i: usize| messages[i]["content"].as_str().unwrap().to_owned();
+    assert!(text(1).starts_with(r#"{"rationale":"check first","edit":{"op":"add_node""#), "{}", text(1));
+    assert!(text(2).contains("Applied.") && text(2).contains("Nodes added: e1_check (tool)."), "{}", text(2));
+    assert!(text(2).contains("Edges added: find -> e1_check; e1_check -> fan."), "{}", text(2));
+    assert!(text(2).contains("A new node's id now starts with \"e2_\""), "{}", text(2));
+    assert_eq!(text(3), r#"{"edit":{"op":"remove_node","id":"user"}}"#);
+    assert!(text(4).contains("Nodes removed: user (tool)."), "{}", text(4));
+    assert!(text(4).contains("The plan holds 2 of at most 4 edits."), "{}", text(4));
+    assert!(text(6).contains("Refused: no node `user`. The workflow is unchanged."), "{}", text(6));
+    assert!(text(7).contains("Your reply was not an edit: the reply was not an edit: EOF."), "{}", text(7));
+
+    let schema = &request.body["response_format"]["json_schema"]["schema"];
+    assert_eq!(schema, &edit_step_schema(&current, &[], false, true));
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let edit = |edit: serde_json::Value| json!({"edit": edit});
+    assert!(validator.is_valid(&edit(json!({"op": "done"}))));
+    assert!(validator.is_valid(&edit(json!({"op": "remove_node", "id": "e1_check"}))), "an added node is named");
+    assert!(!validator.is_valid(&edit(json!({"op": "remove_node", "id": "user"}))), "a removed node is not");
+    assert!(!validator.is_valid(&json!({"rationale": "r", "edit": {"op": "done"}})), "later turns carry no rationale");
 }

@@ -12,7 +12,8 @@ use flowmem_exec::{ToolBox, ToolCatalog, check, exec_prompts};
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::{Record, ToolCall, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, ScoutParts, ScoutSettings, StopReason, Strategy, prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, ScoutParts, ScoutSettings, StopReason, Strategy,
+    prepare_run, scout,
 };
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -55,29 +56,31 @@ fn records() -> Vec<Record> {
         .collect()
 }
 
-fn edit_plan(edits: Value) -> Reply {
-    Reply::json(json!({"rationale": "scripted", "edits": edits}))
+/// The first turn's reply: the rationale and one edit.
+fn first_edit(edit: Value) -> Reply {
+    Reply::json(json!({"rationale": "scripted", "edit": edit}))
 }
 
-/// The script: the optimizer proposes (1) a prompt rewrite of `synthesize` that makes the
-/// answer right, (2) an added verify node, (3) three plans that never validate. The
-/// judge gives 1 to the right answer and 0 otherwise.
+/// The script: the optimizer proposes, edit by edit, (1) a prompt rewrite of
+/// `synthesize` that makes the answer right, (2) an added verify node, each followed by
+/// `done`, then (3) an edit naming a node that does not exist, again each time it is told
+/// so, until the expansion is given up. The judge gives 1 to the right answer and 0
+/// otherwise.
 fn script() -> Script {
     let rewrite =
-        edit_plan(json!([{"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}]));
-    let add = edit_plan(json!([{"op": "add_node", "after": "plan",
-        "node": {"id": "e1_check", "kind": "llm", "role": "verify", "instruction": "Check the plan."}}]));
-    let invalid = || edit_plan(json!([{"op": "remove_node", "id": "no-such-node"}]));
+        first_edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}));
+    let add = first_edit(json!({"op": "add_node", "after": "plan",
+        "node": {"id": "e1_check", "kind": "llm", "role": "verify", "instruction": "Check the plan."}}));
+    let invalid = || first_edit(json!({"op": "remove_node", "id": "no-such-node"}));
     let judge = |score: f64| {
         Reply::json(
             json!({"rationale": "scripted", "correctness": score, "completeness": score, "relevance": score, "clarity": score}),
         )
     };
     Script::new()
-        .when_seq(
-            Match::last_user_contains("You improve a tool-using agent workflow"),
-            [rewrite, add, invalid(), invalid(), invalid()],
-        )
+        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
+        .when(Match::last_user_contains("Your reply was not an edit"), invalid())
+        .when_seq(Match::last_user_contains("You improve a tool-using agent workflow"), [rewrite, add, invalid()])
         .when(
             Match::custom(|request| {
                 let text = request.to_string();
@@ -105,7 +108,7 @@ async fn setup() -> Setup {
     let model = http_model(&server);
     let mut prompts = exec_prompts(None).expect("exec templates");
     prompts.register(JUDGE_ES_PROMPT).expect("judge template");
-    prompts.register(PROPOSE_EDITS).expect("optimizer template");
+    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).expect("optimizer templates");
     Setup { server, tools, model, prompts: Arc::new(prompts) }
 }
 
@@ -121,6 +124,7 @@ async fn run_scout(
         prompts: Arc::clone(&setup.prompts),
         tools: tool_names,
         max_edits: 6,
+        decoding: settings.plan_decoding,
     };
     let iterations = AtomicU32::new(0);
     let checkpoint = move |point: Checkpoint| Some(point) != stop_at;
@@ -187,6 +191,13 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0003.plan.json")).unwrap()).unwrap();
     assert_eq!(plan3["plan"], Value::Null);
     assert_eq!(plan3["rejected"].as_array().unwrap().len(), 3);
+    // Two of three expansions yielded a candidate, each with one edit and `done`.
+    let expansions = &outcome.expansions;
+    assert_eq!((expansions.expansions, expansions.candidates), (3, 2));
+    assert_eq!(expansions.success_rate, Some(2.0 / 3.0));
+    assert_eq!(expansions.optimizer_calls, 2 + 2 + 3);
+    assert_eq!(expansions.edits["rewrite_prompt"].applied, 1);
+    assert_eq!(expansions.edits["add_node"].applied, 1);
     // Traces: one JSONL file per evaluated candidate and split, one final line per record.
     for (id, split, n) in [(0, "opt", 5), (0, "val", 2), (1, "opt", 5), (2, "val", 2)] {
         let text = std::fs::read_to_string(dir.path().join(format!("traces/{id:04}.{split}.jsonl"))).unwrap();
@@ -216,6 +227,7 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     assert!(dir.path().join("test/report.json").exists());
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("validation-curve") && html.contains("<table>") && html.contains("flowscout"));
+    assert!(html.contains("expansion success rate 67%"), "the report gives the expansion success rate");
     assert!(dir.path().join("run.json").exists() && dir.path().join("state.json").exists());
     setup.tools.shutdown().await;
     drop(setup.server);

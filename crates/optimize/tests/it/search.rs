@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use flowmem_model::{Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, EditPlan, Evaluation, GraphEdit, ProposalInput, Proposer, SearchConfig, SearchError, SearchParts,
-    SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
+    CandidatePlan, Checkpoint, EditPlan, Evaluation, GraphEdit, ProposalInput, ProposedEdits, Proposer, SearchConfig,
+    SearchError, SearchParts, SearchState, Simulator, StopReason, Strategy, Validator, candidate_path, run_search,
 };
 
 fn g0() -> WorkflowGraph {
@@ -66,6 +66,20 @@ impl Simulator for SizeSimulator {
     }
 }
 
+/// The problems of the turn before `input`'s, as the proposer is shown them.
+fn last_problems(input: &ProposalInput<'_>) -> Vec<String> {
+    input.turns.last().map(|turn| turn.problems.clone()).unwrap_or_default()
+}
+
+/// `plan` on a turn that asks for edits, `done` once the last turn applied one: what a
+/// model that proposes whole plans answers.
+fn answer(input: &ProposalInput<'_>, plan: &EditPlan) -> ProposedEdits {
+    match input.turns.last() {
+        Some(turn) if turn.applied > 0 => ProposedEdits::done(),
+        _ => ProposedEdits { rationale: Some(plan.rationale.clone()), edits: plan.edits.clone() },
+    }
+}
+
 /// Inserts a verify node after `plan`; the first `broken` answers name a missing node.
 struct InsertingProposer {
     broken: usize,
@@ -74,10 +88,13 @@ struct InsertingProposer {
 
 #[async_trait::async_trait]
 impl Proposer for InsertingProposer {
-    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError> {
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<ProposedEdits, SearchError> {
         let graph = input.graph;
         let mut asked = self.asked.lock().unwrap();
-        asked.push(input.problems.to_vec());
+        asked.push(last_problems(input));
+        if input.turns.last().is_some_and(|turn| turn.applied > 0) {
+            return Ok(ProposedEdits::done());
+        }
         let after = if asked.len() <= self.broken { "no_such_node" } else { "plan" };
         let next = graph.outgoing("plan").next().map(|e| e.to.clone());
         // The id depends on the plans already tried, so a resumed run that lost them would
@@ -87,10 +104,11 @@ impl Proposer for InsertingProposer {
             kind: NodeKind::Llm { role: LlmRole::Verify, instruction: None, model: None },
             description: None,
         };
-        Ok(EditPlan {
+        let plan = EditPlan {
             rationale: "verify early".into(),
             edits: vec![GraphEdit::AddNode { node, after: after.into(), before: next }],
-        })
+        };
+        Ok(answer(input, &plan))
     }
 }
 
@@ -168,23 +186,26 @@ async fn patience_stops_when_validation_does_not_improve() {
 #[tokio::test]
 async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_child() {
     use flowmem_llm::{HttpModel, HttpModelConfig, Prompts, RetryPolicy};
-    use flowmem_optimize::{LlmProposer, PROPOSE_EDITS};
+    use flowmem_optimize::{LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding};
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 
-    let plan_a = json!({"rationale": "a", "edits": [{"op": "rewrite_prompt", "id": "plan", "instruction": "PLAN-A"}]});
-    let plan_b = json!({"rationale": "b", "edits": [{"op": "rewrite_prompt", "id": "synth", "instruction": "PLAN-B"}]});
-    let script =
-        Script::new().when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b)).otherwise(Reply::json(plan_a));
+    let plan_a = json!({"rationale": "a", "edit": {"op": "rewrite_prompt", "id": "plan", "instruction": "PLAN-A"}});
+    let plan_b = json!({"rationale": "b", "edit": {"op": "rewrite_prompt", "id": "synth", "instruction": "PLAN-B"}});
+    let script = Script::new()
+        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
+        .when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b))
+        .otherwise(Reply::json(plan_a));
     let server = ScriptedLlmServer::start(script).await;
     let mut cfg_http = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
     cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
     let mut prompts = Prompts::new();
-    prompts.register(PROPOSE_EDITS).unwrap();
+    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).unwrap();
     let proposer = LlmProposer {
         model: std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
         prompts: std::sync::Arc::new(prompts),
         tools: vec![],
         max_edits: 2,
+        decoding: PlanDecoding::PerEdit,
     };
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
@@ -195,8 +216,8 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
     assert!(child(1).contains("PLAN-A") && !child(1).contains("PLAN-B"), "{}", child(1));
     assert!(child(2).contains("PLAN-B") && !child(2).contains("PLAN-A"), "{}", child(2));
     let requests = server.chat_requests();
-    assert_eq!(requests.len(), 2);
-    let second = requests[1].last_text("user").unwrap();
+    assert_eq!(requests.len(), 4, "an edit and `done` per expansion");
+    let second = requests[2].last_text("user").unwrap();
     assert!(second.contains("already tried on this workflow"), "{second}");
     assert!(second.contains(r#"{"op":"rewrite_prompt","id":"plan","instruction":"PLAN-A"}"#), "{second}");
     assert!(!requests[0].last_text("user").unwrap().contains("already tried"));
@@ -216,10 +237,11 @@ impl FixedProposer {
 
 #[async_trait::async_trait]
 impl Proposer for FixedProposer {
-    async fn propose(&self, input: &ProposalInput<'_>) -> Result<EditPlan, SearchError> {
+    async fn propose(&self, input: &ProposalInput<'_>) -> Result<ProposedEdits, SearchError> {
         let mut asked = self.asked.lock().unwrap();
-        asked.push(input.problems.to_vec());
-        Ok(self.plans[(asked.len() - 1).min(self.plans.len() - 1)].clone())
+        asked.push(last_problems(input));
+        let plan = &self.plans[(asked.len() - 1).min(self.plans.len() - 1)];
+        Ok(answer(input, plan))
     }
 }
 
@@ -227,8 +249,9 @@ fn plan_of(edit: GraphEdit) -> EditPlan {
     EditPlan { rationale: "r".into(), edits: vec![edit] }
 }
 
-/// A plan that repeats a sibling's workflow, or changes nothing, is rejected like an
-/// invalid one (re-asked with the reason, then given up on) and never evaluated.
+/// A plan that repeats a sibling's workflow, or an edit that changes nothing, is refused
+/// with the reason (the optimizer is asked again), and a plan that ends as a repeat is
+/// never evaluated.
 #[tokio::test]
 async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let rewrite = plan_of(GraphEdit::RewritePrompt { id: "synth".into(), instruction: "Be brief.".into() });
@@ -239,8 +262,16 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     assert_eq!(state.failed_expansions, 1, "the second expansion repeats the first");
     assert!(!candidate_path(dir.path(), 2, "opt").exists(), "a repeat is never executed");
     let asked = proposer.asked.lock().unwrap().clone();
-    assert_eq!(asked.len(), 1 + 3, "one plan, then a first try and two repairs");
-    assert_eq!(asked[2], ["the plan gives the same workflow as candidate 1, which was already tried"]);
+    // Expansion 1: the edit, then `done`. Expansion 2: the edit, `done` refused as a
+    // repeat, the same edit again refused as no change, and once more: three refusals.
+    assert_eq!(asked.len(), 2 + 4, "{asked:?}");
+    assert_eq!(asked[4], ["the plan gives the same workflow as candidate 1, which was already tried"]);
+    assert_eq!(asked[5], ["the edit leaves the workflow unchanged"]);
+    let failed: CandidatePlan =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 2, "plan")).unwrap()).unwrap();
+    assert_eq!(failed.plan, None);
+    assert_eq!(failed.optimizer_calls, 4);
+    assert!(failed.rejected.iter().flatten().any(|p| p.contains("candidate 1")), "{:?}", failed.rejected);
 
     let same = g0().nodes[1].clone();
     let noop = plan_of(GraphEdit::ReplaceNode { id: same.id.clone(), node: same });
@@ -248,7 +279,7 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let dir = tempfile::tempdir().unwrap();
     let state = run(dir.path(), &cfg(1, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 1);
-    assert_eq!(proposer.asked.lock().unwrap()[1], ["the plan leaves the workflow unchanged"]);
+    assert_eq!(proposer.asked.lock().unwrap()[1], ["the edit leaves the workflow unchanged"]);
 
     // Inserting on the edge `plan → synth` and inserting after `plan` alone build the same
     // workflow with its edges in a different order: still a repeat.
@@ -260,13 +291,14 @@ async fn a_repeated_or_empty_change_is_rejected_before_it_is_evaluated() {
     let on_edge =
         plan_of(GraphEdit::AddNode { node: node.clone(), after: "plan".into(), before: Some("synth".into()) });
     let alone = plan_of(GraphEdit::AddNode { node, after: "plan".into(), before: None });
-    let proposer = FixedProposer::new(vec![on_edge, alone]);
+    let proposer = FixedProposer::new(vec![on_edge.clone(), on_edge, alone]);
     let dir = tempfile::tempdir().unwrap();
     run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     let first = std::fs::read_to_string(candidate_path(dir.path(), 1, "workflow")).unwrap();
     assert!(first.contains("\"v\""), "{first}");
+    // (The second plan is never asked for: that turn only says `done`.)
     assert_eq!(
-        proposer.asked.lock().unwrap()[2],
+        proposer.asked.lock().unwrap()[4],
         ["the plan gives the same workflow as candidate 1, which was already tried"]
     );
 }
@@ -279,9 +311,17 @@ async fn an_invalid_plan_is_shown_its_errors_and_repaired() {
     let state = run(dir.path(), &cfg(1, 5), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
     assert_eq!(state.failed_expansions, 0);
     let asked = proposer.asked.lock().unwrap();
-    assert_eq!(asked.len(), 2);
+    // The broken edit, its repair, then `done`.
+    assert_eq!(asked.len(), 3);
     assert!(asked[0].is_empty());
     assert!(asked[1][0].contains("no node `no_such_node`"), "{:?}", asked[1]);
+    assert!(asked[2].is_empty());
+    let plan: CandidatePlan =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "plan")).unwrap()).unwrap();
+    assert_eq!(plan.plan.map(|p| p.edits.len()), Some(1));
+    assert_eq!(plan.dropped.len(), 1, "the broken edit is recorded as dropped");
+    assert!(plan.dropped[0].reasons[0].contains("no_such_node"), "{:?}", plan.dropped);
+    assert_eq!(plan.optimizer_calls, 3);
 }
 
 #[tokio::test]
@@ -367,4 +407,147 @@ async fn report_pictures_show_every_candidate_and_the_best_path() {
     let picture = flowmem_optimize::workflow_graph_svg(&best);
     assert_eq!(picture.matches("class=\"graph-node\"").count(), best.nodes.len());
     assert_eq!(picture.matches("class=\"edge\"").count(), best.edges.len());
+}
+
+/// The scripted optimizer behind an [`LlmProposer`], and the requests it saw.
+async fn scripted_proposer(
+    script: flowmem_testsupport::Script,
+    decoding: flowmem_optimize::PlanDecoding,
+) -> (flowmem_testsupport::ScriptedLlmServer, flowmem_optimize::LlmProposer) {
+    use flowmem_llm::{HttpModel, HttpModelConfig, Prompts, RetryPolicy};
+    use flowmem_optimize::{LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT};
+
+    let server = flowmem_testsupport::ScriptedLlmServer::start(script).await;
+    let mut cfg_http = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
+    cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
+    let mut prompts = Prompts::new();
+    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).unwrap();
+    let proposer = LlmProposer {
+        model: std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
+        prompts: std::sync::Arc::new(prompts),
+        tools: vec![],
+        max_edits: 6,
+        decoding,
+    };
+    (server, proposer)
+}
+
+/// plan → t1 → t2 → synth, all LLM nodes.
+fn chain_of_four() -> WorkflowGraph {
+    let llm = |id: &str, role| GraphNode {
+        id: id.into(),
+        kind: NodeKind::Llm { role, instruction: None, model: None },
+        description: None,
+    };
+    let edge = |from: &str, to: &str| Edge { from: from.into(), to: to.into(), kind: EdgeKind::Data, label: None };
+    WorkflowGraph {
+        name: None,
+        nodes: vec![
+            llm("plan", LlmRole::Plan),
+            llm("t1", LlmRole::Reason),
+            llm("t2", LlmRole::Reason),
+            llm("synth", LlmRole::Synthesize),
+        ],
+        edges: vec![edge("plan", "t1"), edge("t1", "t2"), edge("t2", "synth")],
+        entry: "plan".into(),
+        exit: "synth".into(),
+    }
+}
+
+/// Edit by edit, each request's schema is narrowed to the graph the earlier edits left:
+/// edit 2 may name the node edit 1 added, and edit 4 may not name the node edit 3
+/// removed. The plan keeps all three edits.
+#[tokio::test]
+async fn each_edit_is_decoded_against_the_graph_the_earlier_edits_left() {
+    use flowmem_optimize::{CandidatePlan, PlanDecoding};
+    use flowmem_testsupport::{Match, Reply, Script};
+
+    let verify = |id: &str| json!({"id": id, "kind": "llm", "role": "verify"});
+    let replies = [
+        json!({"rationale": "check twice", "edit": {"op": "add_node", "after": "plan", "before": "synth", "node": verify("e1_check")}}),
+        json!({"edit": {"op": "add_node", "after": "e1_check", "before": "synth", "node": verify("e2_more")}}),
+        json!({"edit": {"op": "remove_node", "id": "e1_check"}}),
+        json!({"edit": {"op": "done"}}),
+    ];
+    let script = Script::new()
+        .when_seq(Match::any_message_contains("You improve a tool-using agent workflow"), replies.map(Reply::json));
+    let (server, proposer) = scripted_proposer(script, PlanDecoding::PerEdit).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let state = run(dir.path(), &cfg(1, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.failed_expansions, 0);
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 4);
+    let accepts = |request: usize, reply: serde_json::Value| {
+        let schema = &requests[request].body["response_format"]["json_schema"]["schema"];
+        jsonschema::validator_for(schema).unwrap().is_valid(&reply)
+    };
+    let remove = |id: &str| json!({"edit": {"op": "remove_node", "id": id}});
+    assert!(!accepts(0, json!({"rationale": "r", "edit": {"op": "remove_node", "id": "e1_check"}})));
+    assert!(accepts(1, remove("e1_check")), "edit 2 may name the node edit 1 added");
+    assert!(accepts(2, remove("e1_check")) && accepts(2, remove("e2_more")));
+    assert!(!accepts(3, remove("e1_check")), "edit 4 may not name the node edit 3 removed");
+    assert!(accepts(3, remove("e2_more")));
+    assert!(!accepts(0, json!({"edit": {"op": "done"}})), "the first turn cannot end the plan");
+    assert!(accepts(3, json!({"edit": {"op": "done"}})));
+
+    let plan: CandidatePlan =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "plan")).unwrap()).unwrap();
+    let ops: Vec<&str> = plan.plan.as_ref().unwrap().edits.iter().map(GraphEdit::op_name).collect();
+    assert_eq!(ops, ["add_node", "add_node", "remove_node"]);
+    assert_eq!(plan.plan.unwrap().rationale, "check twice");
+    assert_eq!(plan.optimizer_calls, 4);
+    let graph: WorkflowGraph =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "workflow")).unwrap()).unwrap();
+    let ids: Vec<&str> = graph.nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids, ["plan", "synth", "e2_more"]);
+}
+
+/// A whole plan whose third edit fails keeps edits 1 and 2: the failure is shown to the
+/// model, which is asked for the rest edit by edit (here it says `done`), and the dropped
+/// edit is recorded with its reason.
+#[tokio::test]
+async fn a_failing_third_edit_leaves_a_candidate_with_the_first_two() {
+    use flowmem_optimize::{CandidatePlan, PlanDecoding};
+    use flowmem_testsupport::{Match, Reply, Script};
+
+    let plan = json!({"rationale": "tighten", "edits": [
+        {"op": "rewrite_prompt", "id": "t1", "instruction": "Be exact."},
+        {"op": "remove_node", "id": "t2"},
+        {"op": "rewrite_prompt", "id": "t2", "instruction": "Never applied."}
+    ]});
+    let script = Script::new()
+        .when(Match::last_user_contains("Edit 3 was refused"), Reply::json(json!({"edit": {"op": "done"}})))
+        .otherwise(Reply::json(plan));
+    let (server, proposer) = scripted_proposer(script, PlanDecoding::Whole).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let validator = SizeValidator { max_nodes: 100 };
+    let hook = |_: Checkpoint| true;
+    let parts = SearchParts { proposer: &proposer, simulator: &sim, validator: &validator, checkpoint: &hook };
+    let state = run_search(dir.path(), &chain_of_four(), &cfg(1, 10), Strategy::Mcts, &parts).await.unwrap();
+    assert_eq!(state.failed_expansions, 0, "the valid prefix is a candidate");
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "the whole plan, then one repair turn");
+    let follow_up = requests[1].last_text("user").unwrap();
+    assert!(follow_up.contains("Applied edits 1 to 2. Edit 3 was refused: "), "{follow_up}");
+    assert!(follow_up.contains("no node `t2`"), "{follow_up}");
+    let plan: CandidatePlan =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "plan")).unwrap()).unwrap();
+    let kept = plan.plan.unwrap();
+    assert_eq!(kept.rationale, "tighten");
+    assert_eq!(kept.edits.len(), 2);
+    assert_eq!(plan.dropped.len(), 1);
+    assert_eq!(plan.dropped[0].position, 2);
+    assert_eq!(plan.dropped[0].edit.op_name(), "rewrite_prompt");
+    assert!(plan.dropped[0].reasons[0].contains("no node `t2`"), "{:?}", plan.dropped);
+    let graph: WorkflowGraph =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "workflow")).unwrap()).unwrap();
+    assert!(graph.node("t2").is_none());
+    let stats = flowmem_optimize::expansion_stats(dir.path(), &state).unwrap();
+    assert_eq!(stats.success_rate, Some(1.0));
+    assert_eq!(stats.edits["rewrite_prompt"], flowmem_optimize::EditCounts { proposed: 2, applied: 1, dropped: 1 });
+    assert_eq!(stats.edits["remove_node"], flowmem_optimize::EditCounts { proposed: 1, applied: 1, dropped: 0 });
 }

@@ -97,6 +97,9 @@ pub(crate) struct Open {
     pub shadow: Vec<String>,
     /// The rendered memory, injected again on every turn so the prompt stays the same.
     pub memory_text: String,
+    /// How the first turn's workflows were retrieved: the mode and each hit's scores
+    /// (memory's `Retrieval::record`), `null` when nothing was retrieved.
+    pub retrieval: Value,
     /// Whether to record it (privacy settings of its token and scope).
     pub record: bool,
     /// The model answered without tool calls: the conversation ends after the quiet

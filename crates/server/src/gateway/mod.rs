@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use flowmem_llm::{ApiKey, CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawStream};
-use flowmem_memory::prompt_memory;
+use flowmem_memory::{RetrievalMode, Retriever, prompt_memory};
 use flowmem_model::Scope;
 
 use crate::auth::Caller;
@@ -89,6 +89,10 @@ pub struct GatewayConfig {
     pub privacy: Privacy,
     /// Attempts at learning from one conversation before it is marked failed.
     pub max_attempts: u32,
+    /// How workflows are retrieved for a conversation. BM25 by default: it adds
+    /// microseconds, where embedding the query adds milliseconds to every first turn
+    /// (see the `gateway_latency` bench).
+    pub retrieval: RetrievalMode,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -120,6 +124,7 @@ impl GatewayConfig {
             model_scopes: Vec::new(),
             privacy: Privacy::default(),
             max_attempts: 3,
+            retrieval: RetrievalMode::Bm25,
         }
     }
 }
@@ -135,12 +140,18 @@ pub(crate) struct Gateway {
     queued: Notify,
     /// Recording or learning failures since start, logged each time.
     failures: AtomicU64,
+    /// How conversations' workflows are retrieved.
+    retriever: Retriever,
 }
 
 impl Gateway {
     /// Opens the queue in the memory database and resumes the conversations a previous
     /// run left open.
-    pub(crate) fn open(cfg: GatewayConfig, memory: &std::path::Path) -> Result<Gateway, ServerError> {
+    pub(crate) fn open(
+        cfg: GatewayConfig,
+        memory: &std::path::Path,
+        retriever: Retriever,
+    ) -> Result<Gateway, ServerError> {
         let store = Arc::new(GatewayStore::open(memory)?);
         let mut conversations = Conversations::default();
         for (id, record) in store.open_records()? {
@@ -161,6 +172,7 @@ impl Gateway {
             writes_rx: Mutex::new(Some(writes_rx)),
             queued: Notify::new(),
             failures: AtomicU64::new(0),
+            retriever,
         })
     }
 
@@ -201,6 +213,7 @@ fn resume(id: &str, record: &Value) -> Option<Open> {
         shown: record_strings(record, "shown"),
         shadow: record_strings(record, "shadow"),
         memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").to_owned(),
+        retrieval: record.get("retrieval").cloned().unwrap_or(Value::Null),
         record: true,
         answered: true,
         last_activity: Instant::now(),
@@ -218,6 +231,7 @@ fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
         "shown": conversation.shown,
         "shadow": conversation.shadow,
         "memory_text": conversation.memory_text,
+        "retrieval": conversation.retrieval,
         "source": "gateway",
         "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     })
@@ -370,12 +384,13 @@ async fn start_conversation(
     let mut shown = Vec::new();
     let mut shadow = Vec::new();
     let mut memory_text = String::new();
+    let mut retrieval_record = Value::Null;
     let task = first_user_text(messages);
     if gateway.cfg.memory != InjectMode::Off && !task.trim().is_empty() {
-        let (k, filter) = (gateway.cfg.top_k, scope.clone());
-        match state.read(move |store| store.search(&task, &filter, k)).await {
-            Ok(hits) => {
-                let workflows: Vec<_> = hits.into_iter().map(|hit| hit.workflow).collect();
+        match state.retrieve(&gateway.retriever, &task, scope.clone(), gateway.cfg.top_k).await {
+            Ok(retrieval) => {
+                retrieval_record = retrieval.record();
+                let workflows: Vec<_> = retrieval.hits.into_iter().map(|hit| hit.workflow).collect();
                 match prompt_memory(&state.prompts, &workflows, gateway.cfg.budget_tokens) {
                     Ok(memory) => {
                         state.count_retrieved(memory.included.clone());
@@ -404,6 +419,7 @@ async fn start_conversation(
         shown,
         shadow,
         memory_text,
+        retrieval: retrieval_record,
         record,
         answered: false,
         last_activity: Instant::now(),

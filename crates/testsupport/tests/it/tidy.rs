@@ -313,7 +313,10 @@ fn check_model_requests(path: &str, lexed: &Lexed) -> Vec<Violation> {
         .map(|at| violation(path, lexed.line_of(at), "an HTTP client outside crates/llm and crates/llm-local"))
         .collect();
     for literal in &lexed.literals {
-        if ["chat/completions", "/v1/models", "/v1/completions"].iter().any(|p| literal.source.contains(p)) {
+        if ["chat/completions", "/v1/models", "/v1/completions", "/embeddings"]
+            .iter()
+            .any(|p| literal.source.contains(p))
+        {
             found.push(violation(path, literal.line, "a model endpoint outside crates/llm and crates/llm-local"));
         }
     }
