@@ -361,15 +361,15 @@ pub const VAR_QUERY: &str = "query";
 /// use flowmem_exec::condition_routes;
 /// use flowmem_model::Condition;
 ///
-/// assert_eq!(condition_routes(&Condition::ToolSucceeded), Some((&["ok", "error"][..], "tool_succeeded")));
+/// assert_eq!(condition_routes(&Condition::ToolSucceeded {}), Some((&["ok", "error"][..], "tool_succeeded")));
 /// assert_eq!(condition_routes(&Condition::Judge { question: "?".into() }), None);
 /// ```
 #[must_use]
 pub fn condition_routes(condition: &Condition) -> Option<(&'static [&'static str], &'static str)> {
     match condition {
         Condition::Judge { .. } => None,
-        Condition::ToolSucceeded => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
-        Condition::Always => Some((&[ROUTE_DEFAULT], "always")),
+        Condition::ToolSucceeded {} => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
+        Condition::Always {} => Some((&[ROUTE_DEFAULT], "always")),
     }
 }
 

@@ -330,8 +330,8 @@ impl<'g> GraphReader<'g> {
                     });
                     self.single(id)?
                 }
-                NodeKind::Llm { .. } | NodeKind::Join => self.single(id)?,
-                NodeKind::Branch { .. } | NodeKind::Parallel => {
+                NodeKind::Llm { .. } | NodeKind::Join {} => self.single(id)?,
+                NodeKind::Branch { .. } | NodeKind::Parallel {} => {
                     let routes = self.forward(id);
                     let join = self.meeting_point(id, &routes)?;
                     let mut children = Vec::new();
@@ -343,7 +343,7 @@ impl<'g> GraphReader<'g> {
                         });
                     }
                     let operator =
-                        if matches!(node.kind, NodeKind::Parallel) { Operator::Parallel } else { Operator::Xor };
+                        if matches!(node.kind, NodeKind::Parallel {}) { Operator::Parallel } else { Operator::Xor };
                     out.push(ProcessTree::operator(operator, children));
                     Some(join)
                 }

@@ -257,7 +257,7 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph, defs: &Value) {
     let removable = nodes_where(&|n| crate::edit::can_remove(graph, &n.id));
     let prompted = nodes_where(&is_step);
     // A node goes after a node alone only where that node's edges carry no labels.
-    let followable = nodes_where(&|n| is_step(n) || matches!(n.kind, NodeKind::Join));
+    let followable = nodes_where(&|n| is_step(n) || matches!(n.kind, NodeKind::Join {}));
     let plain_sources = nodes_where(&|n| !matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
     let branches = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. }));
     let loops = nodes_where(&|n| matches!(n.kind, NodeKind::Loop { .. }));

@@ -14,8 +14,8 @@ use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
 
 use crate::args::{ConfigArgs, ExchangeFormat, MemoryArgs, MemoryCommand, RetrievalArg, ScopeArgs};
 use crate::commands::ExitStatus;
-use crate::commands::common::refuse_outputs_that_are_inputs;
 use crate::commands::common::block_on;
+use crate::commands::common::refuse_outputs_that_are_inputs;
 use crate::printer::Printer;
 use crate::session::{chosen_retriever, retriever};
 use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode, scope_filter, stored_scope};
