@@ -381,7 +381,10 @@ fn conditions(defs: &Value, keep: impl Fn(&Condition) -> bool) -> Vec<Value> {
         .into_iter()
         .filter(|variant| {
             let kind = variant.pointer("/properties/type/const").and_then(Value::as_str).unwrap_or_default();
-            let sample = serde_json::from_value::<Condition>(json!({"type": kind, "question": "?"}));
+            // Conditions take no unknown fields, so a judge's sample has its question and
+            // the others none.
+            let sample = serde_json::from_value::<Condition>(json!({"type": kind}))
+                .or_else(|_| serde_json::from_value::<Condition>(json!({"type": kind, "question": "?"})));
             sample.is_ok_and(|condition| keep(&condition))
         })
         .collect()
