@@ -667,7 +667,7 @@ pub struct ConformArgs {
     #[arg(long, value_name = "FITNESS")]
     pub fail_under: Option<f64>,
     /// The most search states one alignment may visit before the command gives up.
-    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N")]
+    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N", value_parser = at_least_one::<usize>)]
     pub max_states: usize,
     /// Also replay every trace through the run-time guard, call by call, as a live agent
     /// would be checked, and show which calls it flags and what it expected instead.
@@ -887,7 +887,7 @@ pub enum MemoryCommand {
         /// tool log (`orchestration`).
         records: std::path::PathBuf,
         /// How many workflows are retrieved per query.
-        #[arg(short = 'k', long, default_value_t = 3)]
+        #[arg(short = 'k', long, default_value_t = 3, value_parser = at_least_one::<usize>)]
         k: usize,
         /// The retrieval modes to measure, side by side.
         #[arg(long, value_enum, value_name = "MODES", value_delimiter = ',', default_value = "bm25,vector,hybrid")]

@@ -417,6 +417,8 @@ fn zero_counts_are_rejected_naming_the_flag() {
         (&["tools", "replay", "r.jsonl", "--concurrency", "0"], "--concurrency"),
         (&["scout", "--records", "r.jsonl", "--out", "o", "--concurrency", "0"], "--concurrency"),
         (&["agent", "--query", "q", "--max-steps", "0"], "--max-steps"),
+        (&["memory", "eval-retrieval", "r.jsonl", "--memory", "m.db", "-k", "0"], "--k"),
+        (&["conform", "r.jsonl", "--tree", "'a'", "--max-states", "0"], "--max-states"),
     ];
     for (args, flag) in cases {
         let run = dir.run(args);
