@@ -201,7 +201,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "R.jsonl")]
     pub records: PathBuf,
     /// Evaluate only the first N records of the file.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one::<usize>)]
     pub limit: Option<usize>,
     /// A workflow graph (`.json`, `.yaml`) to evaluate, named by its `name` field or its
     /// file name.
@@ -215,17 +215,17 @@ pub struct EvalArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Runs per record and system; the CV of ES needs at least 2.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one::<u32>)]
     pub repeat: u32,
     /// Runs in flight at once. Each has its own tool state; pass 1 for latencies
     /// undisturbed by other runs.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
     /// The weight of TC in the reported reward `R = α·TC + (1−α)·ES`.
     #[arg(long, default_value_t = 0.5, value_name = "α")]
     pub alpha: f64,
     /// The ReAct baseline's step budget (model calls per query).
-    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
     /// Skip the ES judge: no judge calls, no ES, no CV of ES.
     #[arg(long)]
@@ -267,7 +267,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub records: Option<std::path::PathBuf>,
     /// How many records run at once.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
     /// Where models, tools and traces come from and go.
     #[command(flatten)]
@@ -281,7 +281,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub query: String,
     /// The most model calls before giving up.
-    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
     /// A workflow memory (SQLite file, as `flowmem memory` manages) to retrieve from.
     ///
@@ -293,7 +293,7 @@ pub struct AgentArgs {
     #[arg(long = "use", value_enum, default_value_t = MemoryUse::Prompt, requires = "memory")]
     pub use_memory: MemoryUse,
     /// How many workflows to retrieve.
-    #[arg(long, default_value_t = 3, value_name = "K", requires = "memory")]
+    #[arg(long, default_value_t = 3, value_name = "K", requires = "memory", value_parser = at_least_one::<usize>)]
     pub top_k: usize,
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS", requires = "memory")]
@@ -588,7 +588,7 @@ pub struct ToolsReplayArgs {
     /// A JSONL file of records (one `flowmem schema record` object per line).
     pub records: std::path::PathBuf,
     /// How many records replay at once; calls within a record stay in order.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
     /// The argument that selects per-record server state, added to every call whose tool
     /// takes it (τ²-bench: `state_key`). The key is `--state-key-prefix` plus the record id.
@@ -689,7 +689,7 @@ pub struct ConformArgs {
     #[arg(long, value_name = "FITNESS")]
     pub fail_under: Option<f64>,
     /// The most search states one alignment may visit before the command gives up.
-    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N")]
+    #[arg(long, default_value_t = flowmem_mining::DEFAULT_MAX_STATES, value_name = "N", value_parser = at_least_one::<usize>)]
     pub max_states: usize,
     /// Also replay every trace through the run-time guard, call by call, as a live agent
     /// would be checked, and show which calls it flags and what it expected instead.
@@ -716,7 +716,7 @@ pub struct MineReplayArgs {
     #[arg(long, default_value = "flowmem-mine/", value_name = "PREFIX")]
     pub state_key_prefix: String,
     /// How many records replay at once; calls within a record stay in order.
-    #[arg(long = "replay-concurrency", default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(long = "replay-concurrency", default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
 }
 
@@ -789,10 +789,10 @@ pub struct InduceArgs {
     #[arg(long, default_value_t = 2)]
     pub min_steps: usize,
     /// LM mode: trajectories shown to the model per prompt.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<usize>)]
     pub batch_size: usize,
     /// Keep at most this many workflows per scope, evicting by retention score.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>)]
     pub max_per_scope: Option<usize>,
     /// LM mode: where the configuration comes from.
     #[command(flatten)]
@@ -803,7 +803,7 @@ pub struct InduceArgs {
     /// LM mode: the longest reply, in tokens (default: the model's own limit). With JSON
     /// output it also caps how many workflows and steps the reply schema allows, so that
     /// a reply fits.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub max_tokens: Option<u32>,
     /// LM mode: ask for AWM's plain-text form instead of JSON (for models without
     /// structured output); either form is parsed.
@@ -885,7 +885,7 @@ pub enum MemoryCommand {
         /// The query text.
         query: String,
         /// How many workflows to print.
-        #[arg(short = 'k', long, default_value_t = 5)]
+        #[arg(short = 'k', long, default_value_t = 5, value_parser = at_least_one::<usize>)]
         limit: usize,
         /// How workflows are ranked. Default: `[memory] retrieval`, else `hybrid`.
         #[arg(long, value_enum, value_name = "MODE")]
@@ -909,7 +909,7 @@ pub enum MemoryCommand {
         /// tool log (`orchestration`).
         records: std::path::PathBuf,
         /// How many workflows are retrieved per query.
-        #[arg(short = 'k', long, default_value_t = 3)]
+        #[arg(short = 'k', long, default_value_t = 3, value_parser = at_least_one::<usize>)]
         k: usize,
         /// The retrieval modes to measure, side by side.
         #[arg(long, value_enum, value_name = "MODES", value_delimiter = ',', default_value = "bm25,vector,hybrid")]
@@ -948,6 +948,11 @@ pub enum MemoryCommand {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Check a memory file without changing it: SQLite's integrity check of every page,
+    /// and every stored workflow decoded. Exits 1 when something is wrong.
+    ///
+    /// Example: `flowmem memory check --memory memory.db --json`
+    Check,
     /// Remove workflows: cut each scope to a size, or retire those that keep failing.
     ///
     /// Example: `flowmem memory prune --memory memory.db --max-per-scope 200`
@@ -984,12 +989,29 @@ pub struct ImportArgs {
     /// Input files, or directories to search for the format's files.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// The JSONL file to write.
+    /// The JSONL file to write: a regular file or a new one (a symbolic link is written
+    /// through to its target); never one of the inputs.
     #[arg(short, long)]
     pub output: PathBuf,
     /// Stop at the first bad item instead of skipping it; nothing is written.
     #[arg(long)]
     pub strict: bool,
+    /// What to do with items that share an id (and attempt), which every import reports:
+    /// `keep` them with the ids they have, or `rename` the second and later ones to
+    /// `ID~2`, `ID~3`, … so that every id is unique.
+    ///
+    /// Example: `flowmem import -f tau-bench a.jsonl b.jsonl -o all.jsonl --duplicate-ids rename`
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "keep")]
+    pub duplicate_ids: DuplicateIdsArg,
+}
+
+/// `flowmem import --duplicate-ids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DuplicateIdsArg {
+    /// Keep every item with the id the source gave it.
+    Keep,
+    /// Rename the second and later items with an id to `ID~2`, `ID~3`, ….
+    Rename,
 }
 
 /// The formats `flowmem import` reads.
@@ -1068,7 +1090,7 @@ pub struct LlmChatArgs {
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
     /// The largest number of tokens to generate.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     pub max_tokens: Option<u32>,
 }
 
@@ -1091,7 +1113,7 @@ pub struct ScoutArgs {
     #[arg(long, default_value_t = 5)]
     pub patience: u32,
     /// Beam search keeping W candidates per step instead of MCTS (ablation).
-    #[arg(long, value_name = "W", conflicts_with = "no_mcts")]
+    #[arg(long, value_name = "W", conflicts_with = "no_mcts", value_parser = at_least_one::<usize>)]
     pub beam: Option<usize>,
     /// No search: evaluate the initial workflow only (ablation).
     #[arg(long)]
@@ -1106,13 +1128,13 @@ pub struct ScoutArgs {
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
     /// Records of a split run at once.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
     /// Runs per test record in the final test (CV of ES needs at least 2).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub repeat: u32,
     /// The ReAct baseline's step budget.
-    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
     /// How the optimizer writes a plan: `per-edit` asks for one edit at a time, each
     /// under a schema narrowed to the graph the earlier edits left (the model says `done`
@@ -1161,19 +1183,19 @@ pub struct LearnArgs {
     #[arg(long, value_enum, default_value = "rule")]
     pub induce: InduceMode,
     /// Induce once this many runs judged successful are pending.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one::<usize>)]
     pub batch_size: usize,
     /// Solve only the first N tasks of the stream.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one::<usize>)]
     pub limit: Option<usize>,
     /// Skip the agent without memory (no comparison curve; half the runs).
     #[arg(long)]
     pub no_baseline: bool,
     /// The most model calls per run.
-    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
     /// How many workflows to retrieve per task.
-    #[arg(long, default_value_t = 3, value_name = "K")]
+    #[arg(long, default_value_t = 3, value_name = "K", value_parser = at_least_one::<usize>)]
     pub top_k: usize,
     /// The token budget of workflows in the prompt.
     #[arg(long, default_value_t = 2000, value_name = "TOKENS")]
@@ -1403,6 +1425,21 @@ pub enum TokenScopeArg {
     Read,
     /// Also hand runs back with `report_run`.
     Write,
+}
+
+/// Parses a count that must be at least 1, such as `--concurrency` or `--batch-size`: the
+/// one value parser of every such flag, so that `0` is refused before a command starts
+/// and clap's error names the flag.
+fn at_least_one<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+    T::Err: std::fmt::Display,
+{
+    let value: T = text.trim().parse().map_err(|err: T::Err| err.to_string())?;
+    if value < T::from(1) {
+        return Err("must be at least 1".to_owned());
+    }
+    Ok(value)
 }
 
 #[cfg(test)]

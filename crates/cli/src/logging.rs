@@ -80,7 +80,7 @@ impl<'a> MakeWriter<'a> for StderrAroundBars {
 }
 
 /// Collects one formatted event and writes it to stderr in one piece, around the bars,
-/// when dropped.
+/// with every registered secret redacted, when dropped.
 struct LineBuffer(Vec<u8>);
 
 impl Write for LineBuffer {
@@ -99,9 +99,12 @@ impl Drop for LineBuffer {
         if self.0.is_empty() {
             return;
         }
+        // A log line may quote what a server sent back; secrets never reach stderr.
+        let line = String::from_utf8_lossy(&self.0);
+        let line = flowmem_model::redact(&line);
         // Nowhere is left to report a failed write to stderr.
         suspend(|| {
-            let _ = std::io::stderr().lock().write_all(&self.0);
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
         });
     }
 }

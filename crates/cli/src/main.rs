@@ -8,16 +8,20 @@ mod printer;
 mod session;
 mod settings;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::commands::ExitStatus;
-use crate::printer::Printer;
+use crate::printer::{ErrorReport, Printer};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
     logging::init(&cli.global);
     let printer = Printer::new(&cli.global);
     let res = run(cli, &printer);
@@ -27,10 +31,36 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            printer.error(&format!("{err:#}"));
+            printer.error_report(&ErrorReport::of(&err));
             ExitStatus::Error.into()
         }
     }
+}
+
+/// Ends a run whose command line clap refused: clap's message on stderr (or the help
+/// or version it was asked for), and with `--json` an error document on stdout too.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && !wants_json()
+    {
+        let _ = err.print();
+        return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+    }
+    let _ = err.print();
+    if wants_json() {
+        let document = serde_json::json!({ "error": ErrorReport::usage(err) });
+        // A value of plain strings always serialises.
+        if let Ok(text) = serde_json::to_string_pretty(&document) {
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
+        }
+    }
+    ExitStatus::Error.into()
+}
+
+/// Whether the command line asks for `--json`, read before (or without) parsing it.
+fn wants_json() -> bool {
+    std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json")
 }
 
 fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {

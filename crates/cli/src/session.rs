@@ -300,8 +300,39 @@ impl Session {
         for extra in &settings.extra {
             prompts.register(*extra).with_context(|| format!("registering the `{}` template", extra.name))?;
         }
+        refuse_unknown_overrides(&prompts)?;
         Ok(prompts)
     }
+}
+
+/// Every template a `--prompts` directory may replace, whichever command reads it.
+fn overridable_prompts() -> impl Iterator<Item = &'static str> {
+    let extras = [flowmem_eval::JUDGE_ES_PROMPT, flowmem_optimize::PROPOSE_EDITS];
+    flowmem_exec::EXEC_PROMPTS.iter().chain(extras.iter()).map(|prompt| prompt.name).collect::<Vec<_>>().into_iter()
+}
+
+/// Refuses a `*.j2` file in the override directory whose name is no template at all (a
+/// misspelt name would otherwise be ignored), naming the nearest template. A template
+/// of another command (such as `judge_es.j2` for `flowmem run`) is fine: one directory
+/// may serve several commands.
+fn refuse_unknown_overrides(prompts: &Prompts) -> anyhow::Result<()> {
+    for path in prompts.unused_overrides().context("listing the prompt overrides")? {
+        let name = path.file_stem().and_then(|stem| stem.to_str()).unwrap_or_default();
+        if overridable_prompts().any(|known| known == name) {
+            continue;
+        }
+        let suggestion = match flowmem_model::nearest(name, overridable_prompts()) {
+            Some(nearest) => format!("; did you mean `{nearest}`?"),
+            None => String::new(),
+        };
+        let known: Vec<&str> = overridable_prompts().collect();
+        anyhow::bail!(
+            "`{}` replaces no prompt template{suggestion}\nhint: --prompts files are named after the templates they replace: {}",
+            path.display(),
+            known.join(", ")
+        );
+    }
+    Ok(())
 }
 
 impl Drop for Session {

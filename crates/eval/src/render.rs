@@ -135,6 +135,25 @@ pub struct ReportFiles {
     pub runs: PathBuf,
 }
 
+impl ReportFiles {
+    /// The files a report in `dir` consists of, which [`write_report`] writes.
+    #[must_use]
+    pub fn in_dir(dir: &Path) -> ReportFiles {
+        ReportFiles {
+            json: dir.join("report.json"),
+            markdown: dir.join("report.md"),
+            html: dir.join("report.html"),
+            runs: dir.join("runs.jsonl"),
+        }
+    }
+
+    /// Every file, in the order listed above.
+    #[must_use]
+    pub fn all(&self) -> [&Path; 4] {
+        [&self.json, &self.markdown, &self.html, &self.runs]
+    }
+}
+
 /// Writes `report.json`, `report.md`, `report.html` and `runs.jsonl` into `dir`,
 /// creating it if needed.
 ///
@@ -142,12 +161,7 @@ pub struct ReportFiles {
 ///
 /// [`EvalError::Write`] naming the file that could not be written.
 pub fn write_report(report: &EvalReport, title: &str, dir: &Path) -> Result<ReportFiles, EvalError> {
-    let files = ReportFiles {
-        json: dir.join("report.json"),
-        markdown: dir.join("report.md"),
-        html: dir.join("report.html"),
-        runs: dir.join("runs.jsonl"),
-    };
+    let files = ReportFiles::in_dir(dir);
     std::fs::create_dir_all(dir).map_err(|source| EvalError::Write { path: dir.to_path_buf(), source })?;
     let written = |err: WriteError| EvalError::Write { path: err.path, source: err.source };
     write_json_atomic(&files.json, report).map_err(written)?;

@@ -222,12 +222,12 @@ impl<'a> RunState<'a> {
                 self.nodes[node_idx] = NodeState::Done;
                 self.finish_plain(node_idx, &ctx, None);
             }
-            Op::Branch { condition: Condition::Always, .. } => {
+            Op::Branch { condition: Condition::Always {}, .. } => {
                 self.record_control(node_idx, &ctx, Some(ROUTE_DEFAULT.to_owned()));
                 self.nodes[node_idx] = NodeState::Done;
                 self.take_route(node_idx, &ctx, ROUTE_DEFAULT);
             }
-            Op::Branch { condition: Condition::ToolSucceeded, .. } => {
+            Op::Branch { condition: Condition::ToolSucceeded {}, .. } => {
                 let route = if last_tool_succeeded(&ctx, 0) { ROUTE_OK } else { ROUTE_ERROR };
                 self.record_control(node_idx, &ctx, Some(route.to_owned()));
                 self.nodes[node_idx] = NodeState::Done;
@@ -281,8 +281,8 @@ impl<'a> RunState<'a> {
         let body_ctx = self.input_ctx(back);
         let ctx = if body_ctx.is_empty() { self.loop_input[loop_idx].clone().unwrap_or_default() } else { body_ctx };
         match until {
-            Condition::Always => self.loop_decided(loop_idx, ctx, true, None),
-            Condition::ToolSucceeded => {
+            Condition::Always {} => self.loop_decided(loop_idx, ctx, true, None),
+            Condition::ToolSucceeded {} => {
                 let holds = last_tool_succeeded(&ctx, self.loop_began[loop_idx]);
                 self.loop_decided(loop_idx, ctx, holds, None);
             }
@@ -376,11 +376,12 @@ impl<'a> RunState<'a> {
             }
             Ok(node::Outcome::Output { output, failed }) => {
                 let args = observation.tool_call.as_ref().map(|call| call.args.clone());
-                self.emit_observation(observation, model);
-                self.nodes[node_idx] = NodeState::Done;
-                let node = &self.plan.nodes[node_idx];
                 let seq = self.next_seq;
                 self.next_seq += 1;
+                // Later inputs name the output by this number instead of copying it.
+                self.emit_observation(NodeObservation { entry: Some(seq), ..observation }, model);
+                self.nodes[node_idx] = NodeState::Done;
+                let node = &self.plan.nodes[node_idx];
                 let entry = CtxEntry::new(seq, node, self.iteration(node_idx), output, failed, args);
                 self.finish_plain(node_idx, &ctx, Some(entry));
             }

@@ -37,7 +37,8 @@ pub enum GraphFileError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not a workflow graph.
+    /// The text is not a workflow graph: bad syntax, a wrong type, a missing or an
+    /// unknown field.
     #[error("invalid workflow graph in `{}:{line}:{column}`: {message}", path.display())]
     Parse {
         /// The file.
@@ -46,7 +47,9 @@ pub enum GraphFileError {
         line: usize,
         /// The column, counting from 1 (0 when unknown).
         column: usize,
-        /// What is wrong, naming the field.
+        /// The path of the offending field, such as `nodes[0].hint`, when known.
+        field: Option<String>,
+        /// What is wrong, naming the field; for an unknown field, the nearest known one.
         message: String,
     },
     /// The graph could not be serialised.
@@ -77,18 +80,62 @@ pub fn load_graph(path: &Path) -> Result<WorkflowGraph, GraphFileError> {
 /// [`GraphFileError::Parse`] with the line, column and field when the text is not a
 /// workflow graph.
 pub fn parse_graph(text: &str, format: GraphFormat, path: &Path) -> Result<WorkflowGraph, GraphFileError> {
+    let parse_error = |line: usize, column: usize, at: &serde_path_to_error::Path, message: String| {
+        let (field, message) = describe(at, message);
+        GraphFileError::Parse { path: path.to_owned(), line, column, field, message }
+    };
     match format {
-        GraphFormat::Json => serde_json::from_str(text).map_err(|err| GraphFileError::Parse {
-            path: path.to_owned(),
-            line: err.line(),
-            column: err.column(),
-            message: err.to_string(),
-        }),
-        GraphFormat::Yaml => serde_yaml::from_str(text).map_err(|err| {
-            let (line, column) = err.location().map_or((0, 0), |at| (at.line(), at.column()));
-            GraphFileError::Parse { path: path.to_owned(), line, column, message: err.to_string() }
-        }),
+        GraphFormat::Json => {
+            let mut deserializer = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+                let at = err.path().clone();
+                let err = err.into_inner();
+                parse_error(err.line(), err.column(), &at, message_only(&err.to_string()))
+            })
+        }
+        GraphFormat::Yaml => {
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text)).map_err(|err| {
+                let at = err.path().clone();
+                let err = err.into_inner();
+                let (line, column) = err.location().map_or((0, 0), |at| (at.line(), at.column()));
+                parse_error(line, column, &at, message_only(&err.to_string()))
+            })
+        }
     }
+}
+
+/// The field a parse error is about and the message to show: an unknown field is named
+/// with its full path and the nearest known field (`nodes[0].hint`: did you mean
+/// `hints`?).
+fn describe(at: &serde_path_to_error::Path, message: String) -> (Option<String>, String) {
+    let parent = at.to_string();
+    let parent = if parent == "." { None } else { Some(parent) };
+    // serde_yaml starts its message with the path again (`nodes[0]: unknown field …`).
+    let message = match &parent {
+        Some(parent) => message.strip_prefix(&format!("{parent}: ")).map_or(message.clone(), str::to_owned),
+        None => message,
+    };
+    let Some((unknown, nearest)) = flowmem_model::unknown_field(&message) else {
+        return (parent, message);
+    };
+    // The path ends at the unknown field itself when serde got that far, and at its
+    // object when the field was buffered for a flattened part (a node's kind).
+    let field = match &parent {
+        Some(parent) if parent == unknown || parent.ends_with(&format!(".{unknown}")) => parent.clone(),
+        Some(parent) => format!("{parent}.{unknown}"),
+        None => unknown.to_owned(),
+    };
+    let mut described = format!("`{field}`: unknown field");
+    if let Some(nearest) = nearest {
+        described.push_str(&format!(", did you mean `{nearest}`?"));
+    }
+    described.push_str(&format!(" ({message})"));
+    (Some(field), described)
+}
+
+/// A parser's message without its own " at line L column C" (the error names the place).
+fn message_only(text: &str) -> String {
+    text.rsplit_once(" at line ").map_or(text, |(message, _)| message).to_owned()
 }
 
 /// Serialises a graph as pretty JSON or YAML text.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use flowmem_llm::ToolDefinition;
 use flowmem_model::{JsonObject, ToolCall};
-use flowmem_tools::{StateIsolation, StateResetError};
+use flowmem_tools::{StateIsolation, StateLease, StateResetError};
 
 use crate::plan::Runtime;
 use crate::toolbox::ToolBox;
@@ -23,13 +23,27 @@ use crate::toolbox::ToolBox;
 pub struct IsolatedTools {
     inner: Arc<dyn ToolBox>,
     isolation: StateIsolation,
+    // Holds the key for as long as the tools live, when they have it to themselves.
+    _lease: Option<StateLease>,
 }
 
 impl IsolatedTools {
-    /// Wraps `inner`, with runs under the state key `isolation.key`.
+    /// Wraps `inner`, with calls under the state key `isolation.key` exactly, shared with
+    /// anyone else who names it (as a client of `flowmem serve` may, on purpose).
     #[must_use]
     pub fn new(inner: Arc<dyn ToolBox>, isolation: StateIsolation) -> IsolatedTools {
-        IsolatedTools { inner, isolation }
+        IsolatedTools { inner, isolation, _lease: None }
+    }
+
+    /// Wraps `inner` for one run with a state of its own: the key is `isolation.key`, or
+    /// `KEY~2`, `KEY~3`, … while another run of this process holds it (a
+    /// [`StateLease`], held until these tools are dropped). Runs whose keys derive from
+    /// ids that repeat therefore never share a state.
+    #[must_use]
+    pub fn exclusive(inner: Arc<dyn ToolBox>, isolation: StateIsolation) -> IsolatedTools {
+        let lease = StateLease::acquire(&isolation.key);
+        let isolation = isolation.with_key(lease.key().to_owned());
+        IsolatedTools { inner, isolation, _lease: Some(lease) }
     }
 
     /// The state key every call runs under.
@@ -90,8 +104,9 @@ pub fn visible_tools(tools: &dyn ToolBox, isolation: Option<&StateIsolation>) ->
         .collect()
 }
 
-/// `runtime` with its tools wrapped in [`IsolatedTools`] under `isolation` (whose key
-/// has just been given a fresh state), or `runtime` as it is without isolation.
+/// `runtime` with its tools wrapped in [`IsolatedTools::exclusive`] under `isolation`
+/// (the key, or a free variant of it, just given a fresh state), or `runtime` as it is
+/// without isolation.
 ///
 /// # Errors
 ///
@@ -104,7 +119,7 @@ pub async fn isolated_runtime(
     let Some(isolation) = isolation else {
         return Ok(runtime.clone());
     };
-    let tools = IsolatedTools::new(Arc::clone(&runtime.tools), isolation.clone());
+    let tools = IsolatedTools::exclusive(Arc::clone(&runtime.tools), isolation.clone());
     tools.reset().await?;
     Ok(Runtime { tools: Arc::new(tools), ..runtime.clone() })
 }
@@ -195,5 +210,23 @@ mod tests {
         fine.reset().await.unwrap();
         let received = inner.received.lock().unwrap().clone();
         assert_eq!(received.last(), Some(&("reset_state".to_owned(), args(json!({"state_key": "fresh"})))));
+    }
+    /// Issue 27 (3): runs asking for one key at the same time each get a state of their
+    /// own, and the plain key is free again once its run is over.
+    #[tokio::test]
+    async fn exclusive_runs_asking_for_one_key_get_their_own() {
+        let inner = Arc::new(Recorder::default());
+        let isolation = StateIsolation::tau2("issue27/records/7");
+        let first = IsolatedTools::exclusive(inner.clone(), isolation.clone());
+        let second = IsolatedTools::exclusive(inner.clone(), isolation.clone());
+        assert_eq!((first.key(), second.key()), ("issue27/records/7", "issue27/records/7~2"));
+        first.call("cancel_pending_order", args(json!({"order_id": "#W1"}))).await;
+        second.call("cancel_pending_order", args(json!({"order_id": "#W1"}))).await;
+        let keys: Vec<Value> =
+            inner.received.lock().unwrap().iter().map(|(_, args)| args["state_key"].clone()).collect();
+        assert_eq!(keys, [json!("issue27/records/7"), json!("issue27/records/7~2")]);
+        drop(first);
+        let third = IsolatedTools::exclusive(inner, isolation);
+        assert_eq!(third.key(), "issue27/records/7");
     }
 }

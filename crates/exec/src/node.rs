@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice};
-use flowmem_model::{ArgGrounding, Condition, JsonObject, NodeObservation, ToolCall, error_chain};
+use flowmem_model::{
+    ArgGrounding, Condition, ContextInput, JsonObject, NodeObservation, PROMPT_RESULTS_MARKER, ToolCall, error_chain,
+};
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
@@ -75,7 +77,7 @@ pub(crate) struct Context {
     // `MAX_DEPTH` so that walking (and dropping) a context stays shallow.
     depth: usize,
     len: usize,
-    input: OnceLock<Arc<Value>>,
+    input: OnceLock<Arc<ContextInput>>,
     view: OnceLock<Result<PromptView, String>>,
 }
 
@@ -166,9 +168,17 @@ impl Context {
         self.iter_rev().next()
     }
 
-    /// The context as the `input` of an observation.
-    pub(crate) fn input(&self) -> Arc<Value> {
-        self.input.get_or_init(|| Arc::new(context_json(self.iter()))).clone()
+    /// The context as the `input` of an observation: its entry numbers, as runs. Built
+    /// from the base's, so a chain's contexts cost their own entries only.
+    pub(crate) fn input(&self) -> Arc<ContextInput> {
+        let input = self.input.get_or_init(|| {
+            let mut input = self.base.as_ref().map(|base| base.input().as_ref().clone()).unwrap_or_default();
+            for entry in &self.own {
+                input.push_entry(entry.seq);
+            }
+            Arc::new(input)
+        });
+        input.clone()
     }
 
     fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
@@ -283,23 +293,6 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
     NodeResult { node_idx: work.node_idx, ctx: work.ctx, observation, model, tool_call, outcome }
 }
 
-/// The context as the `input` of an observation.
-fn context_json<'a>(entries: impl Iterator<Item = &'a CtxEntry>) -> Value {
-    Value::Array(
-        entries
-            .map(|entry| {
-                json!({
-                    "node": entry.item.node,
-                    "kind": entry.item.kind,
-                    "iteration": entry.item.iteration,
-                    "output": entry.item.output,
-                    "failed": entry.item.failed,
-                })
-            })
-            .collect(),
-    )
-}
-
 /// What a node's work records besides its outcome.
 struct Step<'o> {
     observation: &'o mut NodeObservation,
@@ -330,12 +323,24 @@ fn render_node_template(query: &str, node: &PlanNode, items: &Context, source: &
 }
 
 /// Renders role template `template` for a node: its own variables, and the context's
-/// view shared with every node reading the same context.
-fn render_prompt(plan: &PlanInner, template: &str, items: &Context, own: &OwnVars<'_>) -> Result<String, String> {
+/// view shared with every node reading the same context. Gives the prompt, and the
+/// prompt as a trace records it: with [`PROMPT_RESULTS_MARKER`] for the upstream
+/// results, which the observation's input refers to (so a trace grows linearly).
+fn render_prompt(
+    plan: &PlanInner,
+    template: &str,
+    items: &Context,
+    own: &OwnVars<'_>,
+) -> Result<(String, String), String> {
     let prompts = plan.runtime.prompts.as_ref();
     let view = items.prompt_view(prompts)?;
     let vars = NodePromptVars { own, context: &view.items, results: &view.results };
-    prompts.render(template, &vars).map(|rendered| rendered.text).map_err(|err| error_chain(&err))
+    let prompt = prompts.render(template, &vars).map(|rendered| rendered.text).map_err(|err| error_chain(&err))?;
+    let recorded = match view.results.trim() {
+        "" => prompt.clone(),
+        results => prompt.replacen(results, PROMPT_RESULTS_MARKER, 1),
+    };
+    Ok((prompt, recorded))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -351,8 +356,8 @@ async fn llm_node(
 ) -> Result<Outcome, String> {
     let instruction = instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
     let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints: &[] };
-    let prompt = render_prompt(plan, template, items, &own)?;
-    step.observation.prompt = Some(prompt.clone());
+    let (prompt, recorded) = render_prompt(plan, template, items, &own)?;
+    step.observation.prompt = Some(recorded);
     let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     let response = step.chat(model, &request).await?;
     match response.content {
@@ -418,8 +423,8 @@ async fn tool_node(
     }
     let instruction = tool.instruction.map(|source| render_node_template(query, node, items, source)).transpose()?;
     let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints: tool.hints };
-    let prompt = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
-    step.observation.prompt = Some(prompt.clone());
+    let (prompt, recorded) = render_prompt(plan, TOOL_TEMPLATE, items, &own)?;
+    step.observation.prompt = Some(recorded);
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.tools = if bound.is_empty() {
         tools.to_vec()
@@ -581,8 +586,8 @@ async fn judge(
 ) -> Result<String, String> {
     let question = render_node_template(query, node, items, question)?;
     let own = OwnVars { query, instruction: None, question: Some(&question), options, hints: &[] };
-    let prompt = render_prompt(plan, JUDGE_TEMPLATE, items, &own)?;
-    step.observation.prompt = Some(prompt.clone());
+    let (prompt, recorded) = render_prompt(plan, JUDGE_TEMPLATE, items, &own)?;
+    step.observation.prompt = Some(recorded);
     let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
     request.response_format = Some(ResponseFormat {
         name: "judge_choice".to_owned(),
@@ -668,7 +673,7 @@ mod tests {
         let merged = Context::merge(&shared);
         assert_eq!(seqs(&merged), [0, 1, 2, 10, 11, 12]);
         assert_eq!(merged.last().map(|entry| entry.seq), Some(12));
-        assert_eq!(merged.input().as_array().map(Vec::len), Some(6));
+        assert_eq!(*merged.input(), flowmem_model::ContextInput::Entries(vec![[0, 2], [10, 12]]));
         // A deeper branch does not share the members' base: the general merge.
         let deeper =
             Arc::new(Context::on(Some(Arc::new(Context::on(Some(base.clone()), vec![entry(20)]))), vec![entry(21)]));

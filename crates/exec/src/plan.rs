@@ -5,7 +5,7 @@
 //! hints), resolves named models, and precomputes the dependency order, edge lists and
 //! loop bodies, so that running a query does no graph analysis at all.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, Prompts, ToolDefinition};
@@ -15,9 +15,7 @@ use crate::grounding::Grounding;
 
 use crate::render::role_name;
 use crate::toolbox::ToolBox;
-use crate::validate::{
-    LOOP_BODY, UnboundTool, ValidatedGraph, loop_bodies, node_templates, template_variables, tool_binding,
-};
+use crate::validate::{LOOP_BODY, UnboundTool, ValidatedGraph, node_templates, template_variables, tool_binding};
 
 /// What a run needs from outside: models, tools and prompt templates.
 #[derive(Clone)]
@@ -181,7 +179,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
     let index: HashMap<&str, usize> =
         graph.nodes.iter().enumerate().map(|(node_idx, node)| (node.id.as_str(), node_idx)).collect();
     let edges = plan_edges(graph, &index);
-    let bodies = loop_bodies(graph, &index);
+    let bodies = graph.loop_bodies();
+    let enclosing = innermost_loops(&bodies, graph.nodes.len());
     let available = runtime.tools.definitions();
     let mut nodes = Vec::with_capacity(graph.nodes.len());
     for (node_idx, node) in graph.nodes.iter().enumerate() {
@@ -193,8 +192,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
                 compile_tool(&node.id, hints, instruction.as_ref(), bindings, &available, &runtime.prompts)?
             }
             NodeKind::Branch { condition } => compile_branch(graph, &node.id, condition, &runtime.prompts)?,
-            NodeKind::Parallel => ("parallel".to_owned(), Op::Parallel),
-            NodeKind::Join => ("join".to_owned(), Op::Join),
+            NodeKind::Parallel {} => ("parallel".to_owned(), Op::Parallel),
+            NodeKind::Join {} => ("join".to_owned(), Op::Join),
             NodeKind::Loop { max_iterations, until } => {
                 let body_nodes = bodies.get(&node_idx).cloned().unwrap_or_default();
                 compile_loop(node_idx, *max_iterations, until, body_nodes, &edges)
@@ -207,7 +206,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
             incoming: Vec::new(),
             back_incoming: Vec::new(),
             outgoing: Vec::new(),
-            enclosing_loop: innermost_loop(&bodies, node_idx),
+            enclosing_loop: enclosing[node_idx],
             template_vars: node_template_vars(&node.kind),
         });
     }
@@ -356,12 +355,18 @@ fn compile_loop(
 }
 
 /// The innermost loop whose body holds the node: the one with the smallest body.
-fn innermost_loop(bodies: &HashMap<usize, Vec<usize>>, node_idx: usize) -> Option<usize> {
-    bodies
-        .iter()
-        .filter(|(_, body)| body.contains(&node_idx))
-        .min_by_key(|(_, body)| body.len())
-        .map(|(loop_idx, _)| *loop_idx)
+/// Per node, the innermost loop whose body holds it: the smallest such body (the first
+/// loop among equals), in one pass over the bodies.
+fn innermost_loops(bodies: &BTreeMap<usize, Vec<usize>>, n_nodes: usize) -> Vec<Option<usize>> {
+    let mut res: Vec<Option<(usize, usize)>> = vec![None; n_nodes];
+    for (&loop_idx, body) in bodies {
+        for &node_idx in body {
+            if res[node_idx].is_none_or(|(_, size)| body.len() < size) {
+                res[node_idx] = Some((loop_idx, body.len()));
+            }
+        }
+    }
+    res.into_iter().map(|found| found.map(|(loop_idx, _)| loop_idx)).collect()
 }
 
 /// The upstream node ids (and `query`) the node's templates use, sorted.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
-use flowmem_model::{Deviation, NodeObservation, Trace, error_chain};
+use flowmem_model::{ContextInput, Deviation, NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
 use crate::event::{ExecEvent, ExecObserver, now_ms};
@@ -115,10 +115,10 @@ async fn steps(
             node_id: node_id.clone(),
             node_kind: "agent:step".to_owned(),
             iteration: step,
-            input: Arc::new(
+            input: Arc::new(ContextInput::Copied(Arc::new(
                 serde_json::to_value(&messages)
                     .expect("chat messages are plain structs with string keys, so they convert"),
-            ),
+            ))),
             prompt: messages.last().and_then(|message| message.content.clone()),
             started_at_ms,
             ..NodeObservation::default()

@@ -31,7 +31,7 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
             NodeKind::Tool { .. } => format!("n{node_idx}[/\"{label}\"/]"),
             NodeKind::Branch { .. } => format!("n{node_idx}{{\"{label}\"}}"),
             NodeKind::Loop { .. } => format!("n{node_idx}{{{{\"{label}\"}}}}"),
-            NodeKind::Parallel | NodeKind::Join => format!("n{node_idx}((\"{label}\"))"),
+            NodeKind::Parallel {} | NodeKind::Join {} => format!("n{node_idx}((\"{label}\"))"),
         };
         let _ = writeln!(res, "    {shape}");
     }
@@ -88,7 +88,7 @@ pub fn to_dot(graph: &WorkflowGraph) -> String {
             NodeKind::Tool { .. } => "parallelogram",
             NodeKind::Branch { .. } => "diamond",
             NodeKind::Loop { .. } => "hexagon",
-            NodeKind::Parallel | NodeKind::Join => "circle",
+            NodeKind::Parallel {} | NodeKind::Join {} => "circle",
         };
         let peripheries = if node.id == graph.entry || node.id == graph.exit { 2 } else { 1 };
         let _ = writeln!(
@@ -183,8 +183,8 @@ fn node_label(node: &GraphNode) -> String {
             summary
         }
         NodeKind::Branch { condition } => format!("branch: {}", condition_summary(condition)),
-        NodeKind::Parallel => "parallel".to_owned(),
-        NodeKind::Join => "join".to_owned(),
+        NodeKind::Parallel {} => "parallel".to_owned(),
+        NodeKind::Join {} => "join".to_owned(),
         NodeKind::Loop { max_iterations, until } => {
             format!("loop ≤{max_iterations} until {}", condition_summary(until))
         }
@@ -208,8 +208,8 @@ pub(crate) fn role_name(role: LlmRole) -> &'static str {
 fn condition_summary(condition: &Condition) -> String {
     match condition {
         Condition::Judge { question } => format!("judge: {question}"),
-        Condition::ToolSucceeded => "tool succeeded".to_owned(),
-        Condition::Always => "always".to_owned(),
+        Condition::ToolSucceeded {} => "tool succeeded".to_owned(),
+        Condition::Always {} => "always".to_owned(),
     }
 }
 

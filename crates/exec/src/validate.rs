@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 
-use flowmem_model::{Condition, EdgeKind, NodeKind, WorkflowGraph};
+use flowmem_model::{Condition, Edge, EdgeKind, NodeKind, WorkflowGraph};
 
 /// A workflow graph that passed [`check`]: the only kind of graph that can be compiled
 /// and executed.
@@ -361,15 +361,15 @@ pub const VAR_QUERY: &str = "query";
 /// use flowmem_exec::condition_routes;
 /// use flowmem_model::Condition;
 ///
-/// assert_eq!(condition_routes(&Condition::ToolSucceeded), Some((&["ok", "error"][..], "tool_succeeded")));
+/// assert_eq!(condition_routes(&Condition::ToolSucceeded {}), Some((&["ok", "error"][..], "tool_succeeded")));
 /// assert_eq!(condition_routes(&Condition::Judge { question: "?".into() }), None);
 /// ```
 #[must_use]
 pub fn condition_routes(condition: &Condition) -> Option<(&'static [&'static str], &'static str)> {
     match condition {
         Condition::Judge { .. } => None,
-        Condition::ToolSucceeded => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
-        Condition::Always => Some((&[ROUTE_DEFAULT], "always")),
+        Condition::ToolSucceeded {} => Some((&[ROUTE_OK, ROUTE_ERROR], "tool_succeeded")),
+        Condition::Always {} => Some((&[ROUTE_DEFAULT], "always")),
     }
 }
 
@@ -439,17 +439,60 @@ pub fn violations(graph: &WorkflowGraph, tools: ToolCatalog<'_>) -> Vec<Violatio
         return res;
     }
     let index = check_ids(graph, &mut res);
+    let edges = EdgesByNode::new(graph, &index);
     check_edges(graph, &index, &mut res);
     check_tools(graph, tools, &mut res);
-    check_labels(graph, &mut res);
+    check_labels(graph, &index, &edges, &mut res);
     let acyclic = check_cycles(graph, &index, &mut res);
     check_reachability(graph, &index, &mut res);
-    check_loops(graph, &index, &mut res);
+    check_loops(graph, &edges, &mut res);
     if acyclic {
-        check_templates(graph, &mut res);
-        check_bindings(graph, &index, &mut res);
+        check_data_reads(graph, &index, &mut res);
     }
     res
+}
+
+/// Each node's edges by position, so that no rule scans every edge per node.
+struct EdgesByNode {
+    outgoing: Vec<Vec<usize>>,
+    incoming: Vec<Vec<usize>>,
+    // Per edge, the positions of the nodes it leaves and enters, when they exist.
+    ends: Vec<(Option<usize>, Option<usize>)>,
+}
+
+impl EdgesByNode {
+    fn new(graph: &WorkflowGraph, index: &Index<'_>) -> EdgesByNode {
+        let n = graph.nodes.len();
+        let mut res = EdgesByNode {
+            outgoing: vec![Vec::new(); n],
+            incoming: vec![Vec::new(); n],
+            ends: Vec::with_capacity(graph.edges.len()),
+        };
+        for (edge_idx, edge) in graph.edges.iter().enumerate() {
+            let from = index.get(edge.from.as_str()).copied();
+            let to = index.get(edge.to.as_str()).copied();
+            if let Some(from) = from {
+                res.outgoing[from].push(edge_idx);
+            }
+            if let Some(to) = to {
+                res.incoming[to].push(edge_idx);
+            }
+            res.ends.push((from, to));
+        }
+        res
+    }
+
+    /// The edges leaving the node with `id` (of any node with that id), in edge order.
+    fn outgoing<'g>(&self, graph: &'g WorkflowGraph, index: &Index<'_>, id: &str) -> impl Iterator<Item = &'g Edge> {
+        let edge_ids = index.get(id).map_or(&[][..], |&idx| &self.outgoing[idx][..]);
+        edge_ids.iter().map(|&edge_idx| &graph.edges[edge_idx]).collect::<Vec<_>>().into_iter()
+    }
+
+    /// The edges entering the node with `id`, in edge order.
+    fn incoming<'g>(&self, graph: &'g WorkflowGraph, index: &Index<'_>, id: &str) -> impl Iterator<Item = &'g Edge> {
+        let edge_ids = index.get(id).map_or(&[][..], |&idx| &self.incoming[idx][..]);
+        edge_ids.iter().map(|&edge_idx| &graph.edges[edge_idx]).collect::<Vec<_>>().into_iter()
+    }
 }
 
 // Node id -> position of its first occurrence.
@@ -551,9 +594,10 @@ pub(crate) fn tool_binding<'a>(hints: &'a [String], available: &[&str]) -> Vec<U
         .collect()
 }
 
-fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
+fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, res: &mut Vec<Violation>) {
     for node in &graph.nodes {
-        let outgoing: Vec<_> = graph.outgoing(&node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
+        let outgoing: Vec<_> =
+            edges.outgoing(graph, index, &node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
             NodeKind::Branch { condition } => {
                 if outgoing.is_empty() {
@@ -600,13 +644,13 @@ fn check_labels(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
                         res.push(Violation::LoopEdgeLabel { node: node.id.clone(), to: edge.to.clone() });
                     }
                 }
-                let closed = graph.incoming(&node.id).any(|edge| edge.kind == EdgeKind::Back);
+                let closed = edges.incoming(graph, index, &node.id).any(|edge| edge.kind == EdgeKind::Back);
                 if !closed {
                     res.push(Violation::LoopNotClosed { node: node.id.clone() });
                 }
             }
             _ => {
-                for edge in graph.outgoing(&node.id) {
+                for edge in edges.outgoing(graph, index, &node.id) {
                     if let Some(label) = &edge.label {
                         res.push(Violation::StrayLabel {
                             node: node.id.clone(),
@@ -713,82 +757,30 @@ fn check_reachability(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Vi
     }
 }
 
-/// The body of each loop: nodes reachable from its `body` edge over non-`back` edges,
-/// not passing through the loop itself. Keyed by the loop's position.
-pub(crate) fn loop_bodies(graph: &WorkflowGraph, index: &HashMap<&str, usize>) -> HashMap<usize, Vec<usize>> {
-    let adjacency = forward_adjacency(graph, index);
-    let mut reverse = vec![Vec::new(); adjacency.len()];
-    for (from, successors) in adjacency.iter().enumerate() {
-        for &to in successors {
-            reverse[to].push(from);
+/// Edges that cross a loop body's boundary other than through the loop and its `back`
+/// edges; each loop's check looks only at the edges of its body nodes and its own.
+fn check_loops(graph: &WorkflowGraph, edges: &EdgesByNode, res: &mut Vec<Violation>) {
+    let bodies = graph.loop_bodies();
+    // Marks stamped with the loop being checked: no per-loop allocation of n.
+    let mut in_body = vec![usize::MAX; graph.nodes.len()];
+    for (&loop_idx, body) in &bodies {
+        for &node_idx in body {
+            in_body[node_idx] = loop_idx;
         }
-    }
-    // Sources of the `back` edges into each node, for the nested loops below.
-    let mut inner_back = vec![Vec::new(); adjacency.len()];
-    for edge in graph.edges.iter().filter(|edge| edge.kind == EdgeKind::Back) {
-        if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
-            inner_back[to].push(from);
-        }
-    }
-    let mut bodies = HashMap::new();
-    for (loop_idx, node) in graph.nodes.iter().enumerate() {
-        if !matches!(node.kind, NodeKind::Loop { .. }) {
-            continue;
-        }
-        let mut seen = vec![false; graph.nodes.len()];
-        seen[loop_idx] = true;
-        let mut queue: VecDeque<usize> = graph
-            .outgoing(&node.id)
-            .filter(|edge| edge.kind != EdgeKind::Back && edge.label.as_deref() == Some(LOOP_BODY))
-            .filter_map(|edge| index.get(edge.to.as_str()).copied())
+        let is_in = |node_idx: Option<usize>| node_idx.is_some_and(|idx| in_body[idx] == loop_idx);
+        let mut candidates: Vec<usize> = body
+            .iter()
+            .flat_map(|&node_idx| edges.outgoing[node_idx].iter().chain(&edges.incoming[node_idx]))
+            .chain(&edges.incoming[loop_idx])
+            .copied()
             .collect();
-        let mut forward = Vec::new();
-        while let Some(node_idx) = queue.pop_front() {
-            if seen[node_idx] {
-                continue;
-            }
-            seen[node_idx] = true;
-            forward.push(node_idx);
-            queue.extend(adjacency[node_idx].iter().copied().filter(|&succ| !seen[succ]));
-        }
-        // Keep the nodes on a path back to the loop: those reaching a `back` edge source.
-        // A nested loop's body returns to its own loop node over its `back` edge, and
-        // that node goes on to this loop's, so inner back edges count as ways back too.
-        let back_sources: Vec<usize> = graph
-            .incoming(&node.id)
-            .filter(|edge| edge.kind == EdgeKind::Back)
-            .filter_map(|edge| index.get(edge.from.as_str()).copied())
-            .collect();
-        let mut returns = vec![false; graph.nodes.len()];
-        let mut stack = back_sources.clone();
-        while let Some(node_idx) = stack.pop() {
-            if returns[node_idx] || node_idx == loop_idx {
-                continue;
-            }
-            returns[node_idx] = true;
-            stack.extend(reverse[node_idx].iter().copied());
-            stack.extend(inner_back[node_idx].iter().copied());
-        }
-        let mut body: Vec<usize> = if back_sources.is_empty() {
-            forward
-        } else {
-            forward.into_iter().filter(|&node_idx| returns[node_idx]).collect()
-        };
-        body.sort_unstable();
-        bodies.insert(loop_idx, body);
-    }
-    bodies
-}
-
-fn check_loops(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
-    let bodies = loop_bodies(graph, index);
-    let mut loops: Vec<_> = bodies.iter().collect();
-    loops.sort_unstable_by_key(|(loop_idx, _)| **loop_idx);
-    for (&loop_idx, body) in loops {
+        candidates.sort_unstable();
+        candidates.dedup();
         let loop_id = &graph.nodes[loop_idx].id;
-        let in_body = |id: &str| index.get(id).is_some_and(|node_idx| body.contains(node_idx));
-        for edge in &graph.edges {
-            let (from_in, to_in) = (in_body(&edge.from), in_body(&edge.to));
+        for edge_idx in candidates {
+            let edge = &graph.edges[edge_idx];
+            let (from, to) = edges.ends[edge_idx];
+            let (from_in, to_in) = (is_in(from), is_in(to));
             match edge.kind {
                 EdgeKind::Back => {
                     if edge.to == *loop_id && !from_in {
@@ -833,7 +825,7 @@ pub(crate) fn node_templates(kind: &NodeKind) -> Vec<(&'static str, &str)> {
                 res.push(("question", question.as_str()));
             }
         }
-        NodeKind::Parallel | NodeKind::Join => {}
+        NodeKind::Parallel {} | NodeKind::Join {} => {}
     }
     res
 }
@@ -853,53 +845,67 @@ pub(crate) fn template_variables(source: &str) -> Result<BTreeSet<String>, Strin
         .collect())
 }
 
-/// A binding's result or argument source must be upstream
-/// ([`WorkflowGraph::upstream`]).
-fn check_bindings(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
-    let mut upstream: Option<Vec<Vec<bool>>> = None;
+/// What nodes read from other nodes, checked against [`WorkflowGraph::upstream_index`]
+/// in one batch: `instruction` and judge `question` templates parse and use only
+/// `query` and upstream nodes, and every data binding reads from an upstream node.
+fn check_data_reads(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Violation>) {
+    // Everything a node reads, in node order: a template (that may not parse), its
+    // variables, a binding's source; each with the upstream question it raises, if any.
+    enum Read {
+        Syntax { node_idx: usize, field: &'static str, message: String },
+        Variable { node_idx: usize, field: &'static str, variable: String },
+        Binding { node_idx: usize, arg: String, source_node: String },
+    }
+    let mut reads = Vec::new();
+    let mut pairs = Vec::new();
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        for (field, source) in node_templates(&node.kind) {
+            match template_variables(source) {
+                Err(message) => {
+                    pairs.push(None);
+                    reads.push(Read::Syntax { node_idx, field, message });
+                }
+                Ok(variables) => {
+                    for variable in variables.into_iter().filter(|variable| variable != VAR_QUERY) {
+                        pairs.push(index.get(variable.as_str()).map(|&of| (node_idx, of)));
+                        reads.push(Read::Variable { node_idx, field, variable });
+                    }
+                }
+            }
+        }
+    }
     for (node_idx, node) in graph.nodes.iter().enumerate() {
         let NodeKind::Tool { bindings, .. } = &node.kind else {
             continue;
         };
         for (arg, binding) in bindings {
             for source_node in binding.sources.iter().filter_map(|source| source.source.node()) {
-                let upstream = upstream.get_or_insert_with(|| graph.upstream());
-                if !index.get(source_node).is_some_and(|&idx| upstream[node_idx][idx]) {
-                    res.push(Violation::BindingNotUpstream {
-                        node: node.id.clone(),
-                        arg: arg.clone(),
-                        source_node: source_node.to_owned(),
-                    });
-                }
+                pairs.push(index.get(source_node).map(|&of| (node_idx, of)));
+                reads.push(Read::Binding { node_idx, arg: arg.clone(), source_node: source_node.to_owned() });
             }
         }
     }
-}
-
-fn check_templates(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
-    let upstream = graph.upstream();
-    for (node_idx, node) in graph.nodes.iter().enumerate() {
-        let templates = node_templates(&node.kind);
-        if templates.is_empty() {
+    if reads.is_empty() {
+        return;
+    }
+    let asked: Vec<(usize, usize)> = pairs.iter().flatten().copied().collect();
+    let mut answers = graph.upstream_index().contains_all(&asked).into_iter();
+    // Templates are reported before bindings, each in node order, as the rules read.
+    for (read, pair) in reads.into_iter().zip(pairs) {
+        let upstream = pair.is_some() && answers.next().unwrap_or(false);
+        if upstream {
             continue;
         }
-        let ancestors: HashSet<&str> = upstream[node_idx]
-            .iter()
-            .enumerate()
-            .filter(|&(_, &seen)| seen)
-            .map(|(idx, _)| graph.nodes[idx].id.as_str())
-            .collect();
-        for (field, source) in templates {
-            match template_variables(source) {
-                Err(message) => res.push(Violation::TemplateSyntax { node: node.id.clone(), field, message }),
-                Ok(variables) => {
-                    for variable in variables {
-                        if variable != VAR_QUERY && !ancestors.contains(variable.as_str()) {
-                            res.push(Violation::UndefinedVariable { node: node.id.clone(), field, variable });
-                        }
-                    }
-                }
+        res.push(match read {
+            Read::Syntax { node_idx, field, message } => {
+                Violation::TemplateSyntax { node: graph.nodes[node_idx].id.clone(), field, message }
             }
-        }
+            Read::Variable { node_idx, field, variable } => {
+                Violation::UndefinedVariable { node: graph.nodes[node_idx].id.clone(), field, variable }
+            }
+            Read::Binding { node_idx, arg, source_node } => {
+                Violation::BindingNotUpstream { node: graph.nodes[node_idx].id.clone(), arg, source_node }
+            }
+        });
     }
 }

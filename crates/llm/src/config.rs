@@ -16,7 +16,8 @@ use crate::{ApiKey, CacheMode, HttpEmbeddingConfig, HttpModelConfig, LlmError, P
 /// base_url = "https://api.openai.com/v1"
 /// model = "gpt-4.1"
 /// api_key_env = "OPENAI_API_KEY"   # optional; default OPENAI_API_KEY if set
-/// timeout = 120                    # seconds per attempt
+/// timeout = 120                    # seconds per call, retries included
+/// attempt_timeout = 60             # optional: seconds per HTTP attempt
 /// max_concurrency = 8              # requests in flight at once
 /// retries = 4                      # retries of 429, 5xx, timeouts, connection errors
 ///
@@ -69,8 +70,11 @@ pub struct ModelEntry {
     pub model: Option<String>,
     /// The environment variable holding the API key.
     pub api_key_env: Option<String>,
-    /// Seconds per attempt.
+    /// Seconds a call may take in all, retries and waits included.
     pub timeout: Option<f64>,
+    /// Seconds one HTTP attempt may take (within `timeout`), so that a stalled attempt
+    /// leaves time for a retry.
+    pub attempt_timeout: Option<f64>,
     /// Requests in flight at once.
     pub max_concurrency: Option<usize>,
     /// Retries after the first attempt.
@@ -265,8 +269,10 @@ impl LlmSettings {
     /// TOML, a field has the wrong type, or a `[models.*]`, `[roles]` or `[llm]` table
     /// has an unknown field.
     pub fn from_toml(text: &str, origin: &Path) -> Result<LlmSettings, ModelConfigError> {
-        let mut settings: LlmSettings = toml::from_str(text)
-            .map_err(|err| ModelConfigError::Parse { path: origin.to_path_buf(), message: err.to_string() })?;
+        let mut settings: LlmSettings = toml::from_str(text).map_err(|err| ModelConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: flowmem_model::with_suggestion(err.to_string()),
+        })?;
         settings.origin = Some(origin.to_path_buf());
         Ok(settings)
     }
@@ -389,6 +395,7 @@ impl LlmSettings {
                 let mut cfg = HttpEmbeddingConfig::new(chat.name, chat.base_url, chat.model);
                 cfg.api_key = chat.api_key;
                 cfg.timeout = chat.timeout;
+                cfg.attempt_timeout = chat.attempt_timeout;
                 cfg.retry = chat.retry;
                 if self.models[name].max_concurrency.is_some() {
                     cfg.max_concurrency = chat.max_concurrency;
@@ -463,6 +470,12 @@ impl LlmSettings {
                 .ok()
                 .filter(|timeout| !timeout.is_zero())
                 .ok_or_else(|| invalid("timeout", format!("{seconds} is not a positive number of seconds")))?;
+        }
+        if let Some(seconds) = entry.attempt_timeout {
+            cfg.attempt_timeout =
+                Some(Duration::try_from_secs_f64(seconds).ok().filter(|timeout| !timeout.is_zero()).ok_or_else(
+                    || invalid("attempt_timeout", format!("{seconds} is not a positive number of seconds")),
+                )?);
         }
         if let Some(max) = entry.max_concurrency {
             if max == 0 {

@@ -69,8 +69,11 @@ pub struct HttpEmbeddingConfig {
     pub model: String,
     /// The key sent as `Authorization: Bearer`, if any.
     pub api_key: Option<ApiKey>,
-    /// The timeout of one HTTP attempt.
+    /// The deadline of one request (one batch of texts), every retry and wait included.
     pub timeout: Duration,
+    /// The longest one HTTP attempt may take (within `timeout`), so that a stalled
+    /// attempt leaves time for a retry; `None`: whatever remains of the deadline.
+    pub attempt_timeout: Option<Duration>,
     /// The most requests in flight at once.
     pub max_concurrency: usize,
     /// How failed attempts are retried.
@@ -80,7 +83,7 @@ pub struct HttpEmbeddingConfig {
 }
 
 impl HttpEmbeddingConfig {
-    /// A configuration with a 60 s timeout, 4 concurrent requests, batches of 64 texts
+    /// A configuration with a 60 s deadline per request (no separate attempt timeout), 4 concurrent requests, batches of 64 texts
     /// and [`RetryPolicy::standard`].
     #[must_use]
     pub fn new(name: impl Into<String>, base_url: impl Into<String>, model: impl Into<String>) -> HttpEmbeddingConfig {
@@ -90,6 +93,7 @@ impl HttpEmbeddingConfig {
             model: model.into(),
             api_key: None,
             timeout: Duration::from_secs(60),
+            attempt_timeout: None,
             max_concurrency: 4,
             retry: RetryPolicy::standard(),
             batch_size: 64,
@@ -138,6 +142,7 @@ impl HttpEmbeddingModel {
             path: EMBEDDINGS_PATH,
             api_key: cfg.api_key.as_ref(),
             timeout: cfg.timeout,
+            attempt_timeout: cfg.attempt_timeout,
             max_concurrency: cfg.max_concurrency,
             retry: cfg.retry,
         })?;
@@ -152,7 +157,8 @@ impl HttpEmbeddingModel {
 
     async fn embed_batch(&self, texts: &[String]) -> Result<(Vec<Vec<f32>>, u64), LlmError> {
         let body = json!({"model": self.cfg.model, "input": texts, "encoding_format": "float"});
-        self.endpoint.post(&body, "embeddings", |text| self.parse(text, texts.len())).await
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        self.endpoint.post(&body, "embeddings", deadline, |text| self.parse(text, texts.len())).await
     }
 
     fn parse(&self, text: &str, n_inputs: usize) -> Result<(Vec<Vec<f32>>, u64), Failure> {

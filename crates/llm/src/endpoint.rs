@@ -1,6 +1,8 @@
 //! One OpenAI-compatible JSON endpoint with the transport policy every model client
-//! shares: per-attempt timeouts, a bearer key, a concurrency bound, and retries with
-//! backoff. [`HttpModel`](crate::HttpModel) posts chat completions through it and
+//! shares: a deadline per call (retries and waits included) with an optional timeout per
+//! attempt, a bearer key, a concurrency bound, retries with backoff that never pass the
+//! deadline, and redaction of every registered secret from what the server sends back.
+//! [`HttpModel`](crate::HttpModel) posts chat completions through it and
 //! [`HttpEmbeddingModel`](crate::HttpEmbeddingModel) embeddings.
 
 use std::time::Duration;
@@ -36,6 +38,7 @@ pub(crate) struct Endpoint {
     permits: Semaphore,
     url: String,
     timeout: Duration,
+    attempt_timeout: Option<Duration>,
     retry: RetryPolicy,
 }
 
@@ -45,7 +48,10 @@ pub(crate) struct EndpointConfig<'a> {
     pub(crate) base_url: &'a str,
     pub(crate) path: &'a str,
     pub(crate) api_key: Option<&'a ApiKey>,
+    /// The deadline of one call, retries included.
     pub(crate) timeout: Duration,
+    /// The longest one attempt may take, when shorter than what remains of the deadline.
+    pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) max_concurrency: usize,
     pub(crate) retry: RetryPolicy,
 }
@@ -59,8 +65,8 @@ impl Endpoint {
     /// valid header value.
     pub(crate) fn new(cfg: EndpointConfig<'_>) -> Result<Endpoint, LlmError> {
         let unavailable = |reason: String| LlmError::Unavailable { model: cfg.name.to_owned(), reason };
+        // Each attempt sets its own timeout: what remains of its call's deadline.
         let client = reqwest::Client::builder()
-            .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
             .build()
             .map_err(|err| unavailable(format!("cannot build an HTTP client: {err}")))?;
@@ -78,24 +84,36 @@ impl Endpoint {
             permits: Semaphore::new(cfg.max_concurrency.max(1)),
             url: format!("{}{}", cfg.base_url.trim_end_matches('/'), cfg.path),
             timeout: cfg.timeout,
+            attempt_timeout: cfg.attempt_timeout,
             retry: cfg.retry,
         })
     }
 
+    /// The URL requests go to.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Posts `body` until `parse` accepts a successful reply's text, retrying 408, 429,
     /// 5xx, timeouts, connection errors and the failures `parse` marks retryable, as the
-    /// retry policy allows; `what` names the request in the retry log line.
+    /// retry policy allows and until `deadline`; `what` names the request in the retry
+    /// log line. A retry that could not start before the deadline (a long `Retry-After`,
+    /// a backoff) fails the call at once with [`LlmError::RetryPastDeadline`].
     pub(crate) async fn post<T>(
         &self,
         body: &Value,
         what: &'static str,
+        deadline: tokio::time::Instant,
         parse: impl Fn(&str) -> Result<T, Failure>,
     ) -> Result<T, LlmError> {
         let mut retry = 0;
         loop {
             let attempt = {
-                let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-                match self.attempt(body).await {
+                let Ok(permit) = tokio::time::timeout_at(deadline, self.permits.acquire()).await else {
+                    return Err(self.deadline_timeout());
+                };
+                let _permit = permit.expect("the semaphore is never closed");
+                match self.attempt(body, deadline).await {
                     Ok(text) => parse(&text),
                     Err(failure) => Err(failure),
                 }
@@ -107,11 +125,37 @@ impl Endpoint {
             if !failure.retryable || retry >= self.retry.max_retries {
                 return Err(failure.error);
             }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Err(failure.error);
+            }
             let delay = self.retry.delay(retry, failure.retry_after);
+            if delay >= remaining {
+                let reason = match failure.retry_after {
+                    Some(asked) => format!(
+                        "the server asked to retry after {:.1} s (Retry-After), and {:.1} s remain",
+                        asked.as_secs_f64(),
+                        remaining.as_secs_f64()
+                    ),
+                    None => format!(
+                        "retry {} would start in {:.1} s, and {:.1} s remain",
+                        retry + 1,
+                        delay.as_secs_f64(),
+                        remaining.as_secs_f64()
+                    ),
+                };
+                return Err(LlmError::RetryPastDeadline {
+                    model: self.name.clone(),
+                    seconds: self.timeout.as_secs_f64(),
+                    reason,
+                    last: Box::new(failure.error),
+                });
+            }
             tracing::warn!(
                 model = %self.name,
                 retry = retry + 1,
                 delay_ms = delay.as_millis() as u64,
+                remaining_ms = remaining.as_millis() as u64,
                 error = %failure.error,
                 "retrying {what} request",
             );
@@ -120,16 +164,29 @@ impl Endpoint {
         }
     }
 
-    /// One HTTP attempt: the body of a successful reply.
-    async fn attempt(&self, body: &Value) -> Result<String, Failure> {
-        let mut request = self.client.post(&self.url).json(body);
+    /// One HTTP attempt, bounded by the attempt timeout and by `deadline`: the body of a
+    /// successful reply, with every registered secret redacted.
+    async fn attempt(&self, body: &Value, deadline: tokio::time::Instant) -> Result<String, Failure> {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // The timeout an error names: the call's deadline, or the attempt's own when shorter.
+        let (limit, named) = match self.attempt_timeout {
+            Some(attempt) if attempt < remaining => (attempt, attempt),
+            _ => (remaining, self.timeout),
+        };
+        if limit.is_zero() {
+            return Err(Failure::fatal(self.deadline_timeout()));
+        }
+        let mut request = self.client.post(&self.url).json(body).timeout(limit);
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }
-        let response = request.send().await.map_err(|err| self.transport_failure(err))?;
+        let response = request.send().await.map_err(|err| self.transport_failure(err, named))?;
         let status = response.status();
         let retry_after = retry_after(response.headers());
-        let text = response.text().await.map_err(|err| self.transport_failure(err))?;
+        let text = response.text().await.map_err(|err| self.transport_failure(err, named))?;
+        // Whatever the server sent back (an error that echoes the key, a reply) is
+        // redacted before anything reads it.
+        let text = flowmem_model::redact(&text).into_owned();
         if !status.is_success() {
             let code = status.as_u16();
             return Err(Failure {
@@ -141,9 +198,14 @@ impl Endpoint {
         Ok(text)
     }
 
-    fn transport_failure(&self, err: reqwest::Error) -> Failure {
+    /// The call's deadline passed.
+    fn deadline_timeout(&self) -> LlmError {
+        LlmError::Timeout { model: self.name.clone(), seconds: self.timeout.as_secs_f64() }
+    }
+
+    fn transport_failure(&self, err: reqwest::Error, timeout: Duration) -> Failure {
         let error = if err.is_timeout() {
-            LlmError::Timeout { model: self.name.clone(), seconds: self.timeout.as_secs_f64() }
+            LlmError::Timeout { model: self.name.clone(), seconds: timeout.as_secs_f64() }
         } else {
             // Strip the URL's query string, if any, in case a deployment put a key there.
             LlmError::Transport { model: self.name.clone(), source: Box::new(err.without_url()) }

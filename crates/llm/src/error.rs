@@ -23,13 +23,40 @@ pub enum LlmError {
         /// The response body, shortened.
         body: String,
     },
-    /// No reply within the timeout.
+    /// No reply within the timeout: the call's deadline, or an attempt's own timeout
+    /// when its retries ran out.
     #[error("model `{model}` did not answer within {seconds:.1} s")]
     Timeout {
         /// The model's name.
         model: String,
         /// The timeout.
         seconds: f64,
+    },
+    /// An attempt failed, and the retry it called for could not start before the call's
+    /// deadline, so the call failed at once instead of waiting in vain.
+    #[error("model `{model}` failed, and a retry would pass the call's {seconds:.1} s deadline: {reason}")]
+    RetryPastDeadline {
+        /// The model's name.
+        model: String,
+        /// The deadline.
+        seconds: f64,
+        /// Why the retry would come too late, such as a long `Retry-After`.
+        reason: String,
+        /// The failure that called for the retry.
+        #[source]
+        last: Box<LlmError>,
+    },
+    /// The server's answer is not a chat completion at all: a body that is not JSON
+    /// (such as a proxy's HTML page), or JSON without `choices`. It is never read as the
+    /// model's reply.
+    #[error("protocol error from model `{model}` at `{endpoint}`: {problem}")]
+    Protocol {
+        /// The model's name.
+        model: String,
+        /// The URL that answered.
+        endpoint: String,
+        /// What is wrong with the body, with its first characters.
+        problem: String,
     },
     /// The reply was not the JSON shape we asked for, even after re-asking.
     #[error("model `{model}` replied with {problem}")]

@@ -78,6 +78,9 @@ pub use crate::embed::{
 };
 pub use crate::error::LlmError;
 pub use crate::limit::TextLimitModel;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use crate::openai::fuzzing;
 pub use crate::openai::{ApiKey, EMBEDDED_PROMPTS, HttpModel, HttpModelConfig, list_models};
 pub use crate::passthrough::{CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawReply, RawStream};
 pub use crate::prompt::{

@@ -16,15 +16,19 @@ use crate::{
 };
 
 /// An API key. Its `Debug` output is redacted and it has no `Display` or `Serialize`,
-/// so it cannot leak into logs, errors, traces or the cache by accident.
+/// so it cannot leak into logs, errors, traces or the cache by accident; and it is
+/// registered with [`flowmem_model::register_secret`], so text that echoes it (a server's
+/// error body, a reply) is redacted wherever flowmem prints, logs or stores it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(Arc<str>);
 
 impl ApiKey {
-    /// Wraps a key.
+    /// Wraps a key and registers it as a secret of the process.
     #[must_use]
     pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(Arc::from(key.into()))
+        let key: Arc<str> = Arc::from(key.into());
+        flowmem_model::register_secret(&key);
+        ApiKey(key)
     }
 
     /// The `Authorization: Bearer` value, marked sensitive; `None` when the key is not
@@ -55,8 +59,14 @@ pub struct HttpModelConfig {
     pub model: String,
     /// The key sent as `Authorization: Bearer`, if any.
     pub api_key: Option<ApiKey>,
-    /// The timeout of one HTTP attempt, from sending to the end of the body.
+    /// The deadline of one call: from [`ChatModel::chat`] to its answer, waiting for a
+    /// free slot, every attempt, every backoff and a schema re-ask included. No call
+    /// takes longer; a retry that could not start before it fails the call at once.
     pub timeout: Duration,
+    /// The longest one HTTP attempt may take (from sending to the end of the body), so
+    /// that a stalled attempt leaves time for a retry; `None`: whatever remains of the
+    /// deadline.
+    pub attempt_timeout: Option<Duration>,
     /// The most requests to this model in flight at once.
     pub max_concurrency: usize,
     /// How failed attempts are retried.
@@ -64,8 +74,8 @@ pub struct HttpModelConfig {
 }
 
 impl HttpModelConfig {
-    /// A configuration with a 120 s timeout, 8 concurrent requests and
-    /// [`RetryPolicy::standard`].
+    /// A configuration with a 120 s deadline per call (no separate attempt timeout), 8
+    /// concurrent requests and [`RetryPolicy::standard`].
     #[must_use]
     pub fn new(name: impl Into<String>, base_url: impl Into<String>, model: impl Into<String>) -> HttpModelConfig {
         HttpModelConfig {
@@ -74,6 +84,7 @@ impl HttpModelConfig {
             model: model.into(),
             api_key: None,
             timeout: Duration::from_secs(120),
+            attempt_timeout: None,
             max_concurrency: 8,
             retry: RetryPolicy::standard(),
         }
@@ -89,9 +100,12 @@ impl HttpModelConfig {
 ///   reply is validated against the schema. A reply that does not match is re-asked
 ///   once with the validation error (prompt `repair_json`); a second failure is
 ///   [`LlmError::InvalidReply`] carrying the raw reply.
-/// - Every attempt has a timeout. 408, 429, 5xx, timeouts, connection errors and bodies
-///   that are not a chat completion are retried with exponential backoff and jitter,
-///   honouring `Retry-After`.
+/// - A call has a deadline ([`HttpModelConfig::timeout`]) that covers all of it; an
+///   attempt may have a shorter timeout of its own. 408, 429, 5xx, timeouts and connection
+///   errors are retried with exponential backoff and jitter, honouring `Retry-After`, and
+///   each retry is logged; a retry that would start after the deadline (such as a
+///   `Retry-After` longer than what remains) fails the call at once with
+///   [`LlmError::RetryPastDeadline`], saying why.
 /// - At most `max_concurrency` requests are in flight at once.
 ///
 /// # Example
@@ -128,6 +142,7 @@ impl HttpModel {
             path: CHAT_COMPLETIONS_PATH,
             api_key: cfg.api_key.as_ref(),
             timeout: cfg.timeout,
+            attempt_timeout: cfg.attempt_timeout,
             max_concurrency: cfg.max_concurrency,
             retry: cfg.retry,
         })?;
@@ -140,31 +155,33 @@ impl HttpModel {
         &self.cfg
     }
 
-    /// Sends `body` with retries and returns the parsed completion. A body that is not a
-    /// chat completion is retried; a completion that cannot be used is not.
-    async fn complete(&self, body: &Value) -> Result<Completion, LlmError> {
+    /// Sends `body` with retries until `deadline` and returns the parsed completion. A
+    /// body that is not a chat completion is a protocol error, retried as a fault of the
+    /// server (or of a proxy in front of it) and never taken for the model's words; a
+    /// completion that cannot be used is not retried.
+    async fn complete(&self, body: &Value, deadline: tokio::time::Instant) -> Result<Completion, LlmError> {
         self.endpoint
-            .post(body, "chat", |text| {
-                let wire: WireResponse = serde_json::from_str(text).map_err(|err| Failure {
+            .post(body, "chat", deadline, |text| {
+                let wire = parse_completion(text).map_err(|problem| Failure {
                     retryable: true,
                     retry_after: None,
-                    error: LlmError::InvalidReply {
+                    error: LlmError::Protocol {
                         model: self.cfg.name.clone(),
-                        problem: format!("a body that is not a chat completion ({err})"),
-                        raw: text.to_owned(),
+                        endpoint: self.endpoint.url().to_owned(),
+                        problem,
                     },
                 })?;
-                self.completion(wire, text).map_err(Failure::fatal)
+                self.completion(wire).map_err(Failure::fatal)
             })
             .await
     }
 
-    fn completion(&self, wire: WireResponse, raw: &str) -> Result<Completion, LlmError> {
+    fn completion(&self, wire: WireResponse) -> Result<Completion, LlmError> {
         let Some(choice) = wire.choices.into_iter().next() else {
-            return Err(LlmError::InvalidReply {
+            return Err(LlmError::Protocol {
                 model: self.cfg.name.clone(),
-                problem: "a chat completion with no choices".to_owned(),
-                raw: raw.to_owned(),
+                endpoint: self.endpoint.url().to_owned(),
+                problem: "a chat completion with an empty `choices` list".to_owned(),
             });
         };
         let mut tool_calls = Vec::new();
@@ -208,15 +225,16 @@ impl ChatModel for HttpModel {
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
         let Some(format) = &request.response_format else {
-            let reply = self.complete(&request_body(&self.cfg.model, request, &request.messages)).await?;
+            let reply = self.complete(&request_body(&self.cfg.model, request, &request.messages), deadline).await?;
             return Ok(reply.into_response(started.elapsed(), Usage::default()));
         };
         let validator = jsonschema::validator_for(&format.schema).map_err(|err| LlmError::InvalidRequest {
             model: self.cfg.name.clone(),
             problem: format!("response format `{}` is not a valid JSON Schema: {err}", format.name),
         })?;
-        let first = self.complete(&request_body(&self.cfg.model, request, &request.messages)).await?;
+        let first = self.complete(&request_body(&self.cfg.model, request, &request.messages), deadline).await?;
         let problem = match check_reply(&validator, first.content.as_deref()) {
             Ok(json_text) => {
                 return Ok(first.with_content(json_text).into_response(started.elapsed(), Usage::default()));
@@ -231,7 +249,7 @@ impl ChatModel for HttpModel {
             problem: format!("cannot render the repair prompt: {err}"),
         })?;
         messages.push(Message::user(repair));
-        let second = self.complete(&request_body(&self.cfg.model, request, &messages)).await?;
+        let second = self.complete(&request_body(&self.cfg.model, request, &messages), deadline).await?;
         match check_reply(&validator, second.content.as_deref()) {
             Ok(json_text) => Ok(second.with_content(json_text).into_response(started.elapsed(), first.usage)),
             Err(problem) => Err(LlmError::InvalidReply {
@@ -270,6 +288,7 @@ pub async fn list_models(base_url: &str, api_key: Option<&ApiKey>, timeout: Dura
     let response = request.send().await.map_err(transport)?;
     let status = response.status();
     let text = response.text().await.map_err(transport)?;
+    let text = flowmem_model::redact(&text).into_owned();
     if !status.is_success() {
         return Err(LlmError::Status { model: name, status: status.as_u16(), body: shorten(&text, 500) });
     }
@@ -364,6 +383,31 @@ fn strip_code_fence(text: &str) -> &str {
     let Some(body) = rest.strip_suffix("```") else { return trimmed };
     // Drop an info string such as `json` on the opening line.
     body.split_once('\n').map_or(body, |(_, code)| code).trim()
+}
+
+/// Reads a chat-completions body, or says what is wrong with it, quoting its start.
+fn parse_completion(text: &str) -> Result<WireResponse, String> {
+    let quote = || shorten(text.trim(), 120);
+    let value: Value =
+        serde_json::from_str(text).map_err(|err| format!("the body is not JSON ({err}); it begins `{}`", quote()))?;
+    serde_json::from_value(value)
+        .map_err(|err| format!("the body is JSON but not a chat completion ({err}); it begins `{}`", quote()))
+}
+
+/// Entry points for `cargo fuzz` (the `fuzz/` crate), compiled only under
+/// `--cfg fuzzing`.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Reads `text` as a chat-completions body the way every attempt does, and, when it
+    /// is one, turns it into a completion (tool-call arguments parsed). Never panics.
+    pub fn read_reply(text: &str) {
+        let Ok(wire) = super::parse_completion(text) else { return };
+        let cfg = super::HttpModelConfig::new("fuzz", "http://127.0.0.1:9/v1", "fuzz");
+        if let Ok(model) = super::HttpModel::new(cfg) {
+            let _ = model.completion(wire);
+        }
+    }
 }
 
 /// The JSON body of a chat-completions request.

@@ -138,13 +138,20 @@ impl RawReply {
         self.headers.iter().any(|(name, value)| name == "content-type" && value.starts_with(b"text/event-stream"))
     }
 
-    /// The whole body.
+    /// The whole body, with every registered secret redacted (an upstream error may echo
+    /// the key flowmem sent it).
     ///
     /// # Errors
     ///
     /// When the body breaks off.
     pub async fn bytes(self) -> Result<Bytes, PassthroughError> {
-        Ok(self.response.bytes().await?)
+        let bytes = self.response.bytes().await?;
+        if let Ok(text) = std::str::from_utf8(&bytes)
+            && let std::borrow::Cow::Owned(redacted) = flowmem_model::redact(text)
+        {
+            return Ok(Bytes::from(redacted));
+        }
+        Ok(bytes)
     }
 
     /// The body as it arrives.

@@ -17,6 +17,17 @@ pub enum MemoryError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The file is a database of another application (or another kind of file), which
+    /// flowmem leaves as it is.
+    #[error(
+        "`{path}` is not a flowmem memory: {reason}; flowmem leaves it unchanged\nhint: pass another --memory file (a new or empty file becomes a memory)"
+    )]
+    NotMemory {
+        /// The file.
+        path: PathBuf,
+        /// What it holds instead.
+        reason: String,
+    },
     /// The file was written by a newer flowmem with a schema this build does not know.
     #[error(
         "memory database `{path}` has schema version {found}, newer than the {supported} this flowmem supports\nhint: upgrade flowmem, or use another --memory file"

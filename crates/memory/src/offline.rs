@@ -83,10 +83,14 @@ impl std::fmt::Debug for Inducer<'_> {
 /// Induces workflows from a training set and stores them.
 ///
 /// Trajectories labelled unsuccessful are left out and reported (AWM learns only from
-/// successes when outcomes are known; unlabelled ones are used). The rest are grouped by
+/// successes when outcomes are known; unlabelled ones are used), and so are those a
+/// stored workflow was already induced from ([`SkipReason::AlreadyLearned`]): a rerun
+/// after an interrupted induction adds only what is missing. The rest are grouped by
 /// scope (the override, or each trajectory's site and domain); each group is induced
 /// separately (LM induction in batches of [`OfflineConfig::batch_size`]) and its
-/// workflows are stored in that scope, one transaction per batch.
+/// workflows are stored in that scope (with their vectors, when an embedder is given),
+/// one transaction per batch as soon as the batch is induced, so a kill loses at most
+/// the batch in flight.
 ///
 /// # Errors
 ///
@@ -98,13 +102,21 @@ pub async fn induce_offline(
     cfg: &OfflineConfig<'_>,
 ) -> Result<OfflineReport, InduceError> {
     let mut report = OfflineReport { n_trajectories: trajectories.len(), ..OfflineReport::default() };
+    let learned = store.learned_trajectory_ids()?;
     let mut groups: BTreeMap<(Option<String>, Option<String>), Vec<Trajectory>> = BTreeMap::new();
     for trajectory in trajectories {
-        if trajectory.succeeded() == Some(false) {
+        let reason = if trajectory.succeeded() == Some(false) {
+            Some(SkipReason::Unsuccessful)
+        } else if learned.contains(&trajectory.id) {
+            Some(SkipReason::AlreadyLearned)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
             report.skipped.push(SkippedCandidate {
                 trajectory_ids: vec![trajectory.id.clone()],
                 description: None,
-                reason: SkipReason::Unsuccessful,
+                reason,
             });
             continue;
         }

@@ -1,7 +1,7 @@
 //! Online AWM: solve a stream of tasks, judge each run, learn from the ones judged
 //! successful, and measure the learning curve against the same agent without memory.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -245,10 +245,13 @@ pub async fn learn_online(
     let n_resumed_runs = lines.iter().filter(|line| matches!(line, ProgressLine::Run(_))).count();
     let n_runs_total = n_tasks * if cfg.baseline { 2 } else { 1 };
     let mut pending = pending_trajectories(&lines);
-    let mut file =
-        OpenOptions::new().create(true).append(true).open(&progress_path).map_err(io(&progress_path, "opening"))?;
+    let mut file = flowmem_model::open_append(&progress_path).map_err(|err| OnlineError::Io {
+        path: progress_path.clone(),
+        what: "opening",
+        source: err.source,
+    })?;
     let isolated =
-        cfg.isolation.clone().map(|isolation| Arc::new(IsolatedTools::new(cfg.runtime.tools.clone(), isolation)));
+        cfg.isolation.clone().map(|isolation| Arc::new(IsolatedTools::exclusive(cfg.runtime.tools.clone(), isolation)));
     let runtime = match &isolated {
         Some(tools) => Runtime { tools: tools.clone() as Arc<dyn ToolBox>, ..cfg.runtime.clone() },
         None => cfg.runtime.clone(),

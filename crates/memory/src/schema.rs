@@ -1,9 +1,12 @@
-//! The SQLite schema, as an ordered list of migrations.
+//! The SQLite schema, as an ordered list of migrations, and the mark of a flowmem file.
 //!
 //! `PRAGMA user_version` holds the number of migrations applied. Opening a file applies
 //! the missing ones in order, each in its own immediate transaction; a file is never
 //! dropped and recreated. A migration, once released, is never edited: changes go in a
 //! new migration appended to the list.
+//!
+//! `PRAGMA application_id` is [`APPLICATION_ID`] in every memory flowmem writes, so that
+//! another application's SQLite file is recognised and left alone ([`ownership`]).
 
 /// The migrations, oldest first. Migration `n` (0-based) moves the file from
 /// `user_version = n` to `n + 1`.
@@ -75,3 +78,44 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE index_log_3 RENAME TO index_log;
     ",
 ];
+
+/// The `PRAGMA application_id` of a flowmem memory: `flmm` in ASCII.
+pub(crate) const APPLICATION_ID: i64 = 0x666C_6D6D;
+
+/// The table every flowmem memory has had since its first migration; an unmarked file
+/// with it was written by a flowmem from before the mark.
+const FIRST_TABLE: &str = "workflows";
+
+/// Whose a SQLite file is, read without changing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// A flowmem memory, marked.
+    Marked,
+    /// A flowmem memory from before the mark, or a file without tables: flowmem may
+    /// mark it and migrate it.
+    Claimable,
+    /// Another application's: what it holds instead.
+    Foreign(String),
+}
+
+/// Whose the database behind `conn` is. Only reads.
+pub(crate) fn ownership(conn: &rusqlite::Connection) -> rusqlite::Result<Ownership> {
+    let application_id: i64 = conn.query_row("PRAGMA application_id", [], |row| row.get(0))?;
+    if application_id == APPLICATION_ID {
+        return Ok(Ownership::Marked);
+    }
+    if application_id != 0 {
+        return Ok(Ownership::Foreign(format!("its application id is {application_id:#010x}, not flowmem's")));
+    }
+    let mut stmt = conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")?;
+    let tables: Vec<String> = stmt.query_map([], |row| row.get(0))?.collect::<rusqlite::Result<_>>()?;
+    if tables.is_empty() || tables.iter().any(|table| table == FIRST_TABLE) {
+        return Ok(Ownership::Claimable);
+    }
+    let listed: Vec<String> = tables.iter().take(5).map(|table| format!("`{table}`")).collect();
+    Ok(Ownership::Foreign(format!(
+        "it holds the tables {}{}",
+        listed.join(", "),
+        if tables.len() > 5 { ", …" } else { "" }
+    )))
+}

@@ -13,7 +13,7 @@ use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, ca
 use crate::error::MemoryError;
 use crate::index::{Ranking, SearchIndex, encode_vector};
 use crate::retrieval::{RetrievalMode, SearchQuery, WorkflowVectors, normalised};
-use crate::schema::MIGRATIONS;
+use crate::schema::{APPLICATION_ID, MIGRATIONS, Ownership, ownership};
 use crate::text::{action_key, description_similarity, embedding_text, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
@@ -161,14 +161,29 @@ pub fn success_rate(stats: &WorkflowStats) -> f64 {
 const COLUMNS: &str =
     "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure";
 
+/// What [`MemoryStore::check`] found in a memory file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong, one finding a line (SQLite's integrity check, workflows that do
+    /// not decode); empty when the file is sound.
+    pub problems: Vec<String>,
+    /// How many workflows the file holds, when they could be counted.
+    pub workflows: Option<u64>,
+}
+
 impl MemoryStore {
-    /// Opens the memory at `path`, creating the file if needed and applying any missing
-    /// schema migrations.
+    /// Opens the memory at `path`, creating the file if needed, marking it as flowmem's
+    /// (`PRAGMA application_id`) and applying any missing schema migrations.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the file cannot be opened or migrated, and
-    /// [`MemoryError::SchemaTooNew`] when a newer flowmem wrote it.
+    /// [`MemoryError::NotMemory`] when the file is another application's SQLite database
+    /// (it has another application id, or tables but not flowmem's), which is left
+    /// unchanged; [`MemoryError::Sqlite`] when the file cannot be opened or migrated (or
+    /// is no SQLite file), and [`MemoryError::SchemaTooNew`] when a newer flowmem wrote
+    /// it.
     ///
     /// # Example
     ///
@@ -183,6 +198,11 @@ impl MemoryStore {
         let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
         let conn = Connection::open(path).map_err(sqlite("opening"))?;
         conn.busy_timeout(cfg.busy_timeout).map_err(sqlite("setting the busy timeout"))?;
+        // Before anything writes (even the journal mode): another application's file is
+        // left exactly as it is.
+        if let Ownership::Foreign(reason) = ownership(&conn).map_err(sqlite("reading what the file holds"))? {
+            return Err(MemoryError::NotMemory { path: path.to_path_buf(), reason });
+        }
         // Switching to WAL needs a moment of exclusive access, which the busy handler does
         // not always cover while another process creates the same file; retry briefly.
         let mut attempt = 0;
@@ -201,6 +221,63 @@ impl MemoryStore {
         let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Arc::default() };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Checks the memory at `path` without changing it: SQLite's integrity check of every
+    /// page and index, then a decoding of every stored workflow. A damaged file is a
+    /// [`CheckReport`] listing what is wrong, not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotMemory`] for another application's file, and
+    /// [`MemoryError::Sqlite`] when the file cannot be opened at all.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_memory::{MemoryStore, StoreConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("memory.db");
+    /// drop(MemoryStore::open(&path, StoreConfig::standard())?);
+    /// let report = MemoryStore::check(&path)?;
+    /// assert!(report.problems.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check(path: &Path) -> Result<CheckReport, MemoryError> {
+        let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening"))?;
+        let mut report = CheckReport { path: path.to_path_buf(), problems: Vec::new(), workflows: None };
+        match ownership(&conn) {
+            Ok(Ownership::Foreign(reason)) => return Err(MemoryError::NotMemory { path: path.to_path_buf(), reason }),
+            Ok(Ownership::Claimable | Ownership::Marked) => {}
+            Err(err) => {
+                report.problems.push(format!("the file cannot be read as a database: {err}"));
+                return Ok(report);
+            }
+        }
+        let integrity = conn.prepare("PRAGMA integrity_check").and_then(|mut stmt| {
+            stmt.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
+        });
+        match integrity {
+            Ok(lines) => report.problems.extend(lines.into_iter().filter(|line| line != "ok")),
+            Err(err) => report.problems.push(format!("SQLite's integrity check failed: {err}")),
+        }
+        let store = MemoryStore { conn, path: path.to_path_buf(), cfg: StoreConfig::standard(), index: Arc::default() };
+        let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM workflows ORDER BY pk"), []) {
+            Ok(rows) => rows,
+            Err(err) => {
+                report.problems.push(format!("the workflows cannot be read: {}", flowmem_model::error_chain(&err)));
+                return Ok(report);
+            }
+        };
+        report.workflows = Some(rows.len() as u64);
+        for row in rows {
+            if let Err(err) = store.decode_all(vec![row]) {
+                report.problems.push(flowmem_model::error_chain(&err));
+            }
+        }
+        Ok(report)
     }
 
     /// Another connection to this store's file that shares its search index: the
@@ -608,6 +685,37 @@ impl MemoryStore {
         Ok(false)
     }
 
+    /// The ids of every trajectory some stored workflow was induced from (stored or
+    /// merged): [`MemoryStore::learned_from`] for a whole input at once.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] when the query fails, and [`MemoryError::Corrupt`] when a
+    /// provenance row is not valid JSON.
+    pub fn learned_trajectory_ids(&self) -> Result<std::collections::HashSet<String>, MemoryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT w.id, p.trajectory_ids FROM provenance AS p JOIN workflows AS w ON w.pk = p.workflow_pk",
+            )
+            .map_err(self.sqlite("reading provenances"))?;
+        let rows: Vec<(String, String)> = stmt
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .and_then(Iterator::collect)
+            .map_err(self.sqlite("reading provenances"))?;
+        let mut res = std::collections::HashSet::new();
+        for (workflow_id, text) in rows {
+            let ids: Vec<String> = serde_json::from_str(&text).map_err(|source| MemoryError::Corrupt {
+                path: self.path.clone(),
+                id: workflow_id,
+                column: "provenance.trajectory_ids",
+                source,
+            })?;
+            res.extend(ids);
+        }
+        Ok(res)
+    }
+
     /// A number that changes whenever a workflow is inserted or deleted, by this or any
     /// other process: the last sequence number of the search index's log. Usage counts
     /// and merged provenance do not change it; writing vectors (a rebuild after a change
@@ -728,7 +836,14 @@ impl MemoryStore {
             if version > supported {
                 return Err(MemoryError::SchemaTooNew { path: self.path.clone(), found: version, supported });
             }
+            let application_id: i64 = tx
+                .query_row("PRAGMA application_id", [], |row| row.get(0))
+                .map_err(self.sqlite("reading the application id"))?;
+            if application_id != APPLICATION_ID {
+                tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(self.sqlite("marking the file"))?;
+            }
             if version == supported {
+                tx.commit().map_err(self.sqlite("marking the file"))?;
                 return Ok(());
             }
             // Invariant: 0 <= version < supported, so the index is in range.

@@ -73,4 +73,4 @@ pub use crate::skeleton::{
 };
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};
-pub use crate::xes::{XesCase, XesEvent, XesLog, parse_xes, parse_xes_str, read_xes};
+pub use crate::xes::{XesCase, XesEvent, XesLog, XesRemark, parse_xes, parse_xes_str, read_xes};

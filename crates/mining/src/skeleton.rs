@@ -152,7 +152,7 @@ impl Builder {
                 for (child, route) in children.iter().zip(routes) {
                     ends.push(self.build(child, Open { node: branch.clone(), label: Some(route) }));
                 }
-                self.nodes.push(node(&join, NodeKind::Join, "Alternatives meet"));
+                self.nodes.push(node(&join, NodeKind::Join {}, "Alternatives meet"));
                 for end in ends {
                     self.connect(end, &join);
                 }
@@ -160,13 +160,13 @@ impl Builder {
             }
             ProcessTree::Operator { operator: Operator::Parallel, children } => {
                 let parallel = self.id("parallel");
-                let parallel = self.add(from, node(&parallel, NodeKind::Parallel, "Run the members concurrently"));
+                let parallel = self.add(from, node(&parallel, NodeKind::Parallel {}, "Run the members concurrently"));
                 let join = self.id("join");
                 let mut ends = Vec::new();
                 for child in children {
                     ends.push(self.build(child, Open { node: parallel.clone(), label: None }));
                 }
-                self.nodes.push(node(&join, NodeKind::Join, "Wait for every member"));
+                self.nodes.push(node(&join, NodeKind::Join {}, "Wait for every member"));
                 for end in ends {
                     self.connect(end, &join);
                 }
@@ -187,7 +187,7 @@ impl Builder {
                 let join = self.id("join");
                 let retried =
                     self.build_repeat(redo, Some(body), Open { node: branch.clone(), label: Some("retry".into()) });
-                self.nodes.push(node(&join, NodeKind::Join, "Done or retried"));
+                self.nodes.push(node(&join, NodeKind::Join {}, "Done or retried"));
                 self.connect(Open { node: branch, label: Some("done".into()) }, &join);
                 self.connect(retried, &join);
                 Open { node: join, label: None }
@@ -330,8 +330,8 @@ impl<'g> GraphReader<'g> {
                     });
                     self.single(id)?
                 }
-                NodeKind::Llm { .. } | NodeKind::Join => self.single(id)?,
-                NodeKind::Branch { .. } | NodeKind::Parallel => {
+                NodeKind::Llm { .. } | NodeKind::Join {} => self.single(id)?,
+                NodeKind::Branch { .. } | NodeKind::Parallel {} => {
                     let routes = self.forward(id);
                     let join = self.meeting_point(id, &routes)?;
                     let mut children = Vec::new();
@@ -343,7 +343,7 @@ impl<'g> GraphReader<'g> {
                         });
                     }
                     let operator =
-                        if matches!(node.kind, NodeKind::Parallel) { Operator::Parallel } else { Operator::Xor };
+                        if matches!(node.kind, NodeKind::Parallel {}) { Operator::Parallel } else { Operator::Xor };
                     out.push(ProcessTree::operator(operator, children));
                     Some(join)
                 }

@@ -6,7 +6,8 @@
 //!
 //! Cases are made the way PM4Py makes them from its data frame, so that counts and
 //! variants agree: traces sharing a case id are merged, and traces without events are not
-//! cases. Events stay in file order in [`XesLog`]; [`XesLog::to_event_log`] orders each
+//! cases. Neither happens silently: each merge, each empty trace and each timestamp that
+//! does not parse (its event then sorts last) is an [`XesRemark`] in [`XesLog::remarks`]. Events stay in file order in [`XesLog`]; [`XesLog::to_event_log`] orders each
 //! case stably by timestamp (events without one last), as PM4Py's discovery does, while
 //! [`XesLog::to_event_log_in_file_order`] keeps the file order, as PM4Py's
 //! `get_variants` statistics do. The two differ only when a file lists events out of
@@ -31,6 +32,64 @@ pub struct XesLog {
     pub cases: Vec<XesCase>,
     /// Events without a `concept:name`, which were skipped.
     pub skipped_events: u64,
+    /// What the reader changed or left out, in file order: merged traces, empty traces,
+    /// timestamps that do not parse.
+    pub remarks: Vec<XesRemark>,
+}
+
+/// Something in an XES file that the reader handled in a way a user should know about.
+///
+/// Traces are numbered from 1 in file order, events from 1 within their trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum XesRemark {
+    /// A trace whose case id an earlier trace has: its events were appended to that case.
+    RepeatedCase {
+        /// The case id.
+        case: String,
+        /// The repeating trace.
+        trace: usize,
+        /// The first trace with the id.
+        first_trace: usize,
+    },
+    /// A trace without events, which is no case.
+    EmptyTrace {
+        /// Its case id, if it has one.
+        case: Option<String>,
+        /// The trace.
+        trace: usize,
+    },
+    /// An event whose `time:timestamp` does not parse: it is ordered as an event without
+    /// a timestamp (after the others of its case).
+    BadTimestamp {
+        /// The case id (`#<trace>` when the trace has none).
+        case: String,
+        /// The trace.
+        trace: usize,
+        /// The event within the trace.
+        event: usize,
+        /// The text found.
+        value: String,
+    },
+}
+
+impl std::fmt::Display for XesRemark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            XesRemark::RepeatedCase { case, trace, first_trace } => write!(
+                f,
+                "trace {trace} repeats case `{case}` of trace {first_trace}; its events were added to that case"
+            ),
+            XesRemark::EmptyTrace { case: Some(case), trace } => {
+                write!(f, "trace {trace} (case `{case}`) has no events and was left out")
+            }
+            XesRemark::EmptyTrace { case: None, trace } => write!(f, "trace {trace} has no events and was left out"),
+            XesRemark::BadTimestamp { case, trace, event, value } => write!(
+                f,
+                "event {event} of trace {trace} (case `{case}`) has the timestamp `{value}`, which is not an XES date; it is ordered after the events with a timestamp"
+            ),
+        }
+    }
 }
 
 /// One case of an XES log.
@@ -267,9 +326,16 @@ struct Parser<'p> {
     events: Vec<XesEvent>,
     event_activity: Option<u32>,
     event_time: Option<i64>,
+    // A timestamp of the open event that did not parse.
+    event_bad_time: Option<String>,
+    // Events seen in the open trace, and its timestamps that did not parse (event
+    // number, text), reported when the trace closes and its case id is known.
+    trace_events: usize,
+    trace_bad_times: Vec<(usize, String)>,
     names: FxHashMap<Vec<u8>, u32>,
     log: XesLog,
-    case_index: FxHashMap<String, usize>,
+    // Per case id, its index in `log.cases` and the trace that started it.
+    case_index: FxHashMap<String, (usize, usize)>,
     n_traces: usize,
 }
 
@@ -285,6 +351,9 @@ impl<'p> Parser<'p> {
             events: Vec::new(),
             event_activity: None,
             event_time: None,
+            event_bad_time: None,
+            trace_events: 0,
+            trace_bad_times: Vec::new(),
             names: FxHashMap::default(),
             log: XesLog::default(),
             case_index: FxHashMap::default(),
@@ -345,12 +414,15 @@ impl<'p> Parser<'p> {
                     self.trace_level = self.depth + 1;
                     self.case_id = None;
                     self.events.clear();
+                    self.trace_events = 0;
+                    self.trace_bad_times.clear();
                     return;
                 }
                 b"event" if self.trace_level != 0 && self.event_level == 0 => {
                     self.event_level = self.depth + 1;
                     self.event_activity = None;
                     self.event_time = None;
+                    self.event_bad_time = None;
                     return;
                 }
                 _ => {}
@@ -395,6 +467,7 @@ impl<'p> Parser<'p> {
             }
             (b"time:timestamp", true) if name == b"date" => {
                 self.event_time = std::str::from_utf8(&value).ok().and_then(parse_timestamp);
+                self.event_bad_time = self.event_time.is_none().then(|| unescape(&value));
             }
             (b"concept:name", false) => self.case_id = Some(unescape(&value)),
             _ => {}
@@ -403,8 +476,14 @@ impl<'p> Parser<'p> {
 
     fn close_event(&mut self) {
         self.event_level = 0;
+        self.trace_events += 1;
         match self.event_activity.take() {
-            Some(activity) => self.events.push(XesEvent { activity, time: self.event_time.take() }),
+            Some(activity) => {
+                if let Some(value) = self.event_bad_time.take() {
+                    self.trace_bad_times.push((self.trace_events, value));
+                }
+                self.events.push(XesEvent { activity, time: self.event_time.take() });
+            }
             None => self.log.skipped_events += 1,
         }
     }
@@ -412,15 +491,24 @@ impl<'p> Parser<'p> {
     fn close_trace(&mut self) {
         self.trace_level = 0;
         self.n_traces += 1;
-        let id = self.case_id.take().unwrap_or_else(|| format!("#{}", self.n_traces));
+        let trace = self.n_traces;
+        let named = self.case_id.take();
+        let id = named.clone().unwrap_or_else(|| format!("#{trace}"));
+        for (event, value) in self.trace_bad_times.drain(..) {
+            self.log.remarks.push(XesRemark::BadTimestamp { case: id.clone(), trace, event, value });
+        }
         if self.events.is_empty() {
+            self.log.remarks.push(XesRemark::EmptyTrace { case: named, trace });
             return;
         }
         let events = std::mem::take(&mut self.events);
         match self.case_index.get(&id) {
-            Some(&index) => self.log.cases[index].events.extend(events),
+            Some(&(index, first_trace)) => {
+                self.log.cases[index].events.extend(events);
+                self.log.remarks.push(XesRemark::RepeatedCase { case: id, trace, first_trace });
+            }
             None => {
-                self.case_index.insert(id.clone(), self.log.cases.len());
+                self.case_index.insert(id.clone(), (self.log.cases.len(), trace));
                 self.log.cases.push(XesCase { id, events });
             }
         }
@@ -547,7 +635,7 @@ pub fn parse_xes_str(text: &str) -> Result<XesLog, MiningError> {
 #[cfg(test)]
 mod tests {
     use crate::parse_xes_str;
-    use crate::xes::{format_rfc3339, parse_timestamp};
+    use crate::xes::{XesRemark, format_rfc3339, parse_timestamp};
 
     #[test]
     fn timestamps_parse_with_offsets() {
@@ -641,5 +729,32 @@ mod tests {
         let err = parse_xes_str("<log><trace></log>").unwrap_err();
         assert!(err.to_string().contains("malformed XES"), "{err}");
         assert!(parse_xes_str("<other/>").is_err());
+    }
+    /// Issue 27 (3, 13): merged traces, empty traces and unparseable timestamps are
+    /// reported, each with its trace (and event), in file order.
+    #[test]
+    fn merges_empty_traces_and_bad_timestamps_are_remarked() {
+        let xes = parse_xes_str(
+            r#"<log><trace><string key="concept:name" value="c1"/>
+<event><string key="concept:name" value="a"/><date key="time:timestamp" value="2020-01-01T00:00:01Z"/></event>
+</trace>
+<trace><string key="concept:name" value="c2"/></trace>
+<trace></trace>
+<trace><string key="concept:name" value="c1"/>
+<event><string key="concept:name" value="b"/><date key="time:timestamp" value="soon"/></event>
+</trace></log>"#,
+        )
+        .unwrap();
+        assert_eq!(
+            xes.remarks,
+            [
+                XesRemark::EmptyTrace { case: Some("c2".into()), trace: 2 },
+                XesRemark::EmptyTrace { case: None, trace: 3 },
+                XesRemark::BadTimestamp { case: "c1".into(), trace: 4, event: 1, value: "soon".into() },
+                XesRemark::RepeatedCase { case: "c1".into(), trace: 4, first_trace: 1 },
+            ]
+        );
+        assert_eq!(xes.cases.len(), 1, "the merge itself stays, as in PM4Py");
+        assert!(xes.remarks[2].to_string().contains("`soon`"), "{}", xes.remarks[2]);
     }
 }

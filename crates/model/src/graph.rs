@@ -20,6 +20,11 @@
 //! value came from in the mined logs (the query, an upstream node's result at a JSON path
 //! or its argument, a constant), with their support. They are optional, so graph files
 //! written before bindings existed still load.
+//!
+//! Unknown fields are errors (`deny_unknown_fields`), so a typo such as `hint` for
+//! `hints` cannot quietly change what a graph does. The JSON Schema says so too, except
+//! inside a node and a binding source: their variants are flattened into an object that
+//! has further fields (`id`, `support`), which a closed variant schema would refuse.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +34,7 @@ use serde_json::Value;
 
 /// An executable workflow: nodes, edges, and the entry and exit node ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WorkflowGraph {
     /// A human-readable name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,7 +65,8 @@ pub struct GraphNode {
 
 /// The kinds of node: LLM, tool, and control.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[schemars(transform = open_flattened_variants)]
 pub enum NodeKind {
     /// An LLM call with a role.
     Llm {
@@ -95,9 +102,11 @@ pub enum NodeKind {
         condition: Condition,
     },
     /// Fans out: every outgoing edge is taken, and the members run concurrently.
-    Parallel,
+    // Braces, not a unit variant: serde ignores the fields of a tagged unit variant, and
+    // unknown fields must be errors.
+    Parallel {},
     /// Waits for every active incoming edge.
-    Join,
+    Join {},
     /// Repeats its `body` until `until` holds or `max_iterations` runs have happened.
     Loop {
         /// The largest number of body runs.
@@ -109,6 +118,7 @@ pub enum NodeKind {
 
 /// The mined sources of one argument of a tool node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ArgBinding {
     /// How many values of this argument the mined logs hold (each array element counts).
     pub observed: u64,
@@ -128,7 +138,8 @@ pub struct BindingSource {
 
 /// Where an argument's value comes from at run time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "from", rename_all = "snake_case")]
+#[serde(tag = "from", rename_all = "snake_case", deny_unknown_fields)]
+#[schemars(transform = open_flattened_variants)]
 pub enum ValueSource {
     /// A span of the query. With a shape, the query's spans of that shape are the
     /// candidates ([`ValueShape::spans`](crate::ValueShape::spans)); without one, the
@@ -191,7 +202,7 @@ pub enum LlmRole {
 
 /// How a branch picks its route or a loop decides to stop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Condition {
     /// An LLM judge answers `question` from the context. For a branch it picks one of the
     /// outgoing edge labels; for a loop it answers whether to stop.
@@ -201,13 +212,15 @@ pub enum Condition {
     },
     /// Holds when the most recent tool call in the context succeeded. For a branch, the
     /// routes are labelled `ok` and `error`.
-    ToolSucceeded,
+    // Braces, as for `NodeKind::Parallel`: so that unknown fields are errors.
+    ToolSucceeded {},
     /// Always holds: a loop runs once, a branch takes the edge labelled `default`.
-    Always,
+    Always {},
 }
 
 /// A directed edge between two nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Edge {
     /// The source node id.
     pub from: String,
@@ -235,6 +248,21 @@ pub enum EdgeKind {
     Back,
 }
 
+/// Drops `additionalProperties` from the variants of an enum whose schema is flattened
+/// into an object with fields of its own: serde checks the fields of the whole object,
+/// but a closed variant schema would refuse the outer object's fields.
+fn open_flattened_variants(schema: &mut schemars::Schema) {
+    for key in ["oneOf", "anyOf"] {
+        if let Some(variants) = schema.get_mut(key).and_then(Value::as_array_mut) {
+            for variant in variants {
+                if let Some(variant) = variant.as_object_mut() {
+                    variant.remove("additionalProperties");
+                }
+            }
+        }
+    }
+}
+
 impl WorkflowGraph {
     /// The node with `id`, if any.
     #[must_use]
@@ -250,88 +278,5 @@ impl WorkflowGraph {
     /// Edges entering `id`.
     pub fn incoming<'g>(&'g self, id: &'g str) -> impl Iterator<Item = &'g Edge> + 'g {
         self.edges.iter().filter(move |edge| edge.to == id)
-    }
-
-    /// Per node (in node order), which nodes are upstream of it: the nodes whose output
-    /// it can read, so the ones a template or a data binding may name.
-    ///
-    /// Upstream means an ancestor over `data` edges, where a loop's body counts as
-    /// upstream of everything after the loop (the loop leaves with the body's last
-    /// results), but not of the body itself: a body node never reads a later body node,
-    /// which would be the previous iteration's output. Edges naming unknown nodes are
-    /// ignored; a node is not upstream of itself.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use flowmem_model::WorkflowGraph;
-    /// use serde_json::json;
-    ///
-    /// let graph: WorkflowGraph = serde_json::from_value(json!({
-    ///     "name": "g", "entry": "loop", "exit": "after",
-    ///     "nodes": [
-    ///         {"id": "loop", "kind": "loop", "max_iterations": 3, "until": {"type": "always"}},
-    ///         {"id": "first", "kind": "tool"}, {"id": "second", "kind": "tool"},
-    ///         {"id": "after", "kind": "tool"}
-    ///     ],
-    ///     "edges": [
-    ///         {"from": "loop", "to": "first", "label": "body"}, {"from": "first", "to": "second"},
-    ///         {"from": "second", "to": "loop", "kind": "back"},
-    ///         {"from": "loop", "to": "after", "label": "exit"}
-    ///     ]
-    /// }))?;
-    /// let upstream = graph.upstream();
-    /// assert_eq!(upstream[3], [true, true, true, false], "the body is upstream of `after`");
-    /// assert_eq!(upstream[1], [true, false, false, false], "`second` is not upstream of `first`");
-    /// # Ok::<(), serde_json::Error>(())
-    /// ```
-    #[must_use]
-    pub fn upstream(&self) -> Vec<Vec<bool>> {
-        let n = self.nodes.len();
-        let index: std::collections::HashMap<&str, usize> =
-            self.nodes.iter().enumerate().map(|(idx, node)| (node.id.as_str(), idx)).collect();
-        let mut data_preds = vec![Vec::new(); n];
-        // Per loop node: the sources of the back edges that close it.
-        let mut back_preds = vec![Vec::new(); n];
-        for edge in &self.edges {
-            if let (Some(&from), Some(&to)) = (index.get(edge.from.as_str()), index.get(edge.to.as_str())) {
-                match edge.kind {
-                    EdgeKind::Back => back_preds[to].push(from),
-                    _ => data_preds[to].push(from),
-                }
-            }
-        }
-        // A loop's body: what reaches a back edge into it backwards over data edges,
-        // without passing through the loop itself.
-        let bodies: Vec<Vec<bool>> = (0..n)
-            .map(|loop_idx| {
-                let mut body = vec![false; n];
-                let mut stack: Vec<usize> = back_preds[loop_idx].clone();
-                while let Some(idx) = stack.pop() {
-                    if idx != loop_idx && !std::mem::replace(&mut body[idx], true) {
-                        stack.extend(data_preds[idx].iter().copied());
-                    }
-                }
-                body
-            })
-            .collect();
-        (0..n)
-            .map(|node_idx| {
-                let mut seen = vec![false; n];
-                let mut stack = vec![node_idx];
-                while let Some(idx) = stack.pop() {
-                    let preds = data_preds[idx].iter();
-                    // Through a loop the node is not inside of, its body is upstream too.
-                    let body = if bodies[idx][node_idx] { &[][..] } else { &back_preds[idx][..] };
-                    for &pred in preds.chain(body) {
-                        if !std::mem::replace(&mut seen[pred], true) {
-                            stack.push(pred);
-                        }
-                    }
-                }
-                seen[node_idx] = false;
-                seen
-            })
-            .collect()
     }
 }

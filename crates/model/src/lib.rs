@@ -44,33 +44,39 @@ mod item;
 mod json_path;
 mod jsonl;
 mod record;
+mod secrets;
 mod shape;
 mod stats;
+mod suggest;
 mod trace;
 mod trajectory;
+mod upstream;
 mod value_match;
 mod workflow;
 
 pub use crate::call::{ArgsError, ToolCall, wire_arguments};
 pub use crate::canonical::{canonical_eq, canonical_json};
 pub use crate::error_text::error_chain;
-pub use crate::fs::{AtomicFile, WriteError, write_atomic, write_json_atomic, write_text_atomic};
+pub use crate::fs::{AtomicFile, WriteError, open_append, write_atomic, write_json_atomic, write_text_atomic};
 pub use crate::graph::{
     ArgBinding, BindingSource, Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, ValueSource, WorkflowGraph,
 };
 pub use crate::import::{
-    ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch, OtlpEncoding, OtlpEvent,
-    OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp, encode_export_response, encode_rpc_status,
-    import, import_paths, import_text, otlp_file_encoding,
+    Duplicate, DuplicateIds, ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch,
+    OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp, encode_export_response,
+    encode_rpc_status, import, import_bytes, import_paths, import_text, otlp_file_encoding,
 };
 pub use crate::item::{Item, ItemKind};
 pub use crate::json_path::values_at;
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
+pub use crate::secrets::{MIN_SECRET_CHARS, REDACTED, redact, redact_value, register_secret};
 pub use crate::shape::ValueShape;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
-pub use crate::trace::{ArgGrounding, Deviation, NodeObservation, Trace, TraceEvent};
+pub use crate::suggest::{nearest, unknown_field, with_suggestion};
+pub use crate::trace::{ArgGrounding, ContextInput, Deviation, NodeObservation, PROMPT_RESULTS_MARKER, Trace, TraceEvent};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
+pub use crate::upstream::Upstream;
 pub use crate::value_match::{normalise_text, occurs_in, value_key};
 pub use crate::workflow::{Provenance, Scope, StepSource, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
 

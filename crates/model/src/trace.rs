@@ -1,4 +1,11 @@
 //! What one run did: the tool trace `π̂`, the result `r̂`, and node observations `O`.
+//!
+//! A trace grows linearly with the run (trace format 2): each node's output is recorded
+//! once, in its own observation, numbered by [`NodeObservation::entry`]; a node's input
+//! refers to those numbers ([`ContextInput::Entries`]) instead of copying the upstream
+//! results, and its recorded prompt shows [`PROMPT_RESULTS_MARKER`] where the upstream
+//! results were. [`Trace::inputs_of`] follows the references. Traces written before
+//! format 2 still read: their copied inputs load as [`ContextInput::Copied`].
 
 use std::sync::Arc;
 
@@ -80,13 +87,17 @@ pub struct NodeObservation {
     /// Which loop iteration this was, counting from 0.
     #[serde(default)]
     pub iteration: u32,
-    /// The upstream context the node received.
-    ///
-    /// Shared: every member of a `parallel` node receives the same context, so a wide
-    /// fan-out holds it once, not once per member. It serialises as the plain value.
-    #[serde(default, skip_serializing_if = "is_null")]
-    pub input: Arc<Value>,
-    /// The rendered prompt, for nodes that call a model.
+    /// The number of the context entry this node's output became, which the inputs of
+    /// later nodes refer to; `None` for nodes whose output enters no context (control
+    /// nodes, failures) and in traces before format 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<u64>,
+    /// The upstream context the node received: the numbers of its entries. Shared, as
+    /// every member of a `parallel` receives the same context.
+    #[serde(default, skip_serializing_if = "no_input")]
+    pub input: Arc<ContextInput>,
+    /// The rendered prompt, for nodes that call a model, with the block of upstream
+    /// results (which the input refers to) shown as [`PROMPT_RESULTS_MARKER`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// The node's output.
@@ -169,8 +180,99 @@ pub enum TraceEvent {
     },
 }
 
-fn is_null(value: &Arc<Value>) -> bool {
-    value.is_null()
+fn no_input(input: &Arc<ContextInput>) -> bool {
+    input.is_empty()
+}
+
+/// What stands in a recorded prompt where the node's upstream results were: the
+/// `results` template rendered over the entries of its [`NodeObservation::input`].
+pub const PROMPT_RESULTS_MARKER: &str = "⟪results of the input entries⟫";
+
+/// The context a node received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ContextInput {
+    /// The entries, as runs of consecutive entry numbers `[first, last]` (inclusive):
+    /// the outputs of the observations with those [`NodeObservation::entry`] numbers.
+    /// A chain's node reads one run, however long the chain.
+    Entries(Vec<[u64; 2]>),
+    /// A context copied in full: the ReAct agent's conversation so far (its steps are
+    /// bounded by `--max-steps`), or, in traces before format 2, a workflow node's
+    /// upstream results as a list of `{node, kind, iteration, output, failed}`. Shared,
+    /// so a wide fan-out holds it once.
+    Copied(Arc<Value>),
+}
+
+impl Default for ContextInput {
+    fn default() -> ContextInput {
+        ContextInput::Entries(Vec::new())
+    }
+}
+
+impl ContextInput {
+    /// Whether the node received nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        match self {
+            ContextInput::Entries(runs) => runs.is_empty(),
+            ContextInput::Copied(value) => value.is_null() || value.as_array().is_some_and(Vec::is_empty),
+        }
+    }
+
+    /// The entries of sorted entry numbers, as runs of consecutive numbers.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_model::ContextInput;
+    ///
+    /// let input = ContextInput::from_entries([0, 1, 2, 5, 6, 9]);
+    /// assert_eq!(input, ContextInput::Entries(vec![[0, 2], [5, 6], [9, 9]]));
+    /// assert_eq!(input.entries().collect::<Vec<_>>(), [0, 1, 2, 5, 6, 9]);
+    /// ```
+    pub fn from_entries(entries: impl IntoIterator<Item = u64>) -> ContextInput {
+        let mut input = ContextInput::default();
+        for entry in entries {
+            input.push_entry(entry);
+        }
+        input
+    }
+
+    /// Adds entry number `entry`, newer than those held, extending the last run when it
+    /// follows it. A copied context becomes the entries alone.
+    pub fn push_entry(&mut self, entry: u64) {
+        if let ContextInput::Copied(_) = self {
+            *self = ContextInput::default();
+        }
+        if let ContextInput::Entries(runs) = self {
+            match runs.last_mut() {
+                Some(run) if run[1].checked_add(1) == Some(entry) => run[1] = entry,
+                _ => runs.push([entry, entry]),
+            }
+        }
+    }
+
+    /// The entry numbers, oldest first; none for a copied context.
+    pub fn entries(&self) -> impl Iterator<Item = u64> + '_ {
+        let runs = match self {
+            ContextInput::Entries(runs) => &runs[..],
+            ContextInput::Copied(_) => &[],
+        };
+        runs.iter().flat_map(|&[first, last]| first..=last)
+    }
+}
+
+impl Trace {
+    /// The observations whose outputs `observation` received as its context, oldest
+    /// first: [`NodeObservation::input`] followed to the observations it numbers. Empty
+    /// for a trace before format 2, whose observations carry the copy itself
+    /// ([`ContextInput::Copied`]).
+    #[must_use]
+    pub fn inputs_of(&self, observation: &NodeObservation) -> Vec<&NodeObservation> {
+        let by_entry: std::collections::HashMap<u64, &NodeObservation> =
+            self.observations.iter().filter_map(|seen| Some((seen.entry?, seen))).collect();
+        observation.input.entries().filter_map(|entry| by_entry.get(&entry).copied()).collect()
+    }
 }
 
 #[cfg(test)]

@@ -565,8 +565,8 @@ fn remove_node(graph: &mut WorkflowGraph, id: &str) -> Result<(), EditProblem> {
             // A removed member of a parallel block leaves the others; a direct fork → join
             // edge would only add an empty member.
             let empty_member = bridge.kind != EdgeKind::Back
-                && matches!(graph.node(&pred.from).map(|n| &n.kind), Some(NodeKind::Parallel))
-                && matches!(graph.node(&succ.to).map(|n| &n.kind), Some(NodeKind::Join))
+                && matches!(graph.node(&pred.from).map(|n| &n.kind), Some(NodeKind::Parallel {}))
+                && matches!(graph.node(&succ.to).map(|n| &n.kind), Some(NodeKind::Join {}))
                 && graph.edges.iter().any(|e| e.from == pred.from);
             let exists =
                 graph.edges.iter().any(|e| e.from == bridge.from && e.to == bridge.to && e.label == bridge.label);
@@ -646,7 +646,7 @@ fn control_kind(graph: &WorkflowGraph, id: &str) -> Option<&'static str> {
     match graph.node(id).map(|n| &n.kind) {
         Some(NodeKind::Branch { .. }) => Some("branch"),
         Some(NodeKind::Loop { .. }) => Some("loop"),
-        Some(NodeKind::Parallel) => Some("parallel"),
+        Some(NodeKind::Parallel {}) => Some("parallel"),
         _ => None,
     }
 }
@@ -662,7 +662,7 @@ fn require_step(node: &GraphNode) -> Result<(), EditProblem> {
 
 /// `join` when `id` is a join node: a branch before it would split a parallel block.
 fn join_kind(graph: &WorkflowGraph, id: &str) -> Option<&'static str> {
-    matches!(graph.node(id).map(|n| &n.kind), Some(NodeKind::Join)).then_some("join")
+    matches!(graph.node(id).map(|n| &n.kind), Some(NodeKind::Join {})).then_some("join")
 }
 
 /// Whether a retry loop may wrap `id` (the narrowed plan schema offers only these).
@@ -823,8 +823,8 @@ fn insert_parallel(graph: &mut WorkflowGraph, chain: &[String]) -> Result<(), Ed
         graph.edges.push(Edge { from: fork.clone(), to: id.clone(), kind: EdgeKind::Data, label: None });
         graph.edges.push(Edge { from: id.clone(), to: join.clone(), kind: EdgeKind::Data, label: None });
     }
-    graph.nodes.push(GraphNode { id: fork, kind: NodeKind::Parallel, description: None });
-    graph.nodes.push(GraphNode { id: join, kind: NodeKind::Join, description: None });
+    graph.nodes.push(GraphNode { id: fork, kind: NodeKind::Parallel {}, description: None });
+    graph.nodes.push(GraphNode { id: join, kind: NodeKind::Join {}, description: None });
     Ok(())
 }
 
@@ -1009,7 +1009,7 @@ mod tests {
     #[test]
     fn retry_loop_wraps_a_node() {
         let control =
-            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded };
+            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 3, until: Condition::ToolSucceeded {} };
         let graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
         assert_eq!(
             edges(&graph),
@@ -1173,9 +1173,9 @@ mod tests {
     fn inserted_loops_branches_and_parallel_blocks_validate_without_further_edits() {
         assert_eq!(violations(&with_loop()), Vec::<String>::new());
         let inserts = [
-            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 2, until: Condition::ToolSucceeded },
-            ControlInsert::RetryLoop { around: "t2".into(), max_iterations: 2, until: Condition::Always },
-            ControlInsert::RetryLoop { around: "t4".into(), max_iterations: 2, until: Condition::ToolSucceeded },
+            ControlInsert::RetryLoop { around: "t1".into(), max_iterations: 2, until: Condition::ToolSucceeded {} },
+            ControlInsert::RetryLoop { around: "t2".into(), max_iterations: 2, until: Condition::Always {} },
+            ControlInsert::RetryLoop { around: "t4".into(), max_iterations: 2, until: Condition::ToolSucceeded {} },
             ControlInsert::Branch { before: "t1".into(), question: "Known?".into(), alternative: tool("alt") },
             ControlInsert::Branch { before: "t2".into(), question: "Known?".into(), alternative: tool("alt") },
             ControlInsert::Branch { before: "t3".into(), question: "Known?".into(), alternative: tool("alt") },
@@ -1233,7 +1233,7 @@ mod tests {
         let refine = GraphEdit::RefineControl {
             id: "branch_t4".into(),
             max_iterations: None,
-            condition: Some(Condition::ToolSucceeded),
+            condition: Some(Condition::ToolSucceeded {}),
         };
         let err = apply(&graph, refine).unwrap_err();
         assert_eq!(
@@ -1245,7 +1245,7 @@ mod tests {
             apply(&g, GraphEdit::RemoveNode { id: "again".into() }),
             Err(EditProblem::RemovesControl { .. })
         ));
-        let join = GraphNode { id: "j".into(), kind: NodeKind::Join, description: None };
+        let join = GraphNode { id: "j".into(), kind: NodeKind::Join {}, description: None };
         let err = apply(&g, GraphEdit::AddNode { node: join, after: "t1".into(), before: Some("again".into()) });
         assert_eq!(err.unwrap_err(), EditProblem::ControlNode { node: "j".into() });
     }
@@ -1262,7 +1262,7 @@ mod tests {
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::AddEdge { from, to, label: None }),
             (id.clone(), id.clone()).prop_map(|(from, to)| GraphEdit::RemoveEdge { from, to }),
             id.clone().prop_map(|around| GraphEdit::InsertControl {
-                control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded }
+                control: ControlInsert::RetryLoop { around, max_iterations: 2, until: Condition::ToolSucceeded {} }
             }),
             (id.clone(), id)
                 .prop_map(|(a, b)| GraphEdit::InsertControl { control: ControlInsert::Parallel { nodes: vec![a, b] } }),
@@ -1280,7 +1280,7 @@ mod tests {
                 .prop_map(|(new, after, before)| { GraphEdit::AddNode { node: tool(&new), after, before } }),
             id.clone().prop_map(|id| GraphEdit::RemoveNode { id }),
             (id.clone(), 0..3u32).prop_map(|(around, bound)| GraphEdit::InsertControl {
-                control: ControlInsert::RetryLoop { around, max_iterations: bound, until: Condition::ToolSucceeded }
+                control: ControlInsert::RetryLoop { around, max_iterations: bound, until: Condition::ToolSucceeded {} }
             }),
             (id.clone(), fresh).prop_map(|(before, alt)| GraphEdit::InsertControl {
                 control: ControlInsert::Branch {
@@ -1291,7 +1291,7 @@ mod tests {
             }),
             (id.clone(), id.clone())
                 .prop_map(|(a, b)| GraphEdit::InsertControl { control: ControlInsert::Parallel { nodes: vec![a, b] } }),
-            (id, prop::sample::select(vec![Condition::ToolSucceeded, Condition::Always])).prop_map(
+            (id, prop::sample::select(vec![Condition::ToolSucceeded {}, Condition::Always {}])).prop_map(
                 |(id, condition)| GraphEdit::RefineControl { id, max_iterations: None, condition: Some(condition) }
             ),
         ]

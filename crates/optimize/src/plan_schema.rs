@@ -257,7 +257,7 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph, defs: &Value) {
     let removable = nodes_where(&|n| crate::edit::can_remove(graph, &n.id));
     let prompted = nodes_where(&is_step);
     // A node goes after a node alone only where that node's edges carry no labels.
-    let followable = nodes_where(&|n| is_step(n) || matches!(n.kind, NodeKind::Join));
+    let followable = nodes_where(&|n| is_step(n) || matches!(n.kind, NodeKind::Join {}));
     let plain_sources = nodes_where(&|n| !matches!(n.kind, NodeKind::Branch { .. } | NodeKind::Loop { .. }));
     let branches = nodes_where(&|n| matches!(n.kind, NodeKind::Branch { .. }));
     let loops = nodes_where(&|n| matches!(n.kind, NodeKind::Loop { .. }));
@@ -381,7 +381,10 @@ fn conditions(defs: &Value, keep: impl Fn(&Condition) -> bool) -> Vec<Value> {
         .into_iter()
         .filter(|variant| {
             let kind = variant.pointer("/properties/type/const").and_then(Value::as_str).unwrap_or_default();
-            let sample = serde_json::from_value::<Condition>(json!({"type": kind, "question": "?"}));
+            // Conditions take no unknown fields, so a judge's sample has its question and
+            // the others none.
+            let sample = serde_json::from_value::<Condition>(json!({"type": kind}))
+                .or_else(|_| serde_json::from_value::<Condition>(json!({"type": kind, "question": "?"})));
             sample.is_ok_and(|condition| keep(&condition))
         })
         .collect()

@@ -309,8 +309,8 @@ fn kind_name(kind: &NodeKind) -> String {
         NodeKind::Tool { hints, .. } if !hints.is_empty() => format!("tool [{}]", hints.join(", ")),
         NodeKind::Tool { .. } => "tool".to_owned(),
         NodeKind::Branch { .. } => "branch".to_owned(),
-        NodeKind::Parallel => "parallel".to_owned(),
-        NodeKind::Join => "join".to_owned(),
+        NodeKind::Parallel {} => "parallel".to_owned(),
+        NodeKind::Join {} => "join".to_owned(),
         NodeKind::Loop { .. } => "loop".to_owned(),
     }
 }

@@ -203,8 +203,8 @@ pub fn workflow_graph(graph: &WorkflowGraph) -> String {
                 (if hints.is_empty() { "tool".to_owned() } else { format!("tool: {}", hints.join(" | ")) }, "#90caf9")
             }
             NodeKind::Branch { .. } => ("branch".to_owned(), "#ffe082"),
-            NodeKind::Parallel => ("parallel".to_owned(), "#ffe082"),
-            NodeKind::Join => ("join".to_owned(), "#ffe082"),
+            NodeKind::Parallel {} => ("parallel".to_owned(), "#ffe082"),
+            NodeKind::Join {} => ("join".to_owned(), "#ffe082"),
             NodeKind::Loop { max_iterations, .. } => (format!("loop ≤{max_iterations}"), "#ffe082"),
         };
         let _ = write!(

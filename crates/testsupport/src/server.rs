@@ -101,6 +101,8 @@ struct Shared {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     n_chat: AtomicUsize,
+    // Woken whenever a request is recorded, for tests that wait for the n-th request.
+    arrived: tokio::sync::Notify,
     started: Instant,
 }
 
@@ -121,6 +123,7 @@ impl ScriptedLlmServer {
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             n_chat: AtomicUsize::new(0),
+            arrived: tokio::sync::Notify::new(),
             started: Instant::now(),
         });
         let app = Router::new()
@@ -167,6 +170,19 @@ impl ScriptedLlmServer {
         self.shared.requests.lock().expect("request log lock").len()
     }
 
+    /// Waits until at least `n` chat requests have arrived: the readiness signal for a
+    /// test that acts while a request is in flight (such as killing the client).
+    pub async fn wait_for_chat_requests(&self, n: usize) {
+        loop {
+            // Registered before counting, so a request recorded in between still wakes it.
+            let arrived = self.shared.arrived.notified();
+            if self.chat_requests().len() >= n {
+                return;
+            }
+            arrived.await;
+        }
+    }
+
     /// The embeddings requests received so far, in arrival order.
     #[must_use]
     pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
@@ -209,6 +225,7 @@ fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body
         body: parsed.clone(),
         at: shared.started.elapsed(),
     });
+    shared.arrived.notify_waiters();
     parsed
 }
 

@@ -167,10 +167,9 @@ impl ToolsConfig {
         let Some(section) = doc.get("tools") else {
             return Ok(ToolsConfig::empty());
         };
-        let raw: RawTools = section
-            .clone()
-            .try_into()
-            .map_err(|err: toml::de::Error| invalid("tools".to_owned(), err.message().trim().to_owned()))?;
+        let raw: RawTools = section.clone().try_into().map_err(|err: toml::de::Error| {
+            invalid("tools".to_owned(), flowmem_model::with_suggestion(err.message().trim().to_owned()))
+        })?;
         let call_timeout = seconds(raw.timeout_secs.unwrap_or(DEFAULT_CALL_TIMEOUT_SECS)).ok_or_else(|| {
             invalid("tools.timeout_secs".to_owned(), "must be a positive number of seconds".to_owned())
         })?;
@@ -182,7 +181,7 @@ impl ToolsConfig {
         for (idx, entry) in raw.mcp.into_iter().enumerate() {
             let at = |field: &str| format!("tools.mcp[{idx}].{field}");
             let entry: RawServer = entry.try_into().map_err(|err: toml::de::Error| {
-                invalid(format!("tools.mcp[{idx}]"), err.message().trim().to_owned())
+                invalid(format!("tools.mcp[{idx}]"), flowmem_model::with_suggestion(err.message().trim().to_owned()))
             })?;
             if entry.name.trim().is_empty() {
                 return Err(invalid(at("name"), "must not be empty".to_owned()));

@@ -59,10 +59,13 @@ pub use crate::config::{
     TransportConfig,
 };
 pub use crate::error::ToolServerError;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use crate::registry::fuzzing;
 pub use crate::registry::{CallStatus, EventSink, Invocation, Registry};
 pub use crate::replay::{
     CallFailure, RecordReport, ReplayConfig, ReplayReport, replay, replay_with_progress, replay_with_results,
 };
 pub use crate::server::Restart;
 pub use crate::spec::ToolSpec;
-pub use crate::state::{StateIsolation, StateResetError};
+pub use crate::state::{StateIsolation, StateLease, StateResetError};

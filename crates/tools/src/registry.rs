@@ -412,13 +412,32 @@ fn violations(validator: &jsonschema::Validator, instance: &Value) -> Option<Str
     (!found.is_empty()).then(|| found.join("; "))
 }
 
+/// Entry points for `cargo fuzz` (the `fuzz/` crate), compiled only under
+/// `--cfg fuzzing`.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Reads `json` as an MCP `tools/call` result and turns it into a call's result the
+    /// way every call does. Never panics.
+    pub fn read_result(json: &[u8]) {
+        if let Ok(result) = serde_json::from_slice::<rmcp::model::CallToolResult>(json) {
+            let _ = super::result_value(&result);
+        }
+    }
+}
+
+/// A tool's result as one value: its text blocks joined, else its structured content,
+/// else its content blocks as JSON; with every registered secret redacted (a tool may
+/// echo what it was configured with).
 fn result_value(result: &CallToolResult) -> Value {
     let texts: Option<Vec<&str>> =
         result.content.iter().map(|block| block.as_text().map(|text| text.text.as_str())).collect();
-    match (texts, &result.structured_content) {
+    let mut value = match (texts, &result.structured_content) {
         (Some(texts), _) if !texts.is_empty() => Value::String(texts.join("\n")),
         (_, Some(structured)) => structured.clone(),
         // unwrap_or: content blocks are plain serde types; serialising them cannot fail.
         _ => serde_json::to_value(&result.content).unwrap_or(Value::Null),
-    }
+    };
+    flowmem_model::redact_value(&mut value);
+    value
 }

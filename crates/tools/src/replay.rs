@@ -4,7 +4,7 @@ use flowmem_model::{Record, ToolCall};
 use futures::StreamExt;
 use serde::Serialize;
 
-use crate::{CallStatus, Invocation, Registry, StateIsolation};
+use crate::{CallStatus, Invocation, Registry, StateIsolation, StateLease};
 
 /// How to replay records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,7 +13,8 @@ pub struct ReplayConfig {
     pub concurrency: usize,
     /// Per-record state isolation, for servers that keep state between calls.
     ///
-    /// Each record runs under the key `isolation.key` followed by the record's id. Before
+    /// Each record runs under the key `isolation.key` followed by the record's id (a
+    /// [`StateLease`]: records in flight that share an id get `~2`, `~3`, …). Before
     /// a record's calls the reset tool (if any) is called for that key; then every call
     /// whose tool's input schema has the key argument gets it added, unless the record
     /// already sets it. Hidden tools are replayed like any other: hiding concerns agents.
@@ -209,8 +210,10 @@ async fn replay_record(
         failures: Vec::new(),
         restarts: Vec::new(),
     };
-    if let Some(isolation) = isolation {
-        let key = format!("{}{}", isolation.key, record.id);
+    // Held until the record's calls are done: records sharing an id get keys of their own.
+    let lease = isolation.map(|isolation| StateLease::acquire(&format!("{}{}", isolation.key, record.id)));
+    if let (Some(isolation), Some(lease)) = (isolation, &lease) {
+        let key = lease.key().to_owned();
         report.state_key = Some(key.clone());
         if let Some((reset_tool, args)) = isolation.reset_call(&key) {
             let reset = registry.invoke(reset_tool, args).await;

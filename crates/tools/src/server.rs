@@ -4,6 +4,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use process_wrap::tokio::CommandWrap;
 use rmcp::model::Tool;
 use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -26,6 +27,35 @@ pub(crate) struct Connection {
     pub(crate) pid: Option<u32>,
     // Taken out by `shutdown`; dropping it also ends the session.
     service: Mutex<Option<RunningService<RoleClient, ()>>>,
+    // A stdio server's process group, ended when the connection is shut down or dropped.
+    // Declared after `service`, so dropping a connection first closes the session.
+    group: Mutex<Option<ProcessGroup>>,
+}
+
+/// The process group a stdio server leads. Dropping it sends `SIGKILL` to every process
+/// still in the group, synchronously: whatever a server started (a wrapper script's
+/// children) ends with it, even when no async runtime is left to run a kill.
+pub(crate) struct ProcessGroup {
+    pgid: nix::unistd::Pid,
+}
+
+impl ProcessGroup {
+    /// The group led by the process `pid`, which was started as a group leader.
+    fn led_by(pid: u32) -> Option<ProcessGroup> {
+        let pgid = i32::try_from(pid).ok().filter(|&pgid| pgid > 1)?;
+        Some(ProcessGroup { pgid: nix::unistd::Pid::from_raw(pgid) })
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // `ESRCH`: every process of the group has exited already.
+        if let Err(err) = nix::sys::signal::killpg(self.pgid, nix::sys::signal::Signal::SIGKILL)
+            && err != nix::errno::Errno::ESRCH
+        {
+            tracing::warn!(pgid = self.pgid.as_raw(), error = %err, "cannot end a tool server's process group");
+        }
+    }
 }
 
 /// What happened when a dead server was brought back for a call.
@@ -97,7 +127,8 @@ impl Server {
         Ok((fresh, Some(Restart { server: self.config.name.clone(), reason })))
     }
 
-    /// Ends the session, closing a stdio server's stdin and waiting for it to exit.
+    /// Ends the session, closing a stdio server's stdin and waiting for it to exit, then
+    /// ends whatever is left of its process group.
     pub(crate) async fn shutdown(&self) {
         let connection = self.current();
         // unwrap: the lock is only held to take the value.
@@ -105,12 +136,14 @@ impl Server {
         if let Some(mut service) = service {
             let _ = service.close_with_timeout(Duration::from_secs(5)).await;
         }
+        // unwrap: as above. Dropping the group ends its remaining processes.
+        drop(connection.group.lock().unwrap().take());
     }
 }
 
 async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection, ToolServerError> {
     let server = config.name.clone();
-    let (handshake, pid) = match &config.transport {
+    let (handshake, pid, group) = match &config.transport {
         TransportConfig::Stdio { command, args, env, cwd, inherit_stderr } => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args).envs(env);
@@ -118,21 +151,29 @@ async fn connect(config: &ServerConfig, timeout: Duration) -> Result<Connection,
                 cmd.current_dir(cwd);
             }
             let stderr = if *inherit_stderr { Stdio::inherit() } else { Stdio::null() };
+            // The server leads a process group of its own, and ending it (on shutdown, on
+            // a timed-out handshake, when the session is dropped) signals the whole group:
+            // a server started through a wrapper script leaves no children behind.
+            let mut cmd = CommandWrap::from(cmd);
+            cmd.wrap(process_wrap::tokio::ProcessGroup::leader());
             let (process, _stderr) = TokioChildProcess::builder(cmd).stderr(stderr).spawn().map_err(|source| {
                 ToolServerError::Spawn { server: server.clone(), command: command.clone(), source }
             })?;
             let pid = process.id();
-            (tokio::time::timeout(timeout, ().serve(process)).await, pid)
+            let group = pid.and_then(ProcessGroup::led_by);
+            (tokio::time::timeout(timeout, ().serve(process)).await, pid, group)
         }
         TransportConfig::Http { url } => {
             let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-            (tokio::time::timeout(timeout, ().serve(transport)).await, None)
+            (tokio::time::timeout(timeout, ().serve(transport)).await, None, None)
         }
     };
+    // On a failed or timed-out handshake `group` is dropped here, ending the server and
+    // everything it started.
     let service = match handshake {
         Ok(Ok(service)) => service,
         Ok(Err(source)) => return Err(ToolServerError::Handshake { server, source: Box::new(source) }),
         Err(_) => return Err(ToolServerError::ConnectTimeout { server, timeout }),
     };
-    Ok(Connection { peer: service.peer().clone(), pid, service: Mutex::new(Some(service)) })
+    Ok(Connection { peer: service.peer().clone(), pid, service: Mutex::new(Some(service)), group: Mutex::new(group) })
 }

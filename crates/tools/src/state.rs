@@ -29,8 +29,67 @@ pub struct StateIsolation {
     pub hidden_tools: Vec<String>,
     /// The state key of a run, or the stem that callers running several runs derive
     /// per-run keys from: the evaluator's concurrent runs use `key`, `key/1`, …, and
-    /// [`replay`](crate::replay) appends each record's id.
+    /// [`replay`](crate::replay) appends each record's id. Runs take their key through a
+    /// [`StateLease`], which makes it unique among the runs in flight.
     pub key: String,
+}
+
+/// A state key held by one run for as long as the lease lives.
+///
+/// No two leases of a process hold the same key at once: [`StateLease::acquire`] gives
+/// the key asked for when it is free, and otherwise the first free of `KEY~2`, `KEY~3`,
+/// …. So runs whose keys derive from ids (a record's, a task's) never share a state when
+/// the ids repeat, whatever runs at the same time. A key is free again once its lease is
+/// dropped, so runs that follow one another reuse the plain key.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_tools::StateLease;
+///
+/// let first = StateLease::acquire("flowmem/7");
+/// let second = StateLease::acquire("flowmem/7");
+/// assert_eq!(first.key(), "flowmem/7");
+/// assert_eq!(second.key(), "flowmem/7~2");
+/// drop(first);
+/// assert_eq!(StateLease::acquire("flowmem/7").key(), "flowmem/7");
+/// ```
+#[derive(Debug)]
+#[must_use = "the key is free again as soon as the lease is dropped"]
+pub struct StateLease {
+    key: String,
+}
+
+/// The keys leased in this process.
+static LEASED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+impl StateLease {
+    /// Leases `wanted`, or the first free `wanted~N` (N = 2, 3, …) when it is taken.
+    pub fn acquire(wanted: &str) -> StateLease {
+        // A panic while holding the lock cannot leave the set half-changed: every
+        // change is one insert or remove.
+        let mut leased = LEASED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut key = wanted.to_owned();
+        let mut n = 2;
+        while !leased.insert(key.clone()) {
+            key = format!("{wanted}~{n}");
+            n += 1;
+        }
+        StateLease { key }
+    }
+
+    /// The key this lease holds.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Drop for StateLease {
+    fn drop(&mut self) {
+        LEASED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.key);
+    }
 }
 
 /// A state key could not be given a fresh state.

@@ -112,3 +112,73 @@ pub async fn replay_for_results(
     ));
     (report, replayed)
 }
+
+/// An output path that names one of the command's inputs: writing it would destroy the
+/// input before (or while) it is read.
+#[derive(Debug)]
+pub struct OutputIsInput {
+    /// The output, as given.
+    pub output: std::path::PathBuf,
+    /// The input it is, as given.
+    pub input: std::path::PathBuf,
+}
+
+impl std::fmt::Display for OutputIsInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the output `{}` is also an input", self.output.display())?;
+        if self.input != self.output {
+            write!(f, " (`{}`)", self.input.display())?;
+        }
+        write!(f, "; flowmem never overwrites what it reads\nhint: write the output to another path")
+    }
+}
+
+impl std::error::Error for OutputIsInput {}
+
+/// Refuses when one of `outputs` is the same file as one of `inputs` (through symbolic
+/// links, hard links and different spellings of the path): the one check every command
+/// that writes files makes before writing. Outputs that do not exist yet are no input.
+///
+/// # Errors
+///
+/// [`OutputIsInput`] naming the first such output and input.
+pub fn refuse_outputs_that_are_inputs(
+    outputs: &[&std::path::Path],
+    inputs: &[&std::path::Path],
+) -> Result<(), OutputIsInput> {
+    for output in outputs {
+        let Ok(output_file) = std::fs::metadata(output) else { continue };
+        for input in inputs {
+            let Ok(input_file) = std::fs::metadata(input) else { continue };
+            if same_file(&output_file, &input_file) {
+                return Err(OutputIsInput { output: output.to_path_buf(), input: input.to_path_buf() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether two metadata describe the same file (device and inode).
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// How many of an XES log's remarks are listed one by one; the rest are counted.
+const MAX_XES_REMARKS: usize = 20;
+
+/// The remarks of an XES log read from `path` (merged traces, empty traces, bad
+/// timestamps) as lines for a user, the first ones in full and the rest counted: what
+/// `flowmem import` and `flowmem mine` tell about a log.
+pub fn xes_remark_lines(path: &std::path::Path, xes: &flowmem_mining::XesLog) -> Vec<String> {
+    let mut lines: Vec<String> =
+        xes.remarks.iter().take(MAX_XES_REMARKS).map(|remark| format!("`{}`: {remark}", path.display())).collect();
+    if xes.remarks.len() > MAX_XES_REMARKS {
+        lines.push(format!(
+            "`{}`: … and {} more remarks like these",
+            path.display(),
+            xes.remarks.len() - MAX_XES_REMARKS
+        ));
+    }
+    lines
+}

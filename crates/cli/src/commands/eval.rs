@@ -13,7 +13,7 @@ use flowmem_llm::{Accounting, CacheMode, Purpose};
 
 use crate::args::EvalArgs;
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, progress_bar, refuse_outputs_that_are_inputs};
 use crate::commands::score::parse_ignore_args;
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
@@ -28,6 +28,9 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     // Everything that can be checked without starting a server or a model comes first.
     let alpha = Alpha::new(args.alpha).context("--alpha")?;
     let tc = TcConfig { ignore_args: parse_ignore_args(&args.ignore_args)? };
+    let mut inputs: Vec<&Path> = vec![&args.records];
+    inputs.extend(args.workflow.as_deref());
+    refuse_outputs_that_are_inputs(&flowmem_eval::ReportFiles::in_dir(&args.out).all(), &inputs)?;
     let mut records = flowmem_model::read_records(&args.records)
         .with_context(|| format!("reading the records `{}`", args.records.display()))?;
     if let Some(limit) = args.limit {

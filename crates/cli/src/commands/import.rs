@@ -4,11 +4,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::ValueEnum;
-use flowmem_model::{self as model, ImportFormat, Imported, ItemKind, Skipped};
+use flowmem_model::{self as model, Duplicate, DuplicateIds, ImportFormat, Imported, ItemKind, Skipped};
 use serde::Serialize;
 
-use crate::args::{ImportArgs, ImportFormatArg};
+use crate::args::{DuplicateIdsArg, ImportArgs, ImportFormatArg};
 use crate::commands::ExitStatus;
+use crate::commands::common::refuse_outputs_that_are_inputs;
 use crate::printer::Printer;
 
 /// Skips listed on stderr before the rest are only counted (all are in `--json`).
@@ -17,9 +18,10 @@ const MAX_SKIPS_SHOWN: usize = 20;
 /// The `--json` summary of `flowmem import`.
 ///
 /// Version 1: `{version, format, output, kind, files, read, written, skipped: [{location:
-/// {file, line?, json_path?}, reason}], gaps: [same as skipped], notes}`. `output` and
-/// `kind` are null when nothing was written. `gaps` are parts of written items that could
-/// not be reconstructed (OTLP only so far).
+/// {file, line?, json_path?}, reason}], gaps: [same as skipped], duplicates: [{kind, id,
+/// attempt?, count, locations, renamed?}], notes}`. `output` and `kind` are null when
+/// nothing was written. `gaps` are parts of written items that could not be
+/// reconstructed (OTLP only so far).
 #[derive(Debug, Serialize)]
 struct Summary<'a> {
     version: u32,
@@ -31,12 +33,15 @@ struct Summary<'a> {
     written: usize,
     skipped: &'a [Skipped],
     gaps: &'a [Skipped],
+    duplicates: &'a [Duplicate],
     notes: &'a [String],
 }
 
 /// Imports every path, writes the items atomically, and reports what happened.
 pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let format_name = &format_name(args.format);
+    let inputs: Vec<&Path> = args.paths.iter().map(PathBuf::as_path).collect();
+    refuse_outputs_that_are_inputs(&[&args.output], &inputs)?;
     let mut imported = Imported::default();
     // OTLP spans and their log events may come in different paths: they are read together.
     let groups: Vec<&[PathBuf]> =
@@ -55,13 +60,29 @@ pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         }
         imported.append(one);
     }
+    let policy = match args.duplicate_ids {
+        DuplicateIdsArg::Keep => DuplicateIds::Keep,
+        DuplicateIdsArg::Rename => DuplicateIds::Rename,
+    };
+    let duplicates = imported.resolve_duplicate_ids(policy);
     let kind = imported.items.first().map(model::Item::kind);
     let written = imported.items.len();
+    let read: Vec<&Path> = imported.files.iter().map(PathBuf::as_path).collect();
+    refuse_outputs_that_are_inputs(&[&args.output], &read)?;
     if written > 0 {
         model::write_jsonl_atomic(&args.output, &imported.items)
             .with_context(|| format!("cannot write the imported items to `{}`", args.output.display()))?;
     }
     report(printer, format_name, &imported, kind, &args.output);
+    for duplicate in duplicates.iter().take(MAX_SKIPS_SHOWN) {
+        printer.warn(&duplicate.to_string());
+    }
+    if duplicates.len() > MAX_SKIPS_SHOWN {
+        printer.info(&format!(
+            "  … and {} more duplicate ids (--json lists them all)",
+            duplicates.len() - MAX_SKIPS_SHOWN
+        ));
+    }
     if printer.json {
         printer.json_result(&Summary {
             version: 1,
@@ -73,6 +94,7 @@ pub fn run(args: &ImportArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             written,
             skipped: &imported.skipped,
             gaps: &imported.gaps,
+            duplicates: &duplicates,
             notes: &imported.notes,
         })?;
     }
@@ -123,12 +145,12 @@ fn import_xes(path: &Path) -> anyhow::Result<Imported> {
     if log.skipped_events > 0 {
         notes.push(format!("{} event(s) without a `concept:name` were left out", log.skipped_events));
     }
+    notes.extend(crate::commands::common::xes_remark_lines(path, &log));
     Ok(Imported {
         items: log.to_trajectories(&source).into_iter().map(model::Item::Trajectory).collect(),
-        skipped: Vec::new(),
         files: vec![path.to_path_buf()],
         notes,
-        gaps: Vec::new(),
+        ..Imported::default()
     })
 }
 

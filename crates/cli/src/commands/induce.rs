@@ -179,7 +179,9 @@ pub fn run(args: &InduceArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             report.skipped.len() - n_rejected,
         ));
     }
-    Ok(if report.added.is_empty() { ExitStatus::Failure } else { ExitStatus::Success })
+    // Nothing new is a negative outcome, unless the memory already held it all (a rerun).
+    let already_learned = report.skipped.iter().any(|skipped| skipped.reason == SkipReason::AlreadyLearned);
+    Ok(if report.added.is_empty() && !already_learned { ExitStatus::Failure } else { ExitStatus::Success })
 }
 
 /// One line per workflow: those added (stored or merged), then those rejected.

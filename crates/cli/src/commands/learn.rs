@@ -9,13 +9,13 @@ use flowmem_exec::{AgentConfig, NoObserver, TaskOracle};
 use flowmem_llm::Purpose;
 use flowmem_memory::induce::{Inducer, LmConfig, RuleConfig};
 use flowmem_memory::{
-    Arm, LearningCurve, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig, OnlineProgress, ProgressLine,
-    StoreConfig, learn_online, render,
+    Arm, CURVE_HTML_FILE, CURVE_JSON_FILE, LearningCurve, MemoryAgentConfig, MemoryMode, MemoryStore, OnlineConfig,
+    OnlineProgress, PROGRESS_FILE, ProgressLine, STREAM_FILE, StoreConfig, learn_online, render,
 };
 
 use crate::args::{InduceMode, LearnArgs, MemoryUse};
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, progress_bar, refuse_outputs_that_are_inputs};
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever};
 use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, asked_retrieval, scope_filter};
@@ -30,6 +30,9 @@ pub fn run(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
 
 async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
+    let outputs = [PROGRESS_FILE, STREAM_FILE, CURVE_JSON_FILE, CURVE_HTML_FILE].map(|name| args.out.join(name));
+    let outputs: Vec<&std::path::Path> = outputs.iter().map(std::path::PathBuf::as_path).collect();
+    refuse_outputs_that_are_inputs(&outputs, &[&args.online, &args.memory])?;
     let records = flowmem_model::read_records(&args.online)
         .with_context(|| format!("reading the task stream `{}`", args.online.display()))?;
     if records.is_empty() {

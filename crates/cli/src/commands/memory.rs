@@ -15,6 +15,7 @@ use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
 use crate::args::{ConfigArgs, ExchangeFormat, MemoryArgs, MemoryCommand, RetrievalArg, ScopeArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
+use crate::commands::common::refuse_outputs_that_are_inputs;
 use crate::printer::Printer;
 use crate::session::{chosen_retriever, retriever};
 use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode, scope_filter, stored_scope};
@@ -30,6 +31,9 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             path.display()
         );
     }
+    if matches!(args.command, MemoryCommand::Check) {
+        return check(path, printer);
+    }
     let mut store = MemoryStore::open(path, StoreConfig::standard())?;
     match &args.command {
         MemoryCommand::List(scope) => list(&store, &scope_filter(scope), printer),
@@ -42,17 +46,45 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             block_on(run_eval_retrieval(&mut store, records, *k, retrieval, scope, config, printer))
         }
         MemoryCommand::Export { format, output, scope } => {
+            if let Some(output) = output {
+                refuse_outputs_that_are_inputs(&[output], &[path])?;
+            }
             export(&store, *format, output.as_deref(), &scope_filter(scope), printer)
         }
         MemoryCommand::Import { input, format, scope } => {
             import(&mut store, input, *format, stored_scope(scope), printer)
         }
+        MemoryCommand::Check => check(path, printer),
         MemoryCommand::Prune { max_per_scope, min_success_rate, min_uses } => {
             let policy =
                 PrunePolicy { max_per_scope: *max_per_scope, min_success_rate: *min_success_rate, min_uses: *min_uses };
             prune(&mut store, &policy, printer)
         }
     }
+}
+
+/// `flowmem memory check`: exit 1 when the file is damaged. Runs on the file as it is:
+/// nothing is migrated or marked first.
+fn check(path: &Path, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let report = MemoryStore::check(path)?;
+    if printer.json {
+        printer.json_result(&serde_json::json!({
+            "version": 1,
+            "file": report.path,
+            "ok": report.problems.is_empty(),
+            "workflows": report.workflows,
+            "problems": report.problems,
+        }))?;
+    } else if report.problems.is_empty() {
+        let workflows = report.workflows.map_or(String::new(), |n| format!(" ({n} workflows)"));
+        printer.result(&format!("`{}`: ok{workflows}", path.display()))?;
+    } else {
+        printer.result(&format!("`{}`: corrupt ({} problems):", path.display(), report.problems.len()))?;
+        for problem in &report.problems {
+            printer.result(&format!("  {problem}"))?;
+        }
+    }
+    Ok(if report.problems.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
 }
 
 fn scope_label(scope: &Scope) -> String {

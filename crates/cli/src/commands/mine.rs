@@ -196,6 +196,9 @@ pub(crate) fn load(path: &Path, classifier: ActivityClassifier, printer: &Printe
                 path.display()
             ));
         }
+        for line in crate::commands::common::xes_remark_lines(path, &xes) {
+            printer.warn(&line);
+        }
         return Ok(Loaded {
             log,
             records: Vec::new(),

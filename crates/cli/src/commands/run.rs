@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 
 use crate::args::{AgentArgs, ExecArgs, MemoryUse, RunArgs};
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, progress_bar};
+use crate::commands::common::{block_on, progress_bar, refuse_outputs_that_are_inputs};
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever};
 use crate::settings::{Config, DEFAULT_RETRIEVAL, ModelRoles, asked_retrieval, scope_filter};
@@ -40,7 +40,7 @@ struct Outputs {
     session: Session,
     runtime: Runtime,
     observers: Observers,
-    trace_writer: Option<Arc<JsonlTraceWriter<std::io::BufWriter<std::fs::File>>>>,
+    trace_writer: Option<Arc<JsonlTraceWriter<std::io::BufWriter<flowmem_model::AtomicFile>>>>,
     otel: Option<Arc<OtelExporter>>,
 }
 
@@ -64,7 +64,7 @@ async fn open_session(args: &ExecArgs, purpose: Purpose, runner: &str) -> anyhow
     let mut observers = Observers::default();
     let trace_writer = match &args.trace {
         Some(path) => {
-            let file = std::fs::File::create(path)
+            let file = flowmem_model::AtomicFile::create(path)
                 .with_context(|| format!("cannot create the trace file `{}`", path.display()))?;
             let writer = Arc::new(JsonlTraceWriter::new(std::io::BufWriter::new(file)));
             observers.0.push(writer.clone());
@@ -89,7 +89,9 @@ impl Outputs {
         drop(self.observers);
         if let Some(writer) = self.trace_writer {
             let writer = Arc::try_unwrap(writer).map_err(|_| anyhow::anyhow!("the trace writer is still in use"))?;
-            writer.finish().context("writing the trace file")?;
+            let file = writer.finish().context("writing the trace file")?;
+            let file = file.into_inner().map_err(|err| err.into_error()).context("writing the trace file")?;
+            file.commit().context("writing the trace file")?;
         }
         if let Some(otel) = self.otel {
             tokio::task::spawn_blocking(move || otel.shutdown()).await.context("exporting spans")??;
@@ -99,6 +101,9 @@ impl Outputs {
 }
 
 async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let mut inputs: Vec<&Path> = vec![&args.workflow];
+    inputs.extend(args.records.as_deref());
+    refuse_outputs_that_are_inputs(&args.exec.trace.as_deref().into_iter().collect::<Vec<_>>(), &inputs)?;
     let graph = load_graph(&args.workflow)?;
     let session = open_session(&args.exec, Purpose::Executor, graph.name.as_deref().unwrap_or("workflow")).await?;
     let names: Vec<String> = session.runtime.tools.definitions().into_iter().map(|tool| tool.name).collect();
@@ -116,6 +121,8 @@ async fn run_workflow_async(args: &RunArgs, printer: &Printer) -> anyhow::Result
 }
 
 async fn run_agent_async(args: &AgentArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let inputs: Vec<&Path> = args.memory.as_deref().into_iter().collect();
+    refuse_outputs_that_are_inputs(&args.exec.trace.as_deref().into_iter().collect::<Vec<_>>(), &inputs)?;
     let session = open_session(&args.exec, Purpose::Agent, "react").await?;
     let guard = match &args.guard {
         Some(path) => {

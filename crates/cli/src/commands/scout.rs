@@ -14,7 +14,9 @@ use flowmem_optimize::{
 
 use crate::args::{PlanDecodingArg, ScoutArgs};
 use crate::commands::ExitStatus;
-use crate::commands::common::{block_on, calls_lacking_results, progress_bar, replay_for_results};
+use crate::commands::common::{
+    block_on, calls_lacking_results, progress_bar, refuse_outputs_that_are_inputs, replay_for_results,
+};
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
@@ -59,6 +61,9 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             (dir.clone(), settings_from_args(args)?)
         }
     };
+    let outputs = ["run.json", "state.json", "best.workflow.json", "report.html"].map(|name| dir.join(name));
+    let outputs: Vec<&std::path::Path> = outputs.iter().map(std::path::PathBuf::as_path).collect();
+    refuse_outputs_that_are_inputs(&outputs, &[&settings.records])?;
     // Records are read before a new run directory is created, so a typo leaves nothing.
     let records = flowmem_model::read_records(&settings.records)
         .with_context(|| format!("reading the records `{}`", settings.records.display()))?;

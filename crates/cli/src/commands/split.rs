@@ -7,6 +7,7 @@ use flowmem_eval::{SplitRatios, split};
 
 use crate::args::SplitArgs;
 use crate::commands::ExitStatus;
+use crate::commands::common::refuse_outputs_that_are_inputs;
 use crate::printer::Printer;
 
 #[derive(Serialize)]
@@ -22,6 +23,10 @@ struct SplitOutput {
 /// Splits the records and writes the three parts.
 pub fn run(args: &SplitArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let ratios = parse_ratios(&args.ratios)?;
+    let outputs: Vec<std::path::PathBuf> =
+        ["opt", "val", "test"].iter().map(|name| args.out.join(format!("{name}.jsonl"))).collect();
+    let outputs: Vec<&std::path::Path> = outputs.iter().map(std::path::PathBuf::as_path).collect();
+    refuse_outputs_that_are_inputs(&outputs, &[&args.records])?;
     let records = flowmem_model::read_records(&args.records)?;
     let n_records = records.len();
     let parts = split(records, |r| r.id.as_str(), args.seed, ratios)?;

@@ -80,13 +80,23 @@ async fn lm_induction_reports_each_workflow_as_json_and_replays_from_the_cache()
     assert_eq!(requests[0].body["max_tokens"], 500);
     assert!(requests[0].last_text("user").unwrap().contains("Cancel order #W200"));
 
-    // The same input again: the reply comes from the cache, and the workflow merges.
+    // The same input into another memory: the reply comes from the cache.
+    let other = ["--json", "induce", "--mode", "lm", "runs.jsonl", "--memory", "other.db", "--max-tokens", "500"];
+    let output = flowmem(dir.path(), &other, &env, long).await;
+    assert!(output.status.success(), "{output:?}");
+    let json: Value = serde_json::from_str(&text(&output.stdout)).unwrap();
+    assert_eq!(json["workflows"][0]["status"], "stored");
+    assert_eq!(json["workflows"][0]["description"], "Cancel a pending order");
+    assert_eq!(server.chat_requests().len(), 1);
+
+    // The same input into the same memory: already learned, so nothing is asked again.
     let output = flowmem(dir.path(), &args, &env, long).await;
     assert!(output.status.success(), "{output:?}");
     let json: Value = serde_json::from_str(&text(&output.stdout)).unwrap();
-    assert_eq!(json["workflows"][0]["status"], "merged");
-    assert_eq!(json["workflows"][0]["id"], workflows[0]["id"]);
-    assert_eq!(server.chat_requests().len(), 1);
+    assert_eq!(json["workflows"], json!([]), "{json:#}");
+    let skipped: Vec<&Value> = json["report"]["skipped"].as_array().unwrap().iter().collect();
+    assert!(skipped.iter().all(|skip| skip["reason"]["kind"] == "already_learned"), "{json:#}");
+    assert_eq!(skipped.len(), 2);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod dataflow;
 mod eval;
 mod gateway;
 mod graph;
+mod hostile;
 mod import;
 mod induce;
 mod learn;

@@ -152,8 +152,8 @@ async fn every_node_kind_runs_and_the_branch_not_chosen_is_skipped() {
     assert!(say.prompt.as_ref().unwrap().contains("NODE-say: echo the plan 1. echo 2. add"), "{say:?}");
     assert_eq!(say.tool_call.as_ref().unwrap().args["message"], "hello");
     let answer = observations(&trace, "answer")[0];
-    let upstream: Vec<&str> =
-        answer.input.as_array().unwrap().iter().map(|item| item["node"].as_str().unwrap()).collect();
+    // The input refers to the upstream observations by entry number, copying nothing.
+    let upstream: Vec<&str> = trace.inputs_of(answer).iter().map(|item| item.node_id.as_str()).collect();
     for node_id in ["plan", "say", "sum", "facts", "attempt", "check"] {
         assert!(upstream.contains(&node_id), "{node_id} missing from {upstream:?}");
     }
@@ -191,13 +191,11 @@ async fn a_loop_retries_after_a_tool_error_and_then_succeeds() {
     assert_eq!(attempts[1].error, None);
     assert!(attempts[1].output.as_deref().unwrap().contains('3'), "{:?}", attempts[1].output);
     // The second attempt saw the first one's error in its context.
-    let seen: Vec<bool> = attempts[1]
-        .input
-        .as_array()
-        .unwrap()
+    let seen: Vec<bool> = trace
+        .inputs_of(attempts[1])
         .iter()
-        .filter(|item| item["node"] == "attempt")
-        .map(|item| item["failed"].as_bool().unwrap())
+        .filter(|item| item.node_id == "attempt")
+        .map(|item| item.error.is_some())
         .collect();
     assert_eq!(seen, [true]);
     let decisions: Vec<&str> =

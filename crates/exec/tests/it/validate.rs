@@ -340,6 +340,50 @@ fn a_loop_body_is_upstream_of_what_follows_the_loop_but_not_of_itself() {
     );
 }
 
+/// `count` loops in sequence, each with a one-node body: `l{i}` (loop), `b{i}` (body),
+/// the exit edge leading to the next loop, ending in `end`. With `closed`, each body
+/// returns to its loop over a `back` edge; without, every loop is unclosed (invalid).
+/// Each body node's instruction reads the previous body's result.
+fn loops_in_sequence(count: usize, closed: bool) -> WorkflowGraph {
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for i in 0..count {
+        nodes.push(json!({"id": format!("l{i}"), "kind": "loop", "max_iterations": 2, "until": {"type": "always"}}));
+        let instruction = if i == 0 { "first".to_owned() } else { format!("after {{{{ b{} }}}}", i - 1) };
+        nodes.push(json!({"id": format!("b{i}"), "kind": "llm", "role": "reason", "instruction": instruction}));
+        edges.push(json!({"from": format!("l{i}"), "to": format!("b{i}"), "label": "body"}));
+        if closed {
+            edges.push(json!({"from": format!("b{i}"), "to": format!("l{i}"), "kind": "back"}));
+        }
+        let next = if i + 1 == count { "end".to_owned() } else { format!("l{}", i + 1) };
+        edges.push(json!({"from": format!("l{i}"), "to": next, "label": "exit"}));
+    }
+    nodes.push(json!({"id": "end", "kind": "llm", "role": "synthesize", "instruction": "{{ b0 }}"}));
+    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "l0", "exit": "end"})).unwrap()
+}
+
+/// Runs `check` on another thread, failing the test if it takes longer than `limit`
+/// (a watchdog far above the expected time, not a benchmark: the benchmark is
+/// `benches/graph_check.rs`).
+fn check_within(graph: WorkflowGraph, limit: std::time::Duration) -> Result<(), Vec<Violation>> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let res = check(graph, ToolCatalog::Unchecked).map(|_| ()).map_err(|err| err.violations);
+        let _ = sender.send(res);
+    });
+    receiver.recv_timeout(limit).expect("`check` did not finish: it is not near-linear")
+}
+
+/// Issue 27 (12): 10,001 nodes of loops in sequence check in well under the watchdog's
+/// 20 s (they took a minute), valid or not (invalid ones grew as n³).
+#[test]
+fn long_sequences_of_loops_check_in_near_linear_time() {
+    let limit = std::time::Duration::from_secs(20);
+    assert_eq!(check_within(loops_in_sequence(5000, true), limit), Ok(()));
+    let violations = check_within(loops_in_sequence(5000, false), limit).unwrap_err();
+    assert_eq!(violations.iter().filter(|v| matches!(v, Violation::LoopNotClosed { .. })).count(), 5000);
+}
+
 /// A loop inside another loop's body: the inner body is part of the outer body too (it
 /// returns to the outer loop through the inner loop node), so the graph is valid and the
 /// inner body's nodes count as the outer loop's when it is compiled.

@@ -25,7 +25,8 @@ async fn recovers_after(faults: Vec<Reply>) -> ScriptedLlmServer {
 async fn gives_up_on(fault: Reply) -> (LlmError, ScriptedLlmServer) {
     let server = ScriptedLlmServer::start(Script::new().otherwise(fault)).await;
     let mut cfg = config(&server);
-    cfg.timeout = Duration::from_millis(300);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.attempt_timeout = Some(Duration::from_millis(300));
     cfg.retry = fast_retries(2);
     let err = deadline(HttpModel::new(cfg).unwrap().chat(&hello())).await.unwrap_err();
     (err, server)
@@ -71,7 +72,7 @@ async fn slow_replies_time_out_and_are_retried() {
     )
     .await;
     let mut cfg = config(&server);
-    cfg.timeout = Duration::from_millis(300);
+    cfg.attempt_timeout = Some(Duration::from_millis(300));
     let reply = deadline(HttpModel::new(cfg).unwrap().chat(&hello())).await.unwrap();
     assert_eq!(reply.content.as_deref(), Some("ok"));
 
@@ -82,22 +83,29 @@ async fn slow_replies_time_out_and_are_retried() {
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
 
+/// Issue 27 (6): a body that is not a chat completion is a protocol error naming the
+/// endpoint and the problem, never the model's reply.
 #[tokio::test]
-async fn malformed_bodies_are_retried_then_reported_raw() {
+async fn malformed_bodies_are_retried_then_reported_as_protocol_errors() {
     recovers_after(vec![Reply::malformed_json()]).await;
-    let (err, _) = gives_up_on(Reply::malformed_json()).await;
-    let LlmError::InvalidReply { raw, problem, .. } = &err else { panic!("{err:?}") };
-    assert!(raw.starts_with(r#"{"id": "chatcmpl-broken""#), "{raw}");
-    assert!(problem.contains("not a chat completion"), "{problem}");
+    let (err, server) = gives_up_on(Reply::malformed_json()).await;
+    let LlmError::Protocol { endpoint, problem, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(*endpoint, format!("{}/chat/completions", server.base_url()));
+    assert!(problem.contains("not JSON") && problem.contains("chatcmpl-broken"), "{problem}");
+
+    let (err, _) = gives_up_on(Reply::raw(200, "<html><body>502 Bad Gateway</body></html>")).await;
+    let LlmError::Protocol { problem, .. } = &err else { panic!("{err:?}") };
+    assert!(problem.contains("not JSON") && problem.contains("<html>"), "{problem}");
+    assert!(err.to_string().starts_with("protocol error from model `scripted` at `http://127.0.0.1:"), "{err}");
 }
 
 #[tokio::test]
-async fn missing_fields_are_retried_then_reported_raw() {
+async fn missing_fields_are_retried_then_reported_as_protocol_errors() {
     recovers_after(vec![Reply::missing_choices()]).await;
     let (err, _) = gives_up_on(Reply::missing_choices()).await;
-    let LlmError::InvalidReply { raw, problem, .. } = &err else { panic!("{err:?}") };
-    assert!(problem.contains("choices"), "{problem}");
-    assert!(raw.contains("chatcmpl-scripted"), "{raw}");
+    let LlmError::Protocol { problem, .. } = &err else { panic!("{err:?}") };
+    assert!(problem.contains("not a chat completion") && problem.contains("choices"), "{problem}");
+    assert!(problem.contains("chatcmpl-scripted"), "{problem}");
 
     // Optional fields may be missing: no usage means zero tokens, not an error.
     let server = ScriptedLlmServer::start(Script::in_order([Reply::text("ok").without("/usage")])).await;
@@ -114,4 +122,74 @@ async fn connection_errors_are_retried_then_reported() {
     let err = deadline(HttpModel::new(cfg).unwrap().chat(&hello())).await.unwrap_err();
     assert!(matches!(err, LlmError::Transport { .. }), "{err:?}");
     assert!(err.to_string().contains("could not reach model `gone`"), "{err}");
+}
+
+/// Issue 27 (5): the timeout is the deadline of the whole call: a model that never
+/// answers fails when it passes, not after every retry's full timeout.
+#[tokio::test]
+async fn the_timeout_is_a_deadline_for_the_whole_call() {
+    let server =
+        ScriptedLlmServer::start(Script::new().otherwise(Reply::text("late").delay(Duration::from_secs(60)))).await;
+    let mut cfg = config(&server);
+    cfg.timeout = Duration::from_millis(800);
+    cfg.retry = flowmem_llm::RetryPolicy { max_retries: 4, ..fast_retries(4) };
+    let started = Instant::now();
+    let err = deadline(HttpModel::new(cfg.clone()).unwrap().chat(&hello())).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(err, LlmError::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("0.8 s"), "{err}");
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+
+    // With an attempt timeout, stalled attempts are retried, all within the deadline.
+    cfg.attempt_timeout = Some(Duration::from_millis(200));
+    let started = Instant::now();
+    let err = deadline(HttpModel::new(cfg).unwrap().chat(&hello())).await.unwrap_err();
+    assert!(matches!(err, LlmError::Timeout { .. } | LlmError::RetryPastDeadline { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+    assert!(server.chat_requests().len() >= 3, "{} requests", server.chat_requests().len());
+}
+
+/// Issue 27 (5): a `Retry-After` longer than what remains of the deadline fails the
+/// call at once, with that reason, instead of sleeping past the deadline; each retry
+/// that does happen is logged.
+#[tokio::test]
+async fn a_retry_after_beyond_the_deadline_fails_at_once_saying_why() {
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || Captured(writer.clone()))
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server =
+        ScriptedLlmServer::start(Script::in_order([Reply::server_error()]).then(Reply::rate_limited(3600))).await;
+    let mut cfg = config(&server);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.retry = flowmem_llm::RetryPolicy { max_retry_after: Duration::from_secs(7200), ..fast_retries(4) };
+    let started = Instant::now();
+    let err = deadline(HttpModel::new(cfg).unwrap().chat(&hello())).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    let LlmError::RetryPastDeadline { reason, last, .. } = &err else { panic!("{err:?}") };
+    assert!(reason.contains("3600") && reason.contains("Retry-After"), "{reason}");
+    assert!(matches!(**last, LlmError::Status { status: 429, .. }), "{last:?}");
+    assert!(err.to_string().contains("deadline"), "{err}");
+    assert_eq!(server.chat_requests().len(), 2);
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert_eq!(logs.matches("retrying chat request").count(), 1, "{logs}");
+    assert!(logs.contains("retry=1"), "{logs}");
+}
+
+/// A log sink for one test.
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

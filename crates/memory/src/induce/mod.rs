@@ -90,6 +90,9 @@ pub enum SkipReason {
         /// What the parsers said.
         message: String,
     },
+    /// A stored workflow was already induced from the run (an earlier, maybe
+    /// interrupted, induction of the same input), so it is not induced again.
+    AlreadyLearned,
 }
 
 impl fmt::Display for SkipReason {
@@ -110,6 +113,7 @@ impl fmt::Display for SkipReason {
                 "step {step} argument `{arg}` is the literal {value} copied from trajectory `{trajectory_id}`; it should be a {{variable}}"
             ),
             SkipReason::Unparseable { message } => write!(f, "the reply does not parse: {message}"),
+            SkipReason::AlreadyLearned => write!(f, "the memory already holds a workflow induced from it"),
         }
     }
 }

@@ -74,6 +74,9 @@ pub enum ImportFormat {
 pub struct Imported {
     /// The imported items, in input order.
     pub items: Vec<Item>,
+    /// Where each item came from, parallel to `items` (file and line); empty when the
+    /// importer does not know.
+    pub locations: Vec<Location>,
     /// Items that were read but could not be imported, with the reason.
     pub skipped: Vec<Skipped>,
     /// The files that were read.
@@ -138,11 +141,14 @@ pub enum ImportError {
 ///
 /// A directory is searched recursively, in name order, for the files that the format
 /// names (see [`ImportFormat::file_pattern`]). Items that cannot be read are skipped and
-/// reported in [`Imported::skipped`]; so is a whole file that is not valid JSON.
+/// reported in [`Imported::skipped`]; so is a whole file that is not valid JSON, and a
+/// file under a directory that cannot be read. A UTF-8 byte order mark is accepted;
+/// bytes that are not UTF-8 cost their JSONL line, or their file when the file is one
+/// JSON document.
 ///
 /// # Errors
 ///
-/// - [`ImportError::Read`] when `path`, or a file under it, cannot be read;
+/// - [`ImportError::Read`] when `path` (a file, or a directory) cannot be read;
 /// - [`ImportError::NoInputFiles`] when `path` is a directory without matching files.
 ///
 /// # Example
@@ -163,11 +169,22 @@ pub fn import(format: ImportFormat, path: &Path) -> Result<Imported, ImportError
         // Binary files, and spans assembled across every file.
         return otlp::import_files(files);
     }
+    let in_directory = files.len() != 1 || files[0] != path;
     let mut imported = Imported::default();
     let mut truncation = stabletoolbench::Truncation::default();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|source| ImportError::Read { path: file.clone(), source })?;
-        import_one(format, &file, &text, &mut imported, &mut truncation);
+        let bytes = match std::fs::read(&file) {
+            Ok(bytes) => bytes,
+            // One unreadable file found in a directory costs that file, not the others.
+            Err(source) if in_directory => {
+                let location = Location { file: file.clone(), line: None, json_path: None };
+                imported.skipped.push(Skipped { location, reason: format!("cannot read the file: {source}") });
+                continue;
+            }
+            Err(source) => return Err(ImportError::Read { path: file.clone(), source }),
+        };
+        let (text, bad_utf8) = input::decode(&bytes);
+        import_one(format, &file, &text, &bad_utf8, &mut imported, &mut truncation);
         imported.files.push(file);
     }
     if format == ImportFormat::StableToolBench {
@@ -218,7 +235,32 @@ pub fn import_paths(format: ImportFormat, paths: &[PathBuf]) -> Result<Imported,
 pub fn import_text(format: ImportFormat, name: &Path, text: &str) -> Imported {
     let mut imported = Imported::default();
     let mut truncation = stabletoolbench::Truncation::default();
-    import_one(format, name, text, &mut imported, &mut truncation);
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    import_one(format, name, text, &[], &mut imported, &mut truncation);
+    if format == ImportFormat::StableToolBench {
+        imported.notes.push(truncation.note());
+    }
+    imported
+}
+
+/// Imports `bytes`, the content of one input in `format`, as if read from a file at
+/// `name`: [`import_text`] for bytes, decoded as [`import`] decodes files (a byte order
+/// mark dropped; bytes that are not UTF-8 skipped with their line).
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::{ImportFormat, import_bytes};
+///
+/// let bytes = b"{\"id\": 1, \"instruction\": \"q\xff\", \"actions\": []}\n{\"id\": 2, \"instruction\": \"q\", \"actions\": []}\n";
+/// let imported = import_bytes(ImportFormat::TauBench, "tasks.jsonl".as_ref(), bytes);
+/// assert_eq!((imported.items.len(), imported.skipped.len()), (1, 1));
+/// ```
+pub fn import_bytes(format: ImportFormat, name: &Path, bytes: &[u8]) -> Imported {
+    let mut imported = Imported::default();
+    let mut truncation = stabletoolbench::Truncation::default();
+    let (text, bad_utf8) = input::decode(bytes);
+    import_one(format, name, &text, &bad_utf8, &mut imported, &mut truncation);
     if format == ImportFormat::StableToolBench {
         imported.notes.push(truncation.note());
     }
@@ -229,10 +271,11 @@ fn import_one(
     format: ImportFormat,
     file: &Path,
     text: &str,
+    bad_utf8: &[(usize, usize)],
     imported: &mut Imported,
     truncation: &mut stabletoolbench::Truncation,
 ) {
-    let input = input::Input::new(format, file, text);
+    let input = input::Input::new(format, file, text, bad_utf8);
     match format {
         ImportFormat::OpenAi => openai::run(&input, imported),
         ImportFormat::TauBench => tau_bench::run(&input, imported),
@@ -312,11 +355,150 @@ impl Imported {
 
     /// Appends everything `other` holds to `self`.
     pub fn append(&mut self, mut other: Imported) {
+        if self.locations.len() != self.items.len() || other.locations.len() != other.items.len() {
+            // Locations stay parallel to the items or are dropped, never misaligned.
+            self.locations.clear();
+            other.locations.clear();
+        }
         self.items.append(&mut other.items);
+        self.locations.append(&mut other.locations);
         self.skipped.append(&mut other.skipped);
         self.files.append(&mut other.files);
         self.notes.append(&mut other.notes);
         self.gaps.append(&mut other.gaps);
+    }
+}
+
+/// What an import does with items that share an id (and attempt): `flowmem import
+/// --duplicate-ids`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DuplicateIds {
+    /// Keep every item with the id it had: ids stay verbatim (the default).
+    #[default]
+    Keep,
+    /// Give the second and later items with an id the suffix `~2`, `~3`, … (the first
+    /// keeps it), so every id is unique.
+    Rename,
+}
+
+/// An id (with its attempt) that more than one item of an import carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Duplicate {
+    /// The kind of the items.
+    pub kind: ItemKind,
+    /// The shared id, as the source has it.
+    pub id: String,
+    /// The shared attempt, if the items have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// How many items carry it.
+    pub count: usize,
+    /// Where each item with the id came from, first first; empty when unknown.
+    pub locations: Vec<Location>,
+    /// With [`DuplicateIds::Rename`], the ids the second and later items got.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub renamed: Vec<String>,
+}
+
+impl Imported {
+    /// Finds items that share an id and attempt, reports each such id once, and keeps or
+    /// renames them as `policy` says.
+    ///
+    /// Records and trajectories never clash with each other, and trajectories of the
+    /// same task with different attempts are not duplicates.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_model::{DuplicateIds, ImportFormat, import_text};
+    ///
+    /// let text = "{\"id\": 7, \"instruction\": \"a\", \"actions\": []}\n{\"id\": 7, \"instruction\": \"b\", \"actions\": []}\n";
+    /// let mut imported = import_text(ImportFormat::TauBench, "tasks.jsonl".as_ref(), text);
+    /// let duplicates = imported.resolve_duplicate_ids(DuplicateIds::Rename);
+    /// assert_eq!(duplicates[0].id, "7");
+    /// assert_eq!(duplicates[0].renamed, ["7~2"]);
+    /// assert_eq!(imported.items[1].id(), "7~2");
+    /// ```
+    pub fn resolve_duplicate_ids(&mut self, policy: DuplicateIds) -> Vec<Duplicate> {
+        let mut seen: std::collections::HashMap<(ItemKind, String, Option<u32>), usize> =
+            std::collections::HashMap::new();
+        let mut res: Vec<Duplicate> = Vec::new();
+        let mut taken: std::collections::HashSet<(ItemKind, String)> =
+            self.items.iter().map(|item| (item.kind(), item.id().to_owned())).collect();
+        let mut group_of: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for idx in 0..self.items.len() {
+            let item = &self.items[idx];
+            let key = (item.kind(), item.id().to_owned(), attempt_of(item));
+            let Some(&first) = seen.get(&key) else {
+                seen.insert(key, idx);
+                continue;
+            };
+            let group = *group_of.entry(first).or_insert_with(|| {
+                res.push(Duplicate {
+                    kind: key.0,
+                    id: key.1.clone(),
+                    attempt: key.2,
+                    count: 1,
+                    locations: self.locations.get(first).cloned().into_iter().collect(),
+                    renamed: Vec::new(),
+                });
+                res.len() - 1
+            });
+            let duplicate = &mut res[group];
+            duplicate.count += 1;
+            duplicate.locations.extend(self.locations.get(idx).cloned());
+            if policy == DuplicateIds::Rename {
+                let mut n = duplicate.renamed.len() + 2;
+                let mut renamed = format!("{}~{n}", duplicate.id);
+                while !taken.insert((duplicate.kind, renamed.clone())) {
+                    n += 1;
+                    renamed = format!("{}~{n}", duplicate.id);
+                }
+                set_id(&mut self.items[idx], renamed.clone());
+                duplicate.renamed.push(renamed);
+            }
+        }
+        res
+    }
+}
+
+fn attempt_of(item: &Item) -> Option<u32> {
+    match item {
+        Item::Record(_) => None,
+        Item::Trajectory(trajectory) => trajectory.attempt,
+    }
+}
+
+fn set_id(item: &mut Item, id: String) {
+    match item {
+        Item::Record(record) => record.id = id,
+        Item::Trajectory(trajectory) => trajectory.id = id,
+    }
+}
+
+impl fmt::Display for Duplicate {
+    /// Renders ``duplicate id `7`: `b.jsonl:3` repeats `a.jsonl:1``.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "duplicate id `{}`", self.id)?;
+        if let Some(attempt) = self.attempt {
+            write!(f, " (attempt {attempt})")?;
+        }
+        match self.locations.split_first() {
+            Some((first, rest)) if !rest.is_empty() => {
+                let rest: Vec<String> = rest.iter().map(ToString::to_string).collect();
+                write!(f, ": {} repeat{} {first}", rest.join(", "), if rest.len() == 1 { "s" } else { "" })?;
+            }
+            _ => write!(f, ": {} items", self.count)?,
+        }
+        if !self.renamed.is_empty() {
+            write!(
+                f,
+                "; renamed to {}",
+                self.renamed.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 

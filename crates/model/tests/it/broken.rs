@@ -218,3 +218,79 @@ fn stabletoolbench_solvable_queries_file_is_refused() {
         ],
     );
 }
+
+/// Like [`check`], for bytes that need not be UTF-8.
+fn check_bytes(format: ImportFormat, name: &str, bytes: &[u8], n_items: usize, expect: &[&str]) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).expect("writing the fixture");
+    let imported = import(format, &path).expect("the import runs");
+    assert_eq!(skip_messages(&imported, dir.path()), expect);
+    assert_eq!(imported.items.len(), n_items, "imported items");
+}
+
+/// Issue 27 (2): a byte that is not UTF-8 costs its JSONL line, and the line is named.
+#[test]
+fn a_jsonl_line_that_is_not_utf8_is_skipped_by_line() {
+    check_bytes(
+        ImportFormat::TauBench,
+        "tasks.jsonl",
+        b"{\"id\": 0, \"instruction\": \"q0\", \"actions\": []}\n\
+          {\"id\": 1, \"instruction\": \"q\xff\xfe1\", \"actions\": []}\n\
+          {\"id\": 2, \"instruction\": \"\xc3\", \"actions\": []}\n\
+          {\"id\": 3, \"instruction\": \"caf\xc3\xa9\", \"actions\": []}\n",
+        2,
+        &["`tasks.jsonl:2`: not valid UTF-8 at column 28", "`tasks.jsonl:3`: not valid UTF-8 at column 27"],
+    );
+}
+
+/// Issue 27 (2): a file read as one JSON document is skipped whole, naming the place of
+/// its first bad byte.
+#[test]
+fn a_json_document_that_is_not_utf8_is_skipped_naming_the_first_bad_byte() {
+    check_bytes(
+        ImportFormat::Tau2Bench,
+        "tasks.json",
+        b"[\n{\"id\": \"a\"},\n{\"id\": \"\x80\"}\n]",
+        0,
+        &["`tasks.json:3`: not valid UTF-8 at column 9; the file is one JSON document, so all of it is skipped"],
+    );
+}
+
+/// Issue 27 (2): a UTF-8 byte order mark is not part of the first item.
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    check(
+        ImportFormat::TauBench,
+        "tasks.jsonl",
+        "\u{feff}{\"id\": 0, \"instruction\": \"q\", \"actions\": []}\n",
+        1,
+        &[],
+    );
+    check(ImportFormat::Tau2Bench, "tasks.json", "\u{feff}[]", 0, &[]);
+    check(ImportFormat::OpenAi, "run.json", "\u{feff}[{\"role\": \"user\", \"content\": \"only\"}]", 1, &[]);
+    let imported = flowmem_model::import_text(
+        ImportFormat::OpenAi,
+        "r.json".as_ref(),
+        "\u{feff}[{\"role\": \"user\", \"content\": \"x\"}]",
+    );
+    assert_eq!((imported.items.len(), imported.skipped.len()), (1, 0));
+}
+
+/// Issue 27 (2): a file in a directory that is not text costs that file only.
+#[test]
+fn a_binary_file_in_a_directory_is_skipped_and_the_others_import() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["13_ChatGPT_DFS_woFilter_w2.json", "15_ChatGPT_DFS_woFilter_w2.json"] {
+        let source = crate::support::data(&format!("toolbench-data_example/answer/G3_answer/{name}"));
+        std::fs::copy(source, dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("14_junk.json"), [0x89, b'P', b'N', b'G', b'\n', 0xff, 0]).unwrap();
+    let imported = import(ImportFormat::ToolBench, dir.path()).expect("the import runs");
+    assert_eq!(imported.items.len(), 2);
+    assert_eq!(
+        skip_messages(&imported, dir.path()),
+        ["`14_junk.json:1`: not valid UTF-8 at column 1; the file is one JSON document, so all of it is skipped"]
+    );
+    assert_eq!(imported.files.len(), 3);
+}

@@ -3,6 +3,7 @@
 
 mod broken;
 mod data;
+mod files;
 mod jsonl;
 mod otlp;
 mod support;

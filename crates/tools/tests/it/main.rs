@@ -4,6 +4,7 @@
 //! hint when one is missing.
 
 mod clash;
+mod group;
 mod http;
 mod replay;
 mod restart;

@@ -137,3 +137,23 @@ async fn a_failed_reset_skips_the_record_and_says_why() {
             .all(|record| record.reset_error.as_deref().is_some_and(|e| e.contains("no_such_reset")))
     );
 }
+
+/// Issue 27 (3): records that share an id still get a state key each when they run at
+/// once, so none resets or changes another's state.
+#[tokio::test]
+async fn records_sharing_an_id_run_concurrently_under_their_own_state_keys() {
+    let record = records_from_tasks("retail")
+        .into_iter()
+        .find(|record| record.orchestration.iter().any(|call| call.tool == "cancel_pending_order"))
+        .expect("a retail task cancels an order");
+    let records: Vec<Record> = (0..6).map(|_| Record { id: "same".to_owned(), ..record.clone() }).collect();
+    let report = replay_domain("retail", &records).await;
+    let keys: std::collections::BTreeSet<&str> =
+        report.per_record.iter().filter_map(|record| record.state_key.as_deref()).collect();
+    // Four replay at once (`replay_domain`'s concurrency), so at least four keys; a key
+    // is reused only once its record is done.
+    assert!(keys.len() >= 4, "{keys:?}");
+    assert!(keys.contains("flowmem-test/retail/same"), "the first keeps the plain key: {keys:?}");
+    assert!(keys.contains("flowmem-test/retail/same~2"), "{keys:?}");
+    assert_eq!(report.records_ok, 6, "{:#?}", report.per_record);
+}

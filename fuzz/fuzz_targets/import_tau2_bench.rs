@@ -1,0 +1,10 @@
+//! The Tau2Bench importer on a file `tasks.json` of any bytes.
+
+#![no_main]
+
+use flowmem_model::ImportFormat;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    flowmem_fuzz::import(ImportFormat::Tau2Bench, "tasks.json", data);
+});
