@@ -63,8 +63,8 @@ pub use crate::graph::{
 };
 pub use crate::import::{
     Duplicate, DuplicateIds, ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch,
-    OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp, encode_export_response,
-    encode_rpc_status, import, import_bytes, import_paths, import_text, otlp_file_encoding,
+    OtlpEncoding, OtlpEvent, OtlpLogEvent, OtlpSignal, OtlpSpan, Skipped, assemble_otlp, decode_otlp,
+    encode_export_response, encode_rpc_status, import, import_bytes, import_paths, import_text, otlp_file_encoding,
 };
 pub use crate::item::{Item, ItemKind};
 pub use crate::json_path::values_at;
@@ -74,7 +74,9 @@ pub use crate::secrets::{MIN_SECRET_CHARS, REDACTED, redact, redact_value, regis
 pub use crate::shape::ValueShape;
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::suggest::{nearest, unknown_field, with_suggestion};
-pub use crate::trace::{ArgGrounding, ContextInput, Deviation, NodeObservation, PROMPT_RESULTS_MARKER, Trace, TraceEvent};
+pub use crate::trace::{
+    ArgGrounding, ContextInput, Deviation, NodeObservation, PROMPT_RESULTS_MARKER, Trace, TraceEvent,
+};
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::upstream::Upstream;
 pub use crate::value_match::{normalise_text, occurs_in, value_key};
