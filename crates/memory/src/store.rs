@@ -672,17 +672,22 @@ impl MemoryStore {
             .and_then(Iterator::collect)
             .map_err(self.sqlite("looking up a trajectory"))?;
         for (workflow_id, text) in candidates {
-            let ids: Vec<String> = serde_json::from_str(&text).map_err(|source| MemoryError::Corrupt {
-                path: self.path.clone(),
-                id: workflow_id,
-                column: "provenance.trajectory_ids",
-                source,
-            })?;
+            let ids = self.provenance_ids(workflow_id, &text)?;
             if ids.iter().any(|id| id == trajectory_id) {
                 return Ok(true);
             }
         }
         Ok(false)
+    }
+
+    /// A provenance row's `trajectory_ids`, read from its JSON text.
+    fn provenance_ids(&self, workflow_id: String, text: &str) -> Result<Vec<String>, MemoryError> {
+        serde_json::from_str(text).map_err(|source| MemoryError::Corrupt {
+            path: self.path.clone(),
+            id: workflow_id,
+            column: "provenance.trajectory_ids",
+            source,
+        })
     }
 
     /// The ids of every trajectory some stored workflow was induced from (stored or
@@ -705,12 +710,7 @@ impl MemoryStore {
             .map_err(self.sqlite("reading provenances"))?;
         let mut res = std::collections::HashSet::new();
         for (workflow_id, text) in rows {
-            let ids: Vec<String> = serde_json::from_str(&text).map_err(|source| MemoryError::Corrupt {
-                path: self.path.clone(),
-                id: workflow_id,
-                column: "provenance.trajectory_ids",
-                source,
-            })?;
+            let ids = self.provenance_ids(workflow_id, &text)?;
             res.extend(ids);
         }
         Ok(res)
