@@ -35,6 +35,10 @@ Each variant writes, into the output directory:
 - and `expected.json`, what the loop did: every run's query, tool calls with arguments
   and results, and final answer.
 
+With OTEL_EXPORTER_OTLP_ENDPOINT set, `--variant` sends its spans and logs to that
+OTLP/HTTP endpoint instead, as any instrumented app would (the tests of `flowmem serve
+--otlp` run it so), and writes no protobuf files.
+
 Set up (once) and run, from the repository root:
 
     python3 -m venv /tmp/otlp-venv
@@ -177,9 +181,18 @@ def run_variant(variant, base_url, out):
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    # With OTEL_EXPORTER_OTLP_ENDPOINT set, the exporters send to that live receiver as
+    # any instrumented app's would (they read it, and OTEL_EXPORTER_OTLP_HEADERS,
+    # themselves); otherwise to a local sink that keeps the bodies for the fixtures.
+    sink = None
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        trace_exporter, log_exporter = OTLPSpanExporter(), OTLPLogExporter()
+    else:
+        sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=sink.serve_forever, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+        trace_exporter = OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")
+        log_exporter = OTLPLogExporter(endpoint=f"{endpoint}/v1/logs")
     resource = Resource.create({"service.name": f"support-agent-{variant}"})
     jsonl = out / f"{variant}.otlp.jsonl"
     jsonl.unlink(missing_ok=True)
@@ -191,12 +204,12 @@ def run_variant(variant, base_url, out):
         provider = TracerProvider(resource=resource)
     # Long delays: the batch processors export once, at the final flush, so each
     # protobuf file is one request.
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"), schedule_delay_millis=600_000))
+    provider.add_span_processor(BatchSpanProcessor(trace_exporter, schedule_delay_millis=600_000))
     provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(jsonl), schedule_delay_millis=600_000))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     trace.set_tracer_provider(provider)
     logger_provider = LoggerProvider(resource=resource)
-    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs"), schedule_delay_millis=600_000))
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter, schedule_delay_millis=600_000))
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(FileLogExporter(jsonl), schedule_delay_millis=600_000))
     _logs.set_logger_provider(logger_provider)
 
@@ -251,6 +264,8 @@ def run_variant(variant, base_url, out):
     logger_provider.force_flush()
     provider.shutdown()
     logger_provider.shutdown()
+    if sink is None:
+        return done
     sink.shutdown()
     for path, name in [("/v1/traces", f"{variant}.otlp.pb"), ("/v1/logs", f"{variant}.logs.otlp.pb")]:
         bodies = Sink.bodies.get(path, [])

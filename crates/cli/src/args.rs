@@ -81,7 +81,14 @@ pub enum Command {
     /// token exists (`flowmem serve token create`), every request needs
     /// `Authorization: Bearer TOKEN`; a non-loopback `--listen` needs one.
     ///
+    /// With `--gateway` it is also an OpenAI-compatible endpoint at `/v1` that adds
+    /// memory and learns from the conversations; with `--otlp`, an OTLP/HTTP receiver at
+    /// `/v1/traces` that learns from an agent's OpenTelemetry traces.
+    ///
     /// Example: `flowmem serve --memory memory.db --listen 127.0.0.1:8700`
+    ///
+    /// Example: `flowmem serve --memory memory.db --otlp`, then run the agent with
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:8700`
     Serve(ServeArgs),
     /// Mine a process model from a tool-call or event log.
     Mine(MineArgs),
@@ -1353,6 +1360,25 @@ pub struct ServeArgs {
     /// `[roles] inducer` model. Default: `[gateway] induce`, else `rule`.
     #[arg(long, value_enum, value_name = "MODE")]
     pub induce: Option<InduceMode>,
+    /// Also receive OpenTelemetry traces at `/v1/traces` (and GenAI log events at
+    /// `/v1/logs`), OTLP/HTTP in protobuf or JSON: an agent traced with the GenAI or
+    /// OpenInference conventions then teaches the memory once its exporter points here
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT=http://ADDR`). Each complete trace becomes a run
+    /// that is judged and, when successful, induced, as the gateway's conversations are.
+    #[arg(long)]
+    pub otlp: bool,
+    /// Seconds a trace whose root span arrived waits for late spans before it is
+    /// assembled and learned from (with `--otlp`).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub otlp_quiet_secs: f64,
+    /// Seconds a trace whose root span never arrives waits before it is assembled
+    /// anyway, its missing parent reported (with `--otlp`).
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    pub otlp_abandon_secs: f64,
+    /// The scope runs from OTLP traces are learned in when a request names none in
+    /// `X-Flowmem-Scope`: `domain` or `site/domain` (with `--otlp`).
+    #[arg(long, value_name = "SCOPE")]
+    pub otlp_scope: Option<String>,
     /// How `find_workflows` ranks: `bm25`, `vector` or `hybrid`. Default: `[memory]
     /// retrieval`, else `hybrid`.
     #[arg(long, value_enum, value_name = "MODE")]

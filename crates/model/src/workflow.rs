@@ -88,6 +88,28 @@ pub struct Scope {
     pub domain: Option<String>,
 }
 
+impl Scope {
+    /// The scope a header or flag names: `domain`, or `site/domain`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_model::Scope;
+    ///
+    /// assert_eq!(Scope::parse("retail").domain.as_deref(), Some("retail"));
+    /// let scope = Scope::parse("shop.example/retail");
+    /// assert_eq!((scope.site.as_deref(), scope.domain.as_deref()), (Some("shop.example"), Some("retail")));
+    /// ```
+    #[must_use]
+    pub fn parse(text: &str) -> Scope {
+        let text = text.trim();
+        match text.split_once('/') {
+            Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
+            None => Scope { site: None, domain: Some(text.to_owned()) },
+        }
+    }
+}
+
 /// What produced a workflow.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Provenance {

@@ -1,6 +1,7 @@
 //! The HTTP server: one axum `Router` over one shared state, with each surface nested
-//! under its own path. Today `/mcp` (streamable HTTP MCP) and `/healthz`; the gateway
-//! (`/v1`) and the web UI (`/`, `/api/v1`) nest here later, behind the same auth layer.
+//! under its own path: `/mcp` (streamable HTTP MCP), `/healthz`, and under `/v1` the
+//! gateway, the OTLP receiver and the learning queue's routes, all behind the token
+//! layer.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -47,8 +48,16 @@ pub fn router(state: Arc<AppState>, mcp_cancel: CancellationToken, listen: Socke
     let mut authenticated = Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn_with_state(state.clone(), track_replies));
-    if state.gateway.is_some() {
-        authenticated = authenticated.nest("/v1", crate::gateway::routes(state.clone()));
+    // `/v1`: the learning queue's read routes, the gateway, the OTLP receiver.
+    if state.queue.is_some() {
+        let mut v1 = crate::queue::routes(state.clone());
+        if state.gateway.is_some() {
+            v1 = v1.merge(crate::gateway::routes(state.clone()));
+        }
+        if state.otlp.is_some() {
+            v1 = v1.merge(crate::otlp::routes(state.clone()));
+        }
+        authenticated = authenticated.nest("/v1", v1);
     }
     let authenticated = authenticated.layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new().route("/healthz", get(|| async { "ok" })).merge(authenticated)

@@ -84,6 +84,18 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
     trajectory.meta.site = run.scope.site;
     trajectory.meta.domain = run.scope.domain;
     trajectory.meta.source = run.source;
+    learn_trajectory(state, trajectory, run.outcome, run.shown).await
+}
+
+/// Learns from one run already read as a trajectory (its id, scope and source set):
+/// judged unless `outcome` is given, induced when successful, and counted as a use of
+/// each `shown` workflow. Returns what [`learn`] returns.
+pub(crate) async fn learn_trajectory(
+    state: &Arc<AppState>,
+    mut trajectory: Trajectory,
+    outcome: Option<bool>,
+    shown: &[String],
+) -> Result<Value, String> {
     // Learning the same run twice (a queue replayed after a crash) must not count it
     // twice: skip the judge when it was induced from already, and check again in the
     // writer, which is the one that decides.
@@ -91,7 +103,7 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
     if state.read(move |store| store.learned_from(&id)).await.unwrap_or(false) {
         return Ok(already_learned(&trajectory.id));
     }
-    let judgement = match run.outcome {
+    let judgement = match outcome {
         Some(success) => json!({"success": success, "by": "client"}),
         None => {
             let Some(evaluator) = &state.parts.evaluator else {
@@ -130,7 +142,7 @@ pub(crate) async fn learn(state: &Arc<AppState>, run: RunToLearn<'_>) -> Result<
         }
     };
     let trajectory_id = trajectory.id.clone();
-    let shown = run.shown.to_vec();
+    let shown = shown.to_vec();
     let workflows = induction.workflows.clone();
     // The vectors too are made before the writer is taken, and written with their
     // workflows in one transaction.

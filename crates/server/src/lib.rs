@@ -45,6 +45,8 @@ mod graphs;
 mod http;
 mod learn;
 mod mcp;
+mod otlp;
+mod queue;
 mod state;
 mod stdio;
 
@@ -56,5 +58,6 @@ pub use crate::graphs::{GRAPH_SUFFIX, load_graphs};
 pub use crate::http::{router, serve_http};
 pub use crate::learn::Induce;
 pub use crate::mcp::{FlowmemMcp, TRACE_URI, WORKFLOW_URI};
+pub use crate::otlp::OtlpConfig;
 pub use crate::state::{AppState, DeployedGraph, Parts, ServeConfig};
 pub use crate::stdio::serve_stdio;

@@ -25,6 +25,8 @@ use crate::catalog::Catalog;
 use crate::error::ServerError;
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::learn::Induce;
+use crate::otlp::{OtlpConfig, OtlpReceiver};
+use crate::queue::LearnQueue;
 
 /// How the server behaves; every field is a policy of the caller.
 #[derive(Debug, Clone)]
@@ -51,13 +53,19 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// The OpenAI-compatible memory gateway at `/v1`; `None` serves none.
     pub gateway: Option<GatewayConfig>,
+    /// The OTLP/HTTP receiver at `/v1/traces` and `/v1/logs`; `None` serves none.
+    pub otlp: Option<OtlpConfig>,
+    /// Attempts at learning from one queued run (a gateway conversation or an OTLP
+    /// trace) before it is marked failed.
+    pub learn_attempts: u32,
     /// How `find_workflows` ranks; vector and hybrid need [`Parts::embedder`].
     pub retrieval: RetrievalMode,
 }
 
 impl ServeConfig {
     /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
-    /// isolation, a 1 s poll, a 30 s drain, no gateway, BM25 retrieval.
+    /// isolation, a 1 s poll, a 30 s drain, no gateway, no OTLP receiver, 3 attempts at
+    /// learning from a queued run, BM25 retrieval.
     #[must_use]
     pub fn standard(memory: PathBuf) -> ServeConfig {
         ServeConfig {
@@ -71,6 +79,8 @@ impl ServeConfig {
             poll_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
             gateway: None,
+            otlp: None,
+            learn_attempts: 3,
             retrieval: RetrievalMode::Bm25,
         }
     }
@@ -146,6 +156,11 @@ pub struct AppState {
     next_id: AtomicU64,
     /// The memory gateway, when configured.
     pub(crate) gateway: Option<Arc<Gateway>>,
+    /// The OTLP receiver, when configured.
+    pub(crate) otlp: Option<Arc<OtlpReceiver>>,
+    /// The judge-and-induce queue the gateway and the OTLP receiver feed; there when
+    /// either is.
+    pub(crate) queue: Option<Arc<LearnQueue>>,
     /// How `find_workflows` retrieves.
     pub(crate) retriever: Retriever,
 }
@@ -169,15 +184,26 @@ impl AppState {
         let open_access = tokens.count()? == 0;
         let prompts = flowmem_memory::prompts().map_err(|err| ServerError::Prompt(err.to_string()))?;
         let retriever = Retriever::new(cfg.retrieval, parts.embedder.clone())?;
-        let gateway = match &cfg.gateway {
-            Some(gateway) => {
+        let queue = if cfg.gateway.is_some() || cfg.otlp.is_some() {
+            Some(Arc::new(LearnQueue::open(&cfg.memory, cfg.learn_attempts)?))
+        } else {
+            None
+        };
+        let gateway = match (&cfg.gateway, &queue) {
+            (Some(gateway), Some(queue)) => {
                 let retriever = Retriever::new(gateway.retrieval, parts.embedder.clone())?;
-                Some(Arc::new(Gateway::open(gateway.clone(), &cfg.memory, retriever)?))
+                Some(Arc::new(Gateway::open(gateway.clone(), queue.clone(), retriever)?))
             }
+            _ => None,
+        };
+        let otlp = match &cfg.otlp {
+            Some(otlp) => Some(Arc::new(OtlpReceiver::open(otlp.clone(), &cfg.memory)?)),
             None => None,
         };
         Ok(Arc::new(AppState {
             gateway,
+            otlp,
+            queue,
             retriever,
             tokens,
             prompts,
@@ -242,7 +268,9 @@ impl AppState {
             self.background.spawn(count_retrievals(self.clone(), receiver));
         }
         self.background.spawn(poll_changes(self.clone()));
+        crate::queue::start(self);
         crate::gateway::start(self);
+        crate::otlp::start(self);
     }
 
     /// Stops taking calls, waits up to the drain timeout for the calls in flight and then

@@ -46,12 +46,14 @@
 //! ```
 
 mod corpus;
+mod order_loop;
 mod paths;
 mod process;
 mod script;
 mod server;
 
 pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
+pub use crate::order_loop::{LOOP_ORDERS, order_loop};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
 pub use crate::process::{Listening, spawn_listening};
 pub use crate::script::{Match, Reply, Script};

@@ -10,8 +10,8 @@ use flowmem_exec::{ToolBox, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_server::{
-    AppState, GatewayConfig, Induce, InjectMode, Parts, Privacy, ServeConfig, TokenScope, TokenStore, load_graphs,
-    serve_http, serve_stdio,
+    AppState, GatewayConfig, Induce, InjectMode, OtlpConfig, Parts, Privacy, ServeConfig, TokenScope, TokenStore,
+    load_graphs, serve_http, serve_stdio,
 };
 
 use crate::args::{
@@ -134,6 +134,25 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
         };
         cfg.gateway = Some(gateway_config(upstream, settings, args)?);
     }
+    if args.otlp {
+        if args.stdio {
+            bail!("the OTLP receiver is served over HTTP; drop --stdio or --otlp");
+        }
+        let mut otlp = OtlpConfig::standard();
+        for (flag, secs, field) in [
+            ("--otlp-quiet-secs", args.otlp_quiet_secs, &mut otlp.quiet),
+            ("--otlp-abandon-secs", args.otlp_abandon_secs, &mut otlp.abandon),
+        ] {
+            if !(secs.is_finite() && secs >= 0.0) {
+                bail!("{flag} must be a number of seconds, not {secs}");
+            }
+            *field = std::time::Duration::from_secs_f64(secs);
+        }
+        if let Some(scope) = &args.otlp_scope {
+            otlp.scope = Scope::parse(scope);
+        }
+        cfg.otlp = Some(otlp);
+    }
     // The embedding model is built when a surface retrieves by meaning; the stored
     // workflows are then given vectors of it before serving, and learned ones get theirs
     // as they are stored.
@@ -158,6 +177,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     tracing::info!(find_workflows = %cfg.retrieval, gateway = ?cfg.gateway.as_ref().map(|g| g.retrieval), "retrieval modes");
     let n_graphs = graphs.len();
     let has_gateway = cfg.gateway.is_some();
+    let has_otlp = cfg.otlp.is_some();
     let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs, embedder })
         .with_context(|| format!("cannot serve the memory `{}`", memory.display()))?;
     let res = if args.stdio {
@@ -176,6 +196,11 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
         printer.info(&format!("listening on {url}"));
         if has_gateway {
             printer.info(&format!("gateway at http://{bound}/v1 (set OPENAI_BASE_URL to it)"));
+        }
+        if has_otlp {
+            printer.info(&format!(
+                "OTLP receiver at http://{bound}/v1/traces (set OTEL_EXPORTER_OTLP_ENDPOINT=http://{bound})"
+            ));
         }
         tracing::info!(memory = %memory.display(), graphs = n_graphs, "serving over HTTP; Ctrl-C stops");
         serve_http(state, listener, shutdown_signal()).await
@@ -221,18 +246,14 @@ fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs
         }
         cfg.quiet = std::time::Duration::from_secs_f64(secs);
     }
-    let scope_of = |scope: &str| match scope.split_once('/') {
-        Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
-        None => Scope { site: None, domain: Some(scope.to_owned()) },
-    };
-    cfg.model_scopes = settings.models.iter().map(|(model, scope)| (model.clone(), scope_of(scope))).collect();
+    cfg.model_scopes = settings.models.iter().map(|(model, scope)| (model.clone(), Scope::parse(scope))).collect();
     for (token, scope) in &settings.tokens {
         let id: i64 = token.parse().with_context(|| {
             format!(
                 "[gateway.tokens] key `{token}` is not a token id (a number, as `flowmem serve token create` prints)"
             )
         })?;
-        cfg.token_scopes.push((id, scope_of(scope)));
+        cfg.token_scopes.push((id, Scope::parse(scope)));
     }
     let mut patterns = Vec::with_capacity(settings.redact_patterns.len());
     for (idx, pattern) in settings.redact_patterns.iter().enumerate() {

@@ -14,6 +14,7 @@ mod llm_chat;
 mod memory;
 mod mine;
 mod online_embedded;
+mod otlp_receiver;
 mod retrieval;
 mod run;
 mod score;

@@ -11,17 +11,16 @@
 //!   and assembled for the record ([`sse`]).
 //! - A conversation ends when its model answered without tool calls and nothing
 //!   extended it for the quiet period, or on `POST /v1/flowmem/conversations/{id}/end`.
-//!   Ended conversations wait in a durable queue ([`store`]); one worker judges each
-//!   (unless the app gave its outcome) and induces the successful ones into memory.
+//!   Ended conversations wait in the server's durable learning queue
+//!   ([`crate::queue`]); its worker judges each (unless the app gave its outcome) and
+//!   induces the successful ones into memory.
 //!   Recording and learning never delay or fail a response.
 
 mod conversation;
 mod privacy;
 mod sse;
-mod store;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -34,7 +33,6 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use futures::{Stream, StreamExt as _};
 use serde_json::{Value, json};
-use tokio::sync::{Notify, mpsc};
 
 use flowmem_llm::{ApiKey, CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawStream};
 use flowmem_memory::{RetrievalMode, Retriever, prompt_memory};
@@ -42,13 +40,13 @@ use flowmem_model::Scope;
 
 use crate::auth::Caller;
 use crate::error::ServerError;
-use crate::learn::{RunToLearn, learn};
+use crate::queue::store::Write;
+use crate::queue::{LearnQueue, record_strings};
 use crate::state::AppState;
 
 use self::conversation::{Conversations, Named, Open, content_text, prefix_hashes};
 pub use self::privacy::Privacy;
 use self::sse::Assembler;
-use self::store::{GatewayStore, Write};
 
 /// What the gateway does with memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +85,6 @@ pub struct GatewayConfig {
     pub model_scopes: Vec<(String, Scope)>,
     /// What is recorded and how.
     pub privacy: Privacy,
-    /// Attempts at learning from one conversation before it is marked failed.
-    pub max_attempts: u32,
     /// How workflows are retrieved for a conversation. BM25 by default: it adds
     /// microseconds, where embedding the query adds milliseconds to every first turn
     /// (see the `gateway_latency` bench).
@@ -109,7 +105,7 @@ impl std::fmt::Debug for GatewayConfig {
 impl GatewayConfig {
     /// Defaults for `upstream`: mode `prompt`, 3 workflows within 1,000 tokens, a 30 s
     /// quiet period, 10 minutes before a silent conversation counts as abandoned,
-    /// recording on, 3 attempts.
+    /// recording on.
     #[must_use]
     pub fn standard(upstream: String) -> GatewayConfig {
         GatewayConfig {
@@ -123,7 +119,6 @@ impl GatewayConfig {
             token_scopes: Vec::new(),
             model_scopes: Vec::new(),
             privacy: Privacy::default(),
-            max_attempts: 3,
             retrieval: RetrievalMode::Bm25,
         }
     }
@@ -134,27 +129,21 @@ pub(crate) struct Gateway {
     cfg: GatewayConfig,
     upstream: Passthrough,
     conversations: Mutex<Conversations>,
-    store: Arc<GatewayStore>,
-    writes: mpsc::UnboundedSender<Write>,
-    writes_rx: Mutex<Option<mpsc::UnboundedReceiver<Write>>>,
-    queued: Notify,
-    /// Recording or learning failures since start, logged each time.
-    failures: AtomicU64,
+    /// The server's learning queue, where ended conversations go.
+    queue: Arc<LearnQueue>,
     /// How conversations' workflows are retrieved.
     retriever: Retriever,
 }
 
 impl Gateway {
-    /// Opens the queue in the memory database and resumes the conversations a previous
-    /// run left open.
+    /// Resumes the conversations a previous run left open in `queue`.
     pub(crate) fn open(
         cfg: GatewayConfig,
-        memory: &std::path::Path,
+        queue: Arc<LearnQueue>,
         retriever: Retriever,
     ) -> Result<Gateway, ServerError> {
-        let store = Arc::new(GatewayStore::open(memory)?);
         let mut conversations = Conversations::default();
-        for (id, record) in store.open_records()? {
+        for (id, record) in queue.store.open_records()? {
             if let Some(open) = resume(&id, &record) {
                 conversations.insert(open);
             }
@@ -162,40 +151,17 @@ impl Gateway {
         let key = cfg.upstream_key.clone().map(ApiKey::new);
         let upstream = Passthrough::new(&cfg.upstream, key)
             .map_err(|err| ServerError::Join(format!("building the upstream client: {err}")))?;
-        let (writes, writes_rx) = mpsc::unbounded_channel();
-        Ok(Gateway {
-            cfg,
-            upstream,
-            conversations: Mutex::new(conversations),
-            store,
-            writes,
-            writes_rx: Mutex::new(Some(writes_rx)),
-            queued: Notify::new(),
-            failures: AtomicU64::new(0),
-            retriever,
-        })
+        Ok(Gateway { cfg, upstream, conversations: Mutex::new(conversations), queue, retriever })
     }
 
     fn conversations(&self) -> std::sync::MutexGuard<'_, Conversations> {
         self.conversations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn failed(&self, what: &str, err: &dyn std::fmt::Display) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = %err, "gateway: {what} failed");
+    /// How many conversations are open in memory.
+    pub(crate) fn open_count(&self) -> usize {
+        self.conversations().len()
     }
-}
-
-/// The strings of the array `record[key]` (workflow ids); none when it is absent.
-fn record_strings(record: &Value, key: &str) -> Vec<String> {
-    record
-        .get(key)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_owned)
-        .collect()
 }
 
 /// An open conversation from its stored record, answered and quiet from now on.
@@ -243,9 +209,6 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router {
         .route(CHAT_COMPLETIONS_PATH, post(chat_completions))
         .route(MODELS_PATH, get(models))
         .route("/flowmem/conversations/{id}/end", post(end_conversation))
-        .route("/flowmem/conversations", get(recent_conversations))
-        .route("/flowmem/conversations/{id}", get(conversation))
-        .route("/flowmem/status", get(status))
         .with_state(state)
 }
 
@@ -310,11 +273,7 @@ fn check_request(body: &Bytes) -> Result<Value, ApiError> {
 /// token's configured scope, else its model's.
 fn scope_of(cfg: &GatewayConfig, headers: &HeaderMap, model: &str, token_id: Option<i64>) -> Scope {
     if let Some(value) = headers.get("x-flowmem-scope").and_then(|value| value.to_str().ok()) {
-        let value = value.trim();
-        return match value.split_once('/') {
-            Some((site, domain)) => Scope { site: Some(site.to_owned()), domain: Some(domain.to_owned()) },
-            None => Scope { site: None, domain: Some(value.to_owned()) },
-        };
+        return Scope::parse(value);
     }
     let by_token = token_id.and_then(|id| cfg.token_scopes.iter().find(|(token, _)| *token == id));
     if let Some((_, scope)) = by_token {
@@ -401,10 +360,10 @@ async fn start_conversation(
                             shadow = memory.included;
                         }
                     }
-                    Err(err) => gateway.failed("rendering workflows", &err),
+                    Err(err) => gateway.queue.failed("rendering workflows", &err),
                 }
             }
-            Err(err) => gateway.failed("retrieving workflows", &err),
+            Err(err) => gateway.queue.failed("retrieving workflows", &err),
         }
     }
     let record = gateway.cfg.privacy.records(&scope, token_id);
@@ -463,7 +422,7 @@ fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value)
         && conversation.record
     {
         let record = record_of(gateway, &conversation);
-        let _ = gateway.writes.send(Write::Open { id: conversation.id.clone(), record });
+        gateway.queue.send(Write::Open { id: conversation.id.clone(), record });
     }
 }
 
@@ -536,7 +495,7 @@ async fn chat_completions(
             assembler: Assembler::default(),
             on_end: Some(Box::new(move |answer: Option<Value>| match (answer, state.gateway.as_deref()) {
                 (Some(answer), Some(gateway)) => finish_turn(gateway, &id, messages, answer),
-                (None, Some(gateway)) => gateway.failed("recording a stream cut short", &"no [DONE]"),
+                (None, Some(gateway)) => gateway.queue.failed("recording a stream cut short", &"no [DONE]"),
                 _ => {}
             })),
         };
@@ -563,7 +522,7 @@ async fn chat_completions(
                 .and_then(|reply| reply.pointer("/choices/0/message").cloned());
             match answer {
                 Some(answer) => finish_turn(gateway, &conversation.id, messages, answer),
-                None => gateway.failed("recording a reply", &"the upstream reply has no choices[0].message"),
+                None => gateway.queue.failed("recording a reply", &"the upstream reply has no choices[0].message"),
             }
         }
         let mut response = Response::new(Body::from(bytes));
@@ -643,7 +602,7 @@ fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
         return Some(false);
     }
     let record = record_of(gateway, &conversation);
-    let _ = gateway.writes.send(Write::Queue { id: conversation.id, record, outcome });
+    gateway.queue.send(Write::Queue { id: conversation.id, record, outcome });
     Some(true)
 }
 
@@ -700,113 +659,10 @@ async fn end_conversation(
     }
 }
 
-/// Runs `work` on the queue table on a blocking thread; a failure is a 500 reply.
-async fn on_store<T: Send + 'static>(
-    gateway: &Gateway,
-    work: impl FnOnce(&GatewayStore) -> Result<T, ServerError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = gateway.store.clone();
-    let server_error = |message: String| ApiError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        kind: "server_error",
-        message,
-        param: None,
-    };
-    match tokio::task::spawn_blocking(move || work(&store)).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(server_error(err.to_string())),
-        Err(err) => Err(server_error(err.to_string())),
-    }
-}
-
-/// `GET /v1/flowmem/conversations/{id}`: a recorded conversation and what was learned.
-async fn conversation(
-    State(state): State<Arc<AppState>>,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Response {
-    let looked_up = id.clone();
-    let row = match gateway_of(&state) {
-        Ok(gateway) => on_store(gateway, move |store| store.get(&looked_up)).await,
-        Err(err) => Err(err),
-    };
-    // A token sees only its own conversations (open access sees all).
-    let owned = |row: &Value| caller.token_id.is_none_or(|id| row.pointer("/record/token_id") == Some(&json!(id)));
-    match row {
-        Ok(Some(row)) if owned(&row) => axum::Json(row).into_response(),
-        Ok(Some(_)) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
-        Ok(None) => api_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"), None),
-        Err(err) => err.into_response(),
-    }
-}
-
-/// `GET /v1/flowmem/conversations`: the 100 most recently updated recorded
-/// conversations of the caller's token (all, under open access), newest first.
-async fn recent_conversations(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
-    let rows = match gateway_of(&state) {
-        Ok(gateway) => on_store(gateway, move |store| store.recent(100, caller.token_id)).await,
-        Err(err) => Err(err),
-    };
-    match rows {
-        Ok(rows) => axum::Json(json!({"conversations": rows})).into_response(),
-        Err(err) => err.into_response(),
-    }
-}
-
-/// `GET /v1/flowmem/status`: the queue's counts and the failures since start.
-async fn status(State(state): State<Arc<AppState>>) -> Response {
-    let gateway = match gateway_of(&state) {
-        Ok(gateway) => gateway,
-        Err(err) => return err.into_response(),
-    };
-    match on_store(gateway, GatewayStore::counts).await {
-        Ok(counts) => axum::Json(json!({
-            "conversations": counts,
-            "open_in_memory": gateway.conversations().len(),
-            "failures": gateway.failures.load(Ordering::Relaxed),
-            "induce": state.parts.induce.describe(),
-        }))
-        .into_response(),
-        Err(err) => err.into_response(),
-    }
-}
-
-/// Starts the gateway's tasks: the queue writer, the quiet-period ender, the learner.
+/// Starts the gateway's task: the quiet-period ender (the queue runs its own).
 pub(crate) fn start(state: &Arc<AppState>) {
-    let Some(gateway) = state.gateway.as_deref() else { return };
-    let receiver = gateway.writes_rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    if let Some(receiver) = receiver {
-        state.background.spawn(write_queue(state.clone(), receiver));
-    }
-    state.background.spawn(end_quiet(state.clone()));
-    state.background.spawn(learn_queued(state.clone()));
-}
-
-/// The one writer of the queue table, so turns are stored in order; what arrived
-/// meanwhile is written in one transaction. Ends once the server stops and every write
-/// sent before is stored.
-async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Write>) {
-    let Some(gateway) = state.gateway.as_deref() else { return };
-    loop {
-        let first = tokio::select! {
-            write = receiver.recv() => write,
-            () = state.stop.cancelled() => receiver.try_recv().ok(),
-        };
-        let Some(first) = first else { return };
-        let mut batch = vec![first];
-        while batch.len() < 512
-            && let Ok(more) = receiver.try_recv()
-        {
-            batch.push(more);
-        }
-        let queued = batch.iter().any(|write| matches!(write, Write::Queue { .. }));
-        let store = gateway.store.clone();
-        match tokio::task::spawn_blocking(move || store.apply(&batch)).await {
-            Ok(Ok(())) if queued => gateway.queued.notify_one(),
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => gateway.failed("storing conversations", &err),
-            Err(err) => gateway.failed("storing conversations", &err),
-        }
+    if state.gateway.is_some() {
+        state.background.spawn(end_quiet(state.clone()));
     }
 }
 
@@ -825,82 +681,6 @@ async fn end_quiet(state: Arc<AppState>) {
             end_now(gateway, &id, None);
         }
     }
-}
-
-/// Learns from queued conversations one at a time, oldest first, until the server stops.
-async fn learn_queued(state: Arc<AppState>) {
-    let Some(gateway) = state.gateway.as_deref() else { return };
-    loop {
-        if state.stop.is_cancelled() {
-            return;
-        }
-        let store = gateway.store.clone();
-        let next = tokio::task::spawn_blocking(move || store.take_next()).await;
-        let queued = match next {
-            Ok(Ok(Some(queued))) => queued,
-            Ok(Ok(None)) => {
-                tokio::select! {
-                    () = gateway.queued.notified() => {}
-                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    () = state.stop.cancelled() => return,
-                }
-                continue;
-            }
-            Ok(Err(err)) => {
-                gateway.failed("reading the queue", &err);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            Err(err) => {
-                gateway.failed("reading the queue", &err);
-                continue;
-            }
-        };
-        let outcome = learn_one(&state, &queued).await;
-        let (final_state, result) = match outcome {
-            Ok(result) => (Some("done"), result),
-            Err(message) => {
-                gateway.failed("learning from a conversation", &message);
-                let state_after = (queued.attempts >= gateway.cfg.max_attempts).then_some("failed");
-                (state_after, json!({"error": message, "attempts": queued.attempts}))
-            }
-        };
-        let store = gateway.store.clone();
-        let id = queued.id.clone();
-        let res = tokio::task::spawn_blocking(move || store.finish(&id, final_state, &result)).await;
-        if let Ok(Err(err)) = res {
-            gateway.failed("finishing a queued conversation", &err);
-        }
-        if final_state.is_none() {
-            // Give a failing judge a moment before the next attempt.
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                () = state.stop.cancelled() => return,
-            }
-        }
-    }
-}
-
-async fn learn_one(state: &Arc<AppState>, queued: &store::Queued) -> Result<Value, String> {
-    let record = &queued.record;
-    let messages = record.get("messages").cloned().unwrap_or(Value::Null);
-    let scope: Scope = serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default();
-    let shown = record_strings(record, "shown");
-    let source = format!(
-        "gateway model={} token={} at={}",
-        record.get("model").and_then(Value::as_str).unwrap_or(""),
-        record.get("token_id").and_then(Value::as_i64).map_or_else(|| "none".to_owned(), |id| id.to_string()),
-        record.get("recorded_at").and_then(Value::as_str).unwrap_or(""),
-    );
-    let run = RunToLearn {
-        messages: &messages,
-        id: queued.id.clone(),
-        scope,
-        outcome: queued.outcome,
-        source: Some(source),
-        shown: &shown,
-    };
-    learn(state, run).await
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
-//! The gateway's durable queue: one row per recorded conversation in the memory
-//! database's `gateway_conversations` table (the server's own, outside memory's
-//! migrations). A conversation is `open` while it runs, `queued` once it ended, and
-//! `done` or `failed` once learned from, so a restart loses no recorded conversation
-//! and learns from none twice.
+//! The durable learning queue: one row per recorded run in the memory database's
+//! `gateway_conversations` table (the server's own, outside memory's migrations; named
+//! for its first feeder, the gateway, and kept so for the databases that hold it). A
+//! gateway conversation is `open` while it runs; a run is `queued` once it ended (a
+//! conversation, or a trace the OTLP receiver assembled), and `done` or `failed` once
+//! learned from, so a restart loses no recorded run and learns from none twice.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -40,8 +41,8 @@ pub(crate) struct Queued {
     pub attempts: u32,
 }
 
-/// The conversations table.
-pub(crate) struct GatewayStore {
+/// The queue table.
+pub(crate) struct QueueStore {
     path: PathBuf,
     conn: Mutex<Connection>,
 }
@@ -50,17 +51,38 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-impl GatewayStore {
+/// Queues run `id` for learning, in `conn`'s transaction: a new row, or the open
+/// conversation of that id, ended. Returns false, and changes nothing, when a row of
+/// that id is already queued or learned from.
+pub(crate) fn enqueue(conn: &Connection, id: &str, record: &Value, outcome: Option<bool>) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at)
+             VALUES (?1, 'queued', ?2, ?3, ?4)
+             ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
+                 outcome = excluded.outcome, updated_at = excluded.updated_at
+             WHERE state = 'open'",
+        )?
+        .execute(params![id, record.to_string(), outcome, now()])?;
+    Ok(changed > 0)
+}
+
+/// Creates the queue table in `conn`'s database if it is not there.
+pub(crate) fn create_table(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(CREATE_TABLE)
+}
+
+impl QueueStore {
     /// Opens the table in the memory database at `path`, creating it if needed.
-    pub(crate) fn open(path: &Path) -> Result<GatewayStore, ServerError> {
+    pub(crate) fn open(path: &Path) -> Result<QueueStore, ServerError> {
         let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
-        let conn = Connection::open(path).map_err(sqlite("opening the gateway queue"))?;
+        let conn = Connection::open(path).map_err(sqlite("opening the learning queue"))?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
-        conn.execute_batch(CREATE_TABLE).map_err(sqlite("creating the gateway queue"))?;
+        create_table(&conn).map_err(sqlite("creating the learning queue"))?;
         // WAL (set by the memory) with NORMAL syncs: a crash of the process loses no
         // committed write, and a commit costs no fsync.
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        Ok(GatewayStore { path: path.to_path_buf(), conn: Mutex::new(conn) })
+        Ok(QueueStore { path: path.to_path_buf(), conn: Mutex::new(conn) })
     }
 
     fn run<T>(
@@ -87,14 +109,7 @@ impl GatewayStore {
                         .execute(params![id, record.to_string(), now()])?;
                     }
                     Write::Queue { id, record, outcome } => {
-                        tx.prepare_cached(
-                            "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at)
-                             VALUES (?1, 'queued', ?2, ?3, ?4)
-                             ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
-                                 outcome = excluded.outcome, updated_at = excluded.updated_at
-                             WHERE state = 'open'",
-                        )?
-                        .execute(params![id, record.to_string(), outcome, now()])?;
+                        enqueue(&tx, id, record, *outcome)?;
                     }
                 }
             }
