@@ -186,7 +186,7 @@ impl Runner<'_> {
             return Ok(());
         }
         if session.cache.len() + tokens.len() >= MAX_SEQ_LEN {
-            return Err(LocalError::Request(format!("the sequence exceeds the model's limit of {MAX_SEQ_LEN} tokens")));
+            return Err(LocalError::ContextExceeded { tokens: session.cache.len() + tokens.len(), limit: MAX_SEQ_LEN });
         }
         session.logits = match path {
             Some(path) => self.engine.llama.forward_on(path, tokens, &mut session.cache)?,
@@ -340,10 +340,7 @@ fn check_prompt(prompt: &[u32]) -> Result<(), LocalError> {
         return Err(LocalError::Request("the prompt is empty".to_owned()));
     }
     if prompt.len() >= MAX_SEQ_LEN {
-        return Err(LocalError::Request(format!(
-            "the prompt has {} tokens; the model's limit is {MAX_SEQ_LEN}",
-            prompt.len()
-        )));
+        return Err(LocalError::ContextExceeded { tokens: prompt.len(), limit: MAX_SEQ_LEN });
     }
     Ok(())
 }

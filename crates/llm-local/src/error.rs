@@ -64,9 +64,18 @@ pub enum LocalError {
         /// The incomplete output.
         text: String,
     },
-    /// The request cannot be served (empty conversation, context too long).
+    /// The request cannot be served (an empty conversation, a prompt that cannot be
+    /// rendered).
     #[error("invalid request: {0}")]
     Request(String),
+    /// The prompt, or the prompt and the reply so far, does not fit the model's context.
+    #[error("the sequence needs {tokens} tokens; the model's context holds {limit}")]
+    ContextExceeded {
+        /// The tokens the sequence needs (at least).
+        tokens: usize,
+        /// The model's context length.
+        limit: usize,
+    },
     /// The model thread panicked or was cancelled.
     #[error("the model worker stopped: {0}")]
     Worker(String),

@@ -255,6 +255,8 @@ pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
         LocalError::Grammar { .. } | LocalError::Request(_) => {
             LlmError::InvalidReply { model: model.to_owned(), problem: reason.clone(), raw: String::new() }
         }
+        // Asking again cannot help: the caller must shorten the request.
+        LocalError::ContextExceeded { .. } => LlmError::InvalidRequest { model: model.to_owned(), problem: reason },
         _ => LlmError::Unavailable { model: model.to_owned(), reason },
     }
 }

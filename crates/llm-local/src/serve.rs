@@ -159,6 +159,7 @@ impl From<LlmError> for ApiError {
         let (status, kind) = match &e {
             LlmError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "model_unavailable"),
             LlmError::InvalidReply { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_reply"),
+            LlmError::InvalidRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request_error"),
             LlmError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         };

@@ -189,6 +189,10 @@ impl Endpoint {
         let text = flowmem_model::redact(&text).into_owned();
         if !status.is_success() {
             let code = status.as_u16();
+            if let Some(problem) = context_exceeded(code, &text) {
+                let error = LlmError::InvalidRequest { model: self.name.clone(), problem };
+                return Err(Failure { retryable: false, retry_after: None, error });
+            }
             return Err(Failure {
                 retryable: code == 408 || code == 429 || status.is_server_error(),
                 retry_after,
@@ -224,4 +228,22 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// The server's message when a `400` says the request does not fit the model's context:
+/// OpenAI's `context_length_exceeded` code, llama.cpp's `exceed_context_size_error` type,
+/// or vLLM's "maximum context length" message. Such a request fails the same way every
+/// time, so it is [`LlmError::InvalidRequest`], never retried.
+fn context_exceeded(status: u16, body: &str) -> Option<String> {
+    if status != 400 {
+        return None;
+    }
+    let body: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = body.get("error")?;
+    let field = |key: &str| error.get(key).and_then(serde_json::Value::as_str).unwrap_or("");
+    let message = field("message");
+    let exceeded = field("code") == "context_length_exceeded"
+        || field("type") == "exceed_context_size_error"
+        || message.contains("maximum context length");
+    exceeded.then(|| format!("the request does not fit the model's context: {}", shorten(message, 300)))
 }

@@ -170,6 +170,7 @@ impl Proposer for LlmProposer {
             Err(LlmError::InvalidReply { problem, .. }) => {
                 return Err(SearchError::InvalidProposal(format!("the reply was not an edit: {problem}")));
             }
+            Err(LlmError::InvalidRequest { problem, .. }) => return Err(SearchError::Unanswerable(problem)),
             Err(err) => return Err(SearchError::Proposer(err.to_string())),
         };
         let text = reply.content.unwrap_or_default();

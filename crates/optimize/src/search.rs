@@ -269,6 +269,11 @@ pub enum SearchError {
     /// this as a rejected attempt and re-asks with the problem.
     #[error("{0}")]
     InvalidProposal(String),
+    /// The optimizer model refused the request itself, the same way whatever it is asked
+    /// (the conversation of a plan built edit by edit outgrew its context, say). The
+    /// driver ends the plan with the edits it has instead of asking again.
+    #[error("the optimizer cannot answer this request: {0}")]
+    Unanswerable(String),
     /// Running a candidate failed as a whole.
     #[error("running candidate {candidate} failed: {reason}")]
     Simulation {
@@ -576,6 +581,11 @@ async fn expand(
                 tracing::info!(candidate, %problem, "optimizer reply refused: not an edit");
                 building.refuse(None, vec![problem]);
                 continue;
+            }
+            Err(SearchError::Unanswerable(problem)) => {
+                tracing::info!(candidate, edits = building.applied.len(), %problem, "the plan ends: the optimizer cannot take another turn");
+                building.turns.push(PlanTurn { proposed: None, applied: 0, problems: vec![problem] });
+                break;
             }
             Err(err) => return Err(err),
         };

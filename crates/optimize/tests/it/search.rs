@@ -504,6 +504,41 @@ async fn each_edit_is_decoded_against_the_graph_the_earlier_edits_left() {
     assert_eq!(ids, ["plan", "synth", "e2_more"]);
 }
 
+/// When the plan's conversation no longer fits the optimizer's context (a 400
+/// `context_length_exceeded`, as OpenAI answers and the embedded model's error maps to),
+/// the plan ends at once with the edits it has: no re-asking with a longer prompt.
+#[tokio::test]
+async fn a_plan_whose_conversation_outgrows_the_context_ends_with_the_edits_it_has() {
+    use flowmem_optimize::{CandidatePlan, PlanDecoding};
+    use flowmem_testsupport::{Match, Reply, Script};
+
+    let too_long = json!({"error": {"message": "This model's maximum context length is 4096 tokens.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+    let replies = [
+        Reply::json(json!({"rationale": "check", "edit": {"op": "add_node", "after": "plan", "before": "synth",
+            "node": {"id": "e1_check", "kind": "llm", "role": "verify"}}})),
+        Reply::raw(400, too_long.to_string()),
+    ];
+    let script =
+        Script::new().when_seq(Match::any_message_contains("You improve a tool-using agent workflow"), replies);
+    let (server, proposer) = scripted_proposer(script, PlanDecoding::PerEdit).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SizeSimulator::new(flat, flat);
+    let state = run(dir.path(), &cfg(1, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
+    assert_eq!(state.failed_expansions, 0, "the edit made before the overflow is a candidate");
+    assert_eq!(server.chat_requests().len(), 2, "the overflowing request is not asked again");
+    let plan: CandidatePlan =
+        serde_json::from_str(&std::fs::read_to_string(candidate_path(dir.path(), 1, "plan")).unwrap()).unwrap();
+    assert_eq!(plan.optimizer_calls, 2);
+    let ops: Vec<&str> = plan.plan.as_ref().unwrap().edits.iter().map(GraphEdit::op_name).collect();
+    assert_eq!(ops, ["add_node"]);
+    assert!(
+        plan.rejected.iter().flatten().any(|problem| problem.contains("maximum context length")),
+        "{:?}",
+        plan.rejected
+    );
+}
+
 /// A whole plan whose third edit fails keeps edits 1 and 2: the failure is shown to the
 /// model, which is asked for the rest edit by edit (here it says `done`), and the dropped
 /// edit is recorded with its reason.
