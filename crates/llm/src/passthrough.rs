@@ -154,9 +154,35 @@ impl RawReply {
         Ok(bytes)
     }
 
-    /// The body as it arrives.
+    /// The body as it arrives, with every registered secret redacted: a piece is passed
+    /// on at once, but for a tail that could start a secret cut between two pieces
+    /// ([`flowmem_model::StreamRedactor`]). A secret the upstream split across two
+    /// server-sent events (two deltas of a reply) is not contiguous in the bytes and is
+    /// not caught here; the gateway redacts its recorded copy after assembling it.
     #[must_use]
     pub fn into_stream(self) -> RawStream {
-        Box::pin(self.response.bytes_stream().map(|piece| piece.map_err(PassthroughError::from)))
+        let pieces = Box::pin(self.response.bytes_stream());
+        let redacted = futures::stream::unfold(
+            (pieces, Some(flowmem_model::StreamRedactor::default())),
+            |(mut pieces, redactor)| async move {
+                let mut redactor = redactor?;
+                loop {
+                    match pieces.next().await {
+                        Some(Ok(piece)) => {
+                            let out = redactor.push(&piece);
+                            if !out.is_empty() {
+                                return Some((Ok(Bytes::from(out)), (pieces, Some(redactor))));
+                            }
+                        }
+                        Some(Err(err)) => return Some((Err(PassthroughError::from(err)), (pieces, None))),
+                        None => {
+                            let rest = redactor.finish();
+                            return (!rest.is_empty()).then(|| (Ok(Bytes::from(rest)), (pieces, None)));
+                        }
+                    }
+                }
+            },
+        );
+        Box::pin(redacted)
     }
 }

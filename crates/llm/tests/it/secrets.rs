@@ -112,3 +112,23 @@ async fn the_key_never_leaks() {
     }
     assert!(n_files >= 1);
 }
+
+/// The gateway's passthrough: a whole body and a streamed one that echo the key reach
+/// the caller redacted.
+#[tokio::test]
+async fn a_passed_through_body_that_echoes_the_key_is_redacted_whole_or_streamed() {
+    use futures::StreamExt as _;
+
+    let echo = format!("data: {{\"error\": \"bad key {KEY}\"}}\n\ndata: [DONE]\n\n");
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::raw(200, echo.clone()))).await;
+    let upstream = flowmem_llm::Passthrough::new(&server.base_url(), Some(ApiKey::new(KEY))).unwrap();
+    let whole = upstream.chat(b"{}".to_vec()).await.unwrap().bytes().await.unwrap();
+    let mut stream = upstream.chat(b"{}".to_vec()).await.unwrap().into_stream();
+    let mut streamed = Vec::new();
+    while let Some(piece) = stream.next().await {
+        streamed.extend_from_slice(&piece.unwrap());
+    }
+    let expected = echo.replace(KEY, flowmem_model::REDACTED);
+    assert_eq!(String::from_utf8_lossy(&whole), expected);
+    assert_eq!(String::from_utf8_lossy(&streamed), expected);
+}

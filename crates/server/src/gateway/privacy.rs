@@ -1,13 +1,11 @@
 //! What the gateway records, and how: recording can be turned off for the whole
 //! gateway, a domain, or a token; configured fields and patterns are redacted before
-//! anything is stored, and every stored string is bounded.
+//! anything is stored, as is every secret the process registered, and every stored
+//! string is bounded.
 
 use serde_json::{Map, Value};
 
-use flowmem_model::Scope;
-
-/// The replacement of a redacted value.
-pub const REDACTED: &str = "[redacted]";
+use flowmem_model::{REDACTED, Scope};
 
 /// The privacy settings of the gateway.
 #[derive(Debug, Clone)]
@@ -73,6 +71,9 @@ impl Privacy {
     }
 
     fn clean_text(&self, text: &str) -> String {
+        // The process's secrets (API keys) first: a model may have been shown one.
+        let text = flowmem_model::redact(text);
+        let text = text.as_ref();
         // Tool arguments and results are JSON inside a string: redact their fields too.
         let trimmed = text.trim_start();
         let mut cleaned = if !self.redact_fields.is_empty()
@@ -132,5 +133,15 @@ mod tests {
         assert!(!privacy.records(&Scope::default(), Some(7)));
         assert!(privacy.records(&Scope::default(), Some(8)));
         assert!(!Privacy { record: false, ..Privacy::default() }.records(&Scope::default(), None));
+    }
+
+    /// A registered secret (an API key) is never recorded, even where a model or tool
+    /// echoed it inside a message, with no redaction configured.
+    #[test]
+    fn the_process_secrets_are_redacted_from_every_recorded_string() {
+        flowmem_model::register_secret("gateway-privacy-secret-3141");
+        let message = json!({"role": "assistant", "content": "your key is gateway-privacy-secret-3141"});
+        let cleaned = Privacy::default().clean(&message);
+        assert_eq!(cleaned["content"], "your key is [redacted]");
     }
 }
