@@ -1379,6 +1379,14 @@ pub struct ServeArgs {
     /// `X-Flowmem-Scope`: `domain` or `site/domain` (with `--otlp`).
     #[arg(long, value_name = "SCOPE")]
     pub otlp_scope: Option<String>,
+    /// Check the tool calls of the gateway's conversations in scope SCOPE against the
+    /// skeleton in FILE (a workflow graph such as `flowmem mine --output skeleton`
+    /// writes, PNML, or a process tree): a call off the skeleton is flagged in the
+    /// conversation's record and, on a reply that is not streamed, in the
+    /// `X-Flowmem-Deviations` header, with the tools expected. Repeat it per scope; adds
+    /// to `[gateway.guards]`.
+    #[arg(long, value_name = "SCOPE=FILE")]
+    pub gateway_guard: Vec<String>,
     /// How `find_workflows` ranks: `bm25`, `vector` or `hybrid`. Default: `[memory]
     /// retrieval`, else `hybrid`.
     #[arg(long, value_enum, value_name = "MODE")]

@@ -229,6 +229,11 @@ pub struct GatewaySettings {
     /// Scope by token id (written as a string key).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, String>,
+    /// The skeleton (a workflow graph, PNML or process-tree file) each scope's tool calls
+    /// are checked against, by scope (`[gateway.guards] retail = "skeleton.json"`); a
+    /// relative path is taken from the configuration file's directory.
+    #[serde(default)]
+    pub guards: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl Config {

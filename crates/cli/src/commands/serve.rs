@@ -2,11 +2,11 @@
 //! `flowmem serve token create`. Opens one [`Session`] the way `flowmem run` does and
 //! hands its tools and models to `flowmem-server`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use flowmem_exec::{ToolBox, visible_tools};
+use flowmem_exec::{CallGuard, GuardPolicy, ToolBox, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_server::{
@@ -132,7 +132,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
                 format!("http://{addr}/v1")
             }
         };
-        cfg.gateway = Some(gateway_config(upstream, settings, args)?);
+        cfg.gateway = Some(gateway_config(upstream, settings, args, session_config.path())?);
     }
     if args.otlp {
         if args.stdio {
@@ -224,7 +224,12 @@ async fn axum_serve_model(
 }
 
 /// The gateway's settings: flags over `[gateway]` over the defaults.
-fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
+fn gateway_config(
+    upstream: String,
+    settings: &GatewaySettings,
+    args: &ServeArgs,
+    config_file: Option<&Path>,
+) -> anyhow::Result<GatewayConfig> {
     let mut cfg = GatewayConfig::standard(upstream);
     let key_env = settings.api_key_env.as_deref().unwrap_or("FLOWMEM_UPSTREAM_API_KEY");
     cfg.upstream_key = std::env::var(key_env).ok().filter(|key| !key.is_empty());
@@ -254,6 +259,22 @@ fn gateway_config(upstream: String, settings: &GatewaySettings, args: &ServeArgs
             )
         })?;
         cfg.token_scopes.push((id, Scope::parse(scope)));
+    }
+    let config_dir = config_file.and_then(Path::parent).unwrap_or(Path::new("."));
+    let mut guards: Vec<(String, PathBuf)> =
+        settings.guards.iter().map(|(scope, path)| (scope.clone(), config_dir.join(path))).collect();
+    for flag in &args.gateway_guard {
+        let Some((scope, path)) = flag.split_once('=') else {
+            bail!("--gateway-guard takes SCOPE=FILE, such as `retail=skeleton.json`, not {flag:?}");
+        };
+        guards.push((scope.to_owned(), PathBuf::from(path)));
+    }
+    for (scope, path) in guards {
+        // The agent's tools are not known here: a graph position that hints none is silent.
+        let guard = CallGuard::load(&path, &[], GuardPolicy::Flag)
+            .with_context(|| format!("the gateway guard of scope `{scope}`"))?;
+        tracing::info!(%scope, skeleton = %path.display(), "gateway: tool calls checked against a skeleton");
+        cfg.guards.push((Scope::parse(&scope), guard));
     }
     let mut patterns = Vec::with_capacity(settings.redact_patterns.len());
     for (idx, pattern) in settings.redact_patterns.iter().enumerate() {

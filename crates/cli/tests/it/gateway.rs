@@ -208,6 +208,79 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
     assert!(!stderr.contains(&token), "the token never reaches the log");
 }
 
+/// A guarded scope: each tool call a conversation's model asks for is checked against
+/// the scope's skeleton. A model that cancels before looking the order up deviates: the
+/// reply names the deviation and the tools expected in `X-Flowmem-Deviations`, the
+/// recorded conversation keeps it; a conforming conversation, or one in another scope,
+/// gets no header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_scope_flags_tool_calls_off_its_skeleton() {
+    let script = Script::new()
+        .models(["scripted-model"])
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "done"})))
+        .when_seq(Match::last_user_contains("#W5918442"), cancel_turns("#W5918442", "no longer needed", "Cancelled."))
+        .when_seq(
+            Match::last_user_contains("#W2974929"),
+            [
+                Reply::tool_call("cancel_pending_order", json!({"order_id": "#W2974929", "reason": "mistake"})),
+                Reply::text("Done."),
+            ],
+        )
+        .when_seq(
+            Match::last_user_contains("#W7731004"),
+            [Reply::tool_call("cancel_pending_order", json!({"order_id": "#W7731004"})), Reply::text("Done.")],
+        )
+        .otherwise(Reply::text("unexpected request"));
+    let server = Arc::new(ScriptedLlmServer::start(script).await);
+    let dir = TestDir::new();
+    std::fs::write(dir.path("retail.tree"), "->( 'get_order_details', 'cancel_pending_order' )").unwrap();
+    let base_url = server.base_url();
+    let args = [
+        "-v",
+        "--memory",
+        "memory.db",
+        "--upstream",
+        base_url.as_str(),
+        "--quiet-secs",
+        "0.3",
+        "--gateway-guard",
+        "retail=retail.tree",
+    ];
+    let served =
+        Served::start(&dir, &args, &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")]);
+    let retail = json!({"X-Flowmem-Scope": "retail"});
+    let user = |text: &str| json!([{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]);
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "loop", "messages": user("Please cancel order #W5918442."), "tools": tools(), "results": results(), "headers": retail},
+        {"op": "loop", "messages": user("Cancel #W2974929, ordered by mistake."), "tools": tools(), "results": results(), "headers": retail},
+        {"op": "loop", "messages": user("Cancel #W7731004."), "tools": tools(), "results": results(),
+         "headers": {"X-Flowmem-Scope": "airline"}},
+        {"op": "wait", "done": 3, "timeout": 60}
+    ]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let steps = document["steps"].as_array().unwrap_or_else(|| panic!("{document}"));
+    let headers = |step: usize, turn: usize| steps[step]["turns"][turn]["headers"].clone();
+    for turn in 0..3 {
+        assert_eq!(headers(0, turn).get("x-flowmem-deviations"), None, "conforming: {document}");
+    }
+    let flagged: Value = serde_json::from_str(headers(1, 0)["x-flowmem-deviations"].as_str().unwrap()).unwrap();
+    assert_eq!(flagged[0]["tool"], "cancel_pending_order", "{flagged}");
+    assert_eq!(flagged[0]["expected"], json!(["get_order_details"]), "{flagged}");
+    assert_eq!(flagged[0]["index"], 0);
+    assert!(flagged[0]["call_id"].is_string(), "{flagged}");
+    assert_eq!(headers(2, 0).get("x-flowmem-deviations"), None, "another scope is not guarded: {document}");
+
+    let id = headers(1, 0)["x-flowmem-conversation"].as_str().unwrap().to_owned();
+    let program =
+        json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [{"op": "get", "conversation": id}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let record = &document["steps"][0]["body"]["record"];
+    assert_eq!(record["deviations"], flagged, "the record keeps what the header said: {record}");
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("deviates from the scope's skeleton"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_induce_lm_the_inducer_model_writes_the_workflow_of_an_approved_conversation() {
     // The inducer's answer: AWM's sub-routine with {variables} where the run had values.

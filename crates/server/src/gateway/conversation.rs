@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use flowmem_model::Scope;
+use flowmem_exec::CallChecker;
+use flowmem_model::{Deviation, Scope};
 
 /// A message in the form used for matching: what the model and the tools said, not how
 /// a client spelled it.
@@ -106,6 +107,26 @@ pub(crate) struct Open {
     /// period unless a request extends it.
     pub answered: bool,
     pub last_activity: Instant,
+    /// Where the conversation's tool calls are in its scope's skeleton, when the gateway
+    /// guards that scope.
+    pub guard: Option<CallChecker>,
+    /// The tool calls that deviated from the skeleton so far, in order.
+    pub deviations: Vec<Deviation>,
+}
+
+/// Checks the tool calls of an assistant `message` against the skeleton, in order, and
+/// returns those that deviate, each with the model's call id.
+pub(crate) fn check_calls(checker: &mut CallChecker, message: &Value) -> Vec<Deviation> {
+    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let mut deviations = Vec::new();
+    for call in calls {
+        let tool = call.pointer("/function/name").and_then(Value::as_str).unwrap_or("");
+        if let Some(mut deviation) = checker.check(tool) {
+            deviation.call_id = call.get("id").and_then(Value::as_str).map(str::to_owned);
+            deviations.push(deviation);
+        }
+    }
+    deviations
 }
 
 /// The open conversations of the gateway.
@@ -143,6 +164,14 @@ impl Conversations {
     /// transcript. Returns the updated conversation.
     pub(crate) fn record_turn(&mut self, id: &str, mut messages: Vec<Value>, answer: Value) -> Option<Open> {
         let conversation = self.open.get_mut(id)?;
+        if let Some(checker) = &mut conversation.guard {
+            let deviations = check_calls(checker, &answer);
+            for deviation in &deviations {
+                tracing::info!(conversation = %id, tool = ?deviation.tool, expected = ?deviation.expected,
+                    "gateway: a tool call deviates from the scope's skeleton");
+            }
+            conversation.deviations.extend(deviations);
+        }
         if let Some(old) = conversation.hash.take() {
             self.by_hash.remove(&old);
         }

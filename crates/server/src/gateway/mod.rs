@@ -34,9 +34,10 @@ use axum::{Extension, Router};
 use futures::{Stream, StreamExt as _};
 use serde_json::{Value, json};
 
+use flowmem_exec::{CallChecker, CallGuard};
 use flowmem_llm::{ApiKey, CHAT_COMPLETIONS_PATH, MODELS_PATH, Passthrough, PassthroughError, RawStream};
 use flowmem_memory::{RetrievalMode, Retriever, prompt_memory};
-use flowmem_model::Scope;
+use flowmem_model::{Deviation, Scope};
 
 use crate::auth::Caller;
 use crate::error::ServerError;
@@ -44,7 +45,7 @@ use crate::queue::store::Write;
 use crate::queue::{LearnQueue, record_strings};
 use crate::state::AppState;
 
-use self::conversation::{Conversations, Named, Open, content_text, prefix_hashes};
+use self::conversation::{Conversations, Named, Open, check_calls, content_text, prefix_hashes};
 pub use self::privacy::Privacy;
 use self::sse::Assembler;
 
@@ -85,6 +86,12 @@ pub struct GatewayConfig {
     pub model_scopes: Vec<(String, Scope)>,
     /// What is recorded and how.
     pub privacy: Privacy,
+    /// The skeletons tool calls are checked against, by scope: each tool call the model
+    /// asks for in a conversation of that scope is one step on the skeleton's reachable
+    /// markings. A deviation is flagged (never blocked): logged, kept in the
+    /// conversation's record with the tools expected, and, on a reply that is not
+    /// streamed, named in the `X-Flowmem-Deviations` header.
+    pub guards: Vec<(Scope, CallGuard)>,
     /// How workflows are retrieved for a conversation. BM25 by default: it adds
     /// microseconds, where embedding the query adds milliseconds to every first turn
     /// (see the `gateway_latency` bench).
@@ -98,6 +105,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("upstream_key", &self.upstream_key.as_ref().map(|_| "<redacted>"))
             .field("memory", &self.memory)
             .field("quiet", &self.quiet)
+            .field("guards", &self.guards.len())
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +127,7 @@ impl GatewayConfig {
             token_scopes: Vec::new(),
             model_scopes: Vec::new(),
             privacy: Privacy::default(),
+            guards: Vec::new(),
             retrieval: RetrievalMode::Bm25,
         }
     }
@@ -144,7 +153,7 @@ impl Gateway {
     ) -> Result<Gateway, ServerError> {
         let mut conversations = Conversations::default();
         for (id, record) in queue.store.open_records()? {
-            if let Some(open) = resume(&id, &record) {
+            if let Some(open) = resume(&id, &record, &cfg.guards) {
                 conversations.insert(open);
             }
         }
@@ -164,16 +173,34 @@ impl Gateway {
     }
 }
 
-/// An open conversation from its stored record, answered and quiet from now on.
-fn resume(id: &str, record: &Value) -> Option<Open> {
+/// The checker of `scope`'s skeleton, at the start, when the gateway guards the scope.
+fn guard_for(guards: &[(Scope, CallGuard)], scope: &Scope) -> Option<CallChecker> {
+    guards.iter().find(|(guarded, _)| guarded == scope).map(|(_, guard)| guard.start())
+}
+
+/// An open conversation from its stored record, answered and quiet from now on. Its
+/// guard is brought to where the recorded tool calls left it.
+fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Open> {
     let messages = record.get("messages")?.as_array()?.clone();
     let token_id = record.get("token_id").and_then(Value::as_i64);
+    let scope: Scope = serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default();
+    let mut guard = guard_for(guards, &scope);
+    if let Some(checker) = &mut guard {
+        for message in messages.iter().filter(|message| message["role"] == "assistant") {
+            // Their deviations were recorded when they were made.
+            let _ = check_calls(checker, message);
+        }
+    }
+    let deviations =
+        serde_json::from_value(record.get("deviations").cloned().unwrap_or(Value::Null)).unwrap_or_default();
     Some(Open {
+        guard,
+        deviations,
         id: id.to_owned(),
         named: None,
         hash: prefix_hashes(token_id, &messages).last().copied(),
         messages,
-        scope: serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default(),
+        scope,
         model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
         token_id,
         shown: record_strings(record, "shown"),
@@ -198,6 +225,7 @@ fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
         "shadow": conversation.shadow,
         "memory_text": conversation.memory_text,
         "retrieval": conversation.retrieval,
+        "deviations": conversation.deviations,
         "source": "gateway",
         "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     })
@@ -368,6 +396,8 @@ async fn start_conversation(
     }
     let record = gateway.cfg.privacy.records(&scope, token_id);
     Open {
+        guard: guard_for(&gateway.cfg.guards, &scope),
+        deviations: Vec::new(),
         id: state.fresh_id("conv"),
         named,
         messages: Vec::new(),
@@ -415,15 +445,16 @@ fn flowmem_headers(response: &mut Response, conversation: &Open) {
 }
 
 /// Records a finished turn: the request's own messages (without the injected memory)
-/// and the model's answer.
-fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value) {
-    let updated = gateway.conversations().record_turn(id, messages, answer);
-    if let Some(conversation) = updated
-        && conversation.record
-    {
+/// and the model's answer. Returns the deviations of the answer's tool calls from the
+/// scope's skeleton, if it is guarded.
+fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value) -> Vec<Deviation> {
+    let before = gateway.conversations().get(id).map_or(0, |conversation| conversation.deviations.len());
+    let Some(conversation) = gateway.conversations().record_turn(id, messages, answer) else { return Vec::new() };
+    if conversation.record {
         let record = record_of(gateway, &conversation);
         gateway.queue.send(Write::Open { id: conversation.id.clone(), record });
     }
+    conversation.deviations.get(before..).unwrap_or_default().to_vec()
 }
 
 /// `POST /v1/chat/completions`.
@@ -494,7 +525,7 @@ async fn chat_completions(
             inner: reply.into_stream(),
             assembler: Assembler::default(),
             on_end: Some(Box::new(move |answer: Option<Value>| match (answer, state.gateway.as_deref()) {
-                (Some(answer), Some(gateway)) => finish_turn(gateway, &id, messages, answer),
+                (Some(answer), Some(gateway)) => drop(finish_turn(gateway, &id, messages, answer)),
                 (None, Some(gateway)) => gateway.queue.failed("recording a stream cut short", &"no [DONE]"),
                 _ => {}
             })),
@@ -516,17 +547,23 @@ async fn chat_completions(
         if !status.is_success() {
             discard();
         }
+        let mut deviations = Vec::new();
         if status.is_success() {
             let answer = serde_json::from_slice::<Value>(&bytes)
                 .ok()
                 .and_then(|reply| reply.pointer("/choices/0/message").cloned());
             match answer {
-                Some(answer) => finish_turn(gateway, &conversation.id, messages, answer),
+                Some(answer) => deviations = finish_turn(gateway, &conversation.id, messages, answer),
                 None => gateway.queue.failed("recording a reply", &"the upstream reply has no choices[0].message"),
             }
         }
         let mut response = Response::new(Body::from(bytes));
         *response.status_mut() = status;
+        if !deviations.is_empty()
+            && let Ok(value) = HeaderValue::from_str(&json!(deviations).to_string())
+        {
+            response.headers_mut().insert("x-flowmem-deviations", value);
+        }
         response
     };
     passed_headers(&upstream_headers, &mut response);
