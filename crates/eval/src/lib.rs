@@ -67,7 +67,7 @@ pub use crate::outputs::required_outputs_found;
 pub use crate::render::{ReportFiles, render_html, render_markdown, write_report};
 pub use crate::report::{
     Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, ToolTraceConformance,
-    coefficient_of_variation, compare, relative_change, summarize,
+    coefficient_of_variation, compare, relative_change, summarize, tool_trace_conformance,
 };
 pub use crate::reward::{Alpha, reward, reward_of_means};
 pub use crate::run::{EvalConfig, Progress, System, SystemRun, evaluate, evaluate_concurrently};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use flowmem_mining::{
-    Classifier, EventLog, EventLogBuilder, PrecisionVariant, Variant, discover, precision, token_replay,
+    Classifier, EventLog, EventLogBuilder, PetriNet, PrecisionVariant, Variant, discover, precision, token_replay,
     tree_to_petri_net,
 };
 use flowmem_model::Record;
@@ -213,6 +213,51 @@ pub fn summarize(runs: Vec<RunMeasurement>) -> EvalReport {
     EvalReport { version: 1, alpha: None, systems, comparisons, runs }
 }
 
+/// The fitness and precision of `produced` tool sequences (one case each) against the
+/// Inductive Miner's model of the `reference` records' tool sequences, as a Petri net:
+/// token-replay log fitness and ETC precision. `None` when the reference has no cases.
+/// The scout's candidates and [`EvalReport::with_conformance`] are measured so.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_eval::tool_trace_conformance;
+/// use flowmem_model::Record;
+///
+/// let reference: Record = serde_json::from_value(serde_json::json!(
+///     {"id": "1", "query": "q", "orchestration": [{"tool": "a", "args": {}}, {"tool": "b", "args": {}}]}
+/// ))?;
+/// let produced = [vec!["a".to_owned(), "b".to_owned()], vec!["b".to_owned()]];
+/// let conformance = tool_trace_conformance(&[reference], produced.iter().map(Vec::as_slice)).unwrap();
+/// assert!(conformance.fitness < 1.0, "the second run skipped `a`");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[must_use]
+pub fn tool_trace_conformance<'a>(
+    reference: &[Record],
+    produced: impl IntoIterator<Item = &'a [String]>,
+) -> Option<ToolTraceConformance> {
+    reference_net(reference).map(|net| conformance_against(&net, produced))
+}
+
+/// The IM model of the reference records' tool sequences, or `None` without cases.
+fn reference_net(reference: &[Record]) -> Option<PetriNet> {
+    let reference = EventLog::from_records(reference, Classifier::ToolName);
+    (reference.n_cases() > 0).then(|| tree_to_petri_net(&discover(&reference, Variant::Im)))
+}
+
+fn conformance_against<'a>(net: &PetriNet, produced: impl IntoIterator<Item = &'a [String]>) -> ToolTraceConformance {
+    let mut log = EventLogBuilder::new();
+    for tools in produced {
+        log.push_trace(tools);
+    }
+    let log = log.build();
+    ToolTraceConformance {
+        fitness: token_replay(&log, net).log_fitness,
+        precision: precision(&log, net, PrecisionVariant::EtcToken),
+    }
+}
+
 impl EvalReport {
     /// Adds each system's [`ToolTraceConformance`]: the Inductive Miner's model of the
     /// `reference` records' tool sequences, as a Petri net, checked against the log of the
@@ -240,21 +285,10 @@ impl EvalReport {
     /// ```
     #[must_use]
     pub fn with_conformance(mut self, reference: &[Record]) -> EvalReport {
-        let reference = EventLog::from_records(reference, Classifier::ToolName);
-        if reference.n_cases() == 0 {
-            return self;
-        }
-        let net = tree_to_petri_net(&discover(&reference, Variant::Im));
+        let Some(net) = reference_net(reference) else { return self };
         for system in &mut self.systems {
-            let mut produced = EventLogBuilder::new();
-            for run in self.runs.iter().filter(|run| run.system == system.system) {
-                produced.push_trace(&run.tools);
-            }
-            let produced = produced.build();
-            system.conformance = Some(ToolTraceConformance {
-                fitness: token_replay(&produced, &net).log_fitness,
-                precision: precision(&produced, &net, PrecisionVariant::EtcToken),
-            });
+            let produced = self.runs.iter().filter(|run| run.system == system.system).map(|run| run.tools.as_slice());
+            system.conformance = Some(conformance_against(&net, produced));
         }
         self
     }

@@ -247,8 +247,10 @@ pub async fn scout(
         Some(final_test(dir, settings, &parts_split.test, &best, &g0_saved, state.best != 0, parts).await?)
     };
     let root_val: f64 = read_json::<crate::search::Evaluation>(&candidate_path(dir, 0, "val"))?.reward;
+    let best_val: crate::search::Evaluation = read_json(&candidate_path(dir, state.best, "val"))?;
     let expansions = expansion_stats(dir, &state)?;
-    write_text(&dir.join("report.html"), &render_report(&state, &expansions, root_val, &best, test.as_ref()))?;
+    let page = render_report(&state, &expansions, root_val, (&best, &best_val), test.as_ref());
+    write_text(&dir.join("report.html"), &page)?;
     Ok(ScoutOutcome { state, best, test, split_sizes, expansions })
 }
 
@@ -298,13 +300,14 @@ async fn final_test(
 }
 
 /// `DIR/report.html`: the validation curve, the search tree with the best path, the best
-/// workflow, and the test table.
+/// workflow with its validation figures (TC, and the fitness and precision of its tool
+/// traces), and the test table.
 #[must_use]
 pub fn render_report(
     state: &SearchState,
     expansions: &ExpansionStats,
     root_val: f64,
-    best: &WorkflowGraph,
+    (best, best_val): (&WorkflowGraph, &crate::search::Evaluation),
     test: Option<&EvalReport>,
 ) -> String {
     let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
@@ -321,6 +324,12 @@ pub fn render_report(
         iterations: state.iteration,
         best: state.best,
         best_val_score: format!("{:.4}", state.best_val_score),
+        best_val: ValidationView {
+            tc: format!("{:.3}", best_val.tc),
+            es: opt(best_val.es),
+            fitness: opt(best_val.conformance.map(|c| c.fitness)),
+            precision: opt(best_val.conformance.map(|c| c.precision)),
+        },
         failed_expansions: state.failed_expansions,
         stopped: state.stopped.map_or_else(|| "no".to_owned(), |reason| format!("{reason:?}")),
         validation_curve: Markup::new(validation_curve(state, root_val)),
@@ -336,6 +345,8 @@ pub fn render_report(
                     n_runs: s.n_runs,
                     n_errors: s.n_errors,
                     tc: format!("{:.3}", s.mean_tc),
+                    fitness: opt(s.conformance.map(|c| c.fitness)),
+                    precision: opt(s.conformance.map(|c| c.precision)),
                     es: opt(s.mean_es),
                     task_success: opt(s.task_success_rate),
                     cv: opt(s.mean_cv_es),
@@ -360,6 +371,7 @@ struct ReportContext<'a> {
     iterations: u32,
     best: TreeNodeId,
     best_val_score: String,
+    best_val: ValidationView,
     failed_expansions: u32,
     stopped: String,
     validation_curve: Markup,
@@ -378,6 +390,15 @@ struct ExpansionView<'a> {
     edits: Vec<(&'a str, EditCounts)>,
 }
 
+/// The best candidate's figures on the validation split.
+#[derive(Serialize)]
+struct ValidationView {
+    tc: String,
+    es: String,
+    fitness: String,
+    precision: String,
+}
+
 #[derive(Serialize)]
 struct TestRow<'a> {
     system: &'a str,
@@ -385,6 +406,8 @@ struct TestRow<'a> {
     n_runs: usize,
     n_errors: usize,
     tc: String,
+    fitness: String,
+    precision: String,
     es: String,
     task_success: String,
     cv: String,

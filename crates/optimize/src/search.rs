@@ -41,6 +41,11 @@ pub struct Evaluation {
     /// optimizer prompt shows it.
     #[serde(default)]
     pub feedback: Value,
+    /// How the candidate's tool traces on the split fit the process of the split's
+    /// reference records (`flowmem_eval::tool_trace_conformance`); `None` when the
+    /// records have no reference calls, or in a file written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conformance: Option<flowmem_eval::ToolTraceConformance>,
 }
 
 /// Runs candidates: simulation on `D_opt` and validation on `D_val`.

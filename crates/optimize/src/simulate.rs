@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use flowmem_eval::{Alpha, ScoreConfig, ScoreMeans, TraceScore, score_trace};
+use flowmem_eval::{Alpha, ScoreConfig, ScoreMeans, TraceScore, score_trace, tool_trace_conformance};
 use flowmem_exec::{
     ExecObserver, JsonlTraceWriter, RunInput, Runtime, ToolBox, ToolCatalog, ValidatedGraph, check, compile,
     isolated_runtime, run, visible_tools,
@@ -221,15 +221,18 @@ impl<'a> ExecSimulator<'a> {
         let limit = tokio::sync::Semaphore::new(self.concurrency.max(1));
         let runs: Vec<_> =
             records.iter().map(|record| self.run_one(candidate, split, &validated, &writer, &limit, record)).collect();
-        let scores: Vec<(TraceScore, Value)> = futures::future::join_all(runs).await;
+        let runs: Vec<(TraceScore, Value, Vec<String>)> = futures::future::join_all(runs).await;
         let file = writer.finish().map_err(io_err)?.into_inner().map_err(|err| io_err(err.into_error()))?;
         file.commit().map_err(atomic_err)?;
-        Ok(aggregate(split, self.alpha, &scores))
+        let conformance = tool_trace_conformance(records, runs.iter().map(|(.., tools)| tools.as_slice()));
+        let scores: Vec<(TraceScore, Value)> = runs.into_iter().map(|(score, feedback, _)| (score, feedback)).collect();
+        Ok(Evaluation { conformance, ..aggregate(split, self.alpha, &scores) })
     }
 }
 
 impl ExecSimulator<'_> {
-    /// Runs and scores one record once a slot of `limit` is free.
+    /// Runs and scores one record once a slot of `limit` is free; also returns the tools
+    /// the run called, in order.
     async fn run_one(
         &self,
         candidate: TreeNodeId,
@@ -238,7 +241,7 @@ impl ExecSimulator<'_> {
         observer: &dyn ExecObserver,
         limit: &tokio::sync::Semaphore,
         record: &Record,
-    ) -> (TraceScore, Value) {
+    ) -> (TraceScore, Value, Vec<String>) {
         // The semaphore is never closed, so acquiring only waits.
         let _permit = limit.acquire().await.ok();
         let isolation = self
@@ -248,7 +251,8 @@ impl ExecSimulator<'_> {
         let trace = run_workflow(validated, &self.runtime, isolation.as_ref(), record, observer).await;
         let score = score_trace(record, &trace, &self.scoring).await;
         let feedback = feedback(record, &trace, &score);
-        (score, feedback)
+        let tools = trace.tool_calls.iter().map(|call| call.tool.clone()).collect();
+        (score, feedback, tools)
     }
 }
 
@@ -271,7 +275,7 @@ fn aggregate(split: &str, alpha: Alpha, scores: &[(TraceScore, Value)]) -> Evalu
     if means.n_unjudged() > 0 {
         feedback["unjudged"] = json!(means.n_unjudged());
     }
-    Evaluation { reward, tc: means.mean_tc(), es: means.mean_es(), feedback }
+    Evaluation { reward, tc: means.mean_tc(), es: means.mean_es(), feedback, conformance: None }
 }
 
 #[async_trait::async_trait]

@@ -179,6 +179,11 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     assert!((val(1)["reward"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{}", val(1));
     assert_eq!(state.best, 1);
     assert_eq!(state.failed_expansions, 1, "the third plan never validates");
+    // Each candidate's tool traces are checked against the process of the split's
+    // reference calls: G⁰ calls `get-sum` as the records do.
+    assert_eq!(val(0)["conformance"]["fitness"], 1.0, "{}", val(0));
+    let precision = val(1)["conformance"]["precision"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&precision), "{}", val(1));
     // The feedback names the matched call and the wrong result.
     let opt0: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("candidates/0000.opt.json")).unwrap()).unwrap();
@@ -228,6 +233,10 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("validation-curve") && html.contains("<table>") && html.contains("flowscout"));
     assert!(html.contains("expansion success rate 67%"), "the report gives the expansion success rate");
+    assert!(html.contains("<th>fitness</th><th>precision</th>"), "the test table gives conformance");
+    let fitness = flowscout.conformance.unwrap().fitness;
+    assert!(html.contains(&format!("fitness {:.3}, precision", val(1)["conformance"]["fitness"].as_f64().unwrap())));
+    assert!(html.contains(&format!("<td>{fitness:.3}</td>")), "the best's test fitness is in the table");
     assert!(dir.path().join("run.json").exists() && dir.path().join("state.json").exists());
     setup.tools.shutdown().await;
     drop(setup.server);

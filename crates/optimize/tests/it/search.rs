@@ -56,13 +56,19 @@ impl Simulator for SizeSimulator {
     async fn simulate(&self, candidate: usize, graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
         self.count(candidate, "opt");
         let reward = (self.opt)(graph.nodes.len());
-        Ok(Evaluation { reward, tc: reward, es: Some(reward), feedback: json!({"nodes": graph.nodes.len()}) })
+        Ok(Evaluation {
+            reward,
+            tc: reward,
+            es: Some(reward),
+            feedback: json!({"nodes": graph.nodes.len()}),
+            conformance: None,
+        })
     }
 
     async fn validate(&self, candidate: usize, graph: &WorkflowGraph) -> Result<Evaluation, SearchError> {
         self.count(candidate, "val");
         let reward = (self.val)(graph.nodes.len());
-        Ok(Evaluation { reward, tc: reward, es: Some(reward), feedback: Value::Null })
+        Ok(Evaluation { reward, tc: reward, es: Some(reward), feedback: Value::Null, conformance: None })
     }
 }
 
