@@ -127,6 +127,12 @@ impl ErrorReport {
         use flowmem_llm::{LlmError, ModelConfigError};
         use flowmem_model::{ImportError, JsonlError, WriteError};
         let unclassified = self.kind == "error";
+        // Transparent wrappers hide their inner error from the chain: look at it instead.
+        let cause: &(dyn std::error::Error + 'static) = match cause.downcast_ref::<flowmem_exec::ProcessModelError>() {
+            Some(flowmem_exec::ProcessModelError::Graph(inner)) => inner,
+            Some(flowmem_exec::ProcessModelError::Pnml(inner)) => inner,
+            _ => cause,
+        };
         let mut kind = |kind: &'static str, file: Option<&std::path::Path>| {
             self.kind = kind;
             if let Some(file) = file {
@@ -135,6 +141,40 @@ impl ErrorReport {
         };
         if let Some(err) = cause.downcast_ref::<crate::commands::common::OutputIsInput>() {
             kind("input", Some(&err.output));
+        } else if let Some(err) = cause.downcast_ref::<crate::commands::common::CannotOpen>() {
+            kind("io", Some(&err.path));
+        } else if let Some(err) = cause.downcast_ref::<crate::commands::common::NoMemory>() {
+            kind("memory", Some(&err.path));
+        } else if let Some(err) = cause.downcast_ref::<crate::commands::common::MissingFlag>() {
+            kind("usage", None);
+            self.field = Some(err.flag.to_owned());
+        } else if let Some(err) = cause.downcast_ref::<flowmem_exec::ProcessModelError>() {
+            use flowmem_exec::ProcessModelError;
+            match err {
+                ProcessModelError::Io { path, .. } => kind("io", Some(path)),
+                ProcessModelError::Shape { path, .. } | ProcessModelError::Tree { path, .. } => {
+                    kind("input", Some(path));
+                }
+                ProcessModelError::Invalid { path, source } => {
+                    kind("graph", Some(path));
+                    self.node = source.violations.iter().find_map(|violation| violation.node()).map(str::to_owned);
+                }
+                // The PNML or graph error beneath says where.
+                _ => {}
+            }
+        } else if let Some(err) = cause.downcast_ref::<flowmem_mining::MiningError>() {
+            use flowmem_mining::MiningError;
+            match err {
+                MiningError::Io { path, .. } => kind("io", Some(path)),
+                MiningError::Xml { path, .. } | MiningError::NotXes { path, .. } | MiningError::Pnml { path, .. } => {
+                    kind("input", Some(path));
+                }
+                _ => kind("input", None),
+            }
+        } else if let Some(flowmem_optimize::ScoutError::File { path, .. }) = cause.downcast_ref() {
+            kind("io", Some(path));
+        } else if let Some(flowmem_optimize::SearchError::Io { path, .. }) = cause.downcast_ref() {
+            kind("io", Some(path));
         } else if let Some(err) = cause.downcast_ref::<ImportError>() {
             match err {
                 ImportError::Read { path, .. } => kind("io", Some(path)),
@@ -215,7 +255,8 @@ fn memory_path(err: &flowmem_memory::MemoryError) -> Option<&std::path::Path> {
         MemoryError::Sqlite { path, .. }
         | MemoryError::SchemaTooNew { path, .. }
         | MemoryError::Corrupt { path, .. }
-        | MemoryError::NotFound { path, .. } => Some(path),
+        | MemoryError::NotFound { path, .. }
+        | MemoryError::NotMemory { path, .. } => Some(path),
         _ => None,
     }
 }

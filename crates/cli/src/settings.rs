@@ -120,10 +120,12 @@ impl Config {
     pub fn tools(&self, required: bool) -> anyhow::Result<ToolsConfig> {
         match (&self.path, &self.text) {
             (Some(path), Some(text)) => Ok(ToolsConfig::from_toml_str(text, path)?),
-            _ if required => bail!(
-                "no configuration file: this command needs the `[[tools.mcp]]` servers of a `flowmem.toml`\n\
-                 hint: pass --config PATH, set FLOWMEM_CONFIG, or create ./flowmem.toml"
-            ),
+            _ if required => Err(crate::commands::common::MissingFlag {
+                flag: "--config",
+                message: "no configuration file: this command needs the `[[tools.mcp]]` servers of a `flowmem.toml`\n\
+                          hint: pass --config PATH, set FLOWMEM_CONFIG, or create ./flowmem.toml",
+            }
+            .into()),
             _ => Ok(ToolsConfig::empty()),
         }
     }

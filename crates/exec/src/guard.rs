@@ -94,6 +94,15 @@ pub enum ProcessModelError {
     /// A `.json`, `.yaml` or `.yml` file that is not a workflow graph.
     #[error(transparent)]
     Graph(#[from] GraphFileError),
+    /// A workflow graph that is not valid (its structure, without its tools).
+    #[error("the workflow graph `{}` is not valid", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every violation, each naming its node or edge.
+        #[source]
+        source: crate::validate::InvalidGraph,
+    },
     /// A workflow graph that is not block-structured enough to read as a process.
     #[error("cannot read the workflow graph `{}` as a process", path.display())]
     Shape {
@@ -158,6 +167,9 @@ pub fn load_process_model(path: &Path, all_tools: &[String]) -> Result<ProcessMo
     }
     if name.ends_with(".json") || name.ends_with(".yaml") || name.ends_with(".yml") {
         let graph = load_graph(path)?;
+        // A graph whose exit is no node reads as a silent process; refuse it instead.
+        crate::validate::check(graph.clone(), crate::validate::ToolCatalog::Unchecked)
+            .map_err(|source| ProcessModelError::Invalid { path: path.to_owned(), source })?;
         let tree = flowmem_mining::skeleton_to_tree(&graph, all_tools)
             .map_err(|source| ProcessModelError::Shape { path: path.to_owned(), source })?;
         let net = flowmem_mining::tree_to_petri_net(&tree);

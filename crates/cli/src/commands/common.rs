@@ -113,6 +113,70 @@ pub async fn replay_for_results(
     (report, replayed)
 }
 
+/// A file the command reads that cannot be opened; `--json` names it.
+#[derive(Debug)]
+pub struct CannotOpen {
+    /// The file, as given.
+    pub path: std::path::PathBuf,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for CannotOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot open `{}`", self.path.display())
+    }
+}
+
+impl std::error::Error for CannotOpen {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Opens an input file, or says which could not be opened.
+pub fn open_input(path: &std::path::Path) -> Result<std::fs::File, CannotOpen> {
+    std::fs::File::open(path).map_err(|source| CannotOpen { path: path.to_owned(), source })
+}
+
+/// A flag the command needs and was not given (nor its variable); `--json` names it as a
+/// usage error.
+#[derive(Debug)]
+pub struct MissingFlag {
+    /// The flag, such as `--memory`.
+    pub flag: &'static str,
+    /// What is missing and how to give it, hint lines included.
+    pub message: &'static str,
+}
+
+impl std::fmt::Display for MissingFlag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message)
+    }
+}
+
+impl std::error::Error for MissingFlag {}
+
+/// A memory database named by `--memory` that does not exist (for the commands that
+/// read one); `--json` names the file.
+#[derive(Debug)]
+pub struct NoMemory {
+    /// The file, as given.
+    pub path: std::path::PathBuf,
+}
+
+impl std::fmt::Display for NoMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "memory database `{}` does not exist\nhint: create it with `flowmem induce` or `flowmem memory import`",
+            self.path.display()
+        )
+    }
+}
+
+impl std::error::Error for NoMemory {}
+
 /// An output path that names one of the command's inputs: writing it would destroy the
 /// input before (or while) it is read.
 #[derive(Debug)]

@@ -208,7 +208,7 @@ fn workflow_lines(report: &OfflineReport) -> Vec<WorkflowLine<'_>> {
 /// Reads trajectory JSONL. Lines that do not decode are returned as messages naming the
 /// file and line; blank lines are skipped.
 pub fn read_trajectories(path: &Path) -> anyhow::Result<(Vec<Trajectory>, Vec<String>)> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let file = crate::commands::common::open_input(path)?;
     let mut trajectories = Vec::new();
     let mut bad = Vec::new();
     for (idx, line) in std::io::BufReader::new(file).lines().enumerate() {

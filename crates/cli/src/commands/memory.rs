@@ -23,13 +23,11 @@ use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode
 /// Runs one `flowmem memory` command.
 pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let Some(path) = &args.memory else {
-        anyhow::bail!("no memory database given\nhint: pass `--memory FILE` or set FLOWMEM_MEMORY");
+        let message = "no memory database given\nhint: pass `--memory FILE` or set FLOWMEM_MEMORY";
+        return Err(crate::commands::common::MissingFlag { flag: "--memory", message }.into());
     };
     if !matches!(args.command, MemoryCommand::Import { .. }) && !path.exists() {
-        anyhow::bail!(
-            "memory database `{}` does not exist\nhint: create it with `flowmem induce` or `flowmem memory import`",
-            path.display()
-        );
+        return Err(crate::commands::common::NoMemory { path: path.clone() }.into());
     }
     if matches!(args.command, MemoryCommand::Check) {
         return check(path, printer);
@@ -326,7 +324,7 @@ fn import(
     let mut errors: Vec<String> = Vec::new();
     let mut workflows = match format {
         ExchangeFormat::Jsonl => {
-            let file = std::fs::File::open(input).with_context(|| format!("cannot open `{}`", input.display()))?;
+            let file = crate::commands::common::open_input(input)?;
             let (workflows, bad) = read_jsonl(&mut std::io::BufReader::new(file))?;
             errors.extend(
                 bad.iter().map(|err| format!("`{}:{}`: not a workflow: {}", input.display(), err.line, err.source)),

@@ -212,7 +212,7 @@ pub(crate) fn load(path: &Path, classifier: ActivityClassifier, printer: &Printe
         ActivityClassifier::Tool => Classifier::ToolName,
         ActivityClassifier::ToolArgs => Classifier::ToolNameAndArgKeys,
     };
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let file = crate::commands::common::open_input(path)?;
     let (mut records, mut trajectories, mut skipped) = (Vec::new(), Vec::new(), 0u64);
     for (idx, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("cannot read `{}`", path.display()))?;
@@ -277,7 +277,7 @@ fn is_xes(path: &Path) -> anyhow::Result<bool> {
         return Ok(false);
     }
     let mut head = [0u8; 2];
-    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let mut file = crate::commands::common::open_input(path)?;
     let n = std::io::Read::read(&mut file, &mut head).with_context(|| format!("cannot read `{}`", path.display()))?;
     Ok(n > 0 && (head[0] == b'<' || head[..n].starts_with(&[0x1f, 0x8b])))
 }

@@ -269,7 +269,7 @@ fn deviation_text(deviation: &Deviation) -> String {
 /// Reads records (one JSON object a line); lines that are not records are reported and
 /// skipped.
 fn read_inputs(path: &Path, printer: &Printer) -> anyhow::Result<Vec<RunInput>> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let file = crate::commands::common::open_input(path)?;
     let mut inputs = Vec::new();
     let mut n_skipped = 0;
     for (line_idx, line) in std::io::BufReader::new(file).lines().enumerate() {

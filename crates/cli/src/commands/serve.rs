@@ -32,7 +32,8 @@ const STATE_KEY: &str = "flowmem-serve";
 /// Runs `flowmem serve` or its `token` subcommand.
 pub fn run(args: &ServeArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     let Some(memory) = args.memory.as_deref() else {
-        bail!("`flowmem serve` needs the memory to serve\nhint: pass --memory DB, or set FLOWMEM_MEMORY");
+        let message = "`flowmem serve` needs the memory to serve\nhint: pass --memory DB, or set FLOWMEM_MEMORY";
+        return Err(crate::commands::common::MissingFlag { flag: "--memory", message }.into());
     };
     match &args.command {
         Some(ServeCommand::Token(TokenCommand::Create(create))) => create_token(memory, create, printer),

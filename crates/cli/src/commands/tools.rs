@@ -175,7 +175,7 @@ async fn replay(registry: &Registry, args: &ToolsReplayArgs, printer: &Printer) 
 
 /// Reads a JSONL file of records; lines that are not records are skipped with a reason.
 fn read_records(path: &Path) -> anyhow::Result<(Vec<Record>, Vec<String>)> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let file = crate::commands::common::open_input(path)?;
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     for (idx, line) in std::io::BufReader::new(file).lines().enumerate() {

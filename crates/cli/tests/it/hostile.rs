@@ -348,6 +348,73 @@ fn every_error_with_json_prints_one_json_document() {
     }
 }
 
+/// More of the probe's error cases, one per command that reads something: each prints
+/// one JSON document naming the kind, and the file, line, flag or node at fault.
+#[test]
+fn every_command_names_what_failed_in_its_json_error() {
+    let dir = TestDir::new();
+    dir.write("recs.jsonl", "{\"id\": \"a\", \"query\": \"q\", \"orchestration\": []}\n{bad\n");
+    dir.write(
+        "invalid.json",
+        r#"{"name": "g", "nodes": [{"id": "a", "kind": "llm", "role": "plan"}], "edges": [], "entry": "a", "exit": "zz"}"#,
+    );
+    dir.write("notdb.db", "not a database at all, but long enough to look like a file");
+    std::fs::create_dir_all(dir.path("emptydir")).unwrap();
+    let other = rusqlite::Connection::open(dir.path("other.db")).unwrap();
+    other.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);").unwrap();
+    drop(other);
+    type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, Value)]);
+    let file = |name: &str| ("file", json!(name));
+    let cases: &[Case<'_>] = &[
+        (&["stats", "missing.jsonl"], "io", &[file("missing.jsonl")]),
+        (&["stats", "recs.jsonl"], "input", &[file("recs.jsonl"), ("line", json!(2))]),
+        (&["mine", "missing.jsonl"], "io", &[file("missing.jsonl")]),
+        (&["mine", "recs.jsonl", "--miner", "nope"], "usage", &[("field", json!("--miner"))]),
+        (&["split", "recs.jsonl", "--seed", "1", "--out", "s/"], "input", &[file("recs.jsonl"), ("line", json!(2))]),
+        (&["split", "missing.jsonl", "--seed", "1", "--out", "s/"], "io", &[file("missing.jsonl")]),
+        (&["score", "--records", "missing.jsonl", "--runs", "r.jsonl"], "io", &[file("missing.jsonl")]),
+        (&["memory", "list", "--memory", "other.db"], "memory", &[file("other.db")]),
+        (&["memory", "list"], "usage", &[("field", json!("--memory"))]),
+        (&["memory", "show", "x", "--memory", "fresh.db"], "memory", &[file("fresh.db")]),
+        (&["memory", "search", "x", "--memory", "notdb.db"], "memory", &[file("notdb.db")]),
+        (&["memory", "eval-retrieval", "recs.jsonl", "--memory", "fresh.db"], "memory", &[file("fresh.db")]),
+        (&["conform", "recs.jsonl", "--model", "missing.json"], "io", &[file("missing.json")]),
+        (
+            &["conform", "recs.jsonl", "--model", "invalid.json"],
+            "graph",
+            &[file("invalid.json"), ("node", json!("zz"))],
+        ),
+        (&["run", "invalid.json", "--query", "q"], "graph", &[("node", json!("zz"))]),
+        (&["serve"], "usage", &[("field", json!("--memory"))]),
+        (&["induce", "--mode", "rule", "missing.jsonl", "--memory", "m.db"], "io", &[file("missing.jsonl")]),
+        (&["tools", "list"], "usage", &[("field", json!("--config"))]),
+        (&["scout", "--resume", "emptydir"], "io", &[file("emptydir/run.json")]),
+        (&["import", "--format", "xes", "missing.xes", "-o", "o.jsonl"], "io", &[file("missing.xes")]),
+        (&["agent", "--query", "q", "--guard", "missing.tree"], "io", &[file("missing.tree")]),
+        (&["learn", "--online", "missing.jsonl", "--memory", "m.db", "--out", "o/"], "io", &[file("missing.jsonl")]),
+        (
+            &["eval", "--workflow", "w.json", "--records", "recs.jsonl", "--out", "e/"],
+            "input",
+            &[file("recs.jsonl"), ("line", json!(2))],
+        ),
+    ];
+    for (args, kind, fields) in cases {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let run = dir.run(&all);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        let doc: Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|err| panic!("{args:?}: stdout is not JSON ({err}): {}", run.stdout));
+        let error = &doc["error"];
+        assert_eq!(error["kind"], *kind, "{args:?}: {doc:#}");
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{args:?}: {doc:#}");
+        for (name, value) in *fields {
+            assert_eq!(error[name], *value, "{args:?}: {doc:#}");
+        }
+    }
+    assert!(!dir.path("fresh.db").exists(), "a command that reads a memory does not create one");
+}
+
 // 9. Foreign databases are left alone; flowmem's own can be checked.
 
 #[test]
