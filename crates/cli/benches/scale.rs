@@ -30,32 +30,14 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map(|text| text.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
 }
 
-/// Loops in sequence with `n_nodes` nodes in all: `l{i}` (loop) and `b{i}` (its body,
-/// reading `b{i-1}`), then `end`. Without `closed`, no loop has its `back` edge.
+/// Loops in sequence with `n_nodes` nodes in all (see testsupport's
+/// `loops_in_sequence`).
 fn loops(n_nodes: usize, closed: bool) -> Value {
-    let count = (n_nodes - 1) / 2;
-    let mut nodes = Vec::with_capacity(n_nodes);
-    let mut edges = Vec::with_capacity(3 * count);
-    for i in 0..count {
-        nodes.push(json!({"id": format!("l{i}"), "kind": "loop", "max_iterations": 2, "until": {"type": "always"}}));
-        let instruction = if i == 0 { "first".to_owned() } else { format!("after {{{{ b{} }}}}", i - 1) };
-        nodes.push(json!({"id": format!("b{i}"), "kind": "llm", "role": "reason", "instruction": instruction}));
-        edges.push(json!({"from": format!("l{i}"), "to": format!("b{i}"), "label": "body"}));
-        if closed {
-            edges.push(json!({"from": format!("b{i}"), "to": format!("l{i}"), "kind": "back"}));
-        }
-        let next = if i + 1 == count { "end".to_owned() } else { format!("l{}", i + 1) };
-        edges.push(json!({"from": format!("l{i}"), "to": next, "label": "exit"}));
-    }
-    nodes.push(json!({"id": "end", "kind": "llm", "role": "synthesize", "instruction": "{{ b0 }}"}));
-    json!({"name": "loops", "nodes": nodes, "edges": edges, "entry": "l0", "exit": "end"})
+    flowmem_testsupport::loops_in_sequence((n_nodes - 1) / 2, closed)
 }
 
-/// A chain of `n` LLM nodes.
 fn chain(n: usize) -> Value {
-    let nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "kind": "llm", "role": "reason"})).collect();
-    let edges: Vec<Value> = (1..n).map(|i| json!({"from": format!("n{}", i - 1), "to": format!("n{i}")})).collect();
-    json!({"name": "chain", "nodes": nodes, "edges": edges, "entry": "n0", "exit": format!("n{}", n - 1)})
+    flowmem_testsupport::llm_chain(n)
 }
 
 fn flowmem() -> Command {

@@ -46,6 +46,7 @@
 //! ```
 
 mod corpus;
+mod graphs;
 mod order_loop;
 mod paths;
 mod process;
@@ -53,6 +54,7 @@ mod script;
 mod server;
 
 pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
+pub use crate::graphs::{llm_chain, loops_in_sequence};
 pub use crate::order_loop::{LOOP_ORDERS, order_loop};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
 pub use crate::process::{Listening, spawn_listening};

@@ -502,9 +502,7 @@ fn zero_counts_are_rejected_naming_the_flag() {
 
 /// A chain of `n` LLM nodes, `n0` to `n{n-1}`.
 fn chain(n: usize) -> Value {
-    let nodes: Vec<Value> = (0..n).map(|i| json!({"id": format!("n{i}"), "kind": "llm", "role": "reason"})).collect();
-    let edges: Vec<Value> = (1..n).map(|i| json!({"from": format!("n{}", i - 1), "to": format!("n{i}")})).collect();
-    json!({"name": "chain", "nodes": nodes, "edges": edges, "entry": "n0", "exit": format!("n{}", n - 1)})
+    flowmem_testsupport::llm_chain(n)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

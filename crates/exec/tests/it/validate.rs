@@ -340,26 +340,8 @@ fn a_loop_body_is_upstream_of_what_follows_the_loop_but_not_of_itself() {
     );
 }
 
-/// `count` loops in sequence, each with a one-node body: `l{i}` (loop), `b{i}` (body),
-/// the exit edge leading to the next loop, ending in `end`. With `closed`, each body
-/// returns to its loop over a `back` edge; without, every loop is unclosed (invalid).
-/// Each body node's instruction reads the previous body's result.
 fn loops_in_sequence(count: usize, closed: bool) -> WorkflowGraph {
-    let mut nodes = Vec::new();
-    let mut edges = Vec::new();
-    for i in 0..count {
-        nodes.push(json!({"id": format!("l{i}"), "kind": "loop", "max_iterations": 2, "until": {"type": "always"}}));
-        let instruction = if i == 0 { "first".to_owned() } else { format!("after {{{{ b{} }}}}", i - 1) };
-        nodes.push(json!({"id": format!("b{i}"), "kind": "llm", "role": "reason", "instruction": instruction}));
-        edges.push(json!({"from": format!("l{i}"), "to": format!("b{i}"), "label": "body"}));
-        if closed {
-            edges.push(json!({"from": format!("b{i}"), "to": format!("l{i}"), "kind": "back"}));
-        }
-        let next = if i + 1 == count { "end".to_owned() } else { format!("l{}", i + 1) };
-        edges.push(json!({"from": format!("l{i}"), "to": next, "label": "exit"}));
-    }
-    nodes.push(json!({"id": "end", "kind": "llm", "role": "synthesize", "instruction": "{{ b0 }}"}));
-    serde_json::from_value(json!({"nodes": nodes, "edges": edges, "entry": "l0", "exit": "end"})).unwrap()
+    serde_json::from_value(flowmem_testsupport::loops_in_sequence(count, closed)).unwrap()
 }
 
 /// Runs `check` on another thread, failing the test if it takes longer than `limit`
