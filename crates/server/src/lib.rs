@@ -39,6 +39,7 @@
 mod auth;
 mod calls;
 mod catalog;
+mod db;
 mod error;
 mod gateway;
 mod graphs;

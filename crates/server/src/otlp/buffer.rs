@@ -5,8 +5,7 @@
 //! neither and queues nothing twice.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -14,6 +13,7 @@ use serde_json::{Value, json};
 
 use flowmem_model::{Item, OtlpLogEvent, OtlpSpan, Scope, assemble_otlp, redact_value};
 
+use crate::db::ServerDb;
 use crate::error::ServerError;
 use crate::queue::store::{create_table as create_queue_table, enqueue};
 
@@ -60,8 +60,7 @@ pub(crate) struct Assembled {
 
 /// The buffer tables.
 pub(crate) struct SpanBuffer {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    db: ServerDb,
 }
 
 fn now_ms() -> i64 {
@@ -76,13 +75,11 @@ impl SpanBuffer {
     /// Opens the buffer (and the learning queue's table, which it writes into) in the
     /// memory database at `path`.
     pub(crate) fn open(path: &Path) -> Result<SpanBuffer, ServerError> {
-        let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
-        let conn = Connection::open(path).map_err(sqlite("opening the OTLP span buffer"))?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
-        conn.execute_batch(CREATE_TABLES).map_err(sqlite("creating the OTLP span buffer"))?;
-        create_queue_table(&conn).map_err(sqlite("creating the learning queue"))?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        Ok(SpanBuffer { path: path.to_path_buf(), conn: Mutex::new(conn) })
+        let setup = |conn: &Connection| {
+            conn.execute_batch(CREATE_TABLES)?;
+            create_queue_table(conn)
+        };
+        Ok(SpanBuffer { db: ServerDb::open(path, "opening the OTLP span buffer", setup)? })
     }
 
     fn run<T>(
@@ -90,8 +87,7 @@ impl SpanBuffer {
         what: &'static str,
         work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, ServerError> {
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        work(&conn).map_err(|source| ServerError::Database { path: self.path.clone(), what, source })
+        self.db.run(what, work)
     }
 
     /// Stores `spans` and `events` in one transaction, each under its trace; a trace

@@ -5,13 +5,12 @@
 //! conversation, or a trace the OTLP receiver assembled), and `done` or `failed` once
 //! learned from, so a restart loses no recorded run and learns from none twice.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use crate::db::ServerDb;
 use crate::error::ServerError;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
@@ -43,8 +42,7 @@ pub(crate) struct Queued {
 
 /// The queue table.
 pub(crate) struct QueueStore {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    db: ServerDb,
 }
 
 fn now() -> String {
@@ -75,14 +73,7 @@ pub(crate) fn create_table(conn: &Connection) -> rusqlite::Result<()> {
 impl QueueStore {
     /// Opens the table in the memory database at `path`, creating it if needed.
     pub(crate) fn open(path: &Path) -> Result<QueueStore, ServerError> {
-        let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
-        let conn = Connection::open(path).map_err(sqlite("opening the learning queue"))?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
-        create_table(&conn).map_err(sqlite("creating the learning queue"))?;
-        // WAL (set by the memory) with NORMAL syncs: a crash of the process loses no
-        // committed write, and a commit costs no fsync.
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        Ok(QueueStore { path: path.to_path_buf(), conn: Mutex::new(conn) })
+        Ok(QueueStore { db: ServerDb::open(path, "opening the learning queue", create_table)? })
     }
 
     fn run<T>(
@@ -90,8 +81,7 @@ impl QueueStore {
         what: &'static str,
         work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, ServerError> {
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        work(&conn).map_err(|source| ServerError::Database { path: self.path.clone(), what, source })
+        self.db.run(what, work)
     }
 
     /// Applies `writes` in order, in one transaction.
