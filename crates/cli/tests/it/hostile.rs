@@ -310,27 +310,12 @@ async fn a_secret_echoed_by_the_server_is_redacted_from_everything_printed() {
 
 // 8. With --json, every error is one JSON document on stdout.
 
-#[test]
-fn every_error_with_json_prints_one_json_document() {
-    let dir = TestDir::new();
-    dir.write("tasks.jsonl", TASKS);
-    dir.write("bad.json", "{\"nodes\": [}");
-    dir.write("flowmem.toml", "[models.x]\nmodle = \"y\"\n");
-    // The arguments, the kind of error, and the fields it must name.
-    type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, Value)]);
-    let cases: &[Case<'_>] = &[
-        (&["import", "--format", "openai", "nope.jsonl", "-o", "o.jsonl"], "io", &[("file", json!("nope.jsonl"))]),
-        (&["graph", "check", "bad.json"], "input", &[("file", json!("bad.json")), ("line", json!(1))]),
-        (&["graph", "check"], "usage", &[]),
-        (&["run", "x.json", "--query", "q", "--concurrency", "0"], "usage", &[("field", json!("--concurrency"))]),
-        (&["nonsense"], "usage", &[]),
-        (&["llm", "chat", "hi", "--config", "flowmem.toml"], "config", &[("file", json!("flowmem.toml"))]),
-        (
-            &["import", "--format", "tau-bench", "tasks.jsonl", "-o", "tasks.jsonl"],
-            "input",
-            &[("file", json!("tasks.jsonl"))],
-        ),
-    ];
+/// A failing command line, the kind of error it must report, and the fields it must name.
+type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, Value)]);
+
+/// Runs each case with `--json` in `dir`: exit 2, and stdout one JSON document whose
+/// `error` has the kind, a message, a hint (or null), and the fields.
+fn check_json_errors(dir: &TestDir, cases: &[Case<'_>]) {
     for (args, kind, fields) in cases {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
@@ -348,6 +333,28 @@ fn every_error_with_json_prints_one_json_document() {
     }
 }
 
+#[test]
+fn every_error_with_json_prints_one_json_document() {
+    let dir = TestDir::new();
+    dir.write("tasks.jsonl", TASKS);
+    dir.write("bad.json", "{\"nodes\": [}");
+    dir.write("flowmem.toml", "[models.x]\nmodle = \"y\"\n");
+    let cases: &[Case<'_>] = &[
+        (&["import", "--format", "openai", "nope.jsonl", "-o", "o.jsonl"], "io", &[("file", json!("nope.jsonl"))]),
+        (&["graph", "check", "bad.json"], "input", &[("file", json!("bad.json")), ("line", json!(1))]),
+        (&["graph", "check"], "usage", &[]),
+        (&["run", "x.json", "--query", "q", "--concurrency", "0"], "usage", &[("field", json!("--concurrency"))]),
+        (&["nonsense"], "usage", &[]),
+        (&["llm", "chat", "hi", "--config", "flowmem.toml"], "config", &[("file", json!("flowmem.toml"))]),
+        (
+            &["import", "--format", "tau-bench", "tasks.jsonl", "-o", "tasks.jsonl"],
+            "input",
+            &[("file", json!("tasks.jsonl"))],
+        ),
+    ];
+    check_json_errors(&dir, cases);
+}
+
 /// More of the probe's error cases, one per command that reads something: each prints
 /// one JSON document naming the kind, and the file, line, flag or node at fault.
 #[test]
@@ -363,7 +370,6 @@ fn every_command_names_what_failed_in_its_json_error() {
     let other = rusqlite::Connection::open(dir.path("other.db")).unwrap();
     other.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);").unwrap();
     drop(other);
-    type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, Value)]);
     let file = |name: &str| ("file", json!(name));
     let cases: &[Case<'_>] = &[
         (&["stats", "missing.jsonl"], "io", &[file("missing.jsonl")]),
@@ -398,20 +404,7 @@ fn every_command_names_what_failed_in_its_json_error() {
             &[file("recs.jsonl"), ("line", json!(2))],
         ),
     ];
-    for (args, kind, fields) in cases {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let run = dir.run(&all);
-        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
-        let doc: Value = serde_json::from_str(&run.stdout)
-            .unwrap_or_else(|err| panic!("{args:?}: stdout is not JSON ({err}): {}", run.stdout));
-        let error = &doc["error"];
-        assert_eq!(error["kind"], *kind, "{args:?}: {doc:#}");
-        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{args:?}: {doc:#}");
-        for (name, value) in *fields {
-            assert_eq!(error[name], *value, "{args:?}: {doc:#}");
-        }
-    }
+    check_json_errors(&dir, cases);
     assert!(!dir.path("fresh.db").exists(), "a command that reads a memory does not create one");
 }
 

@@ -82,14 +82,6 @@ impl SpanBuffer {
         Ok(SpanBuffer { db: ServerDb::open(path, "opening the OTLP span buffer", setup)? })
     }
 
-    fn run<T>(
-        &self,
-        what: &'static str,
-        work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, ServerError> {
-        self.db.run(what, work)
-    }
-
     /// Stores `spans` and `events` in one transaction, each under its trace; a trace
     /// whose root span arrived is marked so. A trace keeps the sender of its first batch.
     pub(crate) fn store(
@@ -99,7 +91,7 @@ impl SpanBuffer {
         sender: &Sender,
     ) -> Result<(), ServerError> {
         let scope = serde_json::to_string(&sender.scope).unwrap_or_else(|_| "{}".to_owned());
-        self.run("buffering spans", |conn| {
+        self.db.run("buffering spans", |conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let now = now_ms();
             let touch = |trace_id: &str, root: bool| -> rusqlite::Result<()> {
@@ -135,7 +127,7 @@ impl SpanBuffer {
 
     /// How many traces and items the buffer holds.
     pub(crate) fn counts(&self) -> Result<(i64, i64), ServerError> {
-        self.run("counting buffered spans", |conn| {
+        self.db.run("counting buffered spans", |conn| {
             let traces = conn.query_row("SELECT COUNT(*) FROM otlp_traces", [], |row| row.get(0))?;
             let items = conn.query_row("SELECT COUNT(*) FROM otlp_items", [], |row| row.get(0))?;
             Ok((traces, items))
@@ -148,7 +140,7 @@ impl SpanBuffer {
     /// nothing came for `abandon`. Traces of one sender and scope are assembled together,
     /// so the traces of one conversation become one run.
     pub(crate) fn assemble_ready(&self, quiet: Duration, abandon: Duration) -> Result<Assembled, ServerError> {
-        self.run("assembling complete traces", |conn| {
+        self.db.run("assembling complete traces", |conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let now = now_ms();
             let ready: Vec<(String, Option<i64>, String)> = {

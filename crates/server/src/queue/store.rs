@@ -76,17 +76,9 @@ impl QueueStore {
         Ok(QueueStore { db: ServerDb::open(path, "opening the learning queue", create_table)? })
     }
 
-    fn run<T>(
-        &self,
-        what: &'static str,
-        work: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, ServerError> {
-        self.db.run(what, work)
-    }
-
     /// Applies `writes` in order, in one transaction.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
-        self.run("storing conversations", |conn| {
+        self.db.run("storing conversations", |conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             for write in writes {
                 match write {
@@ -110,7 +102,7 @@ impl QueueStore {
     /// The oldest queued conversation, its attempt counted before any work is done, so a
     /// conversation that crashes the server every time is given up after a few tries.
     pub(crate) fn take_next(&self) -> Result<Option<Queued>, ServerError> {
-        self.run("taking the next queued conversation", |conn| {
+        self.db.run("taking the next queued conversation", |conn| {
             let row: Option<(String, String, Option<bool>, u32)> = conn
                 .prepare_cached(
                     "SELECT id, record, outcome, attempts FROM gateway_conversations WHERE state = 'queued'
@@ -129,7 +121,7 @@ impl QueueStore {
     /// Ends a queued conversation's life: `done` with what learning did, or `failed`
     /// with why; `None` leaves it queued for another attempt.
     pub(crate) fn finish(&self, id: &str, state: Option<&str>, result: &Value) -> Result<(), ServerError> {
-        self.run("finishing a queued conversation", |conn| {
+        self.db.run("finishing a queued conversation", |conn| {
             match state {
                 Some(state) => conn
                     .prepare_cached(
@@ -146,7 +138,7 @@ impl QueueStore {
 
     /// The open conversations a previous run left, to resume.
     pub(crate) fn open_records(&self) -> Result<Vec<(String, Value)>, ServerError> {
-        self.run("reading open conversations", |conn| {
+        self.db.run("reading open conversations", |conn| {
             let mut stmt = conn.prepare("SELECT id, record FROM gateway_conversations WHERE state = 'open'")?;
             let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
             let mut open = Vec::new();
@@ -160,7 +152,7 @@ impl QueueStore {
 
     /// How many conversations are in each state.
     pub(crate) fn counts(&self) -> Result<Value, ServerError> {
-        self.run("counting conversations", |conn| {
+        self.db.run("counting conversations", |conn| {
             let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM gateway_conversations GROUP BY state")?;
             let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
             let mut counts = serde_json::Map::new();
@@ -178,7 +170,7 @@ impl QueueStore {
     /// The most recently updated conversations, newest first: id, state, updated_at;
     /// only those of token `token_id` when it is given.
     pub(crate) fn recent(&self, limit: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
-        self.run("listing conversations", |conn| {
+        self.db.run("listing conversations", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, state, updated_at FROM gateway_conversations
                  WHERE ?2 IS NULL OR json_extract(record, '$.token_id') = ?2
@@ -194,7 +186,7 @@ impl QueueStore {
 
     /// A conversation's row as JSON: state, record, outcome, result, attempts.
     pub(crate) fn get(&self, id: &str) -> Result<Option<Value>, ServerError> {
-        self.run("reading a conversation", |conn| {
+        self.db.run("reading a conversation", |conn| {
             conn.prepare_cached(
                 "SELECT state, record, outcome, result, attempts FROM gateway_conversations WHERE id = ?1",
             )?
