@@ -24,7 +24,7 @@ use std::time::Instant;
 use flowmem_exec::{ToolCatalog, violations};
 use flowmem_model::WorkflowGraph;
 use flowmem_testsupport::{Reply, Script, ScriptedLlmServer};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map(|text| text.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
