@@ -448,8 +448,12 @@ fn flowmem_headers(response: &mut Response, conversation: &Open) {
 /// and the model's answer. Returns the deviations of the answer's tool calls from the
 /// scope's skeleton, if it is guarded.
 fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value) -> Vec<Deviation> {
-    let before = gateway.conversations().get(id).map_or(0, |conversation| conversation.deviations.len());
-    let Some(conversation) = gateway.conversations().record_turn(id, messages, answer) else { return Vec::new() };
+    let (before, updated) = {
+        let mut conversations = gateway.conversations();
+        let before = conversations.get(id).map_or(0, |conversation| conversation.deviations.len());
+        (before, conversations.record_turn(id, messages, answer))
+    };
+    let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
         let record = record_of(gateway, &conversation);
         gateway.queue.send(Write::Open { id: conversation.id.clone(), record });

@@ -35,6 +35,10 @@ CREATE TABLE IF NOT EXISTS otlp_items (
 CREATE INDEX IF NOT EXISTS otlp_items_trace ON otlp_items (trace_id);
 ";
 
+/// Whether any trace is complete (see [`SpanBuffer::assemble_ready`]).
+const READY_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM otlp_traces
+    WHERE (root_ended = 1 AND last_seen_ms <= ?1) OR last_seen_ms <= ?2)";
+
 /// The most traces assembled in one pass; the rest wait for the next.
 const MAX_TRACES_PER_PASS: i64 = 256;
 
@@ -141,18 +145,26 @@ impl SpanBuffer {
     /// so the traces of one conversation become one run.
     pub(crate) fn assemble_ready(&self, quiet: Duration, abandon: Duration) -> Result<Assembled, ServerError> {
         self.db.run("assembling complete traces", |conn| {
-            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let now = now_ms();
+            let (quiet_since, abandoned_since) = (now - millis(quiet), now - millis(abandon));
+            // Most passes find nothing: look first without taking the write lock, which
+            // the memory's own writer needs too.
+            let any_ready: bool = conn
+                .prepare_cached(READY_EXISTS)?
+                .query_row(params![quiet_since, abandoned_since], |row| row.get(0))?;
+            if !any_ready {
+                return Ok(Assembled::default());
+            }
+            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let ready: Vec<(String, Option<i64>, String)> = {
                 let mut stmt = tx.prepare_cached(
                     "SELECT trace_id, token_id, scope FROM otlp_traces
                      WHERE (root_ended = 1 AND last_seen_ms <= ?1) OR last_seen_ms <= ?2
                      ORDER BY first_seen_ms, trace_id LIMIT ?3",
                 )?;
-                let rows = stmt
-                    .query_map(params![now - millis(quiet), now - millis(abandon), MAX_TRACES_PER_PASS], |row| {
-                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                    })?;
+                let rows = stmt.query_map(params![quiet_since, abandoned_since, MAX_TRACES_PER_PASS], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })?;
                 rows.collect::<rusqlite::Result<_>>()?
             };
             let mut done = Assembled::default();

@@ -224,20 +224,15 @@ async fn receive(
         Sender { token_id: caller.token_id, scope: scope_of(headers).unwrap_or_else(|| otlp.cfg.scope.clone()) };
     let n_spans = batch.spans.len();
     let buffer = otlp.buffer.clone();
-    let stored = tokio::task::spawn_blocking(move || buffer.store(&batch.spans, &batch.events, &sender)).await;
-    match stored {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "otlp: buffering spans failed");
-            let message = format!("the spans could not be stored, try again: {err}");
-            let mut response = status_reply(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, &message, protobuf);
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return response;
-        }
-        Err(err) => {
-            let message = format!("the spans could not be stored, try again: {err}");
-            return status_reply(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, &message, protobuf);
-        }
+    let stored = tokio::task::spawn_blocking(move || buffer.store(&batch.spans, &batch.events, &sender))
+        .await
+        .unwrap_or_else(|err| Err(ServerError::Join(err.to_string())));
+    if let Err(err) = stored {
+        tracing::warn!(error = %err, "otlp: buffering spans failed");
+        let message = format!("the spans could not be stored, try again: {err}");
+        let mut response = status_reply(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, &message, protobuf);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
     }
     otlp.received_spans.fetch_add(n_spans as u64, Ordering::Relaxed);
     otlp.rejected_spans.fetch_add(batch.n_rejected as u64, Ordering::Relaxed);
