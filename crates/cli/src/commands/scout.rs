@@ -1,6 +1,7 @@
 //! `flowmem scout`: FlowScout end to end — split the records, mine `G⁰`, search, test the
 //! best workflow against the ReAct baseline, and write the run directory.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -8,8 +9,8 @@ use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, ScoreConfig, TcConfig};
 use flowmem_exec::{TaskOracle, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding, ScoutParts, ScoutSettings, Strategy,
-    prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding, ScoutError, ScoutParts, ScoutSettings,
+    SearchError, Strategy, prepare_run, scout,
 };
 
 use crate::args::{PlanDecodingArg, ScoutArgs};
@@ -20,6 +21,18 @@ use crate::commands::common::{
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
+
+/// Waits for Ctrl-C twice: the first sets `stop` (the search ends at its next
+/// checkpoint), the second returns (the caller drops the work in flight).
+async fn interrupts(stop: &AtomicBool, printer: &Printer) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        // No signal handler: never interrupt.
+        std::future::pending::<()>().await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    printer.warn("stopping at the next checkpoint (press Ctrl-C again to stop now)");
+    let _ = tokio::signal::ctrl_c().await;
+}
 
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -127,7 +140,11 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         }
     };
     let checker = session.task_checker()?;
-    let checkpoint = |_: Checkpoint| true;
+    // The first Ctrl-C stops the search at its next checkpoint, where everything done
+    // so far is on disk; a second one drops the work in flight (the run directory's LLM
+    // cache still holds every answered call). Either way `--resume` continues.
+    let stop = AtomicBool::new(false);
+    let checkpoint = |_: Checkpoint| !stop.load(Ordering::SeqCst);
     let parts = ScoutParts {
         runtime: session.runtime(executor),
         isolation: session.isolation().cloned(),
@@ -141,10 +158,24 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         on_iteration: &on_iteration,
         on_test: &|_| {},
     };
-    let outcome = scout(&dir, &settings, records, &parts).await;
+    let outcome = tokio::select! {
+        outcome = scout(&dir, &settings, records, &parts) => Some(outcome),
+        () = interrupts(&stop, printer) => None,
+    };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    let interrupted = match &outcome {
+        None => true,
+        Some(Err(ScoutError::Search(SearchError::Interrupted))) => true,
+        Some(_) => false,
+    };
+    if interrupted {
+        session.close().await;
+        printer.warn(&format!("interrupted; resume with `flowmem scout --resume {}`", dir.display()));
+        return Ok(ExitStatus::Failure);
+    }
+    let Some(outcome) = outcome else { unreachable!("an interrupted run has returned") };
     let outcome = outcome?;
 
     let totals = accounting.snapshot().total;

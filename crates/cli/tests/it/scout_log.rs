@@ -1,6 +1,6 @@
 //! `flowmem -v scout` against the scripted LLM server and the real `server-everything`:
 //! the log lines show the optimizer's retried request and its rejected edit plan, and
-//! without `-v` only the warning remains.
+//! without `-v` only the warning remains; Ctrl-C stops a search where it can resume.
 
 use std::time::Duration;
 
@@ -60,6 +60,82 @@ async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
+    let dir = sums_dir();
+
+    let server = ScriptedLlmServer::start(script()).await;
+    let output = scout(&dir, &server, true, "run").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let line = |needle: &str| stderr.lines().find(|line| line.contains(needle)).map(str::to_owned);
+    let retry = line("retrying chat request").unwrap_or_else(|| panic!("no retry line in:\n{stderr}"));
+    assert!(retry.contains("WARN") && retry.contains("500"), "{retry}");
+    let rejected = line("edit refused").unwrap_or_else(|| panic!("no refused edit in:\n{stderr}"));
+    assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
+    assert!(line("re-asking the optimizer").is_some(), "{stderr}");
+
+    // Without -v the warning still shows; the info lines do not.
+    let server = ScriptedLlmServer::start(script()).await;
+    let output = scout(&dir, &server, false, "run-quiet").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("retrying chat request"), "{stderr}");
+    assert!(!stderr.contains("edit refused"), "{stderr}");
+}
+
+/// Sends SIGINT to the process `pid`, as Ctrl-C does.
+fn interrupt(pid: u32) {
+    let status = std::process::Command::new("kill").arg("-INT").arg(pid.to_string()).status().expect("running kill");
+    assert!(status.success());
+}
+
+/// The scripted optimizer's first reply comes after `delay`; the rest as in [`script`].
+fn slow_optimizer_script(delay: Duration) -> Script {
+    let edit = |edit: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edit": edit}));
+    let judge = Reply::json(
+        json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
+    );
+    Script::new()
+        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
+        .when(
+            Match::any_message_contains("You improve a tool-using agent workflow"),
+            edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})).delay(delay),
+        )
+        .when(Match::last_user_contains("You are evaluating the result"), judge)
+        .when(Match::after_tool_result(), Reply::text("The sum is 3."))
+        .when(Match::offers_tool("get-sum"), Reply::tool_call("get-sum", json!({"a": 1, "b": 2})))
+        .otherwise(Reply::text("The sum is 3."))
+}
+
+fn optimizer_requests(server: &ScriptedLlmServer) -> usize {
+    let optimizer = Match::any_message_contains("You improve a tool-using agent workflow");
+    server.chat_requests().iter().filter(|request| optimizer.matches(&request.body)).count()
+}
+
+/// Starts `flowmem scout` in `dir` against `server`, with `args` after `scout`.
+fn spawn_scout(dir: &TestDir, server: &ScriptedLlmServer, args: &[&str]) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    command.current_dir(dir.path(".")).arg("scout").args(args);
+    for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG", "RUST_LOG"] {
+        command.env_remove(var);
+    }
+    command
+        .env("OPENAI_BASE_URL", server.base_url())
+        .env("FLOWMEM_MODEL", "scripted-model")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    command.spawn().expect("starting flowmem scout")
+}
+
+async fn wait_for_optimizer(server: &ScriptedLlmServer) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while optimizer_requests(server) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "scout never asked the optimizer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sums_dir() -> TestDir {
     let everything = require_path(
         &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
         "scripts/setup/20-mcp-servers.sh",
@@ -80,23 +156,60 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
         })
         .collect();
     dir.write("records.jsonl", &(records.join("\n") + "\n"));
+    dir
+}
 
-    let server = ScriptedLlmServer::start(script()).await;
-    let output = scout(&dir, &server, true, "run").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_scout_at_a_checkpoint_and_twice_stops_it_at_once_and_both_resume() {
+    let dir = sums_dir();
+    let new_run = ["--records", "records.jsonl", "--out", "run", "--iterations", "1", "--concurrency", "1"];
+
+    // Once: the optimizer's answer (2 s late) is kept, the search stops at the
+    // checkpoint after the proposal, and the resume asks the optimizer nothing.
+    let server = ScriptedLlmServer::start(slow_optimizer_script(Duration::from_secs(2))).await;
+    let child = spawn_scout(&dir, &server, &new_run);
+    wait_for_optimizer(&server).await;
+    interrupt(child.id().unwrap());
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("stopping at the next checkpoint"), "{stderr}");
+    assert!(stderr.contains("resume with `flowmem scout --resume run`"), "{stderr}");
+    assert!(dir.path("run/candidates/0001.plan.json").exists(), "the proposal was not kept:\n{stderr}");
+    assert!(!dir.path("run/best.workflow.json").exists());
+
+    let server = ScriptedLlmServer::start(slow_optimizer_script(Duration::ZERO)).await;
+    let child = spawn_scout(&dir, &server, &["--json", "--resume", "run"]);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await.unwrap().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let line = |needle: &str| stderr.lines().find(|line| line.contains(needle)).map(str::to_owned);
-    let retry = line("retrying chat request").unwrap_or_else(|| panic!("no retry line in:\n{stderr}"));
-    assert!(retry.contains("WARN") && retry.contains("500"), "{retry}");
-    let rejected = line("edit refused").unwrap_or_else(|| panic!("no refused edit in:\n{stderr}"));
-    assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
-    assert!(line("re-asking the optimizer").is_some(), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["iterations"], 1, "{summary}");
+    assert_eq!(optimizer_requests(&server), 0, "the resume asked the optimizer again");
+    assert!(dir.path("run/best.workflow.json").exists());
 
-    // Without -v the warning still shows; the info lines do not.
-    let server = ScriptedLlmServer::start(script()).await;
-    let output = scout(&dir, &server, false, "run-quiet").await;
+    // Twice: the optimizer would answer in 10 minutes; the second Ctrl-C does not wait.
+    let server = ScriptedLlmServer::start(slow_optimizer_script(Duration::from_secs(600))).await;
+    let new_run = ["--records", "records.jsonl", "--out", "run2", "--iterations", "1", "--concurrency", "1"];
+    let child = spawn_scout(&dir, &server, &new_run);
+    wait_for_optimizer(&server).await;
+    let pid = child.id().unwrap();
+    interrupt(pid);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    interrupt(pid);
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("a second Ctrl-C did not stop scout")
+        .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("retrying chat request"), "{stderr}");
-    assert!(!stderr.contains("edit refused"), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("resume with `flowmem scout --resume run2`"), "{stderr}");
+
+    let server = ScriptedLlmServer::start(slow_optimizer_script(Duration::ZERO)).await;
+    let child = spawn_scout(&dir, &server, &["--json", "--resume", "run2"]);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    // The dropped proposal is asked for again: its edit, then its `done`.
+    assert_eq!(optimizer_requests(&server), 2);
+    assert!(dir.path("run2/best.workflow.json").exists());
 }
