@@ -384,7 +384,19 @@ impl<'p> Parser<'p> {
                     self.attribute_or_open(&start, true);
                     self.depth += 1;
                 }
-                Event::Empty(start) => self.attribute_or_open(&start, false),
+                // A self-closing `<trace/>` or `<event/>` opens and closes at once (an
+                // empty trace, an event without a name); anything else is an attribute.
+                Event::Empty(start) => match start.local_name().as_ref() {
+                    b"trace" if self.trace_level == 0 => {
+                        self.attribute_or_open(&start, true);
+                        self.close_trace();
+                    }
+                    b"event" if self.trace_level != 0 && self.event_level == 0 => {
+                        self.attribute_or_open(&start, true);
+                        self.close_event();
+                    }
+                    _ => self.attribute_or_open(&start, false),
+                },
                 Event::End(end) => {
                     self.depth = self.depth.saturating_sub(1);
                     match end.local_name().as_ref() {
@@ -756,5 +768,20 @@ mod tests {
         );
         assert_eq!(xes.cases.len(), 1, "the merge itself stays, as in PM4Py");
         assert!(xes.remarks[2].to_string().contains("`soon`"), "{}", xes.remarks[2]);
+    }
+
+    /// Found by the seed corpus of the `xes` fuzz target: a self-closing `<trace/>` was
+    /// left out without a remark, and a self-closing `<event/>` was not counted.
+    #[test]
+    fn self_closing_traces_and_events_are_reported() {
+        let xes = parse_xes_str(
+            r#"<log><trace/><trace><string key="concept:name" value="c1"/><event/>
+<event><string key="concept:name" value="a"/></event></trace></log>"#,
+        )
+        .unwrap();
+        assert_eq!(xes.remarks, [XesRemark::EmptyTrace { case: None, trace: 1 }]);
+        assert_eq!(xes.skipped_events, 1);
+        assert_eq!(xes.cases.len(), 1);
+        assert_eq!(xes.cases[0].id, "c1");
     }
 }
