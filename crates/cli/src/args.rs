@@ -864,10 +864,53 @@ pub struct ScopeArgs {
 /// The `flowmem memory` commands.
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
-    /// List stored workflows, oldest first.
+    /// List the workflows in use, oldest first (`--all` adds the retired ones).
     ///
     /// Example: `flowmem memory list --memory memory.db --scope-domain retail --json`
-    List(ScopeArgs),
+    List {
+        /// Which workflows to list.
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Also list retired workflows, marked `[retired]`.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Retire a workflow: it stays stored with its provenance and statistics, but no
+    /// search, retrieval, MCP tool list or gateway sees it, and a twin induced later
+    /// merges into it instead of coming back. `restore` undoes it.
+    ///
+    /// Example: `flowmem memory retire wf-1a2b3c4d5e6f7a8b --memory memory.db --reason "skips the user lookup"`
+    Retire {
+        /// The workflow id, as `list` prints it.
+        id: String,
+        /// Why, kept with the workflow.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Put a retired workflow back in use.
+    ///
+    /// Example: `flowmem memory restore wf-1a2b3c4d5e6f7a8b --memory memory.db`
+    Restore {
+        /// The workflow id.
+        id: String,
+    },
+    /// Replace a workflow's description (what retrieval matches a query against); its
+    /// id, steps and statistics stay.
+    ///
+    /// Example: `flowmem memory describe wf-1a2b3c4d5e6f7a8b "Cancel a pending order" --memory memory.db`
+    Describe {
+        /// The workflow id.
+        id: String,
+        /// The new description.
+        description: String,
+    },
+    /// Delete a workflow and its provenance for good (`retire` keeps them).
+    ///
+    /// Example: `flowmem memory delete wf-1a2b3c4d5e6f7a8b --memory memory.db`
+    Delete {
+        /// The workflow id.
+        id: String,
+    },
     /// Show one workflow: its steps, provenance and statistics.
     ///
     /// Example: `flowmem memory show wf-1a2b3c4d5e6f7a8b --memory memory.db --graph`

@@ -116,6 +116,7 @@ mod tests {
             provenance: Default::default(),
             stats: Default::default(),
             composed_of: parts.iter().map(|part| (*part).to_owned()).collect(),
+            retired: None,
         }
     }
 

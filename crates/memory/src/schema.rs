@@ -77,6 +77,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     DROP TABLE index_log;
     ALTER TABLE index_log_3 RENAME TO index_log;
     ",
+    // 4: retirement. A retired workflow keeps its row, provenance and statistics; the
+    // index log takes it out (`delete`) and a restore puts it back (`insert`).
+    "
+    ALTER TABLE workflows ADD COLUMN retired_at TEXT;
+    ALTER TABLE workflows ADD COLUMN retired_reason TEXT;
+    ",
 ];
 
 /// The `PRAGMA application_id` of a flowmem memory: `flmm` in ASCII.

@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats, WorkflowStep, canonical_json};
+use flowmem_model::{Provenance, Retirement, Scope, Workflow, WorkflowStats, WorkflowStep, canonical_json};
 
 use crate::error::MemoryError;
 use crate::index::{Ranking, SearchIndex, encode_vector};
@@ -158,8 +158,7 @@ pub fn success_rate(stats: &WorkflowStats) -> f64 {
     (stats.used_success as f64 + 1.0) / ((stats.used_success + stats.used_failure) as f64 + 2.0)
 }
 
-const COLUMNS: &str =
-    "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure";
+const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure, retired_at, retired_reason";
 
 /// What [`MemoryStore::check`] found in a memory file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -410,13 +409,28 @@ impl MemoryStore {
         Ok(read_provenances(&self.conn, &self.path, &[(pk, id)])?.remove(&pk).unwrap_or_default())
     }
 
-    /// The workflows whose scope matches `filter`, oldest first. A `None` field of the
-    /// filter matches any value; a `Some` field must be equal.
+    /// The workflows in use whose scope matches `filter`, oldest first: every one not
+    /// retired. A `None` field of the filter matches any value; a `Some` field must be
+    /// equal. [`MemoryStore::list_all`] includes the retired ones.
     ///
     /// # Errors
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn list(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND retired_at IS NULL ORDER BY pk"
+        );
+        let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
+        Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
+    }
+
+    /// Every workflow whose scope matches `filter`, retired or not, oldest first: what an
+    /// export or a curator sees.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    pub fn list_all(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
         let sql = format!(
             "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) ORDER BY pk"
         );
@@ -424,7 +438,8 @@ impl MemoryStore {
         Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
     }
 
-    /// The number of workflows whose scope matches `filter` (as in [`MemoryStore::list`]).
+    /// The number of workflows in use (not retired) whose scope matches `filter`, as
+    /// [`MemoryStore::list`] returns them.
     ///
     /// # Errors
     ///
@@ -432,11 +447,117 @@ impl MemoryStore {
     pub fn count(&self, filter: &Scope) -> Result<u64, MemoryError> {
         self.conn
             .query_row(
-                "SELECT COUNT(*) FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2)",
+                "SELECT COUNT(*) FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND retired_at IS NULL",
                 params![filter.site, filter.domain],
                 |row| read_count(row, 0),
             )
             .map_err(self.sqlite("counting workflows"))
+    }
+
+    /// Retires the workflow `id`: it stays stored, with its provenance and statistics,
+    /// but leaves the search index at once, so no search, retrieval or agent sees it,
+    /// and a twin induced later merges into it instead of coming back. Retiring a
+    /// retired workflow changes nothing. [`MemoryStore::restore`] undoes it.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] when the update fails.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_memory::{MemoryStore, StoreConfig};
+    /// use flowmem_model::{Workflow, WorkflowAction, WorkflowStep};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard())?;
+    /// let step = WorkflowStep {
+    ///     state: String::new(),
+    ///     reasoning: String::new(),
+    ///     action: WorkflowAction { tool: "cancel_order".into(), args: Default::default(), sources: Default::default() },
+    /// };
+    /// let workflow: Workflow =
+    ///     serde_json::from_value(serde_json::json!({"description": "Cancel an order", "steps": [step]}))?;
+    /// let id = store.add(&workflow)?.id().to_owned();
+    /// store.retire(&id, "cancels without asking")?;
+    /// assert!(store.search("cancel", &Default::default(), 5)?.is_empty());
+    /// assert_eq!(store.get(&id)?.retired.unwrap().reason, "cancels without asking");
+    /// store.restore(&id)?;
+    /// assert_eq!(store.search("cancel", &Default::default(), 5)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retire(&mut self, id: &str, reason: &str) -> Result<(), MemoryError> {
+        let tx = self.write_tx()?;
+        let (pk, retired) = self.lookup(&tx, id)?;
+        if !retired {
+            tx.execute(
+                "UPDATE workflows SET retired_at = ?2, retired_reason = ?3 WHERE pk = ?1",
+                params![pk, now_rfc3339(), reason],
+            )
+            .map_err(self.sqlite("retiring a workflow"))?;
+            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk])
+                .map_err(self.sqlite("retiring a workflow"))?;
+        }
+        tx.commit().map_err(self.sqlite("retiring a workflow"))
+    }
+
+    /// Puts a retired workflow back in use: searchable and offered to agents again.
+    /// Restoring a workflow in use changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] when the update fails.
+    pub fn restore(&mut self, id: &str) -> Result<(), MemoryError> {
+        let tx = self.write_tx()?;
+        let (pk, retired) = self.lookup(&tx, id)?;
+        if retired {
+            tx.execute("UPDATE workflows SET retired_at = NULL, retired_reason = NULL WHERE pk = ?1", [pk])
+                .map_err(self.sqlite("restoring a workflow"))?;
+            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk])
+                .map_err(self.sqlite("restoring a workflow"))?;
+        }
+        tx.commit().map_err(self.sqlite("restoring a workflow"))
+    }
+
+    /// Replaces the description of the workflow `id` (its id stays), and re-indexes it
+    /// when it is in use, so searches match the new words at once. Its embedding vector
+    /// is dropped, as it embedded the old words: vector search finds it again once the
+    /// vectors are brought up to date ([`sync_vectors`](crate::sync_vectors)).
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::InvalidWorkflow`] for an empty description, [`MemoryError::NotFound`]
+    /// when no such workflow is stored, and [`MemoryError::Sqlite`] when the update fails.
+    pub fn set_description(&mut self, id: &str, description: &str) -> Result<(), MemoryError> {
+        let description = description.trim();
+        if description.is_empty() {
+            return Err(MemoryError::InvalidWorkflow {
+                description: id.to_owned(),
+                reason: "the description is empty".to_owned(),
+            });
+        }
+        let tx = self.write_tx()?;
+        let (pk, retired) = self.lookup(&tx, id)?;
+        tx.execute("UPDATE workflows SET description = ?2 WHERE pk = ?1", params![pk, description])
+            .map_err(self.sqlite("editing a description"))?;
+        tx.execute("DELETE FROM workflow_vectors WHERE pk = ?1", [pk]).map_err(self.sqlite("editing a description"))?;
+        if !retired {
+            // The index reads the row as it is when it applies the log: out, then in.
+            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete'), (?1, 'insert')", [pk])
+                .map_err(self.sqlite("editing a description"))?;
+        }
+        tx.commit().map_err(self.sqlite("editing a description"))
+    }
+
+    /// The primary key of the workflow `id` and whether it is retired.
+    fn lookup(&self, tx: &Transaction<'_>, id: &str) -> Result<(i64, bool), MemoryError> {
+        tx.query_row("SELECT pk, retired_at IS NOT NULL FROM workflows WHERE id = ?1", [id], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()
+        .map_err(self.sqlite("looking up a workflow"))?
+        .ok_or_else(|| MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() })
     }
 
     /// The `limit` workflows most relevant to `query` by BM25 among those whose scope
@@ -774,6 +895,8 @@ impl MemoryStore {
     ///
     /// Retirement by success rate runs first, then each exact scope is cut down to
     /// `max_per_scope` by [`retention_score`], lowest first, oldest first on ties.
+    /// Workflows retired by hand ([`MemoryStore::retire`]) are left alone and do not
+    /// count towards `max_per_scope`.
     ///
     /// # Errors
     ///
@@ -783,7 +906,9 @@ impl MemoryStore {
         let mut removed = Vec::new();
         if let Some(min_rate) = policy.min_success_rate {
             let mut stmt = tx
-                .prepare("SELECT pk, id, used_success, used_failure FROM workflows ORDER BY pk")
+                .prepare(
+                    "SELECT pk, id, used_success, used_failure FROM workflows WHERE retired_at IS NULL ORDER BY pk",
+                )
                 .map_err(self.sqlite("pruning"))?;
             let rows: Vec<(i64, String, WorkflowStats)> = stmt
                 .query_map([], |row| {
@@ -809,7 +934,7 @@ impl MemoryStore {
         if let Some(max) = policy.max_per_scope {
             let scopes: Vec<String> = {
                 let mut stmt = tx
-                    .prepare("SELECT scope_key FROM workflows GROUP BY scope_key HAVING COUNT(*) > ?1")
+                    .prepare("SELECT scope_key FROM workflows WHERE retired_at IS NULL GROUP BY scope_key HAVING COUNT(*) > ?1")
                     .map_err(self.sqlite("pruning"))?;
                 stmt.query_map([i64::try_from(max).unwrap_or(i64::MAX)], |row| row.get(0))
                     .map_err(self.sqlite("pruning"))?
@@ -899,6 +1024,7 @@ struct RawRow {
     composed_of: String,
     created_at: String,
     stats: WorkflowStats,
+    retired: Option<Retirement>,
 }
 
 impl RawRow {
@@ -916,6 +1042,10 @@ impl RawRow {
                 retrieved: read_count(row, 8)?,
                 used_success: read_count(row, 9)?,
                 used_failure: read_count(row, 10)?,
+            },
+            retired: match row.get::<_, Option<String>>(11)? {
+                Some(at) => Some(Retirement { at, reason: row.get::<_, Option<String>>(12)?.unwrap_or_default() }),
+                None => None,
             },
         })
     }
@@ -937,6 +1067,7 @@ impl RawRow {
             provenance,
             stats: self.stats,
             composed_of,
+            retired: self.retired,
         })
     }
 }
@@ -1070,8 +1201,8 @@ fn add_in(
     }
     let stats = &workflow.stats;
     tx.execute(
-        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         params![
             id,
             workflow.description,
@@ -1085,12 +1216,17 @@ fn add_in(
             to_sql_count(stats.retrieved),
             to_sql_count(stats.used_success),
             to_sql_count(stats.used_failure),
-            steps_text(workflow)
+            steps_text(workflow),
+            workflow.retired.as_ref().map(|retired| &retired.at),
+            workflow.retired.as_ref().map(|retired| &retired.reason)
         ],
     )
     .map_err(sqlite("inserting a workflow"))?;
     let pk = tx.last_insert_rowid();
-    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk]).map_err(sqlite("indexing a workflow"))?;
+    if workflow.retired.is_none() {
+        tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk])
+            .map_err(sqlite("indexing a workflow"))?;
+    }
     insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
     let evicted = match cfg.max_per_scope {
         Some(max) => evict_in(tx, path, &scope_key, max)?,
@@ -1122,14 +1258,18 @@ fn insert_provenance(
 fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> Result<Vec<String>, MemoryError> {
     let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "evicting", source };
     let count: i64 = tx
-        .query_row("SELECT COUNT(*) FROM workflows WHERE scope_key = ?1", [scope_key], |row| row.get(0))
+        .query_row("SELECT COUNT(*) FROM workflows WHERE scope_key = ?1 AND retired_at IS NULL", [scope_key], |row| {
+            row.get(0)
+        })
         .map_err(sqlite)?;
     let excess = usize::try_from(count).unwrap_or(0).saturating_sub(max);
     if excess == 0 {
         return Ok(Vec::new());
     }
     let mut stmt = tx
-        .prepare_cached("SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = ?1")
+        .prepare_cached(
+            "SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = ?1 AND retired_at IS NULL",
+        )
         .map_err(sqlite)?;
     let mut rows: Vec<(f64, i64, String)> = stmt
         .query_map([scope_key], |row| {

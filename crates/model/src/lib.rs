@@ -80,7 +80,9 @@ pub use crate::trace::{
 pub use crate::trajectory::{Action, Meta, Outcome, Step, Trajectory};
 pub use crate::upstream::Upstream;
 pub use crate::value_match::{normalise_text, occurs_in, value_key};
-pub use crate::workflow::{Provenance, Scope, StepSource, Workflow, WorkflowAction, WorkflowStats, WorkflowStep};
+pub use crate::workflow::{
+    Provenance, Retirement, Scope, StepSource, Workflow, WorkflowAction, WorkflowStats, WorkflowStep,
+};
 
 /// The JSON object type used for tool arguments.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

@@ -27,6 +27,21 @@ pub struct Workflow {
     /// Ids of stored workflows this one is composed of (AWM's snowballing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub composed_of: Vec<String>,
+    /// Set when someone retired the workflow: it stays stored, with its provenance and
+    /// statistics, but is no longer searched, retrieved or offered to agents, and a
+    /// twin induced later merges into it instead of coming back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired: Option<Retirement>,
+}
+
+/// When and why a workflow was retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Retirement {
+    /// When, RFC 3339.
+    pub at: String,
+    /// Why, in the curator's words (may be empty).
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// One step of a workflow.

@@ -1,4 +1,5 @@
-//! `flowmem memory`: list, show, search, export, import and prune a workflow memory, and
+//! `flowmem memory`: list, show, search, curate (retire, restore, describe, delete),
+//! export, import and prune a workflow memory, and
 //! measure its retrieval quality (`eval-retrieval`).
 
 use std::io::Write;
@@ -34,7 +35,23 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     }
     let mut store = MemoryStore::open(path, StoreConfig::standard())?;
     match &args.command {
-        MemoryCommand::List(scope) => list(&store, &scope_filter(scope), printer),
+        MemoryCommand::List { scope, all } => list(&store, &scope_filter(scope), *all, printer),
+        MemoryCommand::Retire { id, reason } => {
+            store.retire(id, reason)?;
+            curated(id, "retired", printer)
+        }
+        MemoryCommand::Restore { id } => {
+            store.restore(id)?;
+            curated(id, "restored", printer)
+        }
+        MemoryCommand::Describe { id, description } => {
+            store.set_description(id, description)?;
+            curated(id, "described", printer)
+        }
+        MemoryCommand::Delete { id } => {
+            store.delete(id)?;
+            curated(id, "deleted", printer)
+        }
         MemoryCommand::Show { id, graph, tree } => show(&store, id, *graph, *tree, printer),
         MemoryCommand::Search { query, limit, retrieval, scope, config } => {
             let search = Search { query, limit: *limit, retrieval: *retrieval, scope, config };
@@ -96,8 +113,13 @@ fn scope_label(scope: &Scope) -> String {
 
 fn summary_line(workflow: &Workflow) -> String {
     let WorkflowStats { retrieved, used_success, used_failure } = workflow.stats;
+    let retired = match &workflow.retired {
+        Some(retired) if retired.reason.is_empty() => format!("[retired {}] ", retired.at),
+        Some(retired) => format!("[retired {}: {}] ", retired.at, retired.reason),
+        None => String::new(),
+    };
     format!(
-        "{}  {:<10} {} steps  retrieved {retrieved}, used {used_success}✓/{used_failure}✗  {}",
+        "{}  {:<10} {} steps  retrieved {retrieved}, used {used_success}✓/{used_failure}✗  {retired}{}",
         workflow.id,
         scope_label(&workflow.scope),
         workflow.steps.len(),
@@ -105,8 +127,18 @@ fn summary_line(workflow: &Workflow) -> String {
     )
 }
 
-fn list(store: &MemoryStore, scope: &Scope, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let workflows = store.list(scope)?;
+/// Reports a curation that succeeded: `{"id", "action"}` with `--json`.
+fn curated(id: &str, action: &str, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    if printer.json {
+        printer.json_result(&serde_json::json!({"id": id, "action": action}))?;
+    } else {
+        printer.result(&format!("{id}: {action}"))?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+fn list(store: &MemoryStore, scope: &Scope, all: bool, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let workflows = if all { store.list_all(scope)? } else { store.list(scope)? };
     if printer.json {
         printer.json_result(&workflows)?;
     } else {
@@ -297,7 +329,12 @@ fn export(
     scope: &Scope,
     printer: &Printer,
 ) -> anyhow::Result<ExitStatus> {
-    let workflows = store.list(scope)?;
+    // JSONL keeps everything, retirements included; AWM text has no place for them, so
+    // it holds the workflows in use.
+    let workflows = match format {
+        ExchangeFormat::Jsonl => store.list_all(scope)?,
+        ExchangeFormat::Text => store.list(scope)?,
+    };
     let mut buffer: Vec<u8> = Vec::new();
     match format {
         ExchangeFormat::Jsonl => write_jsonl(&workflows, &mut buffer)?,
@@ -351,6 +388,7 @@ fn import(
                     },
                     stats: WorkflowStats::default(),
                     composed_of: Vec::new(),
+                    retired: None,
                 })
                 .collect()
         }

@@ -138,3 +138,54 @@ fn a_missing_memory_or_id_is_an_error_with_a_hint() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no workflow `wf-0000`"));
 }
+
+fn json(out: Output) -> serde_json::Value {
+    serde_json::from_str(&ok(out)).unwrap()
+}
+
+/// Issue 21: `memory retire`, `restore`, `describe` and `delete`; `list --all`; a JSONL
+/// export carries the retirement into another memory.
+#[test]
+fn retire_restore_describe_and_delete_a_workflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("memory.db");
+    let runs = trajectories(dir.path());
+    ok(flowmem().args(["induce", "--mode", "rule"]).arg(&runs).arg("--memory").arg(&db).output().unwrap());
+    let memory =
+        |args: &[&str]| flowmem().arg("--json").arg("memory").args(args).arg("--memory").arg(&db).output().unwrap();
+    let id = json(memory(&["list"]))[0]["id"].as_str().unwrap().to_owned();
+
+    let done = json(memory(&["retire", &id, "--reason", "cancels without asking"]));
+    assert_eq!((done["id"].as_str(), done["action"].as_str()), (Some(id.as_str()), Some("retired")));
+    assert_eq!(json(memory(&["list"])).as_array().unwrap().len(), 0);
+    let all = json(memory(&["list", "--all"]));
+    assert_eq!(all[0]["retired"]["reason"], "cancels without asking");
+    let search = memory(&["search", "cancel an order"]);
+    assert_eq!(search.status.code(), Some(1), "a retired workflow is not found");
+    let text = flowmem().args(["memory", "list", "--all", "--memory"]).arg(&db).output().unwrap();
+    assert!(ok(text).contains("[retired "), "the plain listing marks it");
+
+    // The JSONL export keeps the retirement; an import into a fresh memory keeps it too.
+    let exported = dir.path().join("all.jsonl");
+    ok(flowmem().args(["memory", "export", "-o"]).arg(&exported).arg("--memory").arg(&db).output().unwrap());
+    let other = dir.path().join("other.db");
+    ok(flowmem().args(["memory", "import"]).arg(&exported).arg("--memory").arg(&other).output().unwrap());
+    let copied = json(flowmem().args(["--json", "memory", "list", "--all", "--memory"]).arg(&other).output().unwrap());
+    assert_eq!(copied[0]["retired"], all[0]["retired"]);
+    let active = json(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&other).output().unwrap());
+    assert_eq!(active.as_array().unwrap().len(), 0);
+
+    json(memory(&["restore", &id]));
+    json(memory(&["describe", &id, "Call off an order that has not shipped"]));
+    let hits = json(memory(&["search", "shipped", "--retrieval", "bm25"]));
+    assert_eq!(hits[0]["workflow"]["id"], id.as_str());
+    assert_eq!(hits[0]["workflow"]["description"], "Call off an order that has not shipped");
+    assert!(hits[0]["workflow"].get("retired").is_none());
+
+    json(memory(&["delete", &id]));
+    assert_eq!(json(memory(&["list", "--all"])).as_array().unwrap().len(), 0);
+    let gone = memory(&["restore", &id]);
+    assert_eq!(gone.status.code(), Some(2));
+    let error: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
+    assert!(error["error"]["message"].as_str().unwrap().contains(&id), "{error}");
+}

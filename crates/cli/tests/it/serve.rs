@@ -611,3 +611,51 @@ fn serve_answers_many_clients_at_once_with_the_same_results() {
     let (code, stderr) = served.stop();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// Issue 21: a workflow retired with the CLI while an MCP session is open leaves that
+/// session's tool list (with a `tools/list_changed` notification) and its searches; a
+/// restore brings it back. The client is the official MCP Python SDK.
+#[test]
+fn a_retired_workflow_leaves_the_mcp_tool_list_and_a_restore_brings_it_back() {
+    let dir = TestDir::new();
+    tau_bench_memory(&dir);
+    let listed = dir.run(&["--json", "memory", "list", "--memory", "memory.db"]);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let (id, description) = (listed[0]["id"].as_str().unwrap(), listed[0]["description"].as_str().unwrap());
+    let write = create_token(&dir, "write");
+    let served = Served::start(&dir, &["--memory", "memory.db", "--max-workflow-tools", "100"], &[]);
+    let memory = dir.path("memory.db");
+    let cli = |verb: &str| {
+        json!({"op": "run", "argv": [env!("CARGO_BIN_EXE_flowmem"), "memory", verb, id, "--memory", memory]})
+    };
+    let find = json!({"op": "call", "name": "find_workflows", "args": {"task": description, "k": 5}});
+    let steps = json!([
+        {"op": "list_tools"}, find, cli("retire"), {"op": "wait_list_changed", "timeout": 20},
+        {"op": "list_tools"}, find, cli("restore"), {"op": "wait_list_changed", "timeout": 20},
+        {"op": "list_tools"}, find
+    ]);
+    let document = client(&served.program(Some(&write), steps));
+    let steps = document["steps"].as_array().unwrap_or_else(|| panic!("{document}"));
+    let found_ids = |step: &Value| -> Vec<String> {
+        let workflows = step["structured"]["workflows"].as_array().unwrap_or_else(|| panic!("{step}"));
+        workflows.iter().map(|w| w["id"].as_str().unwrap().to_owned()).collect()
+    };
+    assert!(found_ids(&steps[1]).iter().any(|found| found == id), "found before: {}", steps[1]);
+    let hit = steps[1]["structured"]["workflows"].as_array().unwrap().iter().find(|w| w["id"] == id).unwrap();
+    let tool = hit["tool"].as_str().unwrap().to_owned();
+    assert!(tool_names(&steps[0]).contains(&tool), "{tool} is listed before");
+
+    assert_eq!(steps[2]["code"], 0, "{}", steps[2]);
+    assert_eq!(steps[3]["seen"], true, "list_changed after the retirement: {:?}", document["notifications"]);
+    let after = tool_names(&steps[4]);
+    assert!(!after.contains(&tool), "{tool} left the list");
+    assert_eq!(after.len() + 1, tool_names(&steps[0]).len(), "only it left");
+    assert!(!found_ids(&steps[5]).iter().any(|found| found == id), "not found when retired: {}", steps[5]);
+
+    assert_eq!(steps[6]["code"], 0, "{}", steps[6]);
+    assert_eq!(steps[7]["seen"], true, "list_changed after the restore");
+    assert_eq!(tool_names(&steps[8]), tool_names(&steps[0]), "the same list as before");
+    assert!(found_ids(&steps[9]).iter().any(|found| found == id), "found again: {}", steps[9]);
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+}

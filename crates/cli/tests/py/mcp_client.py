@@ -13,7 +13,10 @@ Program: {"transport": "http", "url": URL, "token": TOKEN?}
 and "steps": a list of
   {"op": "list_tools"}                       -> {"tools": [{"name", "description", "input_schema"}]}
   {"op": "call", "name": N, "args": {...}}   -> {"is_error", "text", "structured"}
-  {"op": "wait_list_changed", "timeout": S}  -> {"seen": bool}
+  {"op": "wait_list_changed", "timeout": S}  -> {"seen": bool}: a notification since the
+                                                last wait that saw one
+  {"op": "run", "argv": [...]}               -> {"code", "stdout", "stderr"}: runs a command
+                                                (such as the flowmem CLI) mid-session
 A step that raises gives {"error": "..."}; the program goes on. When every step ran and
 only closing the session failed, the document says so in "close_error".
 """
@@ -55,8 +58,15 @@ async def run_steps(session, steps, results, changed):
                                 "structured": result.structured_content})
             elif op == "wait_list_changed":
                 with anyio.move_on_after(step.get("timeout", 10)):
-                    await changed.wait()
-                results.append({"seen": changed.is_set()})
+                    await changed["event"].wait()
+                seen = changed["event"].is_set()
+                if seen:
+                    changed["event"] = anyio.Event()
+                results.append({"seen": seen})
+            elif op == "run":
+                done = await anyio.run_process(step["argv"], check=False)
+                results.append({"code": done.returncode, "stdout": done.stdout.decode(errors="replace"),
+                                "stderr": done.stderr.decode(errors="replace")})
             else:
                 results.append({"error": f"unknown op {op}"})
         except Exception as exc:  # report and go on: the test asserts on it
@@ -77,7 +87,8 @@ async def probe(program):
 
 
 async def main(program, results, notifications):
-    changed = anyio.Event()
+    # Replaced by each wait that saw it set, so the next wait needs a new notification.
+    changed = {"event": anyio.Event()}
 
     async def on_message(message):
         if isinstance(message, Exception):
@@ -86,7 +97,7 @@ async def main(program, results, notifications):
         method = getattr(message, "method", None) or type(message).__name__
         notifications.append(method)
         if "list_changed" in str(method) or "ToolListChanged" in str(method):
-            changed.set()
+            changed["event"].set()
 
     async def with_streams(read, write):
         async with ClientSession(read, write, message_handler=on_message) as session:

@@ -319,6 +319,7 @@ pub fn parse_reply(content: &str) -> Result<ParsedReply, UnreadableReply> {
             provenance: Provenance::default(),
             stats: WorkflowStats::default(),
             composed_of: Vec::new(),
+            retired: None,
         });
     }
     if !parsed.workflows.is_empty() {
@@ -382,6 +383,7 @@ fn parse_json_reply(content: &str) -> Result<Vec<Workflow>, JsonReplyError> {
             provenance: Provenance::default(),
             stats: WorkflowStats::default(),
             composed_of: Vec::new(),
+            retired: None,
         })
         .collect())
 }

@@ -295,6 +295,7 @@ fn abstract_group(
         },
         stats: WorkflowStats::default(),
         composed_of: Vec::new(),
+        retired: None,
     }
 }
 

@@ -183,19 +183,19 @@ fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
     let path = dir.path().join("memory.db");
     let id = {
         let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
         store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
     };
     let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
     assert_eq!(store.get(&id).unwrap().description, "persisted");
-    assert_eq!(store.schema_version().unwrap(), 3);
+    assert_eq!(store.schema_version().unwrap(), 4);
     drop(store);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
-    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 3, .. }), "{err}");
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 4, .. }), "{err}");
 }
 
 #[test]
@@ -241,4 +241,88 @@ fn siblings_share_one_index_that_follows_every_handle() {
         let hits = store.search("parcel", &Scope::default(), 5).unwrap();
         assert_eq!(hits.iter().map(|hit| hit.workflow.description.as_str()).collect::<Vec<_>>(), ["return a parcel"]);
     }
+}
+
+/// Issue 21: a retired workflow leaves every search at once (in this handle, another
+/// one, and a fresh index), keeps its row, provenance and statistics, absorbs a twin
+/// induced later, and is back in every search after a restore.
+#[test]
+fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let tools = ["find_user_id_by_email", "cancel_pending_order"];
+    let mut first = workflow("Cancel a pending order for a user", &tools, Some("retail"));
+    first.provenance.trajectory_ids = vec!["t1".into()];
+    let id = store.add(&first).unwrap().id().to_owned();
+    let other = store.add(&workflow("Track a parcel", &["track"], Some("retail"))).unwrap().id().to_owned();
+    assert_eq!(reader.search("cancel order", &Scope::default(), 5).unwrap().len(), 1);
+
+    store.retire(&id, "cancels without asking").unwrap();
+    let retired_at = store.get(&id).unwrap().retired.expect("marked retired").at;
+    store.retire(&id, "again").unwrap();
+    let retirement = store.get(&id).unwrap().retired.unwrap();
+    assert_eq!((retirement.at, retirement.reason.as_str()), (retired_at, "cancels without asking"), "retiring twice");
+    for handle in [&reader, &store] {
+        assert!(handle.search("cancel order", &Scope::default(), 5).unwrap().is_empty());
+    }
+    let fresh = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    assert!(fresh.search("cancel order", &Scope::default(), 5).unwrap().is_empty(), "a rebuilt index");
+    assert_eq!(store.count(&Scope::default()).unwrap(), 1);
+    assert_eq!(store.list(&Scope::default()).unwrap().iter().map(|w| &w.id).collect::<Vec<_>>(), [&other]);
+    assert_eq!(store.list_all(&Scope::default()).unwrap().len(), 2);
+
+    // A twin induced later merges into the retired workflow, which stays retired.
+    let mut twin = workflow("cancel the pending order of a user", &tools, Some("retail"));
+    twin.provenance.trajectory_ids = vec!["t2".into()];
+    assert!(matches!(store.add(&twin).unwrap(), AddOutcome::Merged { id: merged, .. } if merged == id));
+    let stored = store.get(&id).unwrap();
+    assert!(stored.retired.is_some());
+    assert_eq!(stored.provenance.trajectory_ids, ["t1", "t2"]);
+    assert!(reader.search("cancel order", &Scope::default(), 5).unwrap().is_empty());
+    // A prune does not touch it.
+    let policy = PrunePolicy { max_per_scope: Some(1), min_success_rate: None, min_uses: 0 };
+    assert!(store.prune(&policy).unwrap().is_empty());
+
+    store.restore(&id).unwrap();
+    assert!(store.get(&id).unwrap().retired.is_none());
+    for handle in [&reader, &store, &fresh] {
+        let hits = handle.search("cancel order", &Scope::default(), 5).unwrap();
+        assert_eq!(hits.iter().map(|hit| &hit.workflow.id).collect::<Vec<_>>(), [&id]);
+    }
+    assert_eq!(store.count(&Scope::default()).unwrap(), 2);
+    let fresh = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    assert_eq!(fresh.search("cancel order", &Scope::default(), 5).unwrap().len(), 1);
+
+    assert!(matches!(store.retire("wf-none", ""), Err(MemoryError::NotFound { .. })));
+    assert!(matches!(store.restore("wf-none"), Err(MemoryError::NotFound { .. })));
+}
+
+/// Issue 21: a new description is what searches match at once; the id, steps and
+/// statistics stay; an empty one is refused.
+#[test]
+fn a_new_description_is_searched_at_once_and_keeps_the_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory.db");
+    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
+    store.record_use(&id, UseOutcome::Success).unwrap();
+    assert_eq!(reader.search("parcel", &Scope::default(), 5).unwrap().len(), 1);
+    store.set_description(&id, "  Follow a shipment to the door  ").unwrap();
+    assert!(reader.search("parcel", &Scope::default(), 5).unwrap().is_empty());
+    let hits = reader.search("shipment", &Scope::default(), 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].workflow.id, id);
+    assert_eq!(hits[0].workflow.description, "Follow a shipment to the door");
+    assert_eq!(hits[0].workflow.stats.used_success, 1);
+    assert!(matches!(store.set_description(&id, " "), Err(MemoryError::InvalidWorkflow { .. })));
+    assert!(matches!(store.set_description("wf-none", "x"), Err(MemoryError::NotFound { .. })));
+    // Retired, the edit is kept but not searched until the restore.
+    store.retire(&id, "").unwrap();
+    store.set_description(&id, "Trace a delivery").unwrap();
+    assert!(reader.search("delivery", &Scope::default(), 5).unwrap().is_empty());
+    store.restore(&id).unwrap();
+    assert_eq!(reader.search("delivery", &Scope::default(), 5).unwrap().len(), 1);
 }
