@@ -92,8 +92,8 @@ pub use crate::retrieval::{
     retrieval_record, sync_vectors,
 };
 pub use crate::store::{
-    AddOutcome, CheckReport, Hit, MemoryStore, PrunePolicy, StoreConfig, UseOutcome, VectorTask, retention_score,
-    success_rate,
+    AddOutcome, CheckReport, Hit, MemoryStore, Page, PageQuery, PageSort, PageStatus, PrunePolicy, StoreConfig,
+    UseOutcome, VectorTask, retention_score, success_rate,
 };
 pub use crate::templates::prompts;
 pub use crate::text::description_similarity;

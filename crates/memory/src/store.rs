@@ -158,6 +158,62 @@ pub fn success_rate(stats: &WorkflowStats) -> f64 {
     (stats.used_success as f64 + 1.0) / ((stats.used_success + stats.used_failure) as f64 + 2.0)
 }
 
+/// Which workflows a [`PageQuery`] lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PageStatus {
+    /// Those in use.
+    #[default]
+    Active,
+    /// Those retired.
+    Retired,
+    /// Both.
+    All,
+}
+
+/// The order of a [`PageQuery`]; ties go to the older workflow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PageSort {
+    /// Oldest first.
+    #[default]
+    Oldest,
+    /// Newest first.
+    Newest,
+    /// Most runs that used it first.
+    MostUsed,
+    /// Highest Laplace-smoothed success rate first ([`success_rate`]).
+    BestSuccess,
+    /// Most retrieved first.
+    MostRetrieved,
+}
+
+/// What [`MemoryStore::page`] lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageQuery {
+    /// Words the description or the steps must contain, verbatim; `None` or blank for all.
+    pub text: Option<String>,
+    /// The scope filter, as for [`MemoryStore::list`].
+    pub scope: Scope,
+    /// In use, retired, or both.
+    pub status: PageStatus,
+    /// The order.
+    pub sort: PageSort,
+    /// How many matching workflows to skip.
+    pub offset: u64,
+    /// The most to return.
+    pub limit: u64,
+}
+
+/// One page of [`MemoryStore::page`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// How many workflows match, on every page.
+    pub total: u64,
+    /// This page's.
+    pub workflows: Vec<Workflow>,
+}
+
 const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure, retired_at, retired_reason";
 
 /// What [`MemoryStore::check`] found in a memory file.
@@ -436,6 +492,65 @@ impl MemoryStore {
         );
         let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
         Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
+    }
+
+    /// One page of workflows for a curator: those of `query.status` whose scope matches
+    /// `query.scope` and whose description or steps contain `query.text` (case-folded,
+    /// for ASCII), in `query.sort` order, from `query.offset`, at most `query.limit`; and
+    /// how many match in all. Reads only the page's rows, so it stays fast at 100,000
+    /// workflows.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_memory::{MemoryStore, PageQuery, StoreConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard())?;
+    /// let page = store.page(&PageQuery { text: Some("order".into()), limit: 20, ..PageQuery::default() })?;
+    /// assert_eq!((page.total, page.workflows.len()), (0, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn page(&self, query: &PageQuery) -> Result<Page, MemoryError> {
+        let status = match query.status {
+            PageStatus::Active => "retired_at IS NULL",
+            PageStatus::Retired => "retired_at IS NOT NULL",
+            PageStatus::All => "1",
+        };
+        let order = match query.sort {
+            PageSort::Oldest => "pk ASC",
+            PageSort::Newest => "pk DESC",
+            PageSort::MostUsed => "(used_success + used_failure) DESC, pk ASC",
+            PageSort::BestSuccess => "(used_success + 1.0) / (used_success + used_failure + 2.0) DESC, pk ASC",
+            PageSort::MostRetrieved => "retrieved DESC, pk ASC",
+        };
+        let pattern = query.text.as_deref().map(str::trim).filter(|text| !text.is_empty()).map(|text| {
+            let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+            format!("%{escaped}%")
+        });
+        let filter = format!(
+            "(?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND {status}
+             AND (?3 IS NULL OR description LIKE ?3 ESCAPE '\\' OR index_text LIKE ?3 ESCAPE '\\')"
+        );
+        let total = self
+            .conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM workflows WHERE {filter}"),
+                params![query.scope.site, query.scope.domain, pattern],
+                |row| read_count(row, 0),
+            )
+            .map_err(self.sqlite("counting workflows"))?;
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
+        let rows = self.query_rows(
+            &format!("SELECT {COLUMNS} FROM workflows WHERE {filter} ORDER BY {order} LIMIT ?4 OFFSET ?5"),
+            params![query.scope.site, query.scope.domain, pattern, limit, offset],
+        )?;
+        let workflows = self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect();
+        Ok(Page { total, workflows })
     }
 
     /// The number of workflows in use (not retired) whose scope matches `filter`, as

@@ -236,9 +236,14 @@ pub(crate) async fn require_token(
     };
     let Some((token_id, scope)) = grant else {
         tracing::info!(path = %request.uri().path(), "request refused: missing or unknown bearer token");
-        let mut response =
-            (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "missing or invalid bearer token"})))
-                .into_response();
+        // One body every surface's clients read: OpenAI SDKs take `error.message` and
+        // `error.type`, the REST API documents `error.kind` and `error.message`.
+        let body = serde_json::json!({"error": {
+            "kind": "unauthorized",
+            "type": "authentication_error",
+            "message": "missing or invalid bearer token"
+        }});
+        let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     };

@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+mod api;
 mod auth;
 mod calls;
 mod catalog;

@@ -1,6 +1,7 @@
 //! Integration tests of the `flowmem` binary, run as a subprocess in a temporary
 //! directory, one module per command.
 
+mod api;
 mod conform;
 mod dataflow;
 mod eval;

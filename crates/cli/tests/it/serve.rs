@@ -625,9 +625,7 @@ fn a_retired_workflow_leaves_the_mcp_tool_list_and_a_restore_brings_it_back() {
     let write = create_token(&dir, "write");
     let served = Served::start(&dir, &["--memory", "memory.db", "--max-workflow-tools", "100"], &[]);
     let memory = dir.path("memory.db");
-    let cli = |verb: &str| {
-        json!({"op": "run", "argv": [env!("CARGO_BIN_EXE_flowmem"), "memory", verb, id, "--memory", memory]})
-    };
+    let cli = |verb: &str| json!({"op": "run", "argv": [env!("CARGO_BIN_EXE_flowmem"), "memory", verb, id, "--memory", memory]});
     let find = json!({"op": "call", "name": "find_workflows", "args": {"task": description, "k": 5}});
     let steps = json!([
         {"op": "list_tools"}, find, cli("retire"), {"op": "wait_list_changed", "timeout": 20},
