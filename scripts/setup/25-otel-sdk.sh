@@ -10,19 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
 
-venv_dir="$root/.deps/otel-venv"
-venv_stamp="$venv_dir/.installed"
 # The pins of scripts/reference/otlp_fixtures.py's docstring.
 venv_want="openai==3.51.0 opentelemetry-sdk==1.45.1 opentelemetry-exporter-otlp-proto-http==1.45.1 \
 opentelemetry-exporter-otlp-json-file==0.66b1 opentelemetry-instrumentation-openai-v2==2.4b0 \
 opentelemetry-util-genai==0.4b0 openinference-instrumentation-openai==0.1.66 httpx==0.28.1"
-if [[ -f "$venv_stamp" && "$(cat "$venv_stamp")" == "$venv_want" && -x "$venv_dir/bin/python" ]]; then
-  echo "OpenTelemetry SDK and instrumentations already installed in $venv_dir" >&2
-  exit 0
-fi
-python="${PYTHON:-python3}"
-command -v "$python" >/dev/null || { echo "error: python3 (3.10 or newer) is required" >&2; exit 1; }
-[[ -x "$venv_dir/bin/python" ]] || "$python" -m venv "$venv_dir"
-# shellcheck disable=SC2086 # the pins are separate words on purpose
-"$venv_dir/bin/python" -m pip install --quiet $venv_want >&2
-echo "$venv_want" > "$venv_stamp"
+# shellcheck source=scripts/setup/venv.bash
+source "$root/scripts/setup/venv.bash"
+pip_venv "OpenTelemetry SDK and instrumentations" "$root/.deps/otel-venv" "$venv_want"

@@ -7,15 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
 
-venv_dir="$root/.deps/schemathesis-venv"
-venv_stamp="$venv_dir/.installed"
-venv_want="schemathesis==4.32.5"
-if [[ -f "$venv_stamp" && "$(cat "$venv_stamp")" == "$venv_want" && -x "$venv_dir/bin/schemathesis" ]]; then
-  echo "schemathesis already installed in $venv_dir" >&2
-  exit 0
-fi
-python="${PYTHON:-python3}"
-command -v "$python" >/dev/null || { echo "error: python3 (3.10 or newer) is required" >&2; exit 1; }
-[[ -x "$venv_dir/bin/python" ]] || "$python" -m venv "$venv_dir"
-"$venv_dir/bin/python" -m pip install --quiet "$venv_want" >&2
-echo "$venv_want" > "$venv_stamp"
+# shellcheck source=scripts/setup/venv.bash
+source "$root/scripts/setup/venv.bash"
+pip_venv "schemathesis" "$root/.deps/schemathesis-venv" "schemathesis==4.32.5" schemathesis

@@ -15,20 +15,28 @@ use crate::support::TestDir;
 /// refused, and the optimizer is asked again), its second edit is a valid prompt
 /// rewrite, and then it says `done`.
 fn script() -> Script {
-    let edit = |edit: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edit": edit}));
+    sums_script([
+        Reply::server_error(),
+        edit(json!({"op": "remove_edge", "from": "tool_1", "to": "synthesize"})),
+        edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})),
+    ])
+}
+
+/// An optimizer reply holding one edit.
+fn edit(edit: serde_json::Value) -> Reply {
+    Reply::json(json!({"rationale": "scripted", "edit": edit}))
+}
+
+/// The scripted models of a scout run over the sums: the executor calls `get-sum` and
+/// answers, the judge gives full marks, the optimizer's first asks get `optimizer` in
+/// turn, and every follow-up after an applied edit is `done`.
+fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
     let judge = Reply::json(
         json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
     );
     Script::new()
         .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
-        .when_seq(
-            Match::any_message_contains("You improve a tool-using agent workflow"),
-            [
-                Reply::server_error(),
-                edit(json!({"op": "remove_edge", "from": "tool_1", "to": "synthesize"})),
-                edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})),
-            ],
-        )
+        .when_seq(Match::any_message_contains("You improve a tool-using agent workflow"), optimizer)
         .when(Match::last_user_contains("You are evaluating the result"), judge)
         .when(Match::after_tool_result(), Reply::text("The sum is 3."))
         .when(Match::offers_tool("get-sum"), Reply::tool_call("get-sum", json!({"a": 1, "b": 2})))
@@ -88,22 +96,11 @@ fn interrupt(pid: u32) {
     assert!(status.success());
 }
 
-/// The scripted optimizer's first reply comes after `delay`; the rest as in [`script`].
+/// The scripted optimizer's first reply, a valid edit, comes after `delay`.
 fn slow_optimizer_script(delay: Duration) -> Script {
-    let edit = |edit: serde_json::Value| Reply::json(json!({"rationale": "scripted", "edit": edit}));
-    let judge = Reply::json(
-        json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
-    );
-    Script::new()
-        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
-        .when(
-            Match::any_message_contains("You improve a tool-using agent workflow"),
-            edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})).delay(delay),
-        )
-        .when(Match::last_user_contains("You are evaluating the result"), judge)
-        .when(Match::after_tool_result(), Reply::text("The sum is 3."))
-        .when(Match::offers_tool("get-sum"), Reply::tool_call("get-sum", json!({"a": 1, "b": 2})))
-        .otherwise(Reply::text("The sum is 3."))
+    sums_script([
+        edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."})).delay(delay)
+    ])
 }
 
 fn optimizer_requests(server: &ScriptedLlmServer) -> usize {

@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use flowmem_memory::{MemoryError, PageQuery, PageSort, PageStatus, success_rate};
+use flowmem_memory::{MemoryError, MemoryStore, PageQuery, PageSort, PageStatus, success_rate};
 use flowmem_model::{Provenance, Retirement, Scope, Workflow, WorkflowStats};
 
 use crate::api::openapi::{Api, Doc};
@@ -367,6 +367,7 @@ async fn retire_workflow(
     Path(id): Path<String>,
     body: Result<Json<RetireWorkflow>, JsonRejection>,
 ) -> Response {
+    // A read token is refused before its body is looked at, as on every write route.
     if let Some(refused) = refuse_read(caller) {
         return refused;
     }
@@ -378,11 +379,7 @@ async fn retire_workflow(
     if let Some(refused) = too_long("reason", &retire.reason) {
         return refused;
     }
-    let target = id.clone();
-    match state.write(move |store| Ok(store.retire(&target, &retire.reason)?)).await {
-        Ok(()) => Json(Changed { id, action: "retired".to_owned() }).into_response(),
-        Err(err) => memory_error(&err),
-    }
+    change(&state, caller, id, "retired", move |store, id| store.retire(id, &retire.reason)).await
 }
 
 /// `POST /workflows/{id}/restore`.
@@ -391,14 +388,7 @@ async fn restore_workflow(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    if let Some(refused) = refuse_read(caller) {
-        return refused;
-    }
-    let target = id.clone();
-    match state.write(move |store| Ok(store.restore(&target)?)).await {
-        Ok(()) => Json(Changed { id, action: "restored".to_owned() }).into_response(),
-        Err(err) => memory_error(&err),
-    }
+    change(&state, caller, id, "restored", |store, id| store.restore(id)).await
 }
 
 /// `DELETE /workflows/{id}`.
@@ -407,12 +397,24 @@ async fn delete_workflow(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
+    change(&state, caller, id, "deleted", |store, id| store.delete(id)).await
+}
+
+/// Runs `work` on the writer for the workflow `id` when `caller` may write, and replies
+/// with what it did (`action`) or why it could not.
+async fn change(
+    state: &Arc<AppState>,
+    caller: Caller,
+    id: String,
+    action: &str,
+    work: impl FnOnce(&mut MemoryStore, &str) -> Result<(), MemoryError> + Send + 'static,
+) -> Response {
     if let Some(refused) = refuse_read(caller) {
         return refused;
     }
     let target = id.clone();
-    match state.write(move |store| Ok(store.delete(&target)?)).await {
-        Ok(()) => Json(Changed { id, action: "deleted".to_owned() }).into_response(),
+    match state.write(move |store| Ok(work(store, &target)?)).await {
+        Ok(()) => Json(Changed { id, action: action.to_owned() }).into_response(),
         Err(err) => memory_error(&err),
     }
 }
