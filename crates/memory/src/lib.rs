@@ -93,7 +93,7 @@ pub use crate::retrieval::{
 };
 pub use crate::store::{
     AddOutcome, CheckReport, Hit, MemoryStore, Page, PageQuery, PageSort, PageStatus, PrunePolicy, StoreConfig,
-    UseOutcome, VectorTask, retention_score, success_rate,
+    UsageDay, UseOutcome, VectorTask, retention_score, success_rate,
 };
 pub use crate::templates::prompts;
 pub use crate::text::description_similarity;

@@ -83,6 +83,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE workflows ADD COLUMN retired_at TEXT;
     ALTER TABLE workflows ADD COLUMN retired_reason TEXT;
     ",
+    // 5: usage over time: per workflow and UTC day, the retrievals and the uses by
+    // outcome, counted beside the workflow's running totals from now on.
+    "
+    CREATE TABLE usage_days (
+        workflow_pk INTEGER NOT NULL,
+        day TEXT NOT NULL,
+        retrieved INTEGER NOT NULL DEFAULT 0,
+        used_success INTEGER NOT NULL DEFAULT 0,
+        used_failure INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (workflow_pk, day)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The `PRAGMA application_id` of a flowmem memory: `flmm` in ASCII.

@@ -205,6 +205,16 @@ pub struct PageQuery {
     pub limit: u64,
 }
 
+/// One day of a workflow's usage ([`MemoryStore::usage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct UsageDay {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// That day's retrievals and uses.
+    #[serde(flatten)]
+    pub stats: WorkflowStats,
+}
+
 /// One page of [`MemoryStore::page`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page {
@@ -874,10 +884,14 @@ impl MemoryStore {
         let tx = self.write_tx()?;
         {
             let mut stmt = tx
-                .prepare_cached("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1")
+                .prepare_cached("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1 RETURNING pk")
                 .map_err(self.sqlite("counting a retrieval"))?;
             for id in ids {
-                stmt.execute([id]).map_err(self.sqlite("counting a retrieval"))?;
+                let pk: Option<i64> =
+                    stmt.query_row([id], |row| row.get(0)).optional().map_err(self.sqlite("counting a retrieval"))?;
+                if let Some(pk) = pk {
+                    count_day(&tx, pk, "retrieved").map_err(self.sqlite("counting a retrieval"))?;
+                }
             }
         }
         tx.commit().map_err(self.sqlite("counting retrievals"))
@@ -975,16 +989,57 @@ impl MemoryStore {
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
     /// [`MemoryError::Sqlite`] when the update fails.
     pub fn record_use(&mut self, id: &str, outcome: UseOutcome) -> Result<(), MemoryError> {
-        let sql = match outcome {
-            UseOutcome::Success => "UPDATE workflows SET used_success = used_success + 1 WHERE id = ?1",
-            UseOutcome::Failure => "UPDATE workflows SET used_failure = used_failure + 1 WHERE id = ?1",
+        let (sql, column) = match outcome {
+            UseOutcome::Success => {
+                ("UPDATE workflows SET used_success = used_success + 1 WHERE id = ?1 RETURNING pk", "used_success")
+            }
+            UseOutcome::Failure => {
+                ("UPDATE workflows SET used_failure = used_failure + 1 WHERE id = ?1 RETURNING pk", "used_failure")
+            }
         };
         let tx = self.write_tx()?;
-        let n_updated = tx.execute(sql, [id]).map_err(self.sqlite("recording a use"))?;
-        if n_updated == 0 {
+        let pk: Option<i64> =
+            tx.query_row(sql, [id], |row| row.get(0)).optional().map_err(self.sqlite("recording a use"))?;
+        let Some(pk) = pk else {
             return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
-        }
+        };
+        count_day(&tx, pk, column).map_err(self.sqlite("recording a use"))?;
         tx.commit().map_err(self.sqlite("recording a use"))
+    }
+
+    /// The usage of the workflow `id` per UTC day, oldest first: the days on which it was
+    /// retrieved or used since this memory counted days (schema 5); its running totals
+    /// are in [`Workflow::stats`].
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::NotFound`] when no such workflow is stored, and
+    /// [`MemoryError::Sqlite`] when reading fails.
+    pub fn usage(&self, id: &str) -> Result<Vec<UsageDay>, MemoryError> {
+        let pk: i64 = self
+            .conn
+            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
+            .optional()
+            .map_err(self.sqlite("reading usage"))?
+            .ok_or_else(|| MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() })?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT day, retrieved, used_success, used_failure FROM usage_days WHERE workflow_pk = ?1 ORDER BY day",
+            )
+            .map_err(self.sqlite("reading usage"))?;
+        stmt.query_map([pk], |row| {
+            Ok(UsageDay {
+                day: row.get(0)?,
+                stats: WorkflowStats {
+                    retrieved: read_count(row, 1)?,
+                    used_success: read_count(row, 2)?,
+                    used_failure: read_count(row, 3)?,
+                },
+            })
+        })
+        .and_then(Iterator::collect)
+        .map_err(self.sqlite("reading usage"))
     }
 
     /// Deletes the workflow `id` with its provenance and index entry.
@@ -1427,6 +1482,7 @@ fn delete_pk(tx: &Transaction<'_>, path: &Path, pk: i64) -> Result<(), MemoryErr
     tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM workflow_vectors WHERE pk = ?1", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM provenance WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
+    tx.execute("DELETE FROM usage_days WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
     tx.execute("DELETE FROM workflows WHERE pk = ?1", [pk]).map_err(sqlite)?;
     Ok(())
 }
@@ -1473,6 +1529,17 @@ fn read_count(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
 
 fn to_sql_count(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Adds one to `column` of the workflow `pk`'s bucket for today (UTC).
+fn count_day(tx: &Transaction<'_>, pk: i64, column: &'static str) -> rusqlite::Result<()> {
+    let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    tx.prepare_cached(&format!(
+        "INSERT INTO usage_days (workflow_pk, day, {column}) VALUES (?1, ?2, 1)
+         ON CONFLICT (workflow_pk, day) DO UPDATE SET {column} = {column} + 1"
+    ))?
+    .execute(params![pk, day])?;
+    Ok(())
 }
 
 fn now_rfc3339() -> String {

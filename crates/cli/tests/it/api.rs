@@ -117,6 +117,9 @@ async fn the_rest_api_lists_filters_pages_and_curates_workflows() {
     assert!(!provenance["trajectory_ids"].as_array().unwrap().is_empty(), "{detail}");
     let found = api.get("/workflows?q=variant", &read).await;
     assert!(ids(&found).contains(&id), "{found}");
+    let usage = api.get(&format!("/workflows/{id}/usage"), &read).await;
+    assert_eq!(usage["totals"], detail["workflow"]["stats"], "{usage}");
+    assert!(usage["days"].is_array(), "{usage}");
 
     for (body, status) in [
         (json!({"description": "   "}), StatusCode::UNPROCESSABLE_ENTITY),
@@ -141,7 +144,9 @@ async fn the_rest_api_lists_filters_pages_and_curates_workflows() {
     // The document names every route and the types behind them.
     let document = api.get("/openapi.json", &read).await;
     assert_eq!(document["openapi"], "3.1.0");
-    for path in ["/api/v1/workflows", "/api/v1/workflows/{id}", "/api/v1/workflows/{id}/retire"] {
+    for path in
+        ["/api/v1/workflows", "/api/v1/workflows/{id}", "/api/v1/workflows/{id}/retire", "/api/v1/workflows/{id}/usage"]
+    {
         assert!(document["paths"][path].is_object(), "{path} is documented");
     }
     assert!(document["components"]["schemas"]["Workflow"].is_object());

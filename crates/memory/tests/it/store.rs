@@ -183,19 +183,19 @@ fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
     let path = dir.path().join("memory.db");
     let id = {
         let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 4);
+        assert_eq!(store.schema_version().unwrap(), 5);
         store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
     };
     let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
     assert_eq!(store.get(&id).unwrap().description, "persisted");
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), 5);
     drop(store);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
-    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 4, .. }), "{err}");
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 5, .. }), "{err}");
 }
 
 #[test]
@@ -325,4 +325,35 @@ fn a_new_description_is_searched_at_once_and_keeps_the_id() {
     assert!(reader.search("delivery", &Scope::default(), 5).unwrap().is_empty());
     store.restore(&id).unwrap();
     assert_eq!(reader.search("delivery", &Scope::default(), 5).unwrap().len(), 1);
+}
+
+/// Issue 21: uses and retrievals are counted per UTC day beside the running totals, and
+/// leave with their workflow.
+#[test]
+fn usage_is_counted_per_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir, StoreConfig::standard());
+    let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
+    assert!(store.usage(&id).unwrap().is_empty(), "no day before a use");
+    store.record_use(&id, UseOutcome::Success).unwrap();
+    store.record_use(&id, UseOutcome::Success).unwrap();
+    store.record_use(&id, UseOutcome::Failure).unwrap();
+    store.retrieve("parcel", &Scope::default(), 5).unwrap();
+    let today = chrono_free_today();
+    let days = store.usage(&id).unwrap();
+    assert_eq!(days.len(), 1, "{days:?}");
+    assert_eq!(days[0].day, today);
+    let stats = days[0].stats;
+    assert_eq!((stats.retrieved, stats.used_success, stats.used_failure), (1, 2, 1));
+    assert_eq!(store.get(&id).unwrap().stats, stats, "the totals agree");
+    assert!(matches!(store.usage("wf-none"), Err(MemoryError::NotFound { .. })));
+    store.delete(&id).unwrap();
+    let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
+    assert!(store.usage(&id).unwrap().is_empty(), "a deleted workflow's days went with it");
+}
+
+/// Today in UTC as `YYYY-MM-DD`, from the system clock (as `date -u +%F` prints it).
+fn chrono_free_today() -> String {
+    let out = std::process::Command::new("date").args(["-u", "+%F"]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }

@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use flowmem_memory::{MemoryError, MemoryStore, PageQuery, PageSort, PageStatus, success_rate};
+use flowmem_memory::{MemoryError, MemoryStore, PageQuery, PageSort, PageStatus, UsageDay, success_rate};
 use flowmem_model::{Provenance, Retirement, Scope, Workflow, WorkflowStats};
 
 use crate::api::openapi::{Api, Doc};
@@ -181,6 +181,16 @@ struct WorkflowDetail {
     provenances: Vec<Provenance>,
 }
 
+/// A workflow's usage over time.
+#[derive(Debug, Serialize, JsonSchema)]
+struct WorkflowUsage {
+    id: String,
+    /// The running totals since it was stored.
+    totals: WorkflowStats,
+    /// Per UTC day, oldest first: the days it was retrieved or used.
+    days: Vec<UsageDay>,
+}
+
 /// The body of `PATCH /workflows/{id}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +245,11 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router {
             ),
             200,
             get(get_workflow),
+        )
+        .route::<(), (), WorkflowUsage>(
+            doc("get", "/workflows/{id}/usage", "getWorkflowUsage", "A workflow's retrievals and uses per day", false),
+            200,
+            get(workflow_usage),
         )
         .route::<(), EditWorkflow, Changed>(
             doc("patch", "/workflows/{id}", "editWorkflow", "Replace a workflow's description", true),
@@ -316,6 +331,15 @@ async fn get_workflow(State(state): State<Arc<AppState>>, Path(id): Path<String>
     let read = state.read(move |store| Ok((store.get(&id)?, store.provenances(&id)?))).await;
     match read {
         Ok((workflow, provenances)) => Json(WorkflowDetail { workflow, provenances }).into_response(),
+        Err(err) => memory_error(&err),
+    }
+}
+
+/// `GET /workflows/{id}/usage`.
+async fn workflow_usage(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let read = state.read(move |store| Ok((store.get(&id)?, store.usage(&id)?))).await;
+    match read {
+        Ok((workflow, days)) => Json(WorkflowUsage { id: workflow.id, totals: workflow.stats, days }).into_response(),
         Err(err) => memory_error(&err),
     }
 }
