@@ -78,4 +78,19 @@ for decoding in decodings:
             print(f"  candidate {name}: no candidate; last refusal: {'; '.join(last)[:300]}")
         for d in plan.get("dropped", []):
             print(f"  candidate {name}: dropped {d['edit']['op']} at position {d['position']}: {'; '.join(d['reasons'])[:300]}")
+        # Did the candidate's edits change what ran? The nodes its plan added or changed,
+        # and how often the optimisation split's runs entered them, beside its scores.
+        touched = set()
+        for edit in (plan["plan"] or {}).get("edits", []):
+            node = edit.get("node")
+            touched.add(node["id"] if isinstance(node, dict) and edit["op"] == "add_node" else edit.get("id"))
+        touched.discard(None)
+        trace = f"{out}/{decoding}/traces/{name}.opt.jsonl"
+        scores = f"{out}/{decoding}/candidates/{name}.opt.json"
+        if touched and os.path.exists(trace) and os.path.exists(scores):
+            entered = sum(1 for line in open(trace)
+                          if (event := json.loads(line)).get("kind") == "node" and event.get("node_id") in touched)
+            opt = json.load(open(scores))
+            print(f"  candidate {name}: {len(touched)} nodes edited, entered {entered} times on the optimisation split; "
+                  f"reward {opt['reward']:.3f}, tc {opt['tc']:.3f}, es {opt['es']:.3f}")
 PY
