@@ -483,11 +483,7 @@ impl MemoryStore {
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn list(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND retired_at IS NULL ORDER BY pk"
-        );
-        let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
-        Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
+        self.list_where(filter, "retired_at IS NULL")
     }
 
     /// Every workflow whose scope matches `filter`, retired or not, oldest first: what an
@@ -497,8 +493,14 @@ impl MemoryStore {
     ///
     /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn list_all(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
+        self.list_where(filter, "1")
+    }
+
+    /// The workflows whose scope matches `filter` and whose row passes `status` (an SQL
+    /// condition), oldest first.
+    fn list_where(&self, filter: &Scope, status: &str) -> Result<Vec<Workflow>, MemoryError> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) ORDER BY pk"
+            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND {status} ORDER BY pk"
         );
         let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
         Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
@@ -676,8 +678,8 @@ impl MemoryStore {
     }
 
     /// The primary key of the workflow `id` and whether it is retired.
-    fn lookup(&self, tx: &Transaction<'_>, id: &str) -> Result<(i64, bool), MemoryError> {
-        tx.query_row("SELECT pk, retired_at IS NOT NULL FROM workflows WHERE id = ?1", [id], |row| {
+    fn lookup(&self, conn: &Connection, id: &str) -> Result<(i64, bool), MemoryError> {
+        conn.query_row("SELECT pk, retired_at IS NOT NULL FROM workflows WHERE id = ?1", [id], |row| {
             Ok((row.get(0)?, row.get(1)?))
         })
         .optional()
@@ -1016,12 +1018,7 @@ impl MemoryStore {
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
     /// [`MemoryError::Sqlite`] when reading fails.
     pub fn usage(&self, id: &str) -> Result<Vec<UsageDay>, MemoryError> {
-        let pk: i64 = self
-            .conn
-            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
-            .optional()
-            .map_err(self.sqlite("reading usage"))?
-            .ok_or_else(|| MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() })?;
+        let (pk, _) = self.lookup(&self.conn, id)?;
         let mut stmt = self
             .conn
             .prepare_cached(

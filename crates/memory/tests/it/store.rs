@@ -339,7 +339,7 @@ fn usage_is_counted_per_day() {
     store.record_use(&id, UseOutcome::Success).unwrap();
     store.record_use(&id, UseOutcome::Failure).unwrap();
     store.retrieve("parcel", &Scope::default(), 5).unwrap();
-    let today = chrono_free_today();
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
     let days = store.usage(&id).unwrap();
     assert_eq!(days.len(), 1, "{days:?}");
     assert_eq!(days[0].day, today);
@@ -350,10 +350,4 @@ fn usage_is_counted_per_day() {
     store.delete(&id).unwrap();
     let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
     assert!(store.usage(&id).unwrap().is_empty(), "a deleted workflow's days went with it");
-}
-
-/// Today in UTC as `YYYY-MM-DD`, from the system clock (as `date -u +%F` prints it).
-fn chrono_free_today() -> String {
-    let out = std::process::Command::new("date").args(["-u", "+%F"]).output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
