@@ -263,7 +263,75 @@ fn open_flattened_variants(schema: &mut schemars::Schema) {
     }
 }
 
+/// How one workflow graph differs from another ([`WorkflowGraph::diff`]): node ids and
+/// edges, each list in the order of the graph it comes from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GraphDiff {
+    /// Nodes only the new graph has.
+    pub added_nodes: Vec<String>,
+    /// Nodes only the old graph has.
+    pub removed_nodes: Vec<String>,
+    /// Nodes both have, with a different kind, prompt, tool or binding.
+    pub changed_nodes: Vec<String>,
+    /// Edges only the new graph has.
+    pub added_edges: Vec<Edge>,
+    /// Edges only the old graph has.
+    pub removed_edges: Vec<Edge>,
+    /// Whether the entry or the exit moved.
+    pub ends_moved: bool,
+}
+
+impl GraphDiff {
+    /// Whether the graphs are the same.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.added_nodes.is_empty()
+            && self.removed_nodes.is_empty()
+            && self.changed_nodes.is_empty()
+            && self.added_edges.is_empty()
+            && self.removed_edges.is_empty()
+            && !self.ends_moved
+    }
+}
+
 impl WorkflowGraph {
+    /// What changed from `self` (the old graph) to `new`. The name is ignored.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_model::WorkflowGraph;
+    ///
+    /// let old: WorkflowGraph = serde_json::from_value(serde_json::json!({
+    ///     "nodes": [{"id": "a", "kind": "tool"}, {"id": "b", "kind": "llm", "role": "synthesize", "instruction": "Answer."}],
+    ///     "edges": [{"from": "a", "to": "b"}], "entry": "a", "exit": "b"}))?;
+    /// let mut new = old.clone();
+    /// new.edges.clear();
+    /// new.nodes[1] = serde_json::from_value(serde_json::json!({"id": "b", "kind": "llm", "role": "synthesize", "instruction": "State it."}))?;
+    /// let diff = old.diff(&new);
+    /// assert_eq!(diff.changed_nodes, ["b"]);
+    /// assert_eq!(diff.removed_edges.len(), 1);
+    /// assert!(diff.added_nodes.is_empty() && !diff.is_empty());
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    #[must_use]
+    pub fn diff(&self, new: &WorkflowGraph) -> GraphDiff {
+        let mut diff = GraphDiff::default();
+        for node in &new.nodes {
+            match self.node(&node.id) {
+                None => diff.added_nodes.push(node.id.clone()),
+                Some(old) if old != node => diff.changed_nodes.push(node.id.clone()),
+                Some(_) => {}
+            }
+        }
+        diff.removed_nodes =
+            self.nodes.iter().filter(|node| new.node(&node.id).is_none()).map(|n| n.id.clone()).collect();
+        diff.added_edges = new.edges.iter().filter(|edge| !self.edges.contains(edge)).cloned().collect();
+        diff.removed_edges = self.edges.iter().filter(|edge| !new.edges.contains(edge)).cloned().collect();
+        diff.ends_moved = self.entry != new.entry || self.exit != new.exit;
+        diff
+    }
+
     /// The node with `id`, if any.
     #[must_use]
     pub fn node(&self, id: &str) -> Option<&GraphNode> {

@@ -51,10 +51,11 @@ pub use crate::scout::{
 pub use crate::search::{
     CandidatePlan, Checkpoint, DroppedEdit, EditCounts, Evaluation, ExpansionStats, IterationRecord, PLAN_REPAIRS,
     PlanTurn, ProposalInput, ProposedEdits, Proposer, SearchError, SearchParts, SearchState, Simulator, StopReason,
-    Strategy, Validator, candidate_path, expansion_stats, run_search,
+    Strategy, Validator, candidate_path, expansion_stats, read_json as read_run_json, run_search,
 };
 pub use crate::simulate::{ExecSimulator, ExecValidator};
 pub use crate::svg::{
-    search_tree as search_tree_svg, validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg,
+    search_tree as search_tree_svg, search_tree_linked as search_tree_linked_svg,
+    validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg,
 };
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

@@ -799,7 +799,14 @@ fn read_required<T: DeserializeOwned>(path: &Path) -> Result<T, SearchError> {
         .ok_or_else(|| SearchError::RunDirectory(format!("`{}` is missing from the run directory", path.display())))
 }
 
-fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, SearchError> {
+/// Reads a run directory's JSON file (`state.json`, a candidate's file): `None` when it
+/// does not exist.
+///
+/// # Errors
+///
+/// [`SearchError::Io`] when it cannot be read, [`SearchError::Corrupt`] when it does not
+/// parse as `T`; both name the file.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, SearchError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),

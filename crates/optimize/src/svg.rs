@@ -59,6 +59,17 @@ pub fn validation_curve(state: &SearchState, root_val: f64) -> String {
 /// from the root to the best candidate drawn thick; failed expansions drawn hollow.
 #[must_use]
 pub fn search_tree(state: &SearchState) -> String {
+    tree_picture(state, None)
+}
+
+/// [`search_tree`] with each candidate a link to `href(candidate)` (the web UI's run
+/// page opens the candidate's graph and plan).
+#[must_use]
+pub fn search_tree_linked(state: &SearchState, href: &dyn Fn(TreeNodeId) -> String) -> String {
+    tree_picture(state, Some(href))
+}
+
+fn tree_picture(state: &SearchState, href: Option<&dyn Fn(TreeNodeId) -> String>) -> String {
     let tree = &state.tree;
     let best_path: Vec<TreeNodeId> = tree.path_to(state.best);
     let mut depth = vec![0usize; tree.len()];
@@ -100,6 +111,9 @@ pub fn search_tree(state: &SearchState) -> String {
                 }
             }
         };
+        if let Some(href) = href {
+            let _ = write!(svg, r#"<a class="tree-link" data-node="{id}" href="{}">"#, escape(&href(id)));
+        }
         let _ = write!(
             svg,
             r##"<g class="tree-node {class}"><circle cx="{cx:.1}" cy="{cy:.1}" r="14" fill="{fill}" stroke="#333"/><text x="{cx:.1}" y="{:.1}" font-size="10" text-anchor="middle">{id}</text><text x="{cx:.1}" y="{:.1}" font-size="9" text-anchor="middle">Q={:.2} C={}</text><title>candidate {id}: Q = {:.4}, C = {}</title></g>"##,
@@ -110,6 +124,9 @@ pub fn search_tree(state: &SearchState) -> String {
             node.mean_reward(),
             node.visits,
         );
+        if href.is_some() {
+            svg.push_str("</a>");
+        }
     }
     svg.push_str("</svg>");
     svg

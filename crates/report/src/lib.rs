@@ -9,7 +9,8 @@
 //! - [`render_page`] renders a report template that extends the shell
 //!   [`PAGE_TEMPLATE`] (`templates/page.html.j2`: the stylesheet, the `<title>` and the
 //!   `<h1>`). Values are HTML-escaped unless wrapped in [`Markup`]; [`error_page`] stands
-//!   in for a page whose template failed.
+//!   in for a page whose template failed. [`render_page_with`] adds templates the page
+//!   may extend or include (the web UI's layout).
 //! - [`escape`] is the one escape for text in HTML and SVG.
 //! - [`Chart`] draws a plot area with a value axis from a [`ChartSpec`]; its methods add
 //!   [`Series`] (lines or markers of [`Point`]s), [`Bar`]s, labels and a legend.
@@ -55,5 +56,5 @@ mod page;
 mod svg;
 
 pub use crate::escape::escape;
-pub use crate::page::{Markup, PAGE_TEMPLATE, ReportError, error_page, render_page};
+pub use crate::page::{Markup, PAGE_TEMPLATE, ReportError, error_page, render_page, render_page_with};
 pub use crate::svg::{Bar, Chart, ChartSpec, Margins, Point, Series, SeriesStyle, line_chart, svg_open};

@@ -66,11 +66,47 @@ impl Markup {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn render_page<C: Serialize>(name: &str, source: &str, ctx: &C) -> Result<String, ReportError> {
+    render_page_with(name, source, &[], ctx)
+}
+
+/// [`render_page`] with more templates the page may extend or include, as
+/// `(name, source)` pairs: a layout of several pages that itself extends
+/// [`PAGE_TEMPLATE`], or a part rendered on its own too.
+///
+/// # Errors
+///
+/// [`ReportError`] naming the template that does not parse, or `name` when the page does
+/// not render with `ctx`.
+///
+/// # Example
+///
+/// ```
+/// #[derive(serde::Serialize)]
+/// struct Ctx<'a> {
+///     title: &'a str,
+///     who: &'a str,
+/// }
+///
+/// let layout = r#"{% extends "page.html.j2" %}{% block content %}<nav>home</nav>{% block main %}{% endblock %}{% endblock %}"#;
+/// let page = r#"{% extends "layout.html.j2" %}{% block main %}<p>{{ who }}</p>{% endblock %}"#;
+/// let html = flowmem_report::render_page_with("p.html.j2", page, &[("layout.html.j2", layout)], &Ctx { title: "T", who: "<b>" })?;
+/// assert!(html.contains("<nav>home</nav><p>&lt;b&gt;</p>"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn render_page_with<C: Serialize>(
+    name: &str,
+    source: &str,
+    templates: &[(&str, &str)],
+    ctx: &C,
+) -> Result<String, ReportError> {
     let error = |source| ReportError { template: name.to_owned(), source };
     let mut env = minijinja::Environment::new();
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     env.add_template(PAGE_TEMPLATE, PAGE_SOURCE).map_err(error)?;
+    for (other, text) in templates {
+        env.add_template(other, text).map_err(|source| ReportError { template: (*other).to_owned(), source })?;
+    }
     env.add_template(name, source).map_err(error)?;
     let template = env.get_template(name).map_err(error)?;
     template.render(minijinja::value::Serde(ctx)).map_err(error)
