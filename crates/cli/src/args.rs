@@ -1368,7 +1368,12 @@ pub struct ServeArgs {
     /// `best.workflow.json`), each served as `run_<name>`.
     #[arg(long, value_name = "DIR")]
     pub workflows: Option<PathBuf>,
-    /// The address of the HTTP server (MCP at `/mcp`); port 0 picks a free one.
+    /// A `flowmem scout --out` directory, or a directory of them, for the web UI's
+    /// scout run pages (`/runs`). Repeat for more.
+    #[arg(long, value_name = "DIR")]
+    pub runs: Vec<PathBuf>,
+    /// The address of the HTTP server (MCP at `/mcp`, the web UI at `/`); port 0 picks
+    /// a free one.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8700")]
     pub listen: std::net::SocketAddr,
     /// Serve one MCP session on stdin/stdout instead of HTTP, as desktop clients start

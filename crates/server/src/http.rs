@@ -1,7 +1,8 @@
 //! The HTTP server: one axum `Router` over one shared state, with each surface nested
 //! under its own path: `/mcp` (streamable HTTP MCP), `/healthz`, `/api/v1` (the REST
 //! API), and under `/v1` the gateway, the OTLP receiver and the learning queue's routes,
-//! all behind the token layer.
+//! all behind the token layer; and the web UI's pages (`/`, `/workflows/…`, …), which
+//! check their session cookie themselves.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,7 +62,7 @@ pub fn router(state: Arc<AppState>, mcp_cancel: CancellationToken, listen: Socke
     }
     authenticated = authenticated.nest("/api/v1", crate::api::routes(state.clone()));
     let authenticated = authenticated.layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new().route("/healthz", get(|| async { "ok" })).merge(authenticated)
+    Router::new().route("/healthz", get(|| async { "ok" })).merge(crate::ui::routes(state)).merge(authenticated)
 }
 
 /// Serves every HTTP surface on `listener` until `shutdown` completes, then drains: new

@@ -51,6 +51,7 @@ mod otlp;
 mod queue;
 mod state;
 mod stdio;
+mod ui;
 
 pub use crate::auth::{Caller, NewToken, TokenScope, TokenStore};
 pub use crate::catalog::{FIND_WORKFLOWS, GET_WORKFLOW, REPORT_RUN};

@@ -60,12 +60,15 @@ pub struct ServeConfig {
     pub learn_attempts: u32,
     /// How `find_workflows` ranks; vector and hybrid need [`Parts::embedder`].
     pub retrieval: RetrievalMode,
+    /// Directories holding scout runs (`flowmem scout --out`), each a run or a parent
+    /// of runs, shown by the web UI's run pages.
+    pub runs: Vec<PathBuf>,
 }
 
 impl ServeConfig {
     /// The defaults for `memory`: 2 readers, 50 workflow tools, `k` 5 (at most 50), no
     /// isolation, a 1 s poll, a 30 s drain, no gateway, no OTLP receiver, 3 attempts at
-    /// learning from a queued run, BM25 retrieval.
+    /// learning from a queued run, BM25 retrieval, no scout runs.
     #[must_use]
     pub fn standard(memory: PathBuf) -> ServeConfig {
         ServeConfig {
@@ -82,6 +85,7 @@ impl ServeConfig {
             otlp: None,
             learn_attempts: 3,
             retrieval: RetrievalMode::Bm25,
+            runs: Vec::new(),
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct AppState {
     pub(crate) queue: Option<Arc<LearnQueue>>,
     /// How `find_workflows` retrieves.
     pub(crate) retriever: Retriever,
+    /// The web UI's sign-in sessions.
+    pub(crate) ui: crate::ui::Sessions,
 }
 
 impl AppState {
@@ -205,6 +211,7 @@ impl AppState {
             otlp,
             queue,
             retriever,
+            ui: crate::ui::Sessions::new(),
             tokens,
             prompts,
             readers: Mutex::new(readers),

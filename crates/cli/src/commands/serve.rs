@@ -112,6 +112,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let asked = asked_retrieval(args.retrieval, session_config.memory()?.retrieval);
     let find_retriever = chosen_retriever(&session_config, asked, DEFAULT_RETRIEVAL)?;
     cfg.retrieval = find_retriever.mode();
+    cfg.runs = args.runs.clone();
     // The embedded upstream's server, when the gateway has no upstream of its own.
     let mut embedded_upstream = None;
     if args.gateway || args.upstream.is_some() {
@@ -195,6 +196,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
             printer.result(&serde_json::json!({"listening": url}).to_string())?;
         }
         printer.info(&format!("listening on {url}"));
+        printer.info(&format!("web UI at http://{bound}/ (REST API at http://{bound}/api/v1)"));
         if has_gateway {
             printer.info(&format!("gateway at http://{bound}/v1 (set OPENAI_BASE_URL to it)"));
         }

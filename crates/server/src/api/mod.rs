@@ -366,22 +366,27 @@ async fn edit_workflow(
     if let Err(err) = state.write(move |store| Ok(store.set_description(&changed_id, &description)?)).await {
         return memory_error(&err);
     }
+    reembed(&state, &id).await;
+    Json(Changed { id, action: "edited".to_owned() }).into_response()
+}
+
+/// Embeds workflow `id` again after its description changed, when the server ranks by
+/// meaning. The vector was dropped with the old words; a failure here leaves it to the
+/// next `sync_vectors` and is logged, not the caller's.
+pub(crate) async fn reembed(state: &Arc<AppState>, id: &str) {
     if let Some(embedder) = state.parts.embedder.clone() {
-        let reread = id.clone();
-        // The vector was dropped with the old words; a failure here leaves it to the
-        // next `sync_vectors` and is not the caller's.
+        let reread = id.to_owned();
         let embedded = match state.read(move |store| store.get(&reread)).await {
             Ok(workflow) => flowmem_memory::embed_workflows(embedder.as_ref(), &[workflow]).await.ok(),
             Err(_) => None,
         };
         if let Some(vectors) = embedded {
-            let target = id.clone();
+            let target = id.to_owned();
             if let Err(err) = state.write(move |store| Ok(store.set_vectors(&[target.as_str()], &vectors)?)).await {
                 tracing::warn!(error = %err, "re-embedding an edited workflow failed");
             }
         }
     }
-    Json(Changed { id, action: "edited".to_owned() }).into_response()
 }
 
 /// `POST /workflows/{id}/retire`; the body is optional.

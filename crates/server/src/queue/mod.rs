@@ -254,7 +254,7 @@ async fn conversation(
 /// caller's token (all, under open access), newest first.
 async fn recent_conversations(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
     let Some(queue) = state.queue.as_deref() else { return no_queue() };
-    match queue.on_store(move |store| store.recent(100, caller.token_id)).await {
+    match queue.on_store(move |store| store.recent(100, 0, caller.token_id)).await {
         Ok(rows) => axum::Json(json!({"conversations": rows})).into_response(),
         Err(err) => server_error(&err),
     }

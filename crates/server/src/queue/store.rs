@@ -167,18 +167,28 @@ impl QueueStore {
         })
     }
 
-    /// The most recently updated conversations, newest first: id, state, updated_at;
-    /// only those of token `token_id` when it is given.
-    pub(crate) fn recent(&self, limit: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
+    /// The most recently updated conversations, newest first, skipping `offset`: id,
+    /// state, updated_at, outcome, source and the first user message; only those of
+    /// token `token_id` when it is given.
+    pub(crate) fn recent(&self, limit: usize, offset: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
         self.db.run("listing conversations", |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT id, state, updated_at FROM gateway_conversations
+                "SELECT id, state, updated_at, outcome, json_extract(record, '$.source'),
+                    (SELECT json_extract(value, '$.content') FROM json_each(record, '$.messages')
+                     WHERE json_extract(value, '$.role') = 'user' LIMIT 1)
+                 FROM gateway_conversations
                  WHERE ?2 IS NULL OR json_extract(record, '$.token_id') = ?2
-                 ORDER BY updated_at DESC, id DESC LIMIT ?1",
+                 ORDER BY updated_at DESC, id DESC LIMIT ?1 OFFSET ?3",
             )?;
-            let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX), token_id], |row| {
+            let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            let rows = stmt.query_map(params![as_i64(limit), token_id, as_i64(offset)], |row| {
                 Ok(serde_json::json!({"id": row.get::<_, String>(0)?, "state": row.get::<_, String>(1)?,
-                    "updated_at": row.get::<_, String>(2)?}))
+                "updated_at": row.get::<_, String>(2)?, "outcome": row.get::<_, Option<bool>>(3)?,
+                "source": row.get::<_, Option<String>>(4)?,
+                "first_user": row.get::<_, Option<rusqlite::types::Value>>(5)?.map(|value| match value {
+                    rusqlite::types::Value::Text(text) => text,
+                    other => format!("{other:?}"),
+                })}))
             })?;
             rows.collect()
         })

@@ -1,0 +1,239 @@
+//! The scout runs the web UI shows: run directories (`flowmem scout --out DIR`) found
+//! under the server's `--runs` roots, read from their files as `flowmem scout` left
+//! them. A root that is itself a run is shown too.
+//!
+//! A run is named in URLs by a key, `ROOT.NAME`: the root's position on the command line
+//! and the directory's name inside it (`ROOT` alone for a root that is a run), so a URL
+//! can only ever name a directory directly inside a configured root.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use flowmem_eval::EvalReport;
+use flowmem_model::{GraphDiff, WorkflowGraph};
+use flowmem_optimize::{
+    CandidatePlan, Evaluation, SearchState, TreeNodeId, candidate_path, read_run_json, search_tree_linked_svg,
+    validation_curve_svg, workflow_graph_svg,
+};
+use flowmem_report::Markup;
+
+/// A run directory and its key.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RunRow {
+    key: String,
+    path: String,
+    iterations: u32,
+    candidates: usize,
+    best: TreeNodeId,
+    best_val_score: String,
+    stopped: String,
+}
+
+/// Every run under `roots`, root by root, each root's runs by name.
+pub(crate) fn list(roots: &[PathBuf]) -> Vec<RunRow> {
+    let mut rows = Vec::new();
+    for (i, root) in roots.iter().enumerate() {
+        let mut found = Vec::new();
+        if is_run(root) {
+            found.push((i.to_string(), root.clone()));
+        }
+        let mut names: Vec<String> = std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| is_run(&entry.path()))
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        found.extend(names.into_iter().map(|name| (format!("{i}.{name}"), root.join(name))));
+        for (key, path) in found {
+            // A run mid-write or damaged is listed with what could be read.
+            let state = read_run_json::<SearchState>(&path.join("state.json")).ok().flatten();
+            rows.push(RunRow {
+                key,
+                path: path.display().to_string(),
+                iterations: state.as_ref().map_or(0, |s| s.iteration),
+                candidates: state.as_ref().map_or(0, |s| s.tree.len()),
+                best: state.as_ref().map_or(0, |s| s.best),
+                best_val_score: state.as_ref().map_or_else(|| "–".to_owned(), |s| format!("{:.3}", s.best_val_score)),
+                stopped: state.as_ref().and_then(|s| s.stopped).map_or_else(|| "no".to_owned(), |r| format!("{r:?}")),
+            });
+        }
+    }
+    rows
+}
+
+fn is_run(dir: &Path) -> bool {
+    dir.join("state.json").is_file()
+}
+
+/// The directory `key` names, if it is a run under `roots`.
+pub(crate) fn resolve(roots: &[PathBuf], key: &str) -> Option<PathBuf> {
+    let (index, name) = match key.split_once('.') {
+        Some((index, name)) => (index, Some(name)),
+        None => (key, None),
+    };
+    let root = roots.get(index.parse::<usize>().ok()?)?;
+    let dir = match name {
+        None => root.clone(),
+        Some(name) => {
+            let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+            if !plain {
+                return None;
+            }
+            root.join(name)
+        }
+    };
+    is_run(&dir).then_some(dir)
+}
+
+/// One run, as its page shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunView {
+    iterations: u32,
+    best: TreeNodeId,
+    best_val_score: String,
+    failed_expansions: u32,
+    stopped: String,
+    curve: Markup,
+    tree: Markup,
+    /// The candidate clicked in the tree (the best one when none was).
+    candidate: CandidateView,
+    /// The test split's table, when the run got that far.
+    test: Option<Vec<TestRow>>,
+}
+
+#[derive(Debug, Serialize)]
+struct CandidateView {
+    id: TreeNodeId,
+    parent: Option<TreeNodeId>,
+    graph: Option<Markup>,
+    opt: Option<ScoreView>,
+    val: Option<ScoreView>,
+    rationale: Option<String>,
+    edits: Vec<String>,
+    dropped: Vec<String>,
+    rejected: Vec<String>,
+    diff: Option<GraphDiff>,
+    visits: u64,
+    mean_reward: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ScoreView {
+    reward: String,
+    tc: String,
+    es: String,
+}
+
+impl ScoreView {
+    fn of(evaluation: &Evaluation) -> ScoreView {
+        ScoreView {
+            reward: format!("{:.3}", evaluation.reward),
+            tc: format!("{:.3}", evaluation.tc),
+            es: evaluation.es.map_or_else(|| "–".to_owned(), |es| format!("{es:.3}")),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TestRow {
+    system: String,
+    role: String,
+    runs: usize,
+    errors: usize,
+    tc: String,
+    es: String,
+    task_success: String,
+    cv: String,
+    llm_calls: String,
+    tokens: String,
+    latency_ms: String,
+}
+
+/// The run in `dir` with candidate `selected` opened (the best when `None` or unknown);
+/// `href` gives the link of a tree node. `Err` names the file that could not be read.
+pub(crate) fn view(
+    dir: &Path,
+    selected: Option<TreeNodeId>,
+    href: &dyn Fn(TreeNodeId) -> String,
+) -> Result<RunView, String> {
+    let state: SearchState = read_run_json(&dir.join("state.json"))
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("{} is gone", dir.join("state.json").display()))?;
+    let root_val: Option<Evaluation> = read_run_json(&candidate_path(dir, 0, "val")).map_err(|err| err.to_string())?;
+    let id = selected.filter(|id| *id < state.tree.len()).unwrap_or(state.best);
+    let candidate = candidate(dir, &state, id)?;
+    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+    let test: Option<EvalReport> =
+        read_run_json(&dir.join("test").join("report.json")).map_err(|err| err.to_string())?;
+    let test = test.map(|report| {
+        report
+            .systems
+            .iter()
+            .map(|s| TestRow {
+                system: s.system.clone(),
+                role: format!("{:?}", s.role),
+                runs: s.n_runs,
+                errors: s.n_errors,
+                tc: format!("{:.3}", s.mean_tc),
+                es: opt(s.mean_es),
+                task_success: opt(s.task_success_rate),
+                cv: opt(s.mean_cv_es),
+                llm_calls: format!("{:.1}", s.llm_calls_per_query),
+                tokens: format!("{:.0}", s.tokens_per_query),
+                latency_ms: format!("{:.0}", s.latency_ms_per_query),
+            })
+            .collect()
+    });
+    Ok(RunView {
+        iterations: state.iteration,
+        best: state.best,
+        best_val_score: format!("{:.4}", state.best_val_score),
+        failed_expansions: state.failed_expansions,
+        stopped: state.stopped.map_or_else(|| "no".to_owned(), |reason| format!("{reason:?}")),
+        curve: Markup::new(validation_curve_svg(&state, root_val.map_or(0.0, |val| val.reward))),
+        tree: Markup::new(search_tree_linked_svg(&state, href)),
+        candidate,
+        test,
+    })
+}
+
+fn candidate(dir: &Path, state: &SearchState, id: TreeNodeId) -> Result<CandidateView, String> {
+    let read_graph =
+        |id| read_run_json::<WorkflowGraph>(&candidate_path(dir, id, "workflow")).map_err(|e| e.to_string());
+    let read_eval = |suffix| read_run_json::<Evaluation>(&candidate_path(dir, id, suffix)).map_err(|e| e.to_string());
+    let graph = read_graph(id)?;
+    let plan: Option<CandidatePlan> = read_run_json(&candidate_path(dir, id, "plan")).map_err(|e| e.to_string())?;
+    let node = state.tree.node(id);
+    let parent = node.parent;
+    let diff = match (parent, &graph) {
+        (Some(parent), Some(graph)) => read_graph(parent)?.map(|old| old.diff(graph)),
+        _ => None,
+    };
+    Ok(CandidateView {
+        id,
+        parent,
+        graph: graph.as_ref().map(|graph| Markup::new(workflow_graph_svg(graph))),
+        opt: read_eval("opt")?.as_ref().map(ScoreView::of),
+        val: read_eval("val")?.as_ref().map(ScoreView::of),
+        rationale: plan.as_ref().and_then(|p| p.plan.as_ref()).map(|p| p.rationale.clone()),
+        edits: plan
+            .as_ref()
+            .and_then(|p| p.plan.as_ref())
+            .map_or_else(Vec::new, |p| p.edits.iter().map(one_line).collect()),
+        dropped: plan.as_ref().map_or_else(Vec::new, |p| p.dropped.iter().map(one_line).collect()),
+        rejected: plan
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.rejected.iter().map(|problems| problems.join("; ")).collect()),
+        diff,
+        visits: node.visits,
+        mean_reward: format!("{:.3}", node.mean_reward()),
+    })
+}
+
+/// `value` as one line of JSON.
+fn one_line<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
