@@ -15,7 +15,7 @@ use crate::serve::{Served, create_token, python, wait_for};
 use crate::support::TestDir;
 
 /// Runs the Python client on `program` and returns its JSON document.
-fn client(program: &Value) -> Value {
+pub(crate) fn client(program: &Value) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/openai_client.py");
     let output = Command::new(python()).arg(script).arg(program.to_string()).output().expect("running python");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -24,11 +24,11 @@ fn client(program: &Value) -> Value {
     })
 }
 
-fn gateway_url(served: &Served) -> String {
+pub(crate) fn gateway_url(served: &Served) -> String {
     served.url.trim_end_matches("/mcp").to_owned() + "/v1"
 }
 
-fn tools() -> Value {
+pub(crate) fn tools() -> Value {
     let tool = |name: &str, props: Value| {
         json!({"type": "function", "function": {"name": name, "description": name,
             "parameters": {"type": "object", "properties": props}}})
@@ -40,7 +40,7 @@ fn tools() -> Value {
 }
 
 /// A cancel-an-order conversation's three model turns: look up, cancel, answer.
-fn cancel_turns(order: &str, reason: &str, answer: &str) -> Vec<Reply> {
+pub(crate) fn cancel_turns(order: &str, reason: &str, answer: &str) -> Vec<Reply> {
     vec![
         Reply::tool_call("get_order_details", json!({"order_id": order})),
         Reply::tool_call("cancel_pending_order", json!({"order_id": order, "reason": reason})),

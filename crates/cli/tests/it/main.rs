@@ -26,3 +26,4 @@ mod split;
 mod stats;
 mod support;
 mod tools;
+mod ui;

@@ -23,14 +23,14 @@ fn script() -> Script {
 }
 
 /// An optimizer reply holding one edit.
-fn edit(edit: serde_json::Value) -> Reply {
+pub(crate) fn edit(edit: serde_json::Value) -> Reply {
     Reply::json(json!({"rationale": "scripted", "edit": edit}))
 }
 
 /// The scripted models of a scout run over the sums: the executor calls `get-sum` and
 /// answers, the judge gives full marks, the optimizer's first asks get `optimizer` in
 /// turn, and every follow-up after an applied edit is `done`.
-fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
+pub(crate) fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
     let judge = Reply::json(
         json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
     );
@@ -43,7 +43,7 @@ fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
         .otherwise(Reply::text("The sum is 3."))
 }
 
-async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
+pub(crate) async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     if verbose {
         command.arg("-v");
@@ -132,7 +132,7 @@ async fn wait_for_optimizer(server: &ScriptedLlmServer) {
     }
 }
 
-fn sums_dir() -> TestDir {
+pub(crate) fn sums_dir() -> TestDir {
     let everything = require_path(
         &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
         "scripts/setup/20-mcp-servers.sh",

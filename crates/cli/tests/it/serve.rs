@@ -21,7 +21,7 @@ fn client_script() -> PathBuf {
 }
 
 /// Runs the Python client on `program` and returns its JSON document.
-fn client(program: &Value) -> Value {
+pub(crate) fn client(program: &Value) -> Value {
     let sdk = deps_dir().join("venv/lib");
     assert!(sdk.exists(), "run scripts/setup/20-mcp-servers.sh (it installs the mcp SDK)");
     let output = Command::new(python()).arg(client_script()).arg(program.to_string()).output().expect("running python");
@@ -53,7 +53,7 @@ impl Served {
         Served { child, url, stderr }
     }
 
-    fn program(&self, token: Option<&str>, steps: Value) -> Value {
+    pub(crate) fn program(&self, token: Option<&str>, steps: Value) -> Value {
         json!({"transport": "http", "url": self.url, "token": token, "steps": steps})
     }
 
@@ -130,7 +130,7 @@ pub(crate) fn create_token(dir: &TestDir, scope: &str) -> String {
     token
 }
 
-fn tool_names(step: &Value) -> Vec<String> {
+pub(crate) fn tool_names(step: &Value) -> Vec<String> {
     let tools = step["tools"].as_array().unwrap_or_else(|| panic!("a tool list: {step}"));
     tools.iter().map(|tool| tool["name"].as_str().unwrap().to_owned()).collect()
 }
