@@ -265,7 +265,7 @@ fn open_flattened_variants(schema: &mut schemars::Schema) {
 
 /// How one workflow graph differs from another ([`WorkflowGraph::diff`]): node ids and
 /// edges, each list in the order of the graph it comes from.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
 pub struct GraphDiff {
     /// Nodes only the new graph has.
     pub added_nodes: Vec<String>,

@@ -49,6 +49,7 @@ mod learn;
 mod mcp;
 mod otlp;
 mod queue;
+mod runs;
 mod state;
 mod stdio;
 mod ui;

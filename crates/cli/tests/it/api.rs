@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 
 use flowmem_testsupport::{deps_dir, require_path};
 
+use flowmem_testsupport::ScriptedLlmServer;
+
+use crate::scout_log::{edit, scout, sums_dir, sums_script};
 use crate::serve::{Served, create_token, tau_bench_memory};
 use crate::support::TestDir;
 
@@ -156,15 +159,35 @@ async fn the_rest_api_lists_filters_pages_and_curates_workflows() {
 
 /// schemathesis generates requests from the OpenAPI document (valid ones, and invalid
 /// ones that must be refused) and checks every reply: no 5xx, every status and body as
-/// documented. With the write token and with the read token.
-#[test]
-fn schemathesis_finds_no_server_error_and_no_undocumented_reply() {
+/// documented. With the write token and with the read token, on a server that records
+/// runs (`--otlp`) and shows a real scout run (`--runs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_server_error_and_no_undocumented_reply() {
     let schemathesis =
         require_path(&deps_dir().join("schemathesis-venv/bin/schemathesis"), "scripts/setup/45-schemathesis.sh");
+    let runs = sums_dir();
+    let optimizer = ScriptedLlmServer::start(sums_script([edit(
+        json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}),
+    )]))
+    .await;
+    let scouted = scout(&runs, &optimizer, false, "runs/sums").await;
+    assert!(scouted.status.success(), "{}", String::from_utf8_lossy(&scouted.stderr));
     let dir = TestDir::new();
     tau_bench_memory(&dir);
     let tokens = [create_token(&dir, "write"), create_token(&dir, "read")];
-    let served = Served::start(&dir, &["--memory", "memory.db"], &[]);
+    let runs_root = runs.path("runs");
+    let served = Served::start(&dir, &["--memory", "memory.db", "--otlp", "--runs", runs_root.to_str().unwrap()], &[]);
+    // The run's routes answer with the run, not only with 404s to made-up keys.
+    let http = reqwest::Client::new();
+    for path in ["/runs", "/runs/0.sums", "/runs/0.sums/candidates/1", "/learning", "/conversations"] {
+        let reply = http
+            .get(format!("{}/api/v1{path}", served.url.trim_end_matches("/mcp")))
+            .bearer_auth(&tokens[1])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), StatusCode::OK, "{path}: {}", reply.text().await.unwrap());
+    }
     let base = served.url.trim_end_matches("/mcp").to_owned();
     for (scope, token) in ["write", "read"].into_iter().zip(&tokens) {
         let output = Command::new(&schemathesis)

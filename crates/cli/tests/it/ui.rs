@@ -167,6 +167,28 @@ async fn the_web_ui_signs_in_searches_curates_and_opens_conversations_and_scout_
     assert_eq!(edited["workflow"]["description"], XSS, "the description was saved as typed");
     assert_eq!(edited["workflow"]["retired"]["reason"], "superseded in the UI test");
 
+    // The same records through the REST API: the conversation is the write token's only.
+    let get = |path: String, token: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move { http.get(format!("{base}/api/v1{path}")).bearer_auth(token).send().await.unwrap() }
+    };
+    let conversation_id = tests[0]["conversation_id"].as_str().unwrap().to_owned();
+    let listed: Value = get("/conversations".to_owned(), write.clone()).await.json().await.unwrap();
+    assert_eq!(listed["items"][0]["id"], conversation_id.as_str(), "{listed}");
+    assert!(listed["items"][0]["first_user"].as_str().unwrap().contains("uitest"), "{listed}");
+    let detail: Value = get(format!("/conversations/{conversation_id}"), write.clone()).await.json().await.unwrap();
+    assert_eq!(detail["state"], "done", "{detail}");
+    assert_eq!(detail["result"]["stored"][0]["id"], learned["id"], "{detail}");
+    assert_eq!(
+        get(format!("/conversations/{conversation_id}"), read.clone()).await.status(),
+        404,
+        "not the read token's"
+    );
+    let learning: Value = get("/learning".to_owned(), read.clone()).await.json().await.unwrap();
+    assert_eq!(learning["counts"]["done"], 1, "{learning}");
+    let run: Value = get("/runs/0.sums".to_owned(), read.clone()).await.json().await.unwrap();
+    assert_eq!(run["tree"].as_array().map(Vec::len), Some(tests[1]["tree_nodes"].as_u64().unwrap() as usize), "{run}");
+
     let (code, stderr) = served.stop();
     assert_eq!(code, Some(0), "{stderr}");
     for token in [&write, &read] {

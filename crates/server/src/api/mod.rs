@@ -9,6 +9,7 @@
 //! when the memory cannot be read or written.
 
 mod openapi;
+mod records;
 
 use std::sync::Arc;
 
@@ -277,12 +278,27 @@ pub(crate) fn routes(state: Arc<AppState>) -> Router {
             200,
             post(restore_workflow),
         );
+    let api = records::register(api);
     let (router, document) = api.finish::<ApiError>("/api/v1");
     let document = Arc::new(document);
     router
         .route("/openapi.json", get(move || async move { Json(Value::clone(&document)) }))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such API route; see /api/v1/openapi.json") })
         .with_state(state)
+}
+
+/// The `offset` (default 0) and `limit` (default 50) of a listing, or what is out of
+/// range (for a 400).
+fn page_bounds(offset: Option<u64>, limit: Option<u64>) -> Result<(u64, u64), String> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(format!("`limit` must be 1 to {MAX_LIMIT}, not {limit}"));
+    }
+    let offset = offset.unwrap_or(0);
+    if offset > MAX_OFFSET {
+        return Err(format!("`offset` must be at most {MAX_OFFSET}, not {offset}"));
+    }
+    Ok((offset, limit))
 }
 
 /// `GET /workflows`.
@@ -294,18 +310,10 @@ async fn list_workflows(
         Ok(Query(params)) => params,
         Err(rejection) => return bad_query(&rejection),
     };
-    let limit = params.limit.unwrap_or(50);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return error(StatusCode::BAD_REQUEST, "bad_request", format!("`limit` must be 1 to {MAX_LIMIT}, not {limit}"));
-    }
-    let offset = params.offset.unwrap_or(0);
-    if offset > MAX_OFFSET {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("`offset` must be at most {MAX_OFFSET}, not {offset}"),
-        );
-    }
+    let (offset, limit) = match page_bounds(params.offset, params.limit) {
+        Ok(bounds) => bounds,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", message),
+    };
     let query = PageQuery {
         text: params.q,
         scope: Scope { site: params.site, domain: params.domain },

@@ -114,7 +114,7 @@ impl<S: Clone + Send + Sync + 'static> Api<S> {
                 errors.push(("400", "a parameter or the body is not what this operation takes"));
             }
             if op.path.contains('{') {
-                errors.push(("404", "no such workflow"));
+                errors.push(("404", "no such workflow, conversation, run or candidate"));
             }
             if op.write {
                 errors.push(("403", "a read token may not change anything"));

@@ -38,7 +38,7 @@ pub(crate) struct LearnQueue {
     /// Woken when a run was queued.
     pub(crate) queued: Notify,
     /// Recording or learning failures since start, logged each time.
-    failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
     /// Attempts at learning from one run before it is marked failed.
     max_attempts: u32,
 }

@@ -16,7 +16,6 @@
 //! file by the Content-Security-Policy, and every form that changes memory carries the
 //! session's CSRF token and needs a `write` token's session.
 
-mod runs;
 mod session;
 
 use std::collections::BTreeMap;
@@ -35,6 +34,7 @@ use flowmem_model::{Provenance, Scope, StepSource, Workflow};
 use flowmem_report::{ChartSpec, Margins, Markup, Point, Series, SeriesStyle, escape, line_chart, render_page_with};
 
 use crate::error::ServerError;
+use crate::runs;
 use crate::state::AppState;
 
 pub(crate) use self::session::Sessions;

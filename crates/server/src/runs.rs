@@ -1,6 +1,6 @@
-//! The scout runs the web UI shows: run directories (`flowmem scout --out DIR`) found
-//! under the server's `--runs` roots, read from their files as `flowmem scout` left
-//! them. A root that is itself a run is shown too.
+//! The scout runs the web UI and the REST API show: run directories (`flowmem scout
+//! --out DIR`) found under the server's `--runs` roots, read from their files as
+//! `flowmem scout` left them. A root that is itself a run is shown too.
 //!
 //! A run is named in URLs by a key, `ROOT.NAME`: the root's position on the command line
 //! and the directory's name inside it (`ROOT` alone for a root that is a run), so a URL
@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::Value;
 
 use flowmem_eval::EvalReport;
 use flowmem_model::{GraphDiff, WorkflowGraph};
@@ -19,14 +21,21 @@ use flowmem_optimize::{
 use flowmem_report::Markup;
 
 /// A run directory and its key.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub(crate) struct RunRow {
+    /// The run's key in URLs: `ROOT.NAME`, or `ROOT` for a root that is a run.
     key: String,
+    /// Its directory.
     path: String,
+    /// Iterations done.
     iterations: u32,
+    /// Candidates in its search tree, `G⁰` included.
     candidates: usize,
+    /// The best candidate on validation.
     best: TreeNodeId,
+    /// Its validation score, to 3 places (`–` when the state could not be read).
     best_val_score: String,
+    /// Why the search stopped, or `no`.
     stopped: String,
 }
 
@@ -88,6 +97,158 @@ pub(crate) fn resolve(roots: &[PathBuf], key: &str) -> Option<PathBuf> {
     is_run(&dir).then_some(dir)
 }
 
+/// The test split's table of the run in `dir`, when it got that far.
+fn test_rows(dir: &Path) -> Result<Option<Vec<TestRow>>, String> {
+    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+    let test: Option<EvalReport> =
+        read_run_json(&dir.join("test").join("report.json")).map_err(|err| err.to_string())?;
+    Ok(test.map(|report| {
+        report
+            .systems
+            .iter()
+            .map(|s| TestRow {
+                system: s.system.clone(),
+                role: format!("{:?}", s.role),
+                runs: s.n_runs,
+                errors: s.n_errors,
+                tc: format!("{:.3}", s.mean_tc),
+                es: opt(s.mean_es),
+                task_success: opt(s.task_success_rate),
+                cv: opt(s.mean_cv_es),
+                llm_calls: format!("{:.1}", s.llm_calls_per_query),
+                tokens: format!("{:.0}", s.tokens_per_query),
+                latency_ms: format!("{:.0}", s.latency_ms_per_query),
+            })
+            .collect()
+    }))
+}
+
+fn read_state(dir: &Path) -> Result<SearchState, String> {
+    read_run_json(&dir.join("state.json"))
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("{} is gone", dir.join("state.json").display()))
+}
+
+/// A run as the REST API gives it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct RunDetail {
+    /// Iterations done.
+    iterations: u32,
+    /// The best candidate on validation, and its score.
+    best: TreeNodeId,
+    best_val_score: f64,
+    /// Expansions whose plan never validated.
+    failed_expansions: u32,
+    /// Why the search stopped, if it has.
+    stopped: Option<String>,
+    /// One entry per iteration: the candidate made, its parent, its validation score and
+    /// the best so far.
+    history: Vec<IterationPoint>,
+    /// Every candidate of the search tree, by id (0 is `G⁰`).
+    tree: Vec<TreeNodeView>,
+    /// The test split's table, when the run got that far.
+    test: Option<Vec<TestRow>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct IterationPoint {
+    iteration: u32,
+    candidate: Option<TreeNodeId>,
+    parent: TreeNodeId,
+    val_score: Option<f64>,
+    best_val_score: f64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct TreeNodeView {
+    id: TreeNodeId,
+    parent: Option<TreeNodeId>,
+    /// MCTS visits `C`.
+    visits: u64,
+    /// The mean reward `Q`.
+    mean_reward: f64,
+    /// A failed expansion (no candidate graph).
+    failed: bool,
+}
+
+/// The run in `dir`, for the REST API.
+pub(crate) fn detail(dir: &Path) -> Result<RunDetail, String> {
+    let state = read_state(dir)?;
+    Ok(RunDetail {
+        iterations: state.iteration,
+        best: state.best,
+        best_val_score: state.best_val_score,
+        failed_expansions: state.failed_expansions,
+        stopped: state.stopped.map(|reason| format!("{reason:?}")),
+        history: state
+            .history
+            .iter()
+            .map(|h| IterationPoint {
+                iteration: h.iteration,
+                candidate: h.candidate,
+                parent: h.parent,
+                val_score: h.val_score,
+                best_val_score: h.best_val_score,
+            })
+            .collect(),
+        tree: (0..state.tree.len())
+            .map(|id| {
+                let node = state.tree.node(id);
+                TreeNodeView {
+                    id,
+                    parent: node.parent,
+                    visits: node.visits,
+                    mean_reward: node.mean_reward(),
+                    failed: node.failed,
+                }
+            })
+            .collect(),
+        test: test_rows(dir)?,
+    })
+}
+
+/// One candidate of a run, for the REST API.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct CandidateDetail {
+    id: TreeNodeId,
+    parent: Option<TreeNodeId>,
+    /// Its graph, as in `candidates/NNNN.workflow.json` (a workflow graph file; its
+    /// tool nodes may carry mined `bindings`).
+    graph: Option<Value>,
+    /// The edit plan that made it from its parent, with the edits dropped and refused.
+    plan: Option<Value>,
+    /// Its scores on `D_opt` and `D_val`.
+    opt: Option<ScoreView>,
+    val: Option<ScoreView>,
+    /// What changed from its parent's graph.
+    diff: Option<GraphDiff>,
+}
+
+/// Candidate `id` of the run in `dir`; `None` when the tree has no such candidate.
+pub(crate) fn candidate_detail(dir: &Path, id: TreeNodeId) -> Result<Option<CandidateDetail>, String> {
+    let state = read_state(dir)?;
+    if id >= state.tree.len() {
+        return Ok(None);
+    }
+    let graph_of = |id| read_run_json::<WorkflowGraph>(&candidate_path(dir, id, "workflow")).map_err(|e| e.to_string());
+    let score = |suffix| read_run_json::<Evaluation>(&candidate_path(dir, id, suffix)).map_err(|e| e.to_string());
+    let graph = graph_of(id)?;
+    let parent = state.tree.node(id).parent;
+    let diff = match (parent, &graph) {
+        (Some(parent), Some(graph)) => graph_of(parent)?.map(|old| old.diff(graph)),
+        _ => None,
+    };
+    Ok(Some(CandidateDetail {
+        id,
+        parent,
+        plan: read_run_json::<Value>(&candidate_path(dir, id, "plan")).map_err(|e| e.to_string())?,
+        opt: score("opt")?.as_ref().map(ScoreView::of),
+        val: score("val")?.as_ref().map(ScoreView::of),
+        graph: graph.map(|graph| serde_json::to_value(graph).unwrap_or(Value::Null)),
+        diff,
+    }))
+}
+
 /// One run, as its page shows it.
 #[derive(Debug, Serialize)]
 pub(crate) struct RunView {
@@ -120,7 +281,7 @@ struct CandidateView {
     mean_reward: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 struct ScoreView {
     reward: String,
     tc: String,
@@ -137,7 +298,8 @@ impl ScoreView {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// One system's row of the test split's table (figures as shown, to 1–3 places).
+#[derive(Debug, Serialize, JsonSchema)]
 struct TestRow {
     system: String,
     role: String,
@@ -159,34 +321,11 @@ pub(crate) fn view(
     selected: Option<TreeNodeId>,
     href: &dyn Fn(TreeNodeId) -> String,
 ) -> Result<RunView, String> {
-    let state: SearchState = read_run_json(&dir.join("state.json"))
-        .map_err(|err| err.to_string())?
-        .ok_or_else(|| format!("{} is gone", dir.join("state.json").display()))?;
+    let state = read_state(dir)?;
     let root_val: Option<Evaluation> = read_run_json(&candidate_path(dir, 0, "val")).map_err(|err| err.to_string())?;
     let id = selected.filter(|id| *id < state.tree.len()).unwrap_or(state.best);
     let candidate = candidate(dir, &state, id)?;
-    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
-    let test: Option<EvalReport> =
-        read_run_json(&dir.join("test").join("report.json")).map_err(|err| err.to_string())?;
-    let test = test.map(|report| {
-        report
-            .systems
-            .iter()
-            .map(|s| TestRow {
-                system: s.system.clone(),
-                role: format!("{:?}", s.role),
-                runs: s.n_runs,
-                errors: s.n_errors,
-                tc: format!("{:.3}", s.mean_tc),
-                es: opt(s.mean_es),
-                task_success: opt(s.task_success_rate),
-                cv: opt(s.mean_cv_es),
-                llm_calls: format!("{:.1}", s.llm_calls_per_query),
-                tokens: format!("{:.0}", s.tokens_per_query),
-                latency_ms: format!("{:.0}", s.latency_ms_per_query),
-            })
-            .collect()
-    });
+    let test = test_rows(dir)?;
     Ok(RunView {
         iterations: state.iteration,
         best: state.best,
