@@ -12,10 +12,7 @@ const CURVE_TEMPLATE: &str = include_str!("../templates/learning_curve.html.j2")
 /// against tasks seen, one line per agent, and a table of the figures.
 #[must_use]
 pub fn render_curve_html(curve: &LearningCurve) -> String {
-    let mut arms = vec![("with memory", "#1f77b4", &curve.memory)];
-    if let Some(baseline) = &curve.baseline {
-        arms.push(("without memory", "#d62728", baseline));
-    }
+    let arms = arms(curve);
     let source = match curve.success_source {
         SuccessSource::GroundTruth => "ground truth",
         SuccessSource::Evaluator => "the LM evaluator (ground truth where available)",
@@ -50,6 +47,21 @@ pub fn render_curve_html(curve: &LearningCurve) -> String {
     // The template is compiled in and its context is typed, so a failure is a bug here;
     // the error then stands in for the page.
     render_page("learning_curve.html.j2", CURVE_TEMPLATE, &ctx).unwrap_or_else(|err| error_page(&err))
+}
+
+/// The learning curve's chart alone (inline SVG), as [`render_curve_html`] draws it:
+/// for pages that show several curves (the web UI's learning page).
+#[must_use]
+pub fn curve_chart(curve: &LearningCurve) -> String {
+    curve_svg(&arms(curve))
+}
+
+fn arms(curve: &LearningCurve) -> Vec<(&'static str, &'static str, &ArmCurve)> {
+    let mut arms = vec![("with memory", "#1f77b4", &curve.memory)];
+    if let Some(baseline) = &curve.baseline {
+        arms.push(("without memory", "#d62728", baseline));
+    }
+    arms
 }
 
 #[derive(Serialize)]

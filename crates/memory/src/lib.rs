@@ -77,7 +77,7 @@ pub use crate::agent::{
     workflow_variables,
 };
 pub use crate::compose::{TreeLine, composition, composition_tree};
-pub use crate::curve_html::render_curve_html;
+pub use crate::curve_html::{curve_chart, render_curve_html};
 pub use crate::error::{InduceError, MemoryError, OnlineError};
 pub use crate::eval_retrieval::{ModeSummary, RecordResult, RetrievalEvalConfig, RetrievalReport, eval_retrieval};
 pub use crate::judge::{Agreement, EVALUATE_PROMPT, Judgement, RunToJudge, agreement, judge_run};

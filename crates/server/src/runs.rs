@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use flowmem_eval::EvalReport;
+use flowmem_memory::{CURVE_JSON_FILE, LearningCurve, curve_chart};
 use flowmem_model::{GraphDiff, WorkflowGraph};
 use flowmem_optimize::{
     CandidatePlan, Evaluation, SearchState, TreeNodeId, candidate_path, read_run_json, search_tree_linked_svg,
@@ -42,35 +43,86 @@ pub(crate) struct RunRow {
 /// Every run under `roots`, root by root, each root's runs by name.
 pub(crate) fn list(roots: &[PathBuf]) -> Vec<RunRow> {
     let mut rows = Vec::new();
+    for (key, path) in directories(roots, is_run) {
+        // A run mid-write or damaged is listed with what could be read.
+        let state = read_run_json::<SearchState>(&path.join("state.json")).ok().flatten();
+        rows.push(RunRow {
+            key,
+            path: path.display().to_string(),
+            iterations: state.as_ref().map_or(0, |s| s.iteration),
+            candidates: state.as_ref().map_or(0, |s| s.tree.len()),
+            best: state.as_ref().map_or(0, |s| s.best),
+            best_val_score: state.as_ref().map_or_else(|| "–".to_owned(), |s| format!("{:.3}", s.best_val_score)),
+            stopped: state.as_ref().and_then(|s| s.stopped).map_or_else(|| "no".to_owned(), |r| format!("{r:?}")),
+        });
+    }
+    rows
+}
+
+/// An online learning run (`flowmem learn --out DIR`) found under the roots.
+#[derive(Debug, Serialize)]
+pub(crate) struct OnlineRun {
+    key: String,
+    path: String,
+    chart: Markup,
+    tasks: usize,
+    solved: usize,
+    /// The last cumulative success rate with memory, and without (when a baseline ran).
+    rate: String,
+    baseline_rate: Option<String>,
+    inductions: usize,
+    workflows_added: usize,
+}
+
+/// Every online learning run under `roots` (a directory holding its learning curve),
+/// keyed as scout runs are. One whose curve does not parse is named in `problems`.
+pub(crate) fn online(roots: &[PathBuf]) -> (Vec<OnlineRun>, Vec<String>) {
+    let (mut found, mut problems) = (Vec::new(), Vec::new());
+    for (key, dir) in directories(roots, |dir| dir.join(CURVE_JSON_FILE).is_file()) {
+        let path = dir.join(CURVE_JSON_FILE);
+        let curve = match read_run_json::<LearningCurve>(&path) {
+            Ok(Some(curve)) => curve,
+            Ok(None) => continue,
+            Err(err) => {
+                problems.push(err.to_string());
+                continue;
+            }
+        };
+        let last = |rates: &[f64]| rates.last().map_or_else(|| "–".to_owned(), |r| format!("{:.0}%", r * 100.0));
+        found.push(OnlineRun {
+            key,
+            path: dir.display().to_string(),
+            chart: Markup::new(curve_chart(&curve)),
+            tasks: curve.memory.n_tasks,
+            solved: curve.memory.n_solved,
+            rate: last(&curve.memory.cumulative_success_rate),
+            baseline_rate: curve.baseline.as_ref().map(|b| last(&b.cumulative_success_rate)),
+            inductions: curve.n_inductions,
+            workflows_added: curve.n_workflows_added,
+        });
+    }
+    (found, problems)
+}
+
+/// The directories under `roots` that `wanted` picks, each with its key: every root
+/// itself, then its subdirectories by name.
+fn directories(roots: &[PathBuf], wanted: impl Fn(&Path) -> bool) -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
     for (i, root) in roots.iter().enumerate() {
-        let mut found = Vec::new();
-        if is_run(root) {
+        if wanted(root) {
             found.push((i.to_string(), root.clone()));
         }
         let mut names: Vec<String> = std::fs::read_dir(root)
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|entry| is_run(&entry.path()))
+            .filter(|entry| wanted(&entry.path()))
             .filter_map(|entry| entry.file_name().into_string().ok())
             .collect();
         names.sort();
         found.extend(names.into_iter().map(|name| (format!("{i}.{name}"), root.join(name))));
-        for (key, path) in found {
-            // A run mid-write or damaged is listed with what could be read.
-            let state = read_run_json::<SearchState>(&path.join("state.json")).ok().flatten();
-            rows.push(RunRow {
-                key,
-                path: path.display().to_string(),
-                iterations: state.as_ref().map_or(0, |s| s.iteration),
-                candidates: state.as_ref().map_or(0, |s| s.tree.len()),
-                best: state.as_ref().map_or(0, |s| s.best),
-                best_val_score: state.as_ref().map_or_else(|| "–".to_owned(), |s| format!("{:.3}", s.best_val_score)),
-                stopped: state.as_ref().and_then(|s| s.stopped).map_or_else(|| "no".to_owned(), |r| format!("{r:?}")),
-            });
-        }
     }
-    rows
+    found
 }
 
 fn is_run(dir: &Path) -> bool {

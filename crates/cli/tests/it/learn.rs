@@ -213,6 +213,22 @@ async fn learn_online_writes_the_curve_resumes_and_snowballs() {
     let tree: Vec<&str> = text.lines().skip_while(|line| *line != "composition:").skip(1).collect();
     assert_eq!(tree.len(), 2, "{text}");
     assert!(tree[0].starts_with(&format!("  {whole_id}")) && tree[1].starts_with(&format!("    {part}")), "{text}");
+
+    // The web UI's learning page finds both runs under `--runs` and draws their curves.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    command.current_dir(dir.path()).args(["serve", "--listen", "127.0.0.1:0", "--memory", "memory.db", "--runs", "."]);
+    let mut started =
+        flowmem_testsupport::spawn_listening(command, "listening on ", std::time::Duration::from_secs(60));
+    let base = started.address.trim_end_matches("/mcp").to_owned();
+    let page = reqwest::get(format!("{base}/learning")).await.unwrap().text().await.unwrap();
+    started.child.kill().unwrap();
+    let _ = started.child.wait();
+    for key in ["0.out", "0.out2"] {
+        assert!(page.contains(&format!("id=\"online-{key}\"")), "{key} is shown: {page}");
+    }
+    assert_eq!(page.matches("<svg id=\"learning-curve\"").count(), 2, "{page}");
+    assert!(page.contains("3 of 3 tasks solved with memory (cumulative success 100%; without memory 100%)"), "{page}");
+    assert!(page.contains("2 workflows stored"), "memory's growth: {page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1058,6 +1058,8 @@ async fn run_page(
 
 #[derive(Debug, Serialize)]
 struct LearningBody {
+    online: Vec<runs::OnlineRun>,
+    problems: Vec<String>,
     counts: BTreeMap<String, Value>,
     recording: bool,
     growth: Option<Markup>,
@@ -1079,7 +1081,11 @@ async fn learning_page(State(state): State<Arc<AppState>>, headers: HeaderMap, u
         Ok(workflows) => workflows,
         Err(err) => return storage_error(&state, &viewer, &err),
     };
+    let roots = state.cfg.runs.clone();
+    let (online, problems) = tokio::task::spawn_blocking(move || runs::online(&roots)).await.unwrap_or_default();
     let body = LearningBody {
+        online,
+        problems,
         counts,
         recording: state.queue.is_some(),
         growth: growth_chart(&workflows),
