@@ -4,7 +4,9 @@
 # and then a read token, against a memory induced from τ-bench retail's train split.
 # Passes when no reply is a 5xx and every reply matches its documented status and
 # schema; prints the number of cases run. Not part of CI (the API test runs a smaller
-# version of it). Usage: scripts/fuzz-api.sh [MAX_EXAMPLES]   (default 500 per route)
+# version of it). The server records runs (`--otlp`), so the conversation and learning
+# routes answer from a real queue; with RUNS=DIR it also shows the scout runs in DIR.
+# Usage: [RUNS=DIR] scripts/fuzz-api.sh [MAX_EXAMPLES]   (default 500 per route)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -31,7 +33,9 @@ PY
 token() { "$flowmem" --json serve token create --memory memory.db --scope "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])'; }
 write="$(token write)"
 read="$(token read)"
-"$flowmem" serve --memory memory.db --listen 127.0.0.1:0 2> serve.log &
+runs=()
+[ -n "${RUNS:-}" ] && runs=(--runs "$RUNS")
+"$flowmem" serve --memory memory.db --listen 127.0.0.1:0 --otlp "${runs[@]}" 2> serve.log &
 server=$!
 for _ in $(seq 100); do grep -q "listening on " serve.log && break; sleep 0.2; done
 base="$(grep -o 'http://127.0.0.1:[0-9]*' serve.log | head -n 1)"
