@@ -176,6 +176,9 @@ async fn the_web_ui_signs_in_searches_curates_and_opens_conversations_and_scout_
     let listed: Value = get("/conversations".to_owned(), write.clone()).await.json().await.unwrap();
     assert_eq!(listed["items"][0]["id"], conversation_id.as_str(), "{listed}");
     assert!(listed["items"][0]["first_user"].as_str().unwrap().contains("uitest"), "{listed}");
+    assert_eq!(listed["items"][0]["verdict"], true, "judged: {listed}");
+    assert_eq!(listed["items"][0]["verdict_reason"], "the order was cancelled as asked", "{listed}");
+    assert_eq!(listed["items"][0]["learned"], 1, "one workflow stored: {listed}");
     let detail: Value = get(format!("/conversations/{conversation_id}"), write.clone()).await.json().await.unwrap();
     assert_eq!(detail["state"], "done", "{detail}");
     assert_eq!(detail["result"]["stored"][0]["id"], learned["id"], "{detail}");

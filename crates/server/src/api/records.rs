@@ -119,6 +119,17 @@ struct ConversationSummary {
     source: Option<String>,
     /// The first user message.
     first_user: Option<String>,
+    /// The evaluator's verdict (or the client's outcome), once judged.
+    verdict: Option<bool>,
+    /// Why, in the evaluator's words.
+    verdict_reason: Option<String>,
+    /// Workflows stored from it, and merged into existing ones, once learned.
+    learned: Option<u32>,
+    merged: Option<u32>,
+    /// Why workflows induced from it were not stored (`; `-separated).
+    rejected: Option<String>,
+    /// Why learning from it failed.
+    error: Option<String>,
 }
 
 /// One recorded run.

@@ -168,14 +168,19 @@ impl QueueStore {
     }
 
     /// The most recently updated conversations, newest first, skipping `offset`: id,
-    /// state, updated_at, outcome, source and the first user message; only those of
-    /// token `token_id` when it is given.
+    /// state, updated_at, outcome, source and the first user message, and what learning
+    /// did (the verdict and its reason, workflows stored and merged, why any were
+    /// rejected, or the error); only those of token `token_id` when it is given.
     pub(crate) fn recent(&self, limit: usize, offset: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
         self.db.run("listing conversations", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, state, updated_at, outcome, json_extract(record, '$.source'),
                     (SELECT json_extract(value, '$.content') FROM json_each(record, '$.messages')
-                     WHERE json_extract(value, '$.role') = 'user' LIMIT 1)
+                     WHERE json_extract(value, '$.role') = 'user' LIMIT 1),
+                    json_extract(result, '$.judgement.success'), json_extract(result, '$.judgement.reason'),
+                    json_array_length(result, '$.stored'), json_array_length(result, '$.merged'),
+                    (SELECT group_concat(json_extract(value, '$.message'), '; ') FROM json_each(result, '$.rejected')),
+                    json_extract(result, '$.error')
                  FROM gateway_conversations
                  WHERE ?2 IS NULL OR json_extract(record, '$.token_id') = ?2
                  ORDER BY updated_at DESC, id DESC LIMIT ?1 OFFSET ?3",
@@ -188,7 +193,10 @@ impl QueueStore {
                 "first_user": row.get::<_, Option<rusqlite::types::Value>>(5)?.map(|value| match value {
                     rusqlite::types::Value::Text(text) => text,
                     other => format!("{other:?}"),
-                })}))
+                }),
+                "verdict": row.get::<_, Option<bool>>(6)?, "verdict_reason": row.get::<_, Option<String>>(7)?,
+                "learned": row.get::<_, Option<u32>>(8)?, "merged": row.get::<_, Option<u32>>(9)?,
+                "rejected": row.get::<_, Option<String>>(10)?, "error": row.get::<_, Option<String>>(11)?}))
             })?;
             rows.collect()
         })
