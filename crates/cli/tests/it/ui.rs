@@ -225,18 +225,54 @@ async fn ui_pages_need_a_session_escape_what_they_show_and_refuse_forms_without_
     let reply = http.post(format!("{base}/workflows/{id}/delete")).form(&[("csrf", "x")]).send().await.unwrap();
     assert_eq!(reply.status(), 403);
 
+    // Hostile paths and parameters get an answer (here: go and sign in), never a
+    // dropped connection.
+    let hostile = [("/runs/0..", 303), ("/runs/..%2F..%2Fetc", 303), ("/?page=abc", 303), ("/workflows/%FF", 400)];
+    for (path, status) in hostile {
+        assert_eq!(http.get(format!("{base}{path}")).send().await.unwrap().status(), status, "{path}");
+    }
     // Sign in; only a local path is followed after.
+    let off_site =
+        ["//evil.example/", "/\\evil.example/", "/\t/evil.example/", "https://evil.example/", "/a\r\nSet-Cookie: x=1"];
+    for next in off_site {
+        let reply = http
+            .post(format!("{base}/signin"))
+            .form(&[("token", write.as_str()), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 303, "{next:?}");
+        assert_eq!(reply.headers()["location"], "/", "an off-site `next` is not followed: {next:?}");
+    }
     let reply = http
         .post(format!("{base}/signin"))
-        .form(&[("token", write.as_str()), ("next", "//evil.example/")])
+        .form(&[("token", write.as_str()), ("next", "/learning?x=1")])
         .send()
         .await
         .unwrap();
     assert_eq!(reply.status(), 303);
-    assert_eq!(reply.headers()["location"], "/", "an off-site `next` is not followed");
+    assert_eq!(reply.headers()["location"], "/learning?x=1", "a local `next` is followed");
     let cookie = reply.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains(&write), "{cookie}");
     let session = cookie.split(';').next().unwrap().to_owned();
+
+    let hostile = [
+        ("/runs/0..", 404),
+        ("/runs/..%2F..%2Fetc", 404),
+        ("/runs/0.%2E%2E", 404),
+        ("/runs/99", 404),
+        ("/?page=abc", 400),
+        ("/?page=0&status=bogus&sort=x", 200),
+        ("/workflows/nope", 404),
+        ("/conversations/nope", 404),
+    ];
+    for (path, status) in hostile {
+        let reply = http.get(format!("{base}{path}")).header("cookie", &session).send().await.unwrap();
+        assert_eq!(reply.status(), status, "{path}");
+    }
+    let reply =
+        http.post(format!("{base}/workflows/{id}/explode")).header("cookie", &session).form(&[("csrf", "x")]).send();
+    assert_eq!(reply.await.unwrap().status(), 403, "a wrong CSRF token is refused before the action is looked at");
 
     // The session's forms carry its CSRF token; without it, or with another, a change is
     // refused.

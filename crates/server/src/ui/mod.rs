@@ -209,10 +209,16 @@ struct SigninBody {
     error: Option<String>,
 }
 
-/// Only a path on this server: never another origin (`//host`, `/\host`).
+/// Only a path on this server: never another origin (`//host`, `/\host`, or either with
+/// a tab or newline a browser would drop), and only printable ASCII, so that it is
+/// always a valid `Location` header.
 fn local_path(next: Option<String>) -> String {
-    next.filter(|next| next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\"))
-        .unwrap_or_else(|| "/".to_owned())
+    next.filter(|next| {
+        next.starts_with('/')
+            && !next[1..].starts_with('/')
+            && next.bytes().all(|byte| byte.is_ascii_graphic() && byte != b'\\')
+    })
+    .unwrap_or_else(|| "/".to_owned())
 }
 
 async fn signin_page(State(state): State<Arc<AppState>>, Query(query): Query<SigninQuery>) -> Response {
