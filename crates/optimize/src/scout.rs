@@ -335,27 +335,7 @@ pub fn render_report(
         validation_curve: Markup::new(validation_curve(state, root_val)),
         search_tree: Markup::new(search_tree(state)),
         workflow_graph: Markup::new(workflow_graph(best)),
-        test: test.map(|report| {
-            report
-                .systems
-                .iter()
-                .map(|s| TestRow {
-                    system: &s.system,
-                    role: format!("{:?}", s.role),
-                    n_runs: s.n_runs,
-                    n_errors: s.n_errors,
-                    tc: format!("{:.3}", s.mean_tc),
-                    fitness: opt(s.conformance.map(|c| c.fitness)),
-                    precision: opt(s.conformance.map(|c| c.precision)),
-                    es: opt(s.mean_es),
-                    task_success: opt(s.task_success_rate),
-                    cv: opt(s.mean_cv_es),
-                    llm_calls: format!("{:.1}", s.llm_calls_per_query),
-                    tokens: format!("{:.0}", s.tokens_per_query),
-                    latency_ms: format!("{:.0}", s.latency_ms_per_query),
-                })
-                .collect()
-        }),
+        test: test.map(test_rows),
     };
     // The template is compiled in and its context is typed, so a failure is a bug here;
     // the error then stands in for the page.
@@ -377,7 +357,7 @@ struct ReportContext<'a> {
     validation_curve: Markup,
     search_tree: Markup,
     workflow_graph: Markup,
-    test: Option<Vec<TestRow<'a>>>,
+    test: Option<Vec<ScoutTestRow>>,
 }
 
 #[derive(Serialize)]
@@ -399,21 +379,61 @@ struct ValidationView {
     precision: String,
 }
 
-#[derive(Serialize)]
-struct TestRow<'a> {
-    system: &'a str,
-    role: String,
-    n_runs: usize,
-    n_errors: usize,
-    tc: String,
-    fitness: String,
-    precision: String,
-    es: String,
-    task_success: String,
-    cv: String,
-    llm_calls: String,
-    tokens: String,
-    latency_ms: String,
+/// One system's row of a scout run's test table, its figures formatted as the report
+/// and the web UI show them (`–` for a figure not measured).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ScoutTestRow {
+    /// The system: `flowscout`, `react` or `g0`.
+    pub system: String,
+    /// Its role in the comparison.
+    pub role: String,
+    /// Runs.
+    pub n_runs: usize,
+    /// Runs that errored.
+    pub n_errors: usize,
+    /// Mean tool-invocation correctness, to 3 places.
+    pub tc: String,
+    /// Conformance fitness of its tool traces.
+    pub fitness: String,
+    /// Conformance precision of its tool traces.
+    pub precision: String,
+    /// Mean execution score.
+    pub es: String,
+    /// Task success rate.
+    pub task_success: String,
+    /// Mean coefficient of variation of ES over repeats.
+    pub cv: String,
+    /// LLM calls per query, to 1 place.
+    pub llm_calls: String,
+    /// Tokens per query.
+    pub tokens: String,
+    /// Latency per query, in ms.
+    pub latency_ms: String,
+}
+
+/// The test table of a scout run's test report (`DIR/test/report.json`).
+#[must_use]
+pub fn test_rows(report: &EvalReport) -> Vec<ScoutTestRow> {
+    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+    report
+        .systems
+        .iter()
+        .map(|s| ScoutTestRow {
+            system: s.system.clone(),
+            role: format!("{:?}", s.role),
+            n_runs: s.n_runs,
+            n_errors: s.n_errors,
+            tc: format!("{:.3}", s.mean_tc),
+            fitness: opt(s.conformance.map(|c| c.fitness)),
+            precision: opt(s.conformance.map(|c| c.precision)),
+            es: opt(s.mean_es),
+            task_success: opt(s.task_success_rate),
+            cv: opt(s.mean_cv_es),
+            llm_calls: format!("{:.1}", s.llm_calls_per_query),
+            tokens: format!("{:.0}", s.tokens_per_query),
+            latency_ms: format!("{:.0}", s.latency_ms_per_query),
+        })
+        .collect()
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {

@@ -16,8 +16,8 @@ use flowmem_eval::EvalReport;
 use flowmem_memory::{CURVE_JSON_FILE, LearningCurve, curve_chart};
 use flowmem_model::{GraphDiff, WorkflowGraph};
 use flowmem_optimize::{
-    CandidatePlan, Evaluation, SearchState, TreeNodeId, candidate_path, read_run_json, search_tree_linked_svg,
-    validation_curve_svg, workflow_graph_svg,
+    CandidatePlan, Evaluation, ScoutTestRow, SearchState, TreeNodeId, candidate_path, read_run_json,
+    search_tree_linked_svg, validation_curve_svg, workflow_graph_svg,
 };
 use flowmem_report::Markup;
 
@@ -150,29 +150,10 @@ pub(crate) fn resolve(roots: &[PathBuf], key: &str) -> Option<PathBuf> {
 }
 
 /// The test split's table of the run in `dir`, when it got that far.
-fn test_rows(dir: &Path) -> Result<Option<Vec<TestRow>>, String> {
-    let opt = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"));
+fn test_rows(dir: &Path) -> Result<Option<Vec<ScoutTestRow>>, String> {
     let test: Option<EvalReport> =
         read_run_json(&dir.join("test").join("report.json")).map_err(|err| err.to_string())?;
-    Ok(test.map(|report| {
-        report
-            .systems
-            .iter()
-            .map(|s| TestRow {
-                system: s.system.clone(),
-                role: format!("{:?}", s.role),
-                runs: s.n_runs,
-                errors: s.n_errors,
-                tc: format!("{:.3}", s.mean_tc),
-                es: opt(s.mean_es),
-                task_success: opt(s.task_success_rate),
-                cv: opt(s.mean_cv_es),
-                llm_calls: format!("{:.1}", s.llm_calls_per_query),
-                tokens: format!("{:.0}", s.tokens_per_query),
-                latency_ms: format!("{:.0}", s.latency_ms_per_query),
-            })
-            .collect()
-    }))
+    Ok(test.as_ref().map(flowmem_optimize::test_rows))
 }
 
 fn read_state(dir: &Path) -> Result<SearchState, String> {
@@ -199,7 +180,7 @@ pub(crate) struct RunDetail {
     /// Every candidate of the search tree, by id (0 is `G⁰`).
     tree: Vec<TreeNodeView>,
     /// The test split's table, when the run got that far.
-    test: Option<Vec<TestRow>>,
+    test: Option<Vec<ScoutTestRow>>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -314,7 +295,7 @@ pub(crate) struct RunView {
     /// The candidate clicked in the tree (the best one when none was).
     candidate: CandidateView,
     /// The test split's table, when the run got that far.
-    test: Option<Vec<TestRow>>,
+    test: Option<Vec<ScoutTestRow>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -348,22 +329,6 @@ impl ScoreView {
             es: evaluation.es.map_or_else(|| "–".to_owned(), |es| format!("{es:.3}")),
         }
     }
-}
-
-/// One system's row of the test split's table (figures as shown, to 1–3 places).
-#[derive(Debug, Serialize, JsonSchema)]
-struct TestRow {
-    system: String,
-    role: String,
-    runs: usize,
-    errors: usize,
-    tc: String,
-    es: String,
-    task_success: String,
-    cv: String,
-    llm_calls: String,
-    tokens: String,
-    latency_ms: String,
 }
 
 /// The run in `dir` with candidate `selected` opened (the best when `None` or unknown);

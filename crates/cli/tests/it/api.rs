@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 
 use flowmem_testsupport::{deps_dir, require_path};
 
-use flowmem_testsupport::ScriptedLlmServer;
-
-use crate::scout_log::{edit, scout, sums_dir, sums_script};
+use crate::scout_log::sums_scout_run;
 use crate::serve::{Served, create_token, tau_bench_memory};
 use crate::support::TestDir;
 
@@ -165,13 +163,7 @@ async fn the_rest_api_lists_filters_pages_and_curates_workflows() {
 async fn schemathesis_finds_no_server_error_and_no_undocumented_reply() {
     let schemathesis =
         require_path(&deps_dir().join("schemathesis-venv/bin/schemathesis"), "scripts/setup/45-schemathesis.sh");
-    let runs = sums_dir();
-    let optimizer = ScriptedLlmServer::start(sums_script([edit(
-        json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}),
-    )]))
-    .await;
-    let scouted = scout(&runs, &optimizer, false, "runs/sums").await;
-    assert!(scouted.status.success(), "{}", String::from_utf8_lossy(&scouted.stderr));
+    let runs = sums_scout_run().await;
     let dir = TestDir::new();
     tau_bench_memory(&dir);
     let tokens = [create_token(&dir, "write"), create_token(&dir, "read")];

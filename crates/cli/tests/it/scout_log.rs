@@ -23,14 +23,14 @@ fn script() -> Script {
 }
 
 /// An optimizer reply holding one edit.
-pub(crate) fn edit(edit: serde_json::Value) -> Reply {
+fn edit(edit: serde_json::Value) -> Reply {
     Reply::json(json!({"rationale": "scripted", "edit": edit}))
 }
 
 /// The scripted models of a scout run over the sums: the executor calls `get-sum` and
 /// answers, the judge gives full marks, the optimizer's first asks get `optimizer` in
 /// turn, and every follow-up after an applied edit is `done`.
-pub(crate) fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
+fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
     let judge = Reply::json(
         json!({"rationale": "scripted", "correctness": 1, "completeness": 1, "relevance": 1, "clarity": 1}),
     );
@@ -43,7 +43,7 @@ pub(crate) fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script 
         .otherwise(Reply::text("The sum is 3."))
 }
 
-pub(crate) async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
+async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     if verbose {
         command.arg("-v");
@@ -130,6 +130,17 @@ async fn wait_for_optimizer(server: &ScriptedLlmServer) {
         assert!(tokio::time::Instant::now() < deadline, "scout never asked the optimizer");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A finished scout run over the sums in `DIR/runs/sums` (one iteration: the optimizer
+/// rewrites the answer's prompt), for the tests that show runs: the web UI's, the API's.
+pub(crate) async fn sums_scout_run() -> TestDir {
+    let dir = sums_dir();
+    let rewrite = edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}));
+    let optimizer = ScriptedLlmServer::start(sums_script([rewrite])).await;
+    let scouted = scout(&dir, &optimizer, false, "runs/sums").await;
+    assert!(scouted.status.success(), "{}", String::from_utf8_lossy(&scouted.stderr));
+    dir
 }
 
 pub(crate) fn sums_dir() -> TestDir {

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, deps_dir, require_path};
 
 use crate::gateway::{cancel_turns, gateway_url, tools};
-use crate::scout_log::{edit, scout, sums_dir, sums_script};
+use crate::scout_log::sums_scout_run;
 use crate::serve::{Served, create_token, tau_bench_memory, tool_names};
 use crate::support::TestDir;
 
@@ -63,13 +63,7 @@ fn browser(program: &Value) -> Value {
 async fn the_web_ui_signs_in_searches_curates_and_opens_conversations_and_scout_runs_in_chromium() {
     // A scout run, made by `flowmem scout` against the scripted models and the real
     // `server-everything`: one rewrite of the answer's prompt.
-    let runs = sums_dir();
-    let optimizer = ScriptedLlmServer::start(sums_script([edit(
-        json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}),
-    )]))
-    .await;
-    let scouted = scout(&runs, &optimizer, false, "runs/sums").await;
-    assert!(scouted.status.success(), "{}", String::from_utf8_lossy(&scouted.stderr));
+    let runs = sums_scout_run().await;
 
     // A memory of τ-bench workflows, served with the gateway and the run directory.
     let dir = TestDir::new();
@@ -145,33 +139,19 @@ async fn the_web_ui_signs_in_searches_curates_and_opens_conversations_and_scout_
     let after = crate::serve::client(&served.program(Some(&read), json!([{"op": "list_tools"}])));
     assert!(!tool_names(&after["steps"][0]).contains(&tool), "{tool} left the MCP tool list: {after}");
     let http = reqwest::Client::new();
-    let spare_now: Value = http
-        .get(format!("{base}/api/v1/workflows/{}", spare.as_str().unwrap()))
-        .bearer_auth(&read)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(spare_now["workflow"].get("retired").is_none(), "the forged POST changed nothing: {spare_now}");
-    let edited: Value = http
-        .get(format!("{base}/api/v1/workflows/{}", learned["id"].as_str().unwrap()))
-        .bearer_auth(&read)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(edited["workflow"]["description"], XSS, "the description was saved as typed");
-    assert_eq!(edited["workflow"]["retired"]["reason"], "superseded in the UI test");
-
-    // The same records through the REST API: the conversation is the write token's only.
     let get = |path: String, token: String| {
         let (http, base) = (http.clone(), base.clone());
         async move { http.get(format!("{base}/api/v1{path}")).bearer_auth(token).send().await.unwrap() }
     };
+    let spare_now: Value =
+        get(format!("/workflows/{}", spare.as_str().unwrap()), read.clone()).await.json().await.unwrap();
+    assert!(spare_now["workflow"].get("retired").is_none(), "the forged POST changed nothing: {spare_now}");
+    let edited: Value =
+        get(format!("/workflows/{}", learned["id"].as_str().unwrap()), read.clone()).await.json().await.unwrap();
+    assert_eq!(edited["workflow"]["description"], XSS, "the description was saved as typed");
+    assert_eq!(edited["workflow"]["retired"]["reason"], "superseded in the UI test");
+
+    // The same records through the REST API: the conversation is the write token's only.
     let conversation_id = tests[0]["conversation_id"].as_str().unwrap().to_owned();
     let listed: Value = get("/conversations".to_owned(), write.clone()).await.json().await.unwrap();
     assert_eq!(listed["items"][0]["id"], conversation_id.as_str(), "{listed}");
