@@ -57,5 +57,6 @@ pub use crate::simulate::{ExecSimulator, ExecValidator};
 pub use crate::svg::{
     search_tree as search_tree_svg, search_tree_linked as search_tree_linked_svg,
     validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg,
+    workflow_graph_marked as workflow_graph_marked_svg,
 };
 pub use crate::tree::{SearchConfig, SearchTree, TreeNode, TreeNodeId, cosine_lambda};

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
-use flowmem_model::{EdgeKind, NodeKind, WorkflowGraph};
+use flowmem_model::{EdgeKind, GraphDiff, NodeKind, WorkflowGraph};
 use flowmem_report::{ChartSpec, Margins, Point, Series, SeriesStyle, escape, line_chart, svg_open};
 
 use crate::search::SearchState;
@@ -165,6 +165,17 @@ fn leaf_positions(tree: &crate::tree::SearchTree, order: &[TreeNodeId]) -> HashM
 /// predecessor. Back edges are drawn dashed.
 #[must_use]
 pub fn workflow_graph(graph: &WorkflowGraph) -> String {
+    workflow_graph_marked(graph, None)
+}
+
+/// [`workflow_graph`] with what changed from `diff`'s old graph marked: added nodes
+/// outlined green, changed nodes orange (class `added` or `changed`), added edges drawn
+/// green. The web UI draws a candidate against its parent this way.
+#[must_use]
+pub fn workflow_graph_marked(graph: &WorkflowGraph, diff: Option<&GraphDiff>) -> String {
+    let added = |id: &str| diff.is_some_and(|d| d.added_nodes.iter().any(|n| n == id));
+    let changed = |id: &str| diff.is_some_and(|d| d.changed_nodes.iter().any(|n| n == id));
+    let new_edge = |edge: &flowmem_model::Edge| diff.is_some_and(|d| d.added_edges.contains(edge));
     let layer = layers(graph);
     let mut rows: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
     for node in &graph.nodes {
@@ -188,9 +199,10 @@ pub fn workflow_graph(graph: &WorkflowGraph) -> String {
             continue;
         };
         let dash = if edge.kind == EdgeKind::Back { r#" stroke-dasharray="5,4""# } else { "" };
+        let (class, stroke) = if new_edge(edge) { ("edge added", "#2ca02c") } else { ("edge", "#555") };
         let _ = write!(
             svg,
-            r##"<line class="edge" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#555"{dash} marker-end="url(#arrow)"/>"##,
+            r##"<line class="{class}" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{stroke}"{dash} marker-end="url(#arrow)"/>"##,
             x1 + box_w / 2.0,
             y1 + box_h,
             x2 + box_w / 2.0,
@@ -224,9 +236,16 @@ pub fn workflow_graph(graph: &WorkflowGraph) -> String {
             NodeKind::Join {} => ("join".to_owned(), "#ffe082"),
             NodeKind::Loop { max_iterations, .. } => (format!("loop ≤{max_iterations}"), "#ffe082"),
         };
+        let (mark, outline) = if added(&node.id) {
+            (" added", r##"stroke="#2ca02c" stroke-width="3""##)
+        } else if changed(&node.id) {
+            (" changed", r##"stroke="#ff7f0e" stroke-width="3""##)
+        } else {
+            ("", r##"stroke="#333""##)
+        };
         let _ = write!(
             svg,
-            r##"<g class="graph-node"><rect x="{x:.1}" y="{y:.1}" width="{box_w}" height="{box_h}" rx="6" fill="{fill}" stroke="#333"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" font-weight="bold">{}</text><text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text></g>"##,
+            r##"<g class="graph-node{mark}"><rect x="{x:.1}" y="{y:.1}" width="{box_w}" height="{box_h}" rx="6" fill="{fill}" {outline}/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" font-weight="bold">{}</text><text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text></g>"##,
             x + box_w / 2.0,
             y + 16.0,
             escape(&node.id),

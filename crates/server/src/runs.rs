@@ -17,7 +17,7 @@ use flowmem_memory::{CURVE_JSON_FILE, LearningCurve, curve_chart};
 use flowmem_model::{GraphDiff, WorkflowGraph};
 use flowmem_optimize::{
     CandidatePlan, Evaluation, ScoutTestRow, SearchState, TreeNodeId, candidate_path, read_run_json,
-    search_tree_linked_svg, validation_curve_svg, workflow_graph_svg,
+    search_tree_linked_svg, validation_curve_svg, workflow_graph_marked_svg,
 };
 use flowmem_report::Markup;
 
@@ -371,7 +371,7 @@ fn candidate(dir: &Path, state: &SearchState, id: TreeNodeId) -> Result<Candidat
     Ok(CandidateView {
         id,
         parent,
-        graph: graph.as_ref().map(|graph| Markup::new(workflow_graph_svg(graph))),
+        graph: graph.as_ref().map(|graph| Markup::new(workflow_graph_marked_svg(graph, diff.as_ref()))),
         opt: read_eval("opt")?.as_ref().map(ScoreView::of),
         val: read_eval("val")?.as_ref().map(ScoreView::of),
         rationale: plan.as_ref().and_then(|p| p.plan.as_ref()).map(|p| p.rationale.clone()),

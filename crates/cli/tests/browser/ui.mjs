@@ -130,7 +130,9 @@ await test("open_a_scout_run_and_click_a_tree_node", async (page, facts) => {
   facts.edits = await page.locator("#edits li").allTextContents();
   check(facts.edits.length >= 1, "its plan's edits are listed");
   facts.diff = await page.locator("#diff li").allTextContents();
-  check(facts.diff.length >= 1, "its diff against the parent is listed");
+  check(facts.diff.some((line) => line.includes("nodes changed: synthesize")), `its diff against the parent: ${facts.diff}`);
+  const marked = await graph.locator("g.graph-node.changed text").first().textContent();
+  check(marked === "synthesize", `the changed node is marked in the graph: ${marked}`);
   check((await page.locator("#test tr").count()) >= 2, "the test table is shown");
 });
 
