@@ -26,6 +26,11 @@ use serde::Deserialize;
 /// url = "http://127.0.0.1:3001/mcp"
 /// allow = ["echo", "get-sum"]
 /// timeout_secs = 5
+///
+/// [[tools.alias]]            # expose a tool under another name and description
+/// tool = "echo"              # the name it would be exposed under
+/// name = "repeat_message"
+/// description = "Says back the message it is given."
 /// ```
 ///
 /// Relative `command` paths (those containing a `/`) and `cwd` are resolved against the
@@ -38,6 +43,23 @@ pub struct ToolsConfig {
     pub call_timeout: Duration,
     /// How long starting (or reaching) a server and its MCP handshake may take.
     pub connect_timeout: Duration,
+    /// Tools exposed under other names (`[[tools.alias]]`), in configuration order.
+    pub aliases: Vec<ToolAlias>,
+}
+
+/// One `[[tools.alias]]` entry: a tool exposed under a new name, and optionally a new
+/// description, instead of its own. Calls to the new name go to the same server tool;
+/// the old name is no longer exposed. An equivalent tool set with other names is how a
+/// workflow is tested against a tool-set change (its tool hints no longer match by name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolAlias {
+    /// The tool, by the name it would otherwise be exposed under (`server.tool` when
+    /// qualified).
+    pub tool: String,
+    /// The name it is exposed under instead: letters, digits, `_`, `-` and `.`.
+    pub name: String,
+    /// The description shown instead of the server's, when given.
+    pub description: Option<String>,
 }
 
 /// One MCP server of the `[[tools.mcp]]` list.
@@ -248,7 +270,38 @@ impl ToolsConfig {
                 };
             servers.push(ServerConfig { name: entry.name, transport, filter, call_timeout });
         }
-        Ok(ToolsConfig { servers, call_timeout, connect_timeout })
+        let mut aliases: Vec<ToolAlias> = Vec::with_capacity(raw.alias.len());
+        for (idx, entry) in raw.alias.into_iter().enumerate() {
+            let at = |field: &str| format!("tools.alias[{idx}].{field}");
+            let entry: RawAlias = entry.try_into().map_err(|err: toml::de::Error| {
+                invalid(format!("tools.alias[{idx}]"), flowmem_model::with_suggestion(err.message().trim().to_owned()))
+            })?;
+            for (field, value) in [("tool", &entry.tool), ("name", &entry.name)] {
+                if value.trim().is_empty() {
+                    return Err(invalid(at(field), "must not be empty".to_owned()));
+                }
+            }
+            if let Some(bad) = entry.name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-.".contains(*c))) {
+                return Err(invalid(
+                    at("name"),
+                    format!("`{}` has `{bad}`; a tool name takes letters, digits, `_`, `-` and `.`", entry.name),
+                ));
+            }
+            if let Some(other) = aliases.iter().position(|alias| alias.name == entry.name) {
+                return Err(invalid(
+                    at("name"),
+                    format!("`{}` is already the name of tools.alias[{other}]", entry.name),
+                ));
+            }
+            if let Some(other) = aliases.iter().position(|alias| alias.tool == entry.tool) {
+                return Err(invalid(
+                    at("tool"),
+                    format!("`{}` is already aliased by tools.alias[{other}]", entry.tool),
+                ));
+            }
+            aliases.push(ToolAlias { tool: entry.tool, name: entry.name, description: entry.description });
+        }
+        Ok(ToolsConfig { servers, call_timeout, connect_timeout, aliases })
     }
 
     /// Parses a whole `flowmem.toml` text and reads its `[tools]` section.
@@ -270,6 +323,7 @@ impl ToolsConfig {
             servers: Vec::new(),
             call_timeout: Duration::from_secs_f64(DEFAULT_CALL_TIMEOUT_SECS),
             connect_timeout: Duration::from_secs_f64(DEFAULT_CONNECT_TIMEOUT_SECS),
+            aliases: Vec::new(),
         }
     }
 }
@@ -284,6 +338,17 @@ struct RawTools {
     // Entries stay TOML values here so that each error can name its index.
     #[serde(default)]
     mcp: Vec<toml::Value>,
+    #[serde(default)]
+    alias: Vec<toml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlias {
+    tool: String,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -55,8 +55,8 @@ mod spec;
 mod state;
 
 pub use crate::config::{
-    ConfigError, DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, ServerConfig, ToolFilter, ToolsConfig,
-    TransportConfig,
+    ConfigError, DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, ServerConfig, ToolAlias, ToolFilter,
+    ToolsConfig, TransportConfig,
 };
 pub use crate::error::ToolServerError;
 #[cfg(fuzzing)]

@@ -172,6 +172,7 @@ impl Registry {
             sink,
         };
         inner.index(listings, config.call_timeout);
+        inner.alias(&config.aliases);
         Ok(Registry { inner: Arc::new(inner) })
     }
 
@@ -380,6 +381,35 @@ impl Inner {
                 remote_name,
             });
             self.entries.push(Entry { server_idx, validator, timeout: server.call_timeout.unwrap_or(default_timeout) });
+        }
+    }
+
+    /// Renames the tools `aliases` name (see [`ToolAlias`](crate::ToolAlias)). An alias
+    /// of a tool no server exposes, or whose new name another tool has, is a warning.
+    fn alias(&mut self, aliases: &[crate::ToolAlias]) {
+        for alias in aliases {
+            let Some(&idx) = self.by_name.get(&alias.tool) else {
+                self.warnings.push(format!(
+                    "`[[tools.alias]]` renames `{}`, which no server exposes; known tools: {}",
+                    alias.tool,
+                    self.known_tools()
+                ));
+                continue;
+            };
+            if self.by_name.contains_key(&alias.name) {
+                self.warnings.push(format!(
+                    "`[[tools.alias]]` cannot rename `{}` to `{}`: a tool of that name is exposed; `{}` keeps its name",
+                    alias.tool, alias.name, alias.tool
+                ));
+                continue;
+            }
+            self.by_name.remove(&alias.tool);
+            self.by_name.insert(alias.name.clone(), idx);
+            let tool = &mut self.tools[idx];
+            tool.name.clone_from(&alias.name);
+            if let Some(description) = &alias.description {
+                tool.description.clone_from(description);
+            }
         }
     }
 

@@ -9,15 +9,16 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolSpec {
     /// The name callers use: the server's own name, or `server.tool` when two servers
-    /// list a tool of the same name.
+    /// list a tool of the same name, or its `[[tools.alias]]` name.
     pub name: String,
-    /// What the tool does, as the server describes it (empty when it gives none).
+    /// What the tool does, as the server describes it (empty when it gives none) or as
+    /// its alias does.
     pub description: String,
     /// The JSON Schema that arguments must satisfy (always an object schema).
     pub input_schema: Value,
     /// The server that provides the tool.
     pub server: String,
-    /// The tool's name on its server (differs from `name` when qualified).
+    /// The tool's name on its server (differs from `name` when qualified or aliased).
     pub remote_name: String,
 }
 

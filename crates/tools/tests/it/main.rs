@@ -3,6 +3,7 @@
 //! The servers are installed by `scripts/setup/20-mcp-servers.sh`; a test fails with that
 //! hint when one is missing.
 
+mod alias;
 mod clash;
 mod group;
 mod http;
