@@ -13,7 +13,7 @@ use flowmem_memory::{UseOutcome, WorkflowTools, prompt_memory, retention_score, 
 use flowmem_model::{JsonObject, Scope};
 use flowmem_tools::StateIsolation;
 
-use crate::auth::TokenScope;
+use crate::auth::{Caller, TokenScope};
 use crate::catalog::Catalog;
 use crate::learn::{RunToLearn, learn};
 use crate::state::AppState;
@@ -224,22 +224,47 @@ pub(crate) async fn run_graph(state: &Arc<AppState>, name: &str, mut args: JsonO
 
 /// `report_run {messages, outcome?, scope?}`: online AWM. The run is imported, judged
 /// unless the client gave its outcome, induced by rules when successful, and stored.
-pub(crate) async fn report_run(state: &Arc<AppState>, args: &JsonObject, scope: TokenScope) -> CallToolResult {
-    if scope != TokenScope::Write {
+pub(crate) async fn report_run(state: &Arc<AppState>, args: &JsonObject, caller: Caller) -> CallToolResult {
+    if caller.scope != TokenScope::Write {
         return failure("forbidden: report_run needs a token with the `write` scope");
     }
     let Some(messages) = args.get("messages").filter(|messages| messages.is_array()) else {
         return failure("`messages` is required: the run as an array of OpenAI chat messages");
     };
+    let id = state.fresh_id("report");
     let run = RunToLearn {
         messages,
-        id: state.fresh_id("report"),
+        id: id.clone(),
         scope: scope_arg(args),
         outcome: args.get("outcome").and_then(Value::as_bool),
         source: Some("report_run".to_owned()),
         shown: &[],
     };
-    match learn(state, run).await {
+    let scope = run.scope.clone();
+    let outcome = run.outcome;
+    let learned = learn(state, run).await;
+    // Kept like the gateway's recordings, so the run can be read back (the UI's and the
+    // API's conversations); a failure to keep it is logged, and the caller still gets
+    // what learning did.
+    if let Some(queue) = state.queue.as_deref() {
+        let mut redacted = messages.clone();
+        flowmem_model::redact_value(&mut redacted);
+        let record = serde_json::json!({
+            "messages": redacted,
+            "scope": scope,
+            "token_id": caller.token_id,
+            "source": "report_run",
+            "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        });
+        let result = match &learned {
+            Ok(report) => Ok(report.clone()),
+            Err(message) => Err(message.clone()),
+        };
+        if let Err(err) = queue.on_store(move |store| store.record_learned(&id, &record, outcome, result)).await {
+            tracing::warn!(error = %err, "keeping a reported run for reading failed");
+        }
+    }
+    match learned {
         Ok(report) => json_result(report, false),
         Err(message) => failure(message),
     }

@@ -44,29 +44,25 @@ impl FlowmemMcp {
         FlowmemMcp { state, fixed_scope: Some(TokenScope::Write) }
     }
 
-    fn scope_of(&self, ctx: &RequestContext<RoleServer>) -> TokenScope {
+    fn caller_of(&self, ctx: &RequestContext<RoleServer>) -> Caller {
         if let Some(scope) = self.fixed_scope {
-            return scope;
+            return Caller { scope, token_id: None };
         }
         // The auth layer put the caller into the HTTP request, which rmcp hands over as
         // its `Parts`. Without them the request did not pass the layer: read only.
         ctx.extensions
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Caller>())
-            .map_or(TokenScope::Read, |caller| caller.scope)
+            .copied()
+            .unwrap_or(Caller { scope: TokenScope::Read, token_id: None })
     }
 
-    async fn dispatch(
-        &self,
-        name: &str,
-        args: rmcp::model::JsonObject,
-        scope: TokenScope,
-    ) -> rmcp::model::CallToolResult {
+    async fn dispatch(&self, name: &str, args: rmcp::model::JsonObject, caller: Caller) -> rmcp::model::CallToolResult {
         let state = &self.state;
         match name {
             FIND_WORKFLOWS => calls::find_workflows(state, &args).await,
             GET_WORKFLOW => calls::get_workflow(state, &args).await,
-            REPORT_RUN => calls::report_run(state, &args, scope).await,
+            REPORT_RUN => calls::report_run(state, &args, caller).await,
             _ if name.starts_with("run_") => calls::run_graph(state, name, args).await,
             _ => calls::call_workflow(state, name, args).await,
         }
@@ -125,7 +121,7 @@ impl ServerHandler for FlowmemMcp {
         if !known {
             return Err(ErrorData::invalid_params(format!("unknown tool `{name}`"), None));
         }
-        let scope = self.scope_of(&ctx);
+        let caller = self.caller_of(&ctx);
         // Over HTTP, the reply stream of this request; dropped early when the client
         // disconnects. Stdio has none: its client going away ends the process.
         let reply_dropped = ctx
@@ -136,7 +132,7 @@ impl ServerHandler for FlowmemMcp {
             .unwrap_or_default();
         let args = request.arguments.unwrap_or_default();
         let span = tracing::info_span!("tool_call", tool = %name);
-        let work = self.state.calls.track_future(self.dispatch(&name, args, scope));
+        let work = self.state.calls.track_future(self.dispatch(&name, args, caller));
         // A client that cancels the request, whose session ends, or that disconnects,
         // cancels its work: dropping the future stops it at its next await.
         let result = tokio::select! {

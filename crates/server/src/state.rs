@@ -162,8 +162,9 @@ pub struct AppState {
     pub(crate) gateway: Option<Arc<Gateway>>,
     /// The OTLP receiver, when configured.
     pub(crate) otlp: Option<Arc<OtlpReceiver>>,
-    /// The judge-and-induce queue the gateway and the OTLP receiver feed; there when
-    /// either is.
+    /// The judge-and-induce queue the gateway and the OTLP receiver feed, and where
+    /// `report_run` keeps the runs it learned from. Always there; an `Option` so that a
+    /// state without one stays expressible.
     pub(crate) queue: Option<Arc<LearnQueue>>,
     /// How `find_workflows` retrieves.
     pub(crate) retriever: Retriever,
@@ -190,11 +191,9 @@ impl AppState {
         let open_access = tokens.count()? == 0;
         let prompts = flowmem_memory::prompts().map_err(|err| ServerError::Prompt(err.to_string()))?;
         let retriever = Retriever::new(cfg.retrieval, parts.embedder.clone())?;
-        let queue = if cfg.gateway.is_some() || cfg.otlp.is_some() {
-            Some(Arc::new(LearnQueue::open(&cfg.memory, cfg.learn_attempts)?))
-        } else {
-            None
-        };
+        // Every server keeps the runs it learns from: `report_run`'s always, the
+        // gateway's and the OTLP receiver's when they are on.
+        let queue = Some(Arc::new(LearnQueue::open(&cfg.memory, cfg.learn_attempts)?));
         let gateway = match (&cfg.gateway, &queue) {
             (Some(gateway), Some(queue)) => {
                 let retriever = Retriever::new(gateway.retrieval, parts.embedder.clone())?;

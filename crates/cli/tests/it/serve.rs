@@ -218,7 +218,33 @@ fn serve_http_finds_workflows_learns_a_reported_run_and_keeps_tokens_secret() {
     let served = Served::start(&dir, &["-vv", "--memory", "memory.db", "--max-workflow-tools", "100"], &[]);
     assert!(served.url.starts_with("http://127.0.0.1:") && served.url.ends_with("/mcp"), "{}", served.url);
 
-    check_memory_steps(&client(&served.program(Some(&write), memory_steps())), n_stored);
+    let document = client(&served.program(Some(&write), memory_steps()));
+    check_memory_steps(&document, n_stored);
+
+    // The reported run is kept, redacted, and read back as the write token's: its
+    // messages, and what it taught.
+    let new_id = document["steps"][4]["structured"]["stored"][0]["id"].clone();
+    let base = served.url.trim_end_matches("/mcp").to_owned();
+    let api = |path: &str, token: &str| -> (u16, Value) {
+        let url = format!("{base}/api/v1{path}");
+        let token = token.to_owned();
+        tokio::runtime::Runtime::new().unwrap().block_on(async move {
+            let reply = reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap();
+            (reply.status().as_u16(), reply.json().await.unwrap())
+        })
+    };
+    let (status, listed) = api("/conversations", &write);
+    assert_eq!(status, 200, "{listed}");
+    let kept = &listed["items"][0];
+    assert_eq!((kept["source"].as_str(), kept["state"].as_str()), (Some("report_run"), Some("done")), "{listed}");
+    assert_eq!((kept["verdict"].as_bool(), kept["learned"].as_u64()), (Some(true), Some(1)), "{listed}");
+    let (_, run) = api(&format!("/conversations/{}", kept["id"].as_str().unwrap()), &write);
+    assert_eq!(run["record"]["messages"], reported_messages(), "{run}");
+    assert_eq!(run["result"]["stored"][0]["id"], new_id, "{run}");
+    let (_, workflow) = api(&format!("/workflows/{}", new_id.as_str().unwrap()), &write);
+    assert_eq!(workflow["provenances"][0]["trajectory_ids"][0], kept["id"], "the workflow names the run: {workflow}");
+    let (_, others) = api("/conversations", &read);
+    assert_eq!(others["items"], json!([]), "another token does not see it: {others}");
 
     // A read token may search but not hand runs back.
     let read_steps = json!([

@@ -202,6 +202,29 @@ impl QueueStore {
         })
     }
 
+    /// Keeps a run that was learned from at once (`report_run`): `done` with what
+    /// learning did, or `failed` with why.
+    pub(crate) fn record_learned(
+        &self,
+        id: &str,
+        record: &Value,
+        outcome: Option<bool>,
+        learned: Result<Value, String>,
+    ) -> Result<(), ServerError> {
+        let (state, result) = match learned {
+            Ok(result) => ("done", result),
+            Err(message) => ("failed", serde_json::json!({"error": message, "attempts": 1})),
+        };
+        self.db.run("keeping a reported run", |conn| {
+            conn.prepare_cached(
+                "INSERT INTO gateway_conversations (id, state, record, outcome, result, attempts, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6)",
+            )?
+            .execute(params![id, state, record.to_string(), outcome, result.to_string(), now()])?;
+            Ok(())
+        })
+    }
+
     /// A conversation's row as JSON: state, record, outcome, result, attempts.
     pub(crate) fn get(&self, id: &str) -> Result<Option<Value>, ServerError> {
         self.db.run("reading a conversation", |conn| {
