@@ -243,14 +243,14 @@ pub(crate) async fn report_run(state: &Arc<AppState>, args: &JsonObject, caller:
     let scope = run.scope.clone();
     let outcome = run.outcome;
     let learned = learn(state, run).await;
-    // Kept like the gateway's recordings, so the run can be read back (the UI's and the
-    // API's conversations); a failure to keep it is logged, and the caller still gets
-    // what learning did.
-    if let Some(queue) = state.queue.as_deref() {
-        let mut redacted = messages.clone();
-        flowmem_model::redact_value(&mut redacted);
+    // Kept like the gateway's recordings, under the gateway's privacy settings when it
+    // is on (else: every registered secret redacted, strings bounded), so the run can be
+    // read back (the UI's and the API's conversations). A failure to keep it is logged;
+    // the caller still gets what learning did.
+    let privacy = state.gateway.as_deref().map(|gateway| gateway.cfg.privacy.clone()).unwrap_or_default();
+    if let Some(queue) = state.queue.as_deref().filter(|_| privacy.records(&scope, caller.token_id)) {
         let record = serde_json::json!({
-            "messages": redacted,
+            "messages": privacy.clean(messages),
             "scope": scope,
             "token_id": caller.token_id,
             "source": "report_run",

@@ -135,7 +135,7 @@ impl GatewayConfig {
 
 /// The gateway's part of the server state.
 pub(crate) struct Gateway {
-    cfg: GatewayConfig,
+    pub(crate) cfg: GatewayConfig,
     upstream: Passthrough,
     conversations: Mutex<Conversations>,
     /// The server's learning queue, where ended conversations go.
