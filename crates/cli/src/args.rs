@@ -85,7 +85,12 @@ pub enum Command {
     /// memory and learns from the conversations; with `--otlp`, an OTLP/HTTP receiver at
     /// `/v1/traces` that learns from an agent's OpenTelemetry traces.
     ///
-    /// Example: `flowmem serve --memory memory.db --listen 127.0.0.1:8700`
+    /// Over HTTP it also serves a web UI at `/` (browse, search and curate memory, read
+    /// the runs it learned from, open scout runs given with `--runs DIR`) and its JSON
+    /// API at `/api/v1` (OpenAPI document at `/api/v1/openapi.json`).
+    ///
+    /// Example: `flowmem serve --memory memory.db --listen 127.0.0.1:8700`, then open
+    /// `http://127.0.0.1:8700/`
     ///
     /// Example: `flowmem serve --memory memory.db --otlp`, then run the agent with
     /// `OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:8700`
