@@ -257,12 +257,19 @@ pub(crate) struct CandidateDetail {
     diff: Option<GraphDiff>,
 }
 
-/// Candidate `id` of the run in `dir`; `None` when the tree has no such candidate.
-pub(crate) fn candidate_detail(dir: &Path, id: TreeNodeId) -> Result<Option<CandidateDetail>, String> {
-    let state = read_state(dir)?;
-    if id >= state.tree.len() {
-        return Ok(None);
-    }
+/// What a run directory holds of one candidate: its graph, the plan that made it, its
+/// scores, and what changed from its parent's graph.
+struct Candidate {
+    parent: Option<TreeNodeId>,
+    graph: Option<WorkflowGraph>,
+    plan: Option<CandidatePlan>,
+    opt: Option<Evaluation>,
+    val: Option<Evaluation>,
+    diff: Option<GraphDiff>,
+}
+
+/// Reads candidate `id` (in `state`'s tree) of the run in `dir`.
+fn read_candidate(dir: &Path, state: &SearchState, id: TreeNodeId) -> Result<Candidate, String> {
     let graph_of = |id| read_run_json::<WorkflowGraph>(&candidate_path(dir, id, "workflow")).map_err(|e| e.to_string());
     let score = |suffix| read_run_json::<Evaluation>(&candidate_path(dir, id, suffix)).map_err(|e| e.to_string());
     let graph = graph_of(id)?;
@@ -271,14 +278,31 @@ pub(crate) fn candidate_detail(dir: &Path, id: TreeNodeId) -> Result<Option<Cand
         (Some(parent), Some(graph)) => graph_of(parent)?.map(|old| old.diff(graph)),
         _ => None,
     };
+    Ok(Candidate {
+        parent,
+        graph,
+        plan: read_run_json(&candidate_path(dir, id, "plan")).map_err(|e| e.to_string())?,
+        opt: score("opt")?,
+        val: score("val")?,
+        diff,
+    })
+}
+
+/// Candidate `id` of the run in `dir`; `None` when the tree has no such candidate.
+pub(crate) fn candidate_detail(dir: &Path, id: TreeNodeId) -> Result<Option<CandidateDetail>, String> {
+    let state = read_state(dir)?;
+    if id >= state.tree.len() {
+        return Ok(None);
+    }
+    let candidate = read_candidate(dir, &state, id)?;
     Ok(Some(CandidateDetail {
         id,
-        parent,
-        plan: read_run_json::<Value>(&candidate_path(dir, id, "plan")).map_err(|e| e.to_string())?,
-        opt: score("opt")?.as_ref().map(ScoreView::of),
-        val: score("val")?.as_ref().map(ScoreView::of),
-        graph: graph.map(|graph| serde_json::to_value(graph).unwrap_or(Value::Null)),
-        diff,
+        parent: candidate.parent,
+        plan: candidate.plan.map(|plan| serde_json::to_value(plan).unwrap_or(Value::Null)),
+        opt: candidate.opt.as_ref().map(ScoreView::of),
+        val: candidate.val.as_ref().map(ScoreView::of),
+        graph: candidate.graph.map(|graph| serde_json::to_value(graph).unwrap_or(Value::Null)),
+        diff: candidate.diff,
     }))
 }
 
@@ -357,28 +381,17 @@ pub(crate) fn view(
 }
 
 fn candidate(dir: &Path, state: &SearchState, id: TreeNodeId) -> Result<CandidateView, String> {
-    let read_graph =
-        |id| read_run_json::<WorkflowGraph>(&candidate_path(dir, id, "workflow")).map_err(|e| e.to_string());
-    let read_eval = |suffix| read_run_json::<Evaluation>(&candidate_path(dir, id, suffix)).map_err(|e| e.to_string());
-    let graph = read_graph(id)?;
-    let plan: Option<CandidatePlan> = read_run_json(&candidate_path(dir, id, "plan")).map_err(|e| e.to_string())?;
+    let Candidate { parent, graph, plan, opt, val, diff } = read_candidate(dir, state, id)?;
     let node = state.tree.node(id);
-    let parent = node.parent;
-    let diff = match (parent, &graph) {
-        (Some(parent), Some(graph)) => read_graph(parent)?.map(|old| old.diff(graph)),
-        _ => None,
-    };
+    let kept = plan.as_ref().and_then(|p| p.plan.as_ref());
     Ok(CandidateView {
         id,
         parent,
         graph: graph.as_ref().map(|graph| Markup::new(workflow_graph_marked_svg(graph, diff.as_ref()))),
-        opt: read_eval("opt")?.as_ref().map(ScoreView::of),
-        val: read_eval("val")?.as_ref().map(ScoreView::of),
-        rationale: plan.as_ref().and_then(|p| p.plan.as_ref()).map(|p| p.rationale.clone()),
-        edits: plan
-            .as_ref()
-            .and_then(|p| p.plan.as_ref())
-            .map_or_else(Vec::new, |p| p.edits.iter().map(one_line).collect()),
+        opt: opt.as_ref().map(ScoreView::of),
+        val: val.as_ref().map(ScoreView::of),
+        rationale: kept.map(|p| p.rationale.clone()),
+        edits: kept.map_or_else(Vec::new, |p| p.edits.iter().map(one_line).collect()),
         dropped: plan.as_ref().map_or_else(Vec::new, |p| p.dropped.iter().map(one_line).collect()),
         rejected: plan
             .as_ref()

@@ -36,7 +36,7 @@ const MAX_LIMIT: u64 = 500;
 /// The furthest offset [`list_workflows`] takes.
 const MAX_OFFSET: u64 = 1_000_000_000;
 /// The longest description or retirement reason, in characters.
-const MAX_TEXT: usize = 2000;
+pub(crate) const MAX_TEXT: usize = 2000;
 
 /// A 422 when `text` (the body's `field`) is longer than [`MAX_TEXT`] characters.
 fn too_long(field: &str, text: &str) -> Option<Response> {

@@ -184,14 +184,12 @@ async fn get_conversation(
     let not_found = |id: &str| error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`"));
     let Some(queue) = state.queue.as_deref() else { return not_found(&id) };
     let looked_up = id.clone();
-    let row = match queue.on_store(move |store| store.get(&looked_up)).await {
+    let row = match queue.on_store(move |store| store.get(&looked_up, caller.token_id)).await {
         Ok(row) => row,
         Err(err) => return server_error(&err),
     };
-    let owned =
-        |row: &Value| caller.token_id.is_none_or(|token| row.pointer("/record/token_id") == Some(&Value::from(token)));
     match row {
-        Some(row) if owned(&row) => match serde_json::from_value::<ConversationDetail>(row) {
+        Some(row) => match serde_json::from_value::<ConversationDetail>(row) {
             Ok(detail) => Json(detail).into_response(),
             Err(err) => {
                 tracing::error!(error = %err, "a recorded conversation does not decode");
@@ -202,7 +200,7 @@ async fn get_conversation(
                 )
             }
         },
-        _ => not_found(&id),
+        None => not_found(&id),
     }
 }
 

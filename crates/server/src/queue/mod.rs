@@ -240,12 +240,11 @@ async fn conversation(
 ) -> Response {
     let Some(queue) = state.queue.as_deref() else { return no_queue() };
     let looked_up = id.clone();
-    let row = queue.on_store(move |store| store.get(&looked_up)).await;
     // A token sees only its own runs (open access sees all).
-    let owned = |row: &Value| caller.token_id.is_none_or(|id| row.pointer("/record/token_id") == Some(&json!(id)));
+    let row = queue.on_store(move |store| store.get(&looked_up, caller.token_id)).await;
     match row {
-        Ok(Some(row)) if owned(&row) => axum::Json(row).into_response(),
-        Ok(_) => json_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`")),
+        Ok(Some(row)) => axum::Json(row).into_response(),
+        Ok(None) => json_error(StatusCode::NOT_FOUND, "not_found", format!("no recorded conversation `{id}`")),
         Err(err) => server_error(&err),
     }
 }

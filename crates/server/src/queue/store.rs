@@ -202,6 +202,17 @@ impl QueueStore {
         })
     }
 
+    /// Which of `ids` name a kept conversation, in one query.
+    pub(crate) fn known(&self, ids: &[String]) -> Result<std::collections::HashSet<String>, ServerError> {
+        let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+        self.db.run("looking conversations up", |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT id FROM gateway_conversations WHERE id IN (SELECT value FROM json_each(?1))")?;
+            let rows = stmt.query_map([ids], |row| row.get::<_, String>(0))?;
+            rows.collect()
+        })
+    }
+
     /// Keeps a run that was learned from at once (`report_run`): `done` with what
     /// learning did, or `failed` with why.
     pub(crate) fn record_learned(
@@ -225,13 +236,15 @@ impl QueueStore {
         })
     }
 
-    /// A conversation's row as JSON: state, record, outcome, result, attempts.
-    pub(crate) fn get(&self, id: &str) -> Result<Option<Value>, ServerError> {
+    /// A conversation's row as JSON: state, record, outcome, result, attempts; only one
+    /// of token `token_id` when it is given (a token reads its own runs).
+    pub(crate) fn get(&self, id: &str, token_id: Option<i64>) -> Result<Option<Value>, ServerError> {
         self.db.run("reading a conversation", |conn| {
             conn.prepare_cached(
-                "SELECT state, record, outcome, result, attempts FROM gateway_conversations WHERE id = ?1",
+                "SELECT state, record, outcome, result, attempts FROM gateway_conversations
+                 WHERE id = ?1 AND (?2 IS NULL OR json_extract(record, '$.token_id') = ?2)",
             )?
-            .query_row([id], |row| {
+            .query_row(params![id, token_id], |row| {
                 let record: String = row.get(1)?;
                 let result: Option<String> = row.get(3)?;
                 Ok(serde_json::json!({

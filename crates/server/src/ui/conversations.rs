@@ -210,15 +210,14 @@ pub(super) async fn conversation_page(
         );
     };
     let looked_up = id.clone();
-    let row = match queue.on_store(move |store| store.get(&looked_up)).await {
+    // A token sees only its own conversations, as on the API.
+    let token = viewer.token_id;
+    let row = match queue.on_store(move |store| store.get(&looked_up, token)).await {
         Ok(row) => row,
         Err(err) => return storage_error(&state, &viewer, &err),
     };
-    // A token sees only its own conversations, as on the API.
-    let owned =
-        |row: &Value| viewer.token_id.is_none_or(|token| row.pointer("/record/token_id") == Some(&Value::from(token)));
     match row {
-        Some(row) if owned(&row) => {
+        Some(row) => {
             let body = conversation_body(&row);
             let title = format!("Conversation {}", body.id);
             render(

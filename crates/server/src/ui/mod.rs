@@ -55,8 +55,6 @@ const SCRIPT: &str = include_str!("../../assets/ui.js");
 
 /// Rows on a page of memory or conversations.
 const PAGE_ROWS: u64 = 50;
-/// The longest description or retirement reason a form may send, in characters.
-const MAX_TEXT: usize = 2000;
 /// Characters of a tool result or message shown before it is cut.
 const MAX_SHOWN: usize = 4000;
 

@@ -12,7 +12,8 @@ use flowmem_memory::{UsageDay, success_rate};
 use flowmem_model::{Provenance, StepSource, Workflow};
 use flowmem_report::{ChartSpec, Margins, Markup, Point, Series, SeriesStyle, escape, line_chart};
 
-use super::{MAX_TEXT, WORKFLOW, message, render, scope_text, storage_error, to_signin, urlencode, viewer};
+use super::{WORKFLOW, message, render, scope_text, storage_error, to_signin, urlencode, viewer};
+use crate::api::MAX_TEXT;
 use crate::error::ServerError;
 use crate::state::AppState;
 
@@ -174,19 +175,7 @@ async fn conversation_links(
 ) -> Result<Vec<ProvenanceView>, ServerError> {
     let ids: Vec<String> = provenances.iter().flat_map(|p| p.trajectory_ids.iter().cloned()).collect();
     let recorded: std::collections::HashSet<String> = match state.queue.as_deref() {
-        Some(queue) => {
-            queue
-                .on_store(move |store| {
-                    let mut found = std::collections::HashSet::new();
-                    for id in ids {
-                        if store.get(&id)?.is_some() {
-                            found.insert(id);
-                        }
-                    }
-                    Ok(found)
-                })
-                .await?
-        }
+        Some(queue) => queue.on_store(move |store| store.known(&ids)).await?,
         None => std::collections::HashSet::new(),
     };
     Ok(provenances
