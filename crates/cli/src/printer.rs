@@ -252,7 +252,7 @@ impl ErrorReport {
 fn memory_path(err: &flowmem_memory::MemoryError) -> Option<&std::path::Path> {
     use flowmem_memory::MemoryError;
     match err {
-        MemoryError::Sqlite { path, .. }
+        MemoryError::Database { path, .. }
         | MemoryError::SchemaTooNew { path, .. }
         | MemoryError::Corrupt { path, .. }
         | MemoryError::NotFound { path, .. }

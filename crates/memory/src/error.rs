@@ -6,16 +6,16 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemoryError {
-    /// SQLite failed on the memory file.
+    /// The database failed: the SQLite file, or the PostgreSQL server.
     #[error("memory database `{path}`: {what}")]
-    Sqlite {
-        /// The database file.
+    Database {
+        /// The database file, or the PostgreSQL URL without its password.
         path: PathBuf,
         /// What the store was doing.
         what: &'static str,
-        /// The SQLite error.
+        /// The database's error.
         #[source]
-        source: rusqlite::Error,
+        source: flowmem_db::DbError,
     },
     /// The file is a database of another application (or another kind of file), which
     /// flowmem leaves as it is.

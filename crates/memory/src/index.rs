@@ -1,5 +1,5 @@
 //! The BM25 retrieval index: an in-memory inverted index over the stored workflows,
-//! kept in step with the SQLite file through its `index_log` table.
+//! kept in step with the database through its `index_log` table.
 //!
 //! Every insert and delete in the store appends to `index_log` in the same transaction.
 //! Before a search the index reads the log entries it has not seen (its own process's
@@ -17,7 +17,7 @@
 //! name, argument names and values). Tokens are lowercase alphanumeric runs with a light
 //! plural stemmer (`orders` → `order`, `entries` → `entry`).
 
-use rusqlite::Connection;
+use flowmem_db::{Db, DbError, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 /// BM25 term-frequency saturation.
@@ -121,10 +121,9 @@ pub(crate) type Ranked = (i64, f64);
 type DocScore = (f32, u32);
 
 impl SearchIndex {
-    /// The last `index_log.seq` committed in `conn`'s file.
-    pub(crate) fn log_head(conn: &Connection) -> rusqlite::Result<i64> {
-        // Runs before every search: a cached statement saves parsing it each time.
-        conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM index_log")?.query_row([], |row| row.get(0))
+    /// The last `index_log.seq` committed in `db`.
+    pub(crate) fn log_head(db: &Db) -> Result<i64, DbError> {
+        db.query_one("SELECT COALESCE(MAX(seq), 0) FROM index_log", &[])?.int(0)
     }
 
     /// The last `index_log.seq` applied.
@@ -133,41 +132,42 @@ impl SearchIndex {
     }
 
     /// Applies every `index_log` entry after the last one seen.
-    pub(crate) fn sync(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        if SearchIndex::log_head(conn)? <= self.last_seq {
+    pub(crate) fn sync(&mut self, db: &Db) -> Result<(), DbError> {
+        if SearchIndex::log_head(db)? <= self.last_seq {
             return Ok(());
         }
-        let mut stmt = conn.prepare_cached(
+        db.for_each(
             "SELECT l.seq, l.pk, l.op, w.description, w.index_text, w.site, w.domain, v.model, v.vector
              FROM index_log AS l LEFT JOIN workflows AS w ON w.pk = l.pk
              LEFT JOIN workflow_vectors AS v ON v.pk = l.pk
-             WHERE l.seq > ?1 ORDER BY l.seq",
+             WHERE l.seq > $1 ORDER BY l.seq",
+            &[Value::Int(self.last_seq)],
+            |row| {
+                let seq = row.int(0)?;
+                let pk = row.int(1)?;
+                let op = row.text(2)?;
+                self.last_seq = seq;
+                if op == "delete" {
+                    self.remove(pk);
+                    return Ok(());
+                }
+                // An insert whose row is gone was deleted later in the log; the delete
+                // entry follows, so there is nothing to index now.
+                let Some(description) = row.opt_text(3)? else {
+                    return Ok(());
+                };
+                if op == "insert" {
+                    let steps_text = row.opt_text(4)?.unwrap_or_default();
+                    let scope = (row.opt_text(5)?, row.opt_text(6)?);
+                    self.insert(pk, &description, &steps_text, scope);
+                }
+                // The vector as it is now: a later `vector` entry only writes it again.
+                if let (Some(model), Some(blob)) = (row.opt_text(7)?, row.opt_blob(8)?) {
+                    self.set_vector(pk, &model, &decode_vector(blob));
+                }
+                Ok(())
+            },
         )?;
-        let mut rows = stmt.query([self.last_seq])?;
-        while let Some(row) = rows.next()? {
-            let seq: i64 = row.get(0)?;
-            let pk: i64 = row.get(1)?;
-            let op: String = row.get(2)?;
-            self.last_seq = seq;
-            if op == "delete" {
-                self.remove(pk);
-                continue;
-            }
-            // An insert whose row is gone was deleted later in the log; the delete entry
-            // follows, so there is nothing to index now.
-            let Some(description) = row.get::<_, Option<String>>(3)? else {
-                continue;
-            };
-            if op == "insert" {
-                let steps_text: String = row.get::<_, Option<String>>(4)?.unwrap_or_default();
-                let scope = (row.get::<_, Option<String>>(5)?, row.get::<_, Option<String>>(6)?);
-                self.insert(pk, &description, &steps_text, scope);
-            }
-            // The vector as it is now: a later `vector` entry only writes it again.
-            if let (Some(model), Some(blob)) = (row.get::<_, Option<String>>(7)?, row.get::<_, Option<Vec<u8>>>(8)?) {
-                self.set_vector(pk, &model, &decode_vector(&blob));
-            }
-        }
         let n_alive = self.docs.len() as u32 - self.n_dead;
         if self.n_dead > 1024 && self.n_dead > n_alive / 4 {
             self.compact();

@@ -255,7 +255,7 @@ impl Retriever {
     ///
     /// # Errors
     ///
-    /// As [`Retriever::prepare`] and [`Retriever::search`], and [`MemoryError::Sqlite`]
+    /// As [`Retriever::prepare`] and [`Retriever::search`], and [`MemoryError::Database`]
     /// when counting fails.
     pub async fn retrieve(
         &self,
@@ -338,7 +338,7 @@ const SYNC_BATCH: usize = 128;
 ///
 /// # Errors
 ///
-/// [`MemoryError::Embedding`] when the model fails, [`MemoryError::Sqlite`] when reading
+/// [`MemoryError::Embedding`] when the model fails, [`MemoryError::Database`] when reading
 /// or writing fails; the batches written before stay.
 pub async fn sync_vectors(store: &mut MemoryStore, embedder: &dyn EmbeddingModel) -> Result<usize, MemoryError> {
     let model = embedder.model_id();

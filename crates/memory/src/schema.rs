@@ -1,4 +1,5 @@
-//! The SQLite schema, as an ordered list of migrations, and the mark of a flowmem file.
+//! The schema, as an ordered list of migrations for each backend, and the mark of a
+//! flowmem SQLite file.
 //!
 //! `PRAGMA user_version` holds the number of migrations applied. Opening a file applies
 //! the missing ones in order, each in its own immediate transaction; a file is never
@@ -94,6 +95,65 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         used_failure INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (workflow_pk, day)
     ) WITHOUT ROWID;
+    ",
+];
+
+/// The PostgreSQL schema, as an ordered list of migrations; the version is in
+/// `flowmem_meta` (row `memory`). It starts where the SQLite schema is at version 5, with
+/// PostgreSQL's types: `BIGINT` keys and counters, `BYTEA` vectors, and a `BIGSERIAL` log
+/// whose sequence numbers commit in order because every writer holds the write lock.
+pub(crate) const PG_MIGRATIONS: &[&str] = &[
+    // 1: everything the SQLite schema has at version 5.
+    "
+    CREATE TABLE workflows (
+        pk BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        description TEXT NOT NULL,
+        steps TEXT NOT NULL,
+        site TEXT,
+        domain TEXT,
+        scope_key TEXT NOT NULL,
+        action_key TEXT NOT NULL,
+        composed_of TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL,
+        retrieved BIGINT NOT NULL DEFAULT 0,
+        used_success BIGINT NOT NULL DEFAULT 0,
+        used_failure BIGINT NOT NULL DEFAULT 0,
+        index_text TEXT NOT NULL DEFAULT '',
+        retired_at TEXT,
+        retired_reason TEXT
+    );
+    CREATE INDEX workflows_by_scope_action ON workflows (scope_key, action_key);
+    CREATE INDEX workflows_by_domain ON workflows (domain);
+    CREATE INDEX workflows_by_site ON workflows (site);
+    CREATE TABLE provenance (
+        workflow_pk BIGINT NOT NULL,
+        seq BIGINT NOT NULL,
+        trajectory_ids TEXT NOT NULL,
+        inducer TEXT NOT NULL,
+        model TEXT,
+        prompt_version TEXT,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (workflow_pk, seq)
+    );
+    CREATE TABLE index_log (
+        seq BIGSERIAL PRIMARY KEY,
+        pk BIGINT NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('insert', 'delete', 'vector'))
+    );
+    CREATE TABLE workflow_vectors (
+        pk BIGINT PRIMARY KEY,
+        model TEXT NOT NULL,
+        vector BYTEA NOT NULL
+    );
+    CREATE TABLE usage_days (
+        workflow_pk BIGINT NOT NULL,
+        day TEXT NOT NULL,
+        retrieved BIGINT NOT NULL DEFAULT 0,
+        used_success BIGINT NOT NULL DEFAULT 0,
+        used_failure BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (workflow_pk, day)
+    );
     ",
 ];
 

@@ -1,10 +1,11 @@
-//! The workflow memory: one SQLite file with BM25 retrieval, dedup and eviction.
+//! The workflow memory: a SQLite file or a PostgreSQL database, with BM25 and vector
+//! retrieval, dedup and eviction. The SQL is written once for both ([`flowmem_db`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use flowmem_db::{Db, DbError, Dialect, Location, Row, SqliteBackend, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -13,7 +14,7 @@ use flowmem_model::{Provenance, Retirement, Scope, Workflow, WorkflowStats, Work
 use crate::error::MemoryError;
 use crate::index::{Ranking, SearchIndex, encode_vector};
 use crate::retrieval::{RetrievalMode, SearchQuery, WorkflowVectors, normalised};
-use crate::schema::{APPLICATION_ID, MIGRATIONS, Ownership, ownership};
+use crate::schema::{APPLICATION_ID, MIGRATIONS, Ownership, PG_MIGRATIONS, ownership};
 use crate::text::{action_key, description_similarity, embedding_text, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
@@ -26,7 +27,8 @@ pub struct StoreConfig {
     /// above which a new workflow with the same tool sequence and scope merges into a
     /// stored one. Above 1.0 disables dedup.
     pub dedup_threshold: f64,
-    /// How long a writer waits for another process's lock before failing.
+    /// How long a writer waits for another process's lock before failing (SQLite's busy
+    /// timeout, PostgreSQL's `lock_timeout`).
     pub busy_timeout: Duration,
 }
 
@@ -38,14 +40,18 @@ impl StoreConfig {
     }
 }
 
-/// A workflow memory backed by one SQLite file.
+/// A workflow memory backed by a SQLite file or a PostgreSQL database.
 ///
-/// The file is in WAL mode, so readers never block the writer, and every write is one
-/// immediate transaction, so several processes can write to the same file at once and a
-/// killed process loses at most the write in flight.
+/// Every write is one transaction holding the database's write lock (an immediate
+/// transaction in SQLite, an advisory lock in PostgreSQL), so several processes can
+/// write to the same memory at once, dedup never makes twins, and a killed process
+/// loses at most the write in flight. A SQLite file is in WAL mode, so readers never
+/// block the writer.
 #[derive(Debug)]
 pub struct MemoryStore {
-    conn: Connection,
+    db: Db,
+    location: Location,
+    // What errors and `path()` name: the file, or the URL without its password.
     path: PathBuf,
     cfg: StoreConfig,
     // Loaded by the first search, then brought up to date from `index_log` before each
@@ -226,29 +232,38 @@ pub struct Page {
 
 const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure, retired_at, retired_reason";
 
-/// What [`MemoryStore::check`] found in a memory file.
+/// The rows whose scope matches `$1` (site) and `$2` (domain), each `NULL` for any.
+const SCOPE_FILTER: &str = "(CAST($1 AS TEXT) IS NULL OR site = $1) AND (CAST($2 AS TEXT) IS NULL OR domain = $2)";
+
+/// The rows whose description or steps contain the `LIKE` pattern `$3` (case-folded), or
+/// all when it is `NULL`.
+const TEXT_FILTER: &str = "(CAST($3 AS TEXT) IS NULL OR lower(description) LIKE lower(CAST($3 AS TEXT)) ESCAPE '\\' OR lower(index_text) LIKE lower(CAST($3 AS TEXT)) ESCAPE '\\')";
+
+/// What [`MemoryStore::check`] found in a memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CheckReport {
-    /// The file.
+    /// The file, or the PostgreSQL URL without its password.
     pub path: PathBuf,
     /// What is wrong, one finding a line (SQLite's integrity check, workflows that do
-    /// not decode); empty when the file is sound.
+    /// not decode); empty when the memory is sound.
     pub problems: Vec<String>,
-    /// How many workflows the file holds, when they could be counted.
+    /// How many workflows the memory holds, when they could be counted.
     pub workflows: Option<u64>,
 }
 
 impl MemoryStore {
-    /// Opens the memory at `path`, creating the file if needed, marking it as flowmem's
-    /// (`PRAGMA application_id`) and applying any missing schema migrations.
+    /// Opens the memory at `path`: a SQLite file, created if needed, or a PostgreSQL
+    /// database when `path` is a `postgres://` or `postgresql://` URL. Applies any
+    /// missing schema migrations (in PostgreSQL under an advisory lock, so that servers
+    /// starting at once do not race) and marks a new SQLite file as flowmem's
+    /// (`PRAGMA application_id`).
     ///
     /// # Errors
     ///
-    /// [`MemoryError::NotMemory`] when the file is another application's SQLite database
-    /// (it has another application id, or tables but not flowmem's), which is left
-    /// unchanged; [`MemoryError::Sqlite`] when the file cannot be opened or migrated (or
-    /// is no SQLite file), and [`MemoryError::SchemaTooNew`] when a newer flowmem wrote
-    /// it.
+    /// [`MemoryError::NotMemory`] when the file or database is another application's
+    /// (another application id, or tables but not flowmem's), which is left unchanged;
+    /// [`MemoryError::Database`] when it cannot be opened or migrated (or is no SQLite
+    /// file), and [`MemoryError::SchemaTooNew`] when a newer flowmem wrote it.
     ///
     /// # Example
     ///
@@ -260,42 +275,31 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<MemoryStore, MemoryError> {
-        let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
-        let conn = Connection::open(path).map_err(sqlite("opening"))?;
-        conn.busy_timeout(cfg.busy_timeout).map_err(sqlite("setting the busy timeout"))?;
-        // Before anything writes (even the journal mode): another application's file is
-        // left exactly as it is.
-        if let Ownership::Foreign(reason) = ownership(&conn).map_err(sqlite("reading what the file holds"))? {
-            return Err(MemoryError::NotMemory { path: path.to_path_buf(), reason });
+        let location = Location::parse(path.as_os_str());
+        let shown = PathBuf::from(location.display());
+        let db =
+            match &location {
+                Location::Sqlite(path) => open_sqlite(path, &cfg)?,
+                Location::Postgres(_) => Db::open(&location, cfg.busy_timeout)
+                    .map_err(|source| MemoryError::Database { path: shown.clone(), what: "connecting", source })?,
+            };
+        let mut store = MemoryStore { db, location, path: shown, cfg, index: Arc::default() };
+        match store.db.dialect() {
+            Dialect::Sqlite => store.migrate_sqlite()?,
+            Dialect::Postgres => store.migrate_postgres()?,
         }
-        // Switching to WAL needs a moment of exclusive access, which the busy handler does
-        // not always cover while another process creates the same file; retry briefly.
-        let mut attempt = 0;
-        loop {
-            let res: Result<String, _> = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0));
-            match res {
-                Ok(_) => break,
-                Err(err) if is_busy(&err) && attempt < 200 => {
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(err) => return Err(sqlite("switching to WAL mode")(err)),
-            }
-        }
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
-        let mut store = MemoryStore { conn, path: path.to_path_buf(), cfg, index: Arc::default() };
-        store.migrate()?;
         Ok(store)
     }
 
     /// Checks the memory at `path` without changing it: SQLite's integrity check of every
     /// page and index, then a decoding of every stored workflow. A damaged file is a
-    /// [`CheckReport`] listing what is wrong, not an error.
+    /// [`CheckReport`] listing what is wrong, not an error. A PostgreSQL memory gets the
+    /// decoding (the server checks its own pages).
     ///
     /// # Errors
     ///
     /// [`MemoryError::NotMemory`] for another application's file, and
-    /// [`MemoryError::Sqlite`] when the file cannot be opened at all.
+    /// [`MemoryError::Database`] when the memory cannot be opened at all.
     ///
     /// # Example
     ///
@@ -309,27 +313,38 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check(path: &Path) -> Result<CheckReport, MemoryError> {
-        let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
-        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening"))?;
-        let mut report = CheckReport { path: path.to_path_buf(), problems: Vec::new(), workflows: None };
-        match ownership(&conn) {
-            Ok(Ownership::Foreign(reason)) => return Err(MemoryError::NotMemory { path: path.to_path_buf(), reason }),
-            Ok(Ownership::Claimable | Ownership::Marked) => {}
-            Err(err) => {
-                report.problems.push(format!("the file cannot be read as a database: {err}"));
-                return Ok(report);
+        let location = Location::parse(path.as_os_str());
+        let shown = PathBuf::from(location.display());
+        let mut report = CheckReport { path: shown.clone(), problems: Vec::new(), workflows: None };
+        let store = match &location {
+            Location::Postgres(_) => MemoryStore::open(path, StoreConfig::standard())?,
+            Location::Sqlite(file) => {
+                let sqlite = |what| move |source| MemoryError::Database { path: file.clone(), what, source };
+                let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                let conn = rusqlite::Connection::open_with_flags(file, flags)
+                    .map_err(|err| sqlite("opening")(DbError::Sqlite(err)))?;
+                match ownership(&conn) {
+                    Ok(Ownership::Foreign(reason)) => {
+                        return Err(MemoryError::NotMemory { path: file.clone(), reason });
+                    }
+                    Ok(Ownership::Claimable | Ownership::Marked) => {}
+                    Err(err) => {
+                        report.problems.push(format!("the file cannot be read as a database: {err}"));
+                        return Ok(report);
+                    }
+                }
+                let integrity = conn.prepare("PRAGMA integrity_check").and_then(|mut stmt| {
+                    stmt.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
+                });
+                match integrity {
+                    Ok(lines) => report.problems.extend(lines.into_iter().filter(|line| line != "ok")),
+                    Err(err) => report.problems.push(format!("SQLite's integrity check failed: {err}")),
+                }
+                let db = Db::new(SqliteBackend::new(conn));
+                MemoryStore { db, location, path: shown, cfg: StoreConfig::standard(), index: Arc::default() }
             }
-        }
-        let integrity = conn.prepare("PRAGMA integrity_check").and_then(|mut stmt| {
-            stmt.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
-        });
-        match integrity {
-            Ok(lines) => report.problems.extend(lines.into_iter().filter(|line| line != "ok")),
-            Err(err) => report.problems.push(format!("SQLite's integrity check failed: {err}")),
-        }
-        let store = MemoryStore { conn, path: path.to_path_buf(), cfg: StoreConfig::standard(), index: Arc::default() };
-        let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM workflows ORDER BY pk"), []) {
+        };
+        let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM workflows ORDER BY pk"), &[]) {
             Ok(rows) => rows,
             Err(err) => {
                 report.problems.push(format!("the workflows cannot be read: {}", flowmem_model::error_chain(&err)));
@@ -345,33 +360,47 @@ impl MemoryStore {
         Ok(report)
     }
 
-    /// Another connection to this store's file that shares its search index: the
+    /// Another connection to this store's memory that shares its search index: the
     /// readers of a server keep one index in memory, not one each.
     ///
     /// # Errors
     ///
     /// As [`MemoryStore::open`].
     pub fn open_sibling(&self) -> Result<MemoryStore, MemoryError> {
-        let mut sibling = MemoryStore::open(&self.path, self.cfg.clone())?;
+        let target = match &self.location {
+            Location::Sqlite(path) => path.clone(),
+            Location::Postgres(url) => PathBuf::from(url),
+        };
+        let mut sibling = MemoryStore::open(&target, self.cfg.clone())?;
         sibling.index = Arc::clone(&self.index);
         Ok(sibling)
     }
 
-    /// The database file.
+    /// The database file, or the PostgreSQL URL without its password: what messages name.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The schema version of the file: the number of migrations applied.
+    /// Whether the memory is a PostgreSQL database (shared by every process that names
+    /// it) rather than a SQLite file.
+    #[must_use]
+    pub fn is_postgres(&self) -> bool {
+        self.location.is_postgres()
+    }
+
+    /// The schema version of the memory: the number of migrations applied (each backend
+    /// counts its own).
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the pragma cannot be read.
+    /// [`MemoryError::Database`] when it cannot be read.
     pub fn schema_version(&self) -> Result<i64, MemoryError> {
-        self.conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .map_err(self.sqlite("reading the schema version"))
+        let sql = match self.db.dialect() {
+            Dialect::Sqlite => "PRAGMA user_version",
+            Dialect::Postgres => "SELECT version FROM flowmem_meta WHERE name = 'memory'",
+        };
+        self.db.query_one(sql, &[]).and_then(|row| row.int(0)).map_err(self.err("reading the schema version"))
     }
 
     /// Adds a workflow in one transaction: merges it into a near-duplicate, or inserts it
@@ -385,11 +414,11 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::InvalidWorkflow`] for a workflow without steps, and
-    /// [`MemoryError::Sqlite`] when the write fails.
+    /// [`MemoryError::Database`] when the write fails.
     pub fn add(&mut self, workflow: &Workflow) -> Result<AddOutcome, MemoryError> {
-        let tx = self.write_tx()?;
-        let outcome = add_in(&tx, &self.path, &self.cfg, workflow)?;
-        tx.commit().map_err(self.sqlite("committing a workflow"))?;
+        let tx = self.db.write().map_err(self.err("starting a write transaction"))?;
+        let outcome = add_in(&self.db, &self.path, &self.cfg, workflow)?;
+        tx.commit().map_err(self.err("committing a workflow"))?;
         Ok(outcome)
     }
 
@@ -424,19 +453,17 @@ impl MemoryStore {
                 reason: format!("{} vectors for {} workflows", vectors.vectors.len(), workflows.len()),
             });
         }
-        let tx = self.write_tx()?;
+        let tx = self.db.write().map_err(self.err("starting a write transaction"))?;
         let mut outcomes = Vec::with_capacity(workflows.len());
         for (idx, workflow) in workflows.iter().enumerate() {
-            let outcome = add_in(&tx, &self.path, &self.cfg, workflow)?;
+            let outcome = add_in(&self.db, &self.path, &self.cfg, workflow)?;
             if let (AddOutcome::Inserted { id, .. }, Some(vectors)) = (&outcome, vectors) {
-                let pk: i64 = tx
-                    .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
-                    .map_err(self.sqlite("writing a vector"))?;
-                write_vector(&tx, &self.path, pk, &vectors.model, &vectors.vectors[idx])?;
+                let pk = self.pk_of(id)?.unwrap_or_default();
+                write_vector(&self.db, &self.path, pk, &vectors.model, &vectors.vectors[idx])?;
             }
             outcomes.push(outcome);
         }
-        tx.commit().map_err(self.sqlite("committing workflows"))?;
+        tx.commit().map_err(self.err("committing workflows"))?;
         Ok(outcomes)
     }
 
@@ -445,14 +472,13 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn get(&self, id: &str) -> Result<Workflow, MemoryError> {
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = ?1");
-        let row =
-            self.conn.query_row(&sql, [id], RawRow::read).optional().map_err(self.sqlite("reading a workflow"))?;
-        match row {
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = $1");
+        let mut rows = self.query_rows(&sql, &[id.into()])?;
+        match rows.pop() {
             Some(row) => Ok(self.decode_all(vec![row])?.remove(0).1),
-            None => Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }),
+            None => Err(self.not_found(id)),
         }
     }
 
@@ -462,17 +488,12 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn provenances(&self, id: &str) -> Result<Vec<Provenance>, MemoryError> {
-        let pk: Option<i64> = self
-            .conn
-            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
-            .optional()
-            .map_err(self.sqlite("reading a workflow"))?;
-        let Some(pk) = pk else {
-            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+        let Some(pk) = self.pk_of(id)? else {
+            return Err(self.not_found(id));
         };
-        Ok(read_provenances(&self.conn, &self.path, &[(pk, id)])?.remove(&pk).unwrap_or_default())
+        Ok(read_provenances(&self.db, &self.path, &[(pk, id)])?.remove(&pk).unwrap_or_default())
     }
 
     /// The workflows in use whose scope matches `filter`, oldest first: every one not
@@ -481,7 +502,7 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn list(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
         self.list_where(filter, "retired_at IS NULL")
     }
@@ -491,30 +512,27 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn list_all(&self, filter: &Scope) -> Result<Vec<Workflow>, MemoryError> {
-        self.list_where(filter, "1")
+        self.list_where(filter, "TRUE")
     }
 
     /// The workflows whose scope matches `filter` and whose row passes `status` (an SQL
     /// condition), oldest first.
     fn list_where(&self, filter: &Scope, status: &str) -> Result<Vec<Workflow>, MemoryError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND {status} ORDER BY pk"
-        );
-        let rows = self.query_rows(&sql, params![filter.site, filter.domain])?;
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE {SCOPE_FILTER} AND {status} ORDER BY pk");
+        let rows = self.query_rows(&sql, &[filter.site.clone().into(), filter.domain.clone().into()])?;
         Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
     }
 
     /// One page of workflows for a curator: those of `query.status` whose scope matches
-    /// `query.scope` and whose description or steps contain `query.text` (case-folded,
-    /// for ASCII), in `query.sort` order, from `query.offset`, at most `query.limit`; and
-    /// how many match in all. Reads only the page's rows, so it stays fast at 100,000
-    /// workflows.
+    /// `query.scope` and whose description or steps contain `query.text` (case-folded),
+    /// in `query.sort` order, from `query.offset`, at most `query.limit`; and how many
+    /// match in all. Reads only the page's rows, so it stays fast at 100,000 workflows.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     ///
     /// # Example
     ///
@@ -530,7 +548,7 @@ impl MemoryStore {
         let status = match query.status {
             PageStatus::Active => "retired_at IS NULL",
             PageStatus::Retired => "retired_at IS NOT NULL",
-            PageStatus::All => "1",
+            PageStatus::All => "TRUE",
         };
         let order = match query.sort {
             PageSort::Oldest => "pk ASC",
@@ -543,23 +561,18 @@ impl MemoryStore {
             let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
             format!("%{escaped}%")
         });
-        let filter = format!(
-            "(?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND {status}
-             AND (?3 IS NULL OR description LIKE ?3 ESCAPE '\\' OR index_text LIKE ?3 ESCAPE '\\')"
-        );
+        let filter = format!("{SCOPE_FILTER} AND {status} AND {TEXT_FILTER}");
+        let mut params: Vec<Value> =
+            vec![query.scope.site.clone().into(), query.scope.domain.clone().into(), pattern.into()];
         let total = self
-            .conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM workflows WHERE {filter}"),
-                params![query.scope.site, query.scope.domain, pattern],
-                |row| read_count(row, 0),
-            )
-            .map_err(self.sqlite("counting workflows"))?;
-        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-        let offset = i64::try_from(query.offset).unwrap_or(i64::MAX);
+            .db
+            .query_one(&format!("SELECT COUNT(*) FROM workflows WHERE {filter}"), &params)
+            .and_then(|row| row.count(0))
+            .map_err(self.err("counting workflows"))?;
+        params.extend([Value::from(query.limit), Value::from(query.offset)]);
         let rows = self.query_rows(
-            &format!("SELECT {COLUMNS} FROM workflows WHERE {filter} ORDER BY {order} LIMIT ?4 OFFSET ?5"),
-            params![query.scope.site, query.scope.domain, pattern, limit, offset],
+            &format!("SELECT {COLUMNS} FROM workflows WHERE {filter} ORDER BY {order} LIMIT $4 OFFSET $5"),
+            &params,
         )?;
         let workflows = self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect();
         Ok(Page { total, workflows })
@@ -570,15 +583,15 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when reading fails.
+    /// [`MemoryError::Database`] when reading fails.
     pub fn count(&self, filter: &Scope) -> Result<u64, MemoryError> {
-        self.conn
-            .query_row(
-                "SELECT COUNT(*) FROM workflows WHERE (?1 IS NULL OR site = ?1) AND (?2 IS NULL OR domain = ?2) AND retired_at IS NULL",
-                params![filter.site, filter.domain],
-                |row| read_count(row, 0),
+        self.db
+            .query_one(
+                &format!("SELECT COUNT(*) FROM workflows WHERE {SCOPE_FILTER} AND retired_at IS NULL"),
+                &[filter.site.clone().into(), filter.domain.clone().into()],
             )
-            .map_err(self.sqlite("counting workflows"))
+            .and_then(|row| row.count(0))
+            .map_err(self.err("counting workflows"))
     }
 
     /// Retires the workflow `id`: it stays stored, with its provenance and statistics,
@@ -589,7 +602,7 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] when the update fails.
+    /// [`MemoryError::Database`] when the update fails.
     ///
     /// # Example
     ///
@@ -614,18 +627,19 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn retire(&mut self, id: &str, reason: &str) -> Result<(), MemoryError> {
-        let tx = self.write_tx()?;
-        let (pk, retired) = self.lookup(&tx, id)?;
+        let what = "retiring a workflow";
+        let tx = self.db.write().map_err(self.err(what))?;
+        let (pk, retired) = self.lookup(id)?;
         if !retired {
-            tx.execute(
-                "UPDATE workflows SET retired_at = ?2, retired_reason = ?3 WHERE pk = ?1",
-                params![pk, now_rfc3339(), reason],
-            )
-            .map_err(self.sqlite("retiring a workflow"))?;
-            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk])
-                .map_err(self.sqlite("retiring a workflow"))?;
+            self.db
+                .execute(
+                    "UPDATE workflows SET retired_at = $2, retired_reason = $3 WHERE pk = $1",
+                    &[pk.into(), now_rfc3339().into(), reason.into()],
+                )
+                .map_err(self.err(what))?;
+            log_index(&self.db, pk, "delete").map_err(self.err(what))?;
         }
-        tx.commit().map_err(self.sqlite("retiring a workflow"))
+        tx.commit().map_err(self.err(what))
     }
 
     /// Puts a retired workflow back in use: searchable and offered to agents again.
@@ -634,17 +648,18 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] when the update fails.
+    /// [`MemoryError::Database`] when the update fails.
     pub fn restore(&mut self, id: &str) -> Result<(), MemoryError> {
-        let tx = self.write_tx()?;
-        let (pk, retired) = self.lookup(&tx, id)?;
+        let what = "restoring a workflow";
+        let tx = self.db.write().map_err(self.err(what))?;
+        let (pk, retired) = self.lookup(id)?;
         if retired {
-            tx.execute("UPDATE workflows SET retired_at = NULL, retired_reason = NULL WHERE pk = ?1", [pk])
-                .map_err(self.sqlite("restoring a workflow"))?;
-            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk])
-                .map_err(self.sqlite("restoring a workflow"))?;
+            self.db
+                .execute("UPDATE workflows SET retired_at = NULL, retired_reason = NULL WHERE pk = $1", &[pk.into()])
+                .map_err(self.err(what))?;
+            log_index(&self.db, pk, "insert").map_err(self.err(what))?;
         }
-        tx.commit().map_err(self.sqlite("restoring a workflow"))
+        tx.commit().map_err(self.err(what))
     }
 
     /// Replaces the description of the workflow `id` (its id stays), and re-indexes it
@@ -655,7 +670,7 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::InvalidWorkflow`] for an empty description, [`MemoryError::NotFound`]
-    /// when no such workflow is stored, and [`MemoryError::Sqlite`] when the update fails.
+    /// when no such workflow is stored, and [`MemoryError::Database`] when the update fails.
     pub fn set_description(&mut self, id: &str, description: &str) -> Result<(), MemoryError> {
         let description = description.trim();
         if description.is_empty() {
@@ -664,27 +679,42 @@ impl MemoryStore {
                 reason: "the description is empty".to_owned(),
             });
         }
-        let tx = self.write_tx()?;
-        let (pk, retired) = self.lookup(&tx, id)?;
-        tx.execute("UPDATE workflows SET description = ?2 WHERE pk = ?1", params![pk, description])
-            .map_err(self.sqlite("editing a description"))?;
-        tx.execute("DELETE FROM workflow_vectors WHERE pk = ?1", [pk]).map_err(self.sqlite("editing a description"))?;
+        let what = "editing a description";
+        let tx = self.db.write().map_err(self.err(what))?;
+        let (pk, retired) = self.lookup(id)?;
+        self.db
+            .execute("UPDATE workflows SET description = $2 WHERE pk = $1", &[pk.into(), description.into()])
+            .map_err(self.err(what))?;
+        self.db.execute("DELETE FROM workflow_vectors WHERE pk = $1", &[pk.into()]).map_err(self.err(what))?;
         if !retired {
             // The index reads the row as it is when it applies the log: out, then in.
-            tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete'), (?1, 'insert')", [pk])
-                .map_err(self.sqlite("editing a description"))?;
+            log_index(&self.db, pk, "delete").map_err(self.err(what))?;
+            log_index(&self.db, pk, "insert").map_err(self.err(what))?;
         }
-        tx.commit().map_err(self.sqlite("editing a description"))
+        tx.commit().map_err(self.err(what))
     }
 
     /// The primary key of the workflow `id` and whether it is retired.
-    fn lookup(&self, conn: &Connection, id: &str) -> Result<(i64, bool), MemoryError> {
-        conn.query_row("SELECT pk, retired_at IS NOT NULL FROM workflows WHERE id = ?1", [id], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()
-        .map_err(self.sqlite("looking up a workflow"))?
-        .ok_or_else(|| MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() })
+    fn lookup(&self, id: &str) -> Result<(i64, bool), MemoryError> {
+        let row = self
+            .db
+            .query_opt("SELECT pk, retired_at IS NOT NULL FROM workflows WHERE id = $1", &[id.into()])
+            .map_err(self.err("looking up a workflow"))?;
+        match row {
+            Some(row) => Ok((
+                row.int(0).map_err(self.err("looking up a workflow"))?,
+                row.bool(1).map_err(self.err("looking up a workflow"))?,
+            )),
+            None => Err(self.not_found(id)),
+        }
+    }
+
+    /// The primary key of the workflow `id`, if it is stored.
+    fn pk_of(&self, id: &str) -> Result<Option<i64>, MemoryError> {
+        self.db
+            .query_opt("SELECT pk FROM workflows WHERE id = $1", &[id.into()])
+            .and_then(|row| row.map(|row| row.int(0)).transpose())
+            .map_err(self.err("looking up a workflow"))
     }
 
     /// The `limit` workflows most relevant to `query` by BM25 among those whose scope
@@ -699,7 +729,7 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn search(&self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
         self.search_with(&SearchQuery::bm25(query), filter, limit)
     }
@@ -717,7 +747,7 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::Retrieval`] for a vector or hybrid query without a vector, and
-    /// [`MemoryError::Sqlite`] or [`MemoryError::Corrupt`] when reading fails.
+    /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn search_with(&self, query: &SearchQuery, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
         let ranking = match (query.mode, &query.embedding) {
             (RetrievalMode::Bm25, _) => Ranking::Bm25,
@@ -735,11 +765,14 @@ impl MemoryStore {
         };
         let filter_pair = (filter.site.as_deref(), filter.domain.as_deref());
         let ranked = self.with_index(|index| index.rank(ranking, &query.text, filter_pair, limit))?;
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
         // The hits' rows and provenances in one query each, whatever their number.
         let pks = serde_json::to_string(&ranked.iter().map(|scored| scored.pk).collect::<Vec<_>>()).unwrap_or_default();
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN (SELECT value FROM json_each(?1))");
+        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN ({})", self.db.dialect().json_integers("$1"));
         let mut rows: std::collections::HashMap<i64, RawRow> =
-            self.query_rows(&sql, [&pks])?.into_iter().map(|row| (row.pk, row)).collect();
+            self.query_rows(&sql, &[pks.into()])?.into_iter().map(|row| (row.pk, row)).collect();
         let mut workflows =
             self.decode_all(ranked.iter().filter_map(|scored| rows.remove(&scored.pk)).collect())?.into_iter();
         // A row deleted by another process since the sync is simply no longer a hit.
@@ -759,9 +792,9 @@ impl MemoryStore {
         Ok(hits)
     }
 
-    /// Runs `f` on the search index, brought up to date with the file first.
+    /// Runs `f` on the search index, brought up to date with the database first.
     fn with_index<T>(&self, f: impl FnOnce(&SearchIndex) -> T) -> Result<T, MemoryError> {
-        let head = SearchIndex::log_head(&self.conn).map_err(self.sqlite("updating the search index"))?;
+        let head = SearchIndex::log_head(&self.db).map_err(self.err("updating the search index"))?;
         // A poisoned lock only means another search panicked; the index is rebuilt from
         // the log then.
         match self.index.read() {
@@ -774,7 +807,7 @@ impl MemoryStore {
                     *guard = SearchIndex::default();
                     guard
                 });
-                index.sync(&self.conn).map_err(self.sqlite("updating the search index"))?;
+                index.sync(&self.db).map_err(self.err("updating the search index"))?;
                 Ok(f(&index))
             }
         }
@@ -786,7 +819,7 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the index cannot be brought up to date.
+    /// [`MemoryError::Database`] when the index cannot be brought up to date.
     pub fn vector_coverage(&self, model: &str, filter: &Scope) -> Result<(usize, usize), MemoryError> {
         let filter_pair = (filter.site.as_deref(), filter.domain.as_deref());
         self.with_index(|index| index.vector_coverage(model, filter_pair))
@@ -799,28 +832,25 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when reading fails.
+    /// [`MemoryError::Database`] when reading fails.
     pub fn vector_backlog(&self, model: &str, after: i64, limit: usize) -> Result<Vec<VectorTask>, MemoryError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
+        self.db
+            .query_map(
                 "SELECT w.pk, w.id, w.description, w.action_key FROM workflows AS w
                  LEFT JOIN workflow_vectors AS v ON v.pk = w.pk
-                 WHERE w.pk > ?1 AND (v.model IS NULL OR v.model != ?2) ORDER BY w.pk LIMIT ?3",
+                 WHERE w.pk > $1 AND (v.model IS NULL OR v.model != $2) ORDER BY w.pk LIMIT $3",
+                &[after.into(), model.into(), Value::from(limit as u64)],
+                |row| {
+                    let description = row.text(2)?;
+                    let action_key = row.text(3)?;
+                    Ok(VectorTask {
+                        pk: row.int(0)?,
+                        id: row.text(1)?,
+                        text: embedding_text(&description, action_key.split('\u{1f}').filter(|tool| !tool.is_empty())),
+                    })
+                },
             )
-            .map_err(self.sqlite("listing workflows to embed"))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        stmt.query_map(params![after, model, limit], |row| {
-            let description: String = row.get(2)?;
-            let action_key: String = row.get(3)?;
-            Ok(VectorTask {
-                pk: row.get(0)?,
-                id: row.get(1)?,
-                text: embedding_text(&description, action_key.split('\u{1f}').filter(|tool| !tool.is_empty())),
-            })
-        })
-        .and_then(Iterator::collect)
-        .map_err(self.sqlite("listing workflows to embed"))
+            .map_err(self.err("listing workflows to embed"))
     }
 
     /// Writes the vectors of `model` for the workflows `ids` (normalised here), replacing
@@ -830,26 +860,22 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::Retrieval`] when `vectors` and `ids` differ in length, and
-    /// [`MemoryError::Sqlite`] when the write fails (then nothing is written).
+    /// [`MemoryError::Database`] when the write fails (then nothing is written).
     pub fn set_vectors(&mut self, ids: &[&str], vectors: &WorkflowVectors) -> Result<usize, MemoryError> {
         if ids.len() != vectors.vectors.len() {
             return Err(MemoryError::Retrieval {
                 reason: format!("{} vectors for {} workflows", vectors.vectors.len(), ids.len()),
             });
         }
-        let tx = self.write_tx()?;
+        let tx = self.db.write().map_err(self.err("writing vectors"))?;
         let mut n_written = 0;
         for (id, vector) in ids.iter().zip(&vectors.vectors) {
-            let pk: Option<i64> = tx
-                .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
-                .optional()
-                .map_err(self.sqlite("writing vectors"))?;
-            if let Some(pk) = pk {
-                write_vector(&tx, &self.path, pk, &vectors.model, vector)?;
+            if let Some(pk) = self.pk_of(id)? {
+                write_vector(&self.db, &self.path, pk, &vectors.model, vector)?;
                 n_written += 1;
             }
         }
-        tx.commit().map_err(self.sqlite("writing vectors"))?;
+        tx.commit().map_err(self.err("writing vectors"))?;
         Ok(n_written)
     }
 
@@ -858,7 +884,7 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// As [`MemoryStore::search`], and [`MemoryError::Sqlite`] when the update fails.
+    /// As [`MemoryStore::search`], and [`MemoryError::Database`] when the update fails.
     pub fn retrieve(&mut self, query: &str, filter: &Scope, limit: usize) -> Result<Vec<Hit>, MemoryError> {
         let mut hits = self.search(query, filter, limit)?;
         let ids: Vec<&str> = hits.iter().map(|hit| hit.workflow.id.as_str()).collect();
@@ -878,25 +904,24 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the update fails; then nothing is counted.
+    /// [`MemoryError::Database`] when the update fails; then nothing is counted.
     pub fn count_retrievals(&mut self, ids: &[&str]) -> Result<(), MemoryError> {
         if ids.is_empty() {
             return Ok(());
         }
-        let tx = self.write_tx()?;
-        {
-            let mut stmt = tx
-                .prepare_cached("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = ?1 RETURNING pk")
-                .map_err(self.sqlite("counting a retrieval"))?;
-            for id in ids {
-                let pk: Option<i64> =
-                    stmt.query_row([id], |row| row.get(0)).optional().map_err(self.sqlite("counting a retrieval"))?;
-                if let Some(pk) = pk {
-                    count_day(&tx, pk, "retrieved").map_err(self.sqlite("counting a retrieval"))?;
-                }
+        let what = "counting a retrieval";
+        let tx = self.db.write().map_err(self.err(what))?;
+        for id in ids {
+            let pk = self
+                .db
+                .query_opt("UPDATE workflows SET retrieved = retrieved + 1 WHERE id = $1 RETURNING pk", &[(*id).into()])
+                .and_then(|row| row.map(|row| row.int(0)).transpose())
+                .map_err(self.err(what))?;
+            if let Some(pk) = pk {
+                count_day(&self.db, pk, "retrieved").map_err(self.err(what))?;
             }
         }
-        tx.commit().map_err(self.sqlite("counting retrievals"))
+        tx.commit().map_err(self.err("counting retrievals"))
     }
 
     /// Whether the trajectory `trajectory_id` is in some workflow's provenance: it was
@@ -905,24 +930,22 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the query fails, and [`MemoryError::Corrupt`] when a
-    /// provenance row is not valid JSON.
+    /// [`MemoryError::Database`] when the query fails, and [`MemoryError::Corrupt`] when
+    /// a provenance row is not valid JSON.
     pub fn learned_from(&self, trajectory_id: &str) -> Result<bool, MemoryError> {
         // A LIKE over the JSON text narrows the rows; parsing them decides.
         let quoted = serde_json::to_string(trajectory_id).unwrap_or_default();
         let escaped = quoted.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
         let pattern = format!("%{escaped}%");
-        let mut stmt = self
-            .conn
-            .prepare_cached(
+        let candidates = self
+            .db
+            .query_map(
                 "SELECT w.id, p.trajectory_ids FROM provenance AS p JOIN workflows AS w ON w.pk = p.workflow_pk
-                 WHERE p.trajectory_ids LIKE ?1 ESCAPE '\\'",
+                 WHERE p.trajectory_ids LIKE $1 ESCAPE '\\'",
+                &[pattern.into()],
+                |row| Ok((row.text(0)?, row.text(1)?)),
             )
-            .map_err(self.sqlite("looking up a trajectory"))?;
-        let candidates: Vec<(String, String)> = stmt
-            .query_map([pattern], |row| Ok((row.get(0)?, row.get(1)?)))
-            .and_then(Iterator::collect)
-            .map_err(self.sqlite("looking up a trajectory"))?;
+            .map_err(self.err("looking up a trajectory"))?;
         for (workflow_id, text) in candidates {
             let ids = self.provenance_ids(workflow_id, &text)?;
             if ids.iter().any(|id| id == trajectory_id) {
@@ -947,19 +970,17 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when the query fails, and [`MemoryError::Corrupt`] when a
-    /// provenance row is not valid JSON.
+    /// [`MemoryError::Database`] when the query fails, and [`MemoryError::Corrupt`] when
+    /// a provenance row is not valid JSON.
     pub fn learned_trajectory_ids(&self) -> Result<std::collections::HashSet<String>, MemoryError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
+        let rows = self
+            .db
+            .query_map(
                 "SELECT w.id, p.trajectory_ids FROM provenance AS p JOIN workflows AS w ON w.pk = p.workflow_pk",
+                &[],
+                |row| Ok((row.text(0)?, row.text(1)?)),
             )
-            .map_err(self.sqlite("reading provenances"))?;
-        let rows: Vec<(String, String)> = stmt
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .and_then(Iterator::collect)
-            .map_err(self.sqlite("reading provenances"))?;
+            .map_err(self.err("reading provenances"))?;
         let mut res = std::collections::HashSet::new();
         for (workflow_id, text) in rows {
             let ids = self.provenance_ids(workflow_id, &text)?;
@@ -977,11 +998,9 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when reading fails.
+    /// [`MemoryError::Database`] when reading fails.
     pub fn revision(&self) -> Result<i64, MemoryError> {
-        self.conn
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM index_log", [], |row| row.get(0))
-            .map_err(self.sqlite("reading the revision"))
+        SearchIndex::log_head(&self.db).map_err(self.err("reading the revision"))
     }
 
     /// Records that the workflow `id` was used in a run that ended with `outcome`.
@@ -989,24 +1008,28 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] when the update fails.
+    /// [`MemoryError::Database`] when the update fails.
     pub fn record_use(&mut self, id: &str, outcome: UseOutcome) -> Result<(), MemoryError> {
         let (sql, column) = match outcome {
             UseOutcome::Success => {
-                ("UPDATE workflows SET used_success = used_success + 1 WHERE id = ?1 RETURNING pk", "used_success")
+                ("UPDATE workflows SET used_success = used_success + 1 WHERE id = $1 RETURNING pk", "used_success")
             }
             UseOutcome::Failure => {
-                ("UPDATE workflows SET used_failure = used_failure + 1 WHERE id = ?1 RETURNING pk", "used_failure")
+                ("UPDATE workflows SET used_failure = used_failure + 1 WHERE id = $1 RETURNING pk", "used_failure")
             }
         };
-        let tx = self.write_tx()?;
-        let pk: Option<i64> =
-            tx.query_row(sql, [id], |row| row.get(0)).optional().map_err(self.sqlite("recording a use"))?;
+        let what = "recording a use";
+        let tx = self.db.write().map_err(self.err(what))?;
+        let pk = self
+            .db
+            .query_opt(sql, &[id.into()])
+            .and_then(|row| row.map(|row| row.int(0)).transpose())
+            .map_err(self.err(what))?;
         let Some(pk) = pk else {
-            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+            return Err(self.not_found(id));
         };
-        count_day(&tx, pk, column).map_err(self.sqlite("recording a use"))?;
-        tx.commit().map_err(self.sqlite("recording a use"))
+        count_day(&self.db, pk, column).map_err(self.err(what))?;
+        tx.commit().map_err(self.err(what))
     }
 
     /// The usage of the workflow `id` per UTC day, oldest first: the days on which it was
@@ -1016,27 +1039,25 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] when reading fails.
+    /// [`MemoryError::Database`] when reading fails.
     pub fn usage(&self, id: &str) -> Result<Vec<UsageDay>, MemoryError> {
-        let (pk, _) = self.lookup(&self.conn, id)?;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT day, retrieved, used_success, used_failure FROM usage_days WHERE workflow_pk = ?1 ORDER BY day",
-            )
-            .map_err(self.sqlite("reading usage"))?;
-        stmt.query_map([pk], |row| {
-            Ok(UsageDay {
-                day: row.get(0)?,
-                stats: WorkflowStats {
-                    retrieved: read_count(row, 1)?,
-                    used_success: read_count(row, 2)?,
-                    used_failure: read_count(row, 3)?,
+        let (pk, _) = self.lookup(id)?;
+        self.db
+            .query_map(
+                "SELECT day, retrieved, used_success, used_failure FROM usage_days WHERE workflow_pk = $1 ORDER BY day",
+                &[pk.into()],
+                |row| {
+                    Ok(UsageDay {
+                        day: row.text(0)?,
+                        stats: WorkflowStats {
+                            retrieved: row.count(1)?,
+                            used_success: row.count(2)?,
+                            used_failure: row.count(3)?,
+                        },
+                    })
                 },
-            })
-        })
-        .and_then(Iterator::collect)
-        .map_err(self.sqlite("reading usage"))
+            )
+            .map_err(self.err("reading usage"))
     }
 
     /// Deletes the workflow `id` with its provenance and index entry.
@@ -1044,18 +1065,14 @@ impl MemoryStore {
     /// # Errors
     ///
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
-    /// [`MemoryError::Sqlite`] when the delete fails.
+    /// [`MemoryError::Database`] when the delete fails.
     pub fn delete(&mut self, id: &str) -> Result<(), MemoryError> {
-        let tx = self.write_tx()?;
-        let pk: Option<i64> = tx
-            .query_row("SELECT pk FROM workflows WHERE id = ?1", [id], |row| row.get(0))
-            .optional()
-            .map_err(self.sqlite("deleting a workflow"))?;
-        let Some(pk) = pk else {
-            return Err(MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() });
+        let tx = self.db.write().map_err(self.err("deleting a workflow"))?;
+        let Some(pk) = self.pk_of(id)? else {
+            return Err(self.not_found(id));
         };
-        delete_pk(&tx, &self.path, pk)?;
-        tx.commit().map_err(self.sqlite("deleting a workflow"))
+        delete_pk(&self.db, &self.path, pk)?;
+        tx.commit().map_err(self.err("deleting a workflow"))
     }
 
     /// Removes what `policy` says, in one transaction, and returns the removed ids.
@@ -1067,105 +1084,143 @@ impl MemoryStore {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::Sqlite`] when reading or deleting fails.
+    /// [`MemoryError::Database`] when reading or deleting fails.
     pub fn prune(&mut self, policy: &PrunePolicy) -> Result<Vec<String>, MemoryError> {
-        let tx = self.write_tx()?;
+        let tx = self.db.write().map_err(self.err("pruning"))?;
         let mut removed = Vec::new();
         if let Some(min_rate) = policy.min_success_rate {
-            let mut stmt = tx
-                .prepare(
+            let rows = self
+                .db
+                .query_map(
                     "SELECT pk, id, used_success, used_failure FROM workflows WHERE retired_at IS NULL ORDER BY pk",
+                    &[],
+                    |row| {
+                        let stats =
+                            WorkflowStats { retrieved: 0, used_success: row.count(2)?, used_failure: row.count(3)? };
+                        Ok((row.int(0)?, row.text(1)?, stats))
+                    },
                 )
-                .map_err(self.sqlite("pruning"))?;
-            let rows: Vec<(i64, String, WorkflowStats)> = stmt
-                .query_map([], |row| {
-                    let stats = WorkflowStats {
-                        retrieved: 0,
-                        used_success: read_count(row, 2)?,
-                        used_failure: read_count(row, 3)?,
-                    };
-                    Ok((row.get(0)?, row.get(1)?, stats))
-                })
-                .map_err(self.sqlite("pruning"))?
-                .collect::<Result<_, _>>()
-                .map_err(self.sqlite("pruning"))?;
-            drop(stmt);
+                .map_err(self.err("pruning"))?;
             for (pk, id, stats) in rows {
                 let uses = stats.used_success + stats.used_failure;
                 if uses >= policy.min_uses && success_rate(&stats) < min_rate {
-                    delete_pk(&tx, &self.path, pk)?;
+                    delete_pk(&self.db, &self.path, pk)?;
                     removed.push(id);
                 }
             }
         }
         if let Some(max) = policy.max_per_scope {
-            let scopes: Vec<String> = {
-                let mut stmt = tx
-                    .prepare("SELECT scope_key FROM workflows WHERE retired_at IS NULL GROUP BY scope_key HAVING COUNT(*) > ?1")
-                    .map_err(self.sqlite("pruning"))?;
-                stmt.query_map([i64::try_from(max).unwrap_or(i64::MAX)], |row| row.get(0))
-                    .map_err(self.sqlite("pruning"))?
-                    .collect::<Result<_, _>>()
-                    .map_err(self.sqlite("pruning"))?
-            };
+            let scopes = self
+                .db
+                .query_map(
+                    "SELECT scope_key FROM workflows WHERE retired_at IS NULL GROUP BY scope_key HAVING COUNT(*) > $1",
+                    &[Value::from(max as u64)],
+                    |row| row.text(0),
+                )
+                .map_err(self.err("pruning"))?;
             for scope_key in scopes {
-                removed.extend(evict_in(&tx, &self.path, &scope_key, max)?);
+                removed.extend(evict_in(&self.db, &self.path, &scope_key, max)?);
             }
         }
-        tx.commit().map_err(self.sqlite("pruning"))?;
+        tx.commit().map_err(self.err("pruning"))?;
         Ok(removed)
     }
 
-    fn migrate(&mut self) -> Result<(), MemoryError> {
+    fn migrate_sqlite(&mut self) -> Result<(), MemoryError> {
         let supported = MIGRATIONS.len() as i64;
         loop {
-            let tx = self.write_tx()?;
+            let tx = self.db.write().map_err(self.err("starting a migration"))?;
             // Read the version inside the immediate transaction: another process may have
             // migrated the file while this one waited for the lock.
-            let version: i64 = tx
-                .query_row("PRAGMA user_version", [], |row| row.get(0))
-                .map_err(self.sqlite("reading the schema version"))?;
+            let version = self.schema_version()?;
             if version > supported {
                 return Err(MemoryError::SchemaTooNew { path: self.path.clone(), found: version, supported });
             }
-            let application_id: i64 = tx
-                .query_row("PRAGMA application_id", [], |row| row.get(0))
-                .map_err(self.sqlite("reading the application id"))?;
+            let application_id = self
+                .db
+                .query_one("PRAGMA application_id", &[])
+                .and_then(|row| row.int(0))
+                .map_err(self.err("reading the application id"))?;
             if application_id != APPLICATION_ID {
-                tx.pragma_update(None, "application_id", APPLICATION_ID).map_err(self.sqlite("marking the file"))?;
+                self.db
+                    .batch(&format!("PRAGMA application_id = {APPLICATION_ID}"))
+                    .map_err(self.err("marking the file"))?;
             }
             if version == supported {
-                tx.commit().map_err(self.sqlite("marking the file"))?;
+                tx.commit().map_err(self.err("marking the file"))?;
                 return Ok(());
             }
             // Invariant: 0 <= version < supported, so the index is in range.
-            tx.execute_batch(MIGRATIONS[version as usize]).map_err(self.sqlite("migrating the schema"))?;
-            tx.pragma_update(None, "user_version", version + 1).map_err(self.sqlite("recording the schema version"))?;
-            tx.commit().map_err(self.sqlite("committing a migration"))?;
+            self.db.batch(MIGRATIONS[version as usize]).map_err(self.err("migrating the schema"))?;
+            self.db
+                .batch(&format!("PRAGMA user_version = {}", version + 1))
+                .map_err(self.err("recording the schema version"))?;
+            tx.commit().map_err(self.err("committing a migration"))?;
         }
     }
 
-    /// Starts an immediate transaction, which takes the write lock up front (waiting up to
-    /// the busy timeout) instead of failing on upgrade when another process writes.
-    fn write_tx(&self) -> Result<Transaction<'_>, MemoryError> {
-        // Every public writer takes `&mut self`, so transactions never nest.
-        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
-            .map_err(self.sqlite("starting a write transaction"))
+    /// Creates or migrates the tables in a PostgreSQL database, under a session advisory
+    /// lock so that processes starting at once migrate one after the other.
+    fn migrate_postgres(&mut self) -> Result<(), MemoryError> {
+        let what = "migrating the schema";
+        self.db.batch(&format!("SELECT pg_advisory_lock({MIGRATE_LOCK})")).map_err(self.err(what))?;
+        let res = self.migrate_postgres_locked();
+        let unlocked = self.db.batch(&format!("SELECT pg_advisory_unlock({MIGRATE_LOCK})")).map_err(self.err(what));
+        res.and(unlocked)
     }
 
-    fn query_rows(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<RawRow>, MemoryError> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(self.sqlite("reading workflows"))?;
-        stmt.query_map(params, RawRow::read)
-            .map_err(self.sqlite("reading workflows"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(self.sqlite("reading workflows"))
+    fn migrate_postgres_locked(&mut self) -> Result<(), MemoryError> {
+        let what = "migrating the schema";
+        let supported = PG_MIGRATIONS.len() as i64;
+        let row = self
+            .db
+            .query_one("SELECT to_regclass('flowmem_meta') IS NOT NULL, to_regclass('workflows') IS NOT NULL", &[])
+            .map_err(self.err(what))?;
+        let (has_meta, has_workflows) = (row.bool(0).map_err(self.err(what))?, row.bool(1).map_err(self.err(what))?);
+        if !has_meta && has_workflows {
+            return Err(MemoryError::NotMemory {
+                path: self.path.clone(),
+                reason: "it has a `workflows` table that flowmem did not make".to_owned(),
+            });
+        }
+        self.db
+            .batch("CREATE TABLE IF NOT EXISTS flowmem_meta (name TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            .map_err(self.err(what))?;
+        loop {
+            let version = self
+                .db
+                .query_opt("SELECT version FROM flowmem_meta WHERE name = 'memory'", &[])
+                .and_then(|row| row.map(|row| row.int(0)).transpose())
+                .map_err(self.err(what))?
+                .unwrap_or(0);
+            if version > supported {
+                return Err(MemoryError::SchemaTooNew { path: self.path.clone(), found: version, supported });
+            }
+            if version == supported {
+                return Ok(());
+            }
+            let tx = self.db.write().map_err(self.err(what))?;
+            self.db.batch(PG_MIGRATIONS[version as usize]).map_err(self.err(what))?;
+            self.db
+                .execute(
+                    "INSERT INTO flowmem_meta (name, version) VALUES ('memory', $1)
+                     ON CONFLICT (name) DO UPDATE SET version = excluded.version",
+                    &[Value::Int(version + 1)],
+                )
+                .map_err(self.err("recording the schema version"))?;
+            tx.commit().map_err(self.err("committing a migration"))?;
+        }
+    }
+
+    fn query_rows(&self, sql: &str, params: &[Value]) -> Result<Vec<RawRow>, MemoryError> {
+        self.db.query_map(sql, params, RawRow::read).map_err(self.err("reading workflows"))
     }
 
     /// The workflows of `rows`, in order, each with its primary key; their provenances
     /// are read in one query.
     fn decode_all(&self, rows: Vec<RawRow>) -> Result<Vec<(i64, Workflow)>, MemoryError> {
         let keys: Vec<(i64, &str)> = rows.iter().map(|row| (row.pk, row.id.as_str())).collect();
-        let mut provenances = read_provenances(&self.conn, &self.path, &keys)?;
+        let mut provenances = read_provenances(&self.db, &self.path, &keys)?;
         rows.into_iter()
             .map(|row| {
                 let pk = row.pk;
@@ -1175,9 +1230,47 @@ impl MemoryStore {
             .collect()
     }
 
-    fn sqlite(&self, what: &'static str) -> impl FnOnce(rusqlite::Error) -> MemoryError + '_ {
-        move |source| MemoryError::Sqlite { path: self.path.clone(), what, source }
+    fn err(&self, what: &'static str) -> impl FnOnce(DbError) -> MemoryError + '_ {
+        move |source| MemoryError::Database { path: self.path.clone(), what, source }
     }
+
+    fn not_found(&self, id: &str) -> MemoryError {
+        MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }
+    }
+}
+
+/// The key of the session advisory lock PostgreSQL migrations run under: "flmmmigr".
+const MIGRATE_LOCK: i64 = 0x666C_6D6D_6D69_6772;
+
+/// Opens a SQLite memory file: refuses another application's file before writing
+/// anything, then switches to WAL.
+fn open_sqlite(path: &Path, cfg: &StoreConfig) -> Result<Db, MemoryError> {
+    let sqlite = |what| {
+        move |source: rusqlite::Error| MemoryError::Database { path: path.to_path_buf(), what, source: source.into() }
+    };
+    let conn = rusqlite::Connection::open(path).map_err(sqlite("opening"))?;
+    conn.busy_timeout(cfg.busy_timeout).map_err(sqlite("setting the busy timeout"))?;
+    // Before anything writes (even the journal mode): another application's file is
+    // left exactly as it is.
+    if let Ownership::Foreign(reason) = ownership(&conn).map_err(sqlite("reading what the file holds"))? {
+        return Err(MemoryError::NotMemory { path: path.to_path_buf(), reason });
+    }
+    // Switching to WAL needs a moment of exclusive access, which the busy handler does
+    // not always cover while another process creates the same file; retry briefly.
+    let mut attempt = 0;
+    loop {
+        let res: Result<String, _> = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0));
+        match res {
+            Ok(_) => break,
+            Err(err) if is_busy(&err) && attempt < 200 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(err) => return Err(sqlite("switching to WAL mode")(err)),
+        }
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(sqlite("setting synchronous"))?;
+    Ok(Db::new(SqliteBackend::new(conn)))
 }
 
 /// A `workflows` row before its JSON columns are decoded.
@@ -1195,23 +1288,23 @@ struct RawRow {
 }
 
 impl RawRow {
-    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    fn read(row: &Row) -> Result<RawRow, DbError> {
         Ok(RawRow {
-            pk: row.get(0)?,
-            id: row.get(1)?,
-            description: row.get(2)?,
-            steps: row.get(3)?,
-            site: row.get(4)?,
-            domain: row.get(5)?,
-            composed_of: row.get(6)?,
-            created_at: row.get(7)?,
+            pk: row.int(0)?,
+            id: row.text(1)?,
+            description: row.text(2)?,
+            steps: row.text(3)?,
+            site: row.opt_text(4)?,
+            domain: row.opt_text(5)?,
+            composed_of: row.text(6)?,
+            created_at: row.text(7)?,
             stats: WorkflowStats {
-                retrieved: read_count(row, 8)?,
-                used_success: read_count(row, 9)?,
-                used_failure: read_count(row, 10)?,
+                retrieved: row.count(8)?,
+                used_success: row.count(9)?,
+                used_failure: row.count(10)?,
             },
-            retired: match row.get::<_, Option<String>>(11)? {
-                Some(at) => Some(Retirement { at, reason: row.get::<_, Option<String>>(12)?.unwrap_or_default() }),
+            retired: match row.opt_text(11)? {
+                Some(at) => Some(Retirement { at, reason: row.opt_text(12)?.unwrap_or_default() }),
                 None => None,
             },
         })
@@ -1257,36 +1350,36 @@ fn merge_provenances(provenances: Vec<Provenance>) -> Provenance {
 /// The provenances of the workflows `workflows` (primary key and id), each oldest
 /// first, in one query.
 fn read_provenances(
-    conn: &Connection,
+    db: &Db,
     path: &Path,
     workflows: &[(i64, &str)],
 ) -> Result<std::collections::HashMap<i64, Vec<Provenance>>, MemoryError> {
-    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source };
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT workflow_pk, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance
-             WHERE workflow_pk IN (SELECT value FROM json_each(?1)) ORDER BY workflow_pk, seq",
-        )
-        .map_err(sqlite)?;
+    let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "reading provenance", source };
+    let mut by_pk: std::collections::HashMap<i64, Vec<Provenance>> = std::collections::HashMap::new();
+    if workflows.is_empty() {
+        return Ok(by_pk);
+    }
     let pks = serde_json::to_string(&workflows.iter().map(|&(pk, _)| pk).collect::<Vec<_>>()).unwrap_or_default();
-    let rows: Vec<(i64, String, Provenance)> = stmt
-        .query_map([pks], |row| {
+    let sql = format!(
+        "SELECT workflow_pk, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance
+         WHERE workflow_pk IN ({}) ORDER BY workflow_pk, seq",
+        db.dialect().json_integers("$1")
+    );
+    let rows = db
+        .query_map(&sql, &[pks.into()], |row| {
             Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
+                row.int(0)?,
+                row.text(1)?,
                 Provenance {
                     trajectory_ids: Vec::new(),
-                    inducer: row.get(2)?,
-                    model: row.get(3)?,
-                    prompt_version: row.get(4)?,
-                    created_at: Some(row.get(5)?),
+                    inducer: row.text(2)?,
+                    model: row.opt_text(3)?,
+                    prompt_version: row.opt_text(4)?,
+                    created_at: Some(row.text(5)?),
                 },
             ))
         })
-        .map_err(sqlite)?
-        .collect::<Result<_, _>>()
-        .map_err(|source| MemoryError::Sqlite { path: path.to_path_buf(), what: "reading provenance", source })?;
-    let mut by_pk: std::collections::HashMap<i64, Vec<Provenance>> = std::collections::HashMap::new();
+        .map_err(sqlite)?;
     for (pk, ids, mut provenance) in rows {
         provenance.trajectory_ids = serde_json::from_str(&ids).map_err(|source| MemoryError::Corrupt {
             path: path.to_path_buf(),
@@ -1299,13 +1392,9 @@ fn read_provenances(
     Ok(by_pk)
 }
 
-fn add_in(
-    tx: &Transaction<'_>,
-    path: &Path,
-    cfg: &StoreConfig,
-    workflow: &Workflow,
-) -> Result<AddOutcome, MemoryError> {
-    let sqlite = |what| move |source| MemoryError::Sqlite { path: path.to_path_buf(), what, source };
+/// Adds `workflow` inside the caller's write transaction.
+fn add_in(db: &Db, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Result<AddOutcome, MemoryError> {
+    let sqlite = |what| move |source| MemoryError::Database { path: path.to_path_buf(), what, source };
     if workflow.steps.is_empty() {
         return Err(MemoryError::InvalidWorkflow {
             description: workflow.description.clone(),
@@ -1318,17 +1407,13 @@ fn add_in(
     let created_at = workflow.provenance.created_at.clone().unwrap_or_else(|| now.clone());
 
     // Dedup: the most similar stored workflow with the same scope and tool sequence.
-    let candidates: Vec<(i64, String, String)> = {
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT pk, id, description FROM workflows WHERE scope_key = ?1 AND action_key = ?2 ORDER BY pk",
-            )
-            .map_err(sqlite("looking for duplicates"))?;
-        stmt.query_map(params![scope_key, action_key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .map_err(sqlite("looking for duplicates"))?
-            .collect::<Result<_, _>>()
-            .map_err(sqlite("looking for duplicates"))?
-    };
+    let candidates: Vec<(i64, String, String)> = db
+        .query_map(
+            "SELECT pk, id, description FROM workflows WHERE scope_key = $1 AND action_key = $2 ORDER BY pk",
+            &[scope_key.as_str().into(), action_key.as_str().into()],
+            |row| Ok((row.int(0)?, row.text(1)?, row.text(2)?)),
+        )
+        .map_err(sqlite("looking for duplicates"))?;
     let mut best: Option<(i64, String, f64)> = None;
     for (pk, id, description) in candidates {
         let similarity = description_similarity(&description, &workflow.description);
@@ -1337,11 +1422,11 @@ fn add_in(
         }
     }
     if let Some((pk, id, similarity)) = best {
-        insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+        insert_provenance(db, path, pk, &workflow.provenance, &created_at)?;
         let stats = &workflow.stats;
-        tx.execute(
-            "UPDATE workflows SET retrieved = retrieved + ?2, used_success = used_success + ?3, used_failure = used_failure + ?4 WHERE pk = ?1",
-            params![pk, to_sql_count(stats.retrieved), to_sql_count(stats.used_success), to_sql_count(stats.used_failure)],
+        db.execute(
+            "UPDATE workflows SET retrieved = retrieved + $2, used_success = used_success + $3, used_failure = used_failure + $4 WHERE pk = $1",
+            &[pk.into(), stats.retrieved.into(), stats.used_success.into(), stats.used_failure.into()],
         )
         .map_err(sqlite("merging a duplicate"))?;
         return Ok(AddOutcome::Merged { id, similarity });
@@ -1356,103 +1441,100 @@ fn add_in(
         description: workflow.description.clone(),
         reason: format!("its composition does not serialize: {err}"),
     })?;
-    let existing: Option<i64> = tx
-        .query_row("SELECT pk FROM workflows WHERE id = ?1", [&id], |row| row.get(0))
-        .optional()
+    let existing = db
+        .query_opt("SELECT pk FROM workflows WHERE id = $1", &[id.as_str().into()])
+        .and_then(|row| row.map(|row| row.int(0)).transpose())
         .map_err(sqlite("looking up an id"))?;
     if let Some(pk) = existing {
         // The same content in the same scope: only possible with dedup disabled. Keep one
         // row and record the extra provenance.
-        insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+        insert_provenance(db, path, pk, &workflow.provenance, &created_at)?;
         return Ok(AddOutcome::Merged { id, similarity: 1.0 });
     }
     let stats = &workflow.stats;
-    tx.execute(
-        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-        params![
-            id,
-            workflow.description,
-            steps_json,
-            workflow.scope.site,
-            workflow.scope.domain,
-            scope_key,
-            action_key,
-            composed_json,
-            created_at,
-            to_sql_count(stats.retrieved),
-            to_sql_count(stats.used_success),
-            to_sql_count(stats.used_failure),
-            steps_text(workflow),
-            workflow.retired.as_ref().map(|retired| &retired.at),
-            workflow.retired.as_ref().map(|retired| &retired.reason)
-        ],
-    )
-    .map_err(sqlite("inserting a workflow"))?;
-    let pk = tx.last_insert_rowid();
+    let pk = db
+        .query_one(
+            "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING pk",
+            &[
+                id.as_str().into(),
+                workflow.description.as_str().into(),
+                steps_json.into(),
+                workflow.scope.site.clone().into(),
+                workflow.scope.domain.clone().into(),
+                scope_key.as_str().into(),
+                action_key.into(),
+                composed_json.into(),
+                created_at.as_str().into(),
+                stats.retrieved.into(),
+                stats.used_success.into(),
+                stats.used_failure.into(),
+                steps_text(workflow).into(),
+                workflow.retired.as_ref().map(|retired| retired.at.as_str()).into(),
+                workflow.retired.as_ref().map(|retired| retired.reason.as_str()).into(),
+            ],
+        )
+        .and_then(|row| row.int(0))
+        .map_err(sqlite("inserting a workflow"))?;
     if workflow.retired.is_none() {
-        tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'insert')", [pk])
-            .map_err(sqlite("indexing a workflow"))?;
+        log_index(db, pk, "insert").map_err(sqlite("indexing a workflow"))?;
     }
-    insert_provenance(tx, path, pk, &workflow.provenance, &created_at)?;
+    insert_provenance(db, path, pk, &workflow.provenance, &created_at)?;
     let evicted = match cfg.max_per_scope {
-        Some(max) => evict_in(tx, path, &scope_key, max)?,
+        Some(max) => evict_in(db, path, &scope_key, max)?,
         None => Vec::new(),
     };
     Ok(AddOutcome::Inserted { id, evicted })
 }
 
 fn insert_provenance(
-    tx: &Transaction<'_>,
+    db: &Db,
     path: &Path,
     pk: i64,
     provenance: &Provenance,
     created_at: &str,
 ) -> Result<(), MemoryError> {
-    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "recording provenance", source };
+    let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "recording provenance", source };
     // Trajectory ids are strings, so this serialisation cannot fail.
     let ids = serde_json::to_string(&provenance.trajectory_ids).unwrap_or_else(|_| "[]".to_owned());
-    tx.execute(
+    db.execute(
         "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at)
-         VALUES (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM provenance WHERE workflow_pk = ?1), ?2, ?3, ?4, ?5, ?6)",
-        params![pk, ids, provenance.inducer, provenance.model, provenance.prompt_version, created_at],
+         VALUES ($1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM provenance WHERE workflow_pk = $1), $2, $3, $4, $5, $6)",
+        &[
+            pk.into(),
+            ids.into(),
+            provenance.inducer.as_str().into(),
+            provenance.model.clone().into(),
+            provenance.prompt_version.clone().into(),
+            created_at.into(),
+        ],
     )
     .map_err(sqlite)?;
     Ok(())
 }
 
 /// Evicts from the exact scope `scope_key` until at most `max` workflows remain.
-fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> Result<Vec<String>, MemoryError> {
-    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "evicting", source };
-    let count: i64 = tx
-        .query_row("SELECT COUNT(*) FROM workflows WHERE scope_key = ?1 AND retired_at IS NULL", [scope_key], |row| {
-            row.get(0)
-        })
+fn evict_in(db: &Db, path: &Path, scope_key: &str, max: usize) -> Result<Vec<String>, MemoryError> {
+    let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "evicting", source };
+    let mut rows: Vec<(f64, i64, String)> = db
+        .query_map(
+            "SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = $1 AND retired_at IS NULL",
+            &[scope_key.into()],
+            |row| {
+                let stats = WorkflowStats { retrieved: 0, used_success: row.count(2)?, used_failure: row.count(3)? };
+                Ok((retention_score(&stats), row.int(0)?, row.text(1)?))
+            },
+        )
         .map_err(sqlite)?;
-    let excess = usize::try_from(count).unwrap_or(0).saturating_sub(max);
+    let excess = rows.len().saturating_sub(max);
     if excess == 0 {
         return Ok(Vec::new());
     }
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = ?1 AND retired_at IS NULL",
-        )
-        .map_err(sqlite)?;
-    let mut rows: Vec<(f64, i64, String)> = stmt
-        .query_map([scope_key], |row| {
-            let stats =
-                WorkflowStats { retrieved: 0, used_success: read_count(row, 2)?, used_failure: read_count(row, 3)? };
-            Ok((retention_score(&stats), row.get(0)?, row.get(1)?))
-        })
-        .map_err(sqlite)?
-        .collect::<Result<_, _>>()
-        .map_err(sqlite)?;
-    drop(stmt);
     // Lowest score first; among equal scores the oldest (smallest pk) first.
     rows.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let mut evicted = Vec::with_capacity(excess);
     for (_, pk, id) in rows.into_iter().take(excess) {
-        delete_pk(tx, path, pk)?;
+        delete_pk(db, path, pk)?;
         evicted.push(id);
     }
     Ok(evicted)
@@ -1460,28 +1542,39 @@ fn evict_in(tx: &Transaction<'_>, path: &Path, scope_key: &str, max: usize) -> R
 
 /// Writes (or replaces) the vector of workflow `pk`, normalised, and logs it for the
 /// index.
-fn write_vector(tx: &Transaction<'_>, path: &Path, pk: i64, model: &str, vector: &[f32]) -> Result<(), MemoryError> {
-    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "writing a vector", source };
+fn write_vector(db: &Db, path: &Path, pk: i64, model: &str, vector: &[f32]) -> Result<(), MemoryError> {
+    let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "writing a vector", source };
     if vector.is_empty() {
         return Err(MemoryError::Retrieval { reason: format!("an empty vector from embedding model `{model}`") });
     }
-    tx.execute(
-        "INSERT OR REPLACE INTO workflow_vectors (pk, model, vector) VALUES (?1, ?2, ?3)",
-        params![pk, model, encode_vector(&normalised(vector))],
+    db.execute(
+        "INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)
+         ON CONFLICT (pk) DO UPDATE SET model = excluded.model, vector = excluded.vector",
+        &[pk.into(), model.into(), encode_vector(&normalised(vector)).into()],
     )
     .map_err(sqlite)?;
-    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'vector')", [pk]).map_err(sqlite)?;
+    log_index(db, pk, "vector").map_err(sqlite)?;
     Ok(())
 }
 
-fn delete_pk(tx: &Transaction<'_>, path: &Path, pk: i64) -> Result<(), MemoryError> {
-    let sqlite = |source| MemoryError::Sqlite { path: path.to_path_buf(), what: "deleting a workflow", source };
-    tx.execute("INSERT INTO index_log (pk, op) VALUES (?1, 'delete')", [pk]).map_err(sqlite)?;
-    tx.execute("DELETE FROM workflow_vectors WHERE pk = ?1", [pk]).map_err(sqlite)?;
-    tx.execute("DELETE FROM provenance WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
-    tx.execute("DELETE FROM usage_days WHERE workflow_pk = ?1", [pk]).map_err(sqlite)?;
-    tx.execute("DELETE FROM workflows WHERE pk = ?1", [pk]).map_err(sqlite)?;
+fn delete_pk(db: &Db, path: &Path, pk: i64) -> Result<(), MemoryError> {
+    let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "deleting a workflow", source };
+    log_index(db, pk, "delete").map_err(sqlite)?;
+    for sql in [
+        "DELETE FROM workflow_vectors WHERE pk = $1",
+        "DELETE FROM provenance WHERE workflow_pk = $1",
+        "DELETE FROM usage_days WHERE workflow_pk = $1",
+        "DELETE FROM workflows WHERE pk = $1",
+    ] {
+        db.execute(sql, &[pk.into()]).map_err(sqlite)?;
+    }
     Ok(())
+}
+
+/// Appends `op` (`insert`, `delete` or `vector`) for the workflow `pk` to the log the
+/// search index follows.
+fn log_index(db: &Db, pk: i64, op: &'static str) -> Result<(), DbError> {
+    db.execute("INSERT INTO index_log (pk, op) VALUES ($1, $2)", &[pk.into(), op.into()]).map(|_| ())
 }
 
 /// The exact-scope grouping key: both fields, with absence distinct from any value.
@@ -1519,23 +1612,16 @@ fn content_id(workflow: &Workflow) -> String {
     id
 }
 
-/// Reads a counter column; SQLite integers are signed, counters never negative.
-fn read_count(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    Ok(u64::try_from(row.get::<_, i64>(idx)?).unwrap_or(0))
-}
-
-fn to_sql_count(count: u64) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
-}
-
 /// Adds one to `column` of the workflow `pk`'s bucket for today (UTC).
-fn count_day(tx: &Transaction<'_>, pk: i64, column: &'static str) -> rusqlite::Result<()> {
+fn count_day(db: &Db, pk: i64, column: &'static str) -> Result<(), DbError> {
     let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
-    tx.prepare_cached(&format!(
-        "INSERT INTO usage_days (workflow_pk, day, {column}) VALUES (?1, ?2, 1)
-         ON CONFLICT (workflow_pk, day) DO UPDATE SET {column} = {column} + 1"
-    ))?
-    .execute(params![pk, day])?;
+    db.execute(
+        &format!(
+            "INSERT INTO usage_days (workflow_pk, day, {column}) VALUES ($1, $2, 1)
+             ON CONFLICT (workflow_pk, day) DO UPDATE SET {column} = usage_days.{column} + 1"
+        ),
+        &[pk.into(), day.into()],
+    )?;
     Ok(())
 }
 

@@ -18,6 +18,9 @@
 //!   timings, for benches.
 //! - [`spawn_listening`] starts a server process and waits for the line that says
 //!   where it listens.
+//! - [`PgCluster`] is a throwaway PostgreSQL server on loopback, in a temporary
+//!   directory, with a database per test ([`PgCluster::fresh_database`]); one per test
+//!   or [`PgCluster::shared`] by every test of a process.
 //!
 //! Use it as a dev-dependency only.
 //!
@@ -49,6 +52,7 @@ mod corpus;
 mod graphs;
 mod order_loop;
 mod paths;
+mod postgres;
 mod process;
 mod script;
 mod server;
@@ -57,6 +61,7 @@ pub use crate::corpus::{Latencies, Lcg, retail_queries, synthetic_workflows};
 pub use crate::graphs::{llm_chain, loops_in_sequence};
 pub use crate::order_loop::{LOOP_ORDERS, order_loop};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
+pub use crate::postgres::PgCluster;
 pub use crate::process::{Listening, spawn_listening};
 pub use crate::script::{Match, Reply, Script};
 pub use crate::server::{BAG_OF_WORDS_DIM, RecordedRequest, ScriptedLlmServer, bag_of_words};

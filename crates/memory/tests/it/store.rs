@@ -1,12 +1,33 @@
-//! The SQLite store: retrieval ranking, dedup, eviction, statistics, migrations.
+//! The store's shared suite, run against SQLite and PostgreSQL alike: retrieval
+//! ranking, dedup, eviction, statistics, migrations, retirement, usage per day.
 
 use flowmem_memory::{AddOutcome, MemoryError, MemoryStore, PrunePolicy, StoreConfig, UseOutcome};
 use flowmem_model::Scope;
 
-use crate::workflow;
+use crate::{Backend, TestMemory, workflow};
 
-fn open(dir: &tempfile::TempDir, cfg: StoreConfig) -> MemoryStore {
-    MemoryStore::open(&dir.path().join("memory.db"), cfg).expect("a fresh file opens")
+crate::both_backends!(
+    retrieval_ranks_a_hand_made_set,
+    dedup_merges_near_duplicates_and_keeps_both_provenances,
+    a_full_scope_evicts_the_lowest_retention_score_then_the_oldest,
+    usage_statistics_and_prune_by_success_rate,
+    reopening_migrates_nothing_twice_and_refuses_newer_schemas,
+    workflows_without_steps_are_refused,
+    an_open_store_sees_writes_and_deletes_made_through_another_handle,
+    siblings_share_one_index_that_follows_every_handle,
+    retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back,
+    a_new_description_is_searched_at_once_and_keeps_the_id,
+    usage_is_counted_per_day,
+    a_page_filters_sorts_and_counts,
+    vectors_are_written_replaced_and_searched,
+);
+
+/// The schema version a new memory has: each backend counts its own migrations.
+fn schema_version(backend: Backend) -> i64 {
+    match backend {
+        Backend::Sqlite => 5,
+        Backend::Postgres => 1,
+    }
 }
 
 fn domain(name: &str) -> Scope {
@@ -22,10 +43,9 @@ fn ranked(store: &MemoryStore, query: &str, scope: &Scope) -> Vec<String> {
     hits.into_iter().map(|hit| hit.workflow.description).collect()
 }
 
-#[test]
-fn retrieval_ranks_a_hand_made_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open(&dir, StoreConfig::standard());
+fn retrieval_ranks_a_hand_made_set(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
     let set = [
         workflow(
             "Cancel a pending order and refund it to the original payment method",
@@ -75,10 +95,9 @@ fn retrieval_ranks_a_hand_made_set() {
     assert!(ranked(&store, "  ?! ", &retail).is_empty());
 }
 
-#[test]
-fn dedup_merges_near_duplicates_and_keeps_both_provenances() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open(&dir, StoreConfig::standard());
+fn dedup_merges_near_duplicates_and_keeps_both_provenances(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
     let tools = ["find_user_id_by_email", "get_order_details"];
     let mut first = workflow("Look up the details of a user's order", &tools, Some("retail"));
     first.provenance.trajectory_ids = vec!["t1".into()];
@@ -117,11 +136,10 @@ fn dedup_merges_near_duplicates_and_keeps_both_provenances() {
     assert_eq!(store.count(&Scope::default()).unwrap(), 4);
 }
 
-#[test]
-fn a_full_scope_evicts_the_lowest_retention_score_then_the_oldest() {
-    let dir = tempfile::tempdir().unwrap();
+fn a_full_scope_evicts_the_lowest_retention_score_then_the_oldest(backend: Backend) {
+    let memory = TestMemory::new(backend);
     let cfg = StoreConfig { max_per_scope: Some(3), ..StoreConfig::standard() };
-    let mut store = open(&dir, cfg);
+    let mut store = memory.open(cfg);
     let ids: Vec<String> = ["alpha", "bravo", "charlie"]
         .iter()
         .enumerate()
@@ -153,10 +171,9 @@ fn a_full_scope_evicts_the_lowest_retention_score_then_the_oldest() {
     assert!(store.search("charlie", &Scope::default(), 5).unwrap().is_empty(), "the index forgets evicted workflows");
 }
 
-#[test]
-fn usage_statistics_and_prune_by_success_rate() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open(&dir, StoreConfig::standard());
+fn usage_statistics_and_prune_by_success_rate(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
     let good = store.add(&workflow("reliable order lookup", &["a", "b"], None)).unwrap().id().to_owned();
     let bad = store.add(&workflow("unreliable order lookup", &["c", "d"], None)).unwrap().id().to_owned();
     let hits = store.retrieve("order lookup", &Scope::default(), 5).unwrap();
@@ -177,41 +194,43 @@ fn usage_statistics_and_prune_by_success_rate() {
     assert_eq!(store.count(&Scope::default()).unwrap(), 1);
 }
 
-#[test]
-fn reopening_migrates_nothing_twice_and_refuses_newer_schemas() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("memory.db");
+fn reopening_migrates_nothing_twice_and_refuses_newer_schemas(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let path = memory.location();
     let id = {
-        let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 5);
+        let mut store = MemoryStore::open(path, StoreConfig::standard()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), schema_version(backend));
         store.add(&workflow("persisted", &["a", "b"], None)).unwrap().id().to_owned()
     };
-    let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let store = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     assert_eq!(store.get(&id).unwrap().description, "persisted");
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), schema_version(backend));
     drop(store);
 
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.pragma_update(None, "user_version", 99).unwrap();
-    drop(conn);
-    let err = MemoryStore::open(&path, StoreConfig::standard()).unwrap_err();
-    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: 5, .. }), "{err}");
+    let db = flowmem_db::Db::open(&flowmem_db::Location::parse(path.as_os_str()), std::time::Duration::from_secs(5))
+        .unwrap();
+    match backend {
+        Backend::Sqlite => db.batch("PRAGMA user_version = 99").unwrap(),
+        Backend::Postgres => db.batch("UPDATE flowmem_meta SET version = 99 WHERE name = 'memory'").unwrap(),
+    }
+    drop(db);
+    let err = MemoryStore::open(path, StoreConfig::standard()).unwrap_err();
+    let supported = schema_version(backend);
+    assert!(matches!(err, MemoryError::SchemaTooNew { found: 99, supported: s, .. } if s == supported), "{err}");
 }
 
-#[test]
-fn workflows_without_steps_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open(&dir, StoreConfig::standard());
+fn workflows_without_steps_are_refused(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
     let err = store.add(&workflow("empty", &[], None)).unwrap_err();
     assert!(err.to_string().contains("no steps"), "{err}");
 }
 
-#[test]
-fn an_open_store_sees_writes_and_deletes_made_through_another_handle() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("memory.db");
-    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-    let mut writer = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+fn an_open_store_sees_writes_and_deletes_made_through_another_handle(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let path = memory.location();
+    let reader = MemoryStore::open(path, StoreConfig::standard()).unwrap();
+    let mut writer = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     assert!(reader.search("parcel", &Scope::default(), 5).unwrap().is_empty());
     let id = writer.add(&workflow("track a parcel", &["a", "b"], None)).unwrap().id().to_owned();
     writer.add(&workflow("return a parcel", &["c", "d"], None)).unwrap();
@@ -222,13 +241,12 @@ fn an_open_store_sees_writes_and_deletes_made_through_another_handle() {
     assert_eq!(hits[0].workflow.description, "return a parcel");
 }
 
-#[test]
-fn siblings_share_one_index_that_follows_every_handle() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("memory.db");
-    let first = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+fn siblings_share_one_index_that_follows_every_handle(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let path = memory.location();
+    let first = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     let second = first.open_sibling().unwrap();
-    let mut writer = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let mut writer = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     let id = writer.add(&workflow("track a parcel", &["a", "b"], None)).unwrap().id().to_owned();
     // The first sibling's search brings the shared index up to date ...
     assert_eq!(first.search("parcel", &Scope::default(), 5).unwrap().len(), 1);
@@ -246,12 +264,11 @@ fn siblings_share_one_index_that_follows_every_handle() {
 /// Issue 21: a retired workflow leaves every search at once (in this handle, another
 /// one, and a fresh index), keeps its row, provenance and statistics, absorbs a twin
 /// induced later, and is back in every search after a restore.
-#[test]
-fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("memory.db");
-    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-    let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let path = memory.location();
+    let reader = MemoryStore::open(path, StoreConfig::standard()).unwrap();
+    let mut store = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     let tools = ["find_user_id_by_email", "cancel_pending_order"];
     let mut first = workflow("Cancel a pending order for a user", &tools, Some("retail"));
     first.provenance.trajectory_ids = vec!["t1".into()];
@@ -267,7 +284,7 @@ fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back() {
     for handle in [&reader, &store] {
         assert!(handle.search("cancel order", &Scope::default(), 5).unwrap().is_empty());
     }
-    let fresh = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let fresh = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     assert!(fresh.search("cancel order", &Scope::default(), 5).unwrap().is_empty(), "a rebuilt index");
     assert_eq!(store.count(&Scope::default()).unwrap(), 1);
     assert_eq!(store.list(&Scope::default()).unwrap().iter().map(|w| &w.id).collect::<Vec<_>>(), [&other]);
@@ -292,7 +309,7 @@ fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back() {
         assert_eq!(hits.iter().map(|hit| &hit.workflow.id).collect::<Vec<_>>(), [&id]);
     }
     assert_eq!(store.count(&Scope::default()).unwrap(), 2);
-    let fresh = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+    let fresh = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     assert_eq!(fresh.search("cancel order", &Scope::default(), 5).unwrap().len(), 1);
 
     assert!(matches!(store.retire("wf-none", ""), Err(MemoryError::NotFound { .. })));
@@ -301,12 +318,11 @@ fn retiring_hides_a_workflow_everywhere_and_restoring_brings_it_back() {
 
 /// Issue 21: a new description is what searches match at once; the id, steps and
 /// statistics stay; an empty one is refused.
-#[test]
-fn a_new_description_is_searched_at_once_and_keeps_the_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("memory.db");
-    let reader = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
-    let mut store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+fn a_new_description_is_searched_at_once_and_keeps_the_id(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let path = memory.location();
+    let reader = MemoryStore::open(path, StoreConfig::standard()).unwrap();
+    let mut store = MemoryStore::open(path, StoreConfig::standard()).unwrap();
     let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
     store.record_use(&id, UseOutcome::Success).unwrap();
     assert_eq!(reader.search("parcel", &Scope::default(), 5).unwrap().len(), 1);
@@ -329,10 +345,9 @@ fn a_new_description_is_searched_at_once_and_keeps_the_id() {
 
 /// Issue 21: uses and retrievals are counted per UTC day beside the running totals, and
 /// leave with their workflow.
-#[test]
-fn usage_is_counted_per_day() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open(&dir, StoreConfig::standard());
+fn usage_is_counted_per_day(backend: Backend) {
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
     let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
     assert!(store.usage(&id).unwrap().is_empty(), "no day before a use");
     store.record_use(&id, UseOutcome::Success).unwrap();
@@ -350,4 +365,87 @@ fn usage_is_counted_per_day() {
     store.delete(&id).unwrap();
     let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
     assert!(store.usage(&id).unwrap().is_empty(), "a deleted workflow's days went with it");
+}
+
+/// Issue 21's curator page: text (case-folded, `%` and `_` literal), status, the five
+/// orders, paging and the total, on both backends alike.
+fn a_page_filters_sorts_and_counts(backend: Backend) {
+    use flowmem_memory::{PageQuery, PageSort, PageStatus};
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
+    let ids: Vec<String> = ["Refund an Order", "Track a parcel", "refund a 100% damaged item", "Cancel an order"]
+        .iter()
+        .enumerate()
+        .map(|(idx, description)| {
+            let tools = [format!("tool_{idx}")];
+            let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+            store.add(&workflow(description, &tools, Some("retail"))).unwrap().id().to_owned()
+        })
+        .collect();
+    for _ in 0..3 {
+        store.record_use(&ids[1], UseOutcome::Success).unwrap();
+    }
+    store.record_use(&ids[3], UseOutcome::Failure).unwrap();
+    store.count_retrievals(&[&ids[2], &ids[2]]).unwrap();
+    store.retire(&ids[3], "duplicate").unwrap();
+    let page = |query: PageQuery| {
+        let page = store.page(&PageQuery { limit: 10, ..query }).unwrap();
+        (page.total, page.workflows.into_iter().map(|w| w.id).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        page(PageQuery { text: Some("REFUND".into()), ..PageQuery::default() }),
+        (2, vec![ids[0].clone(), ids[2].clone()])
+    );
+    assert_eq!(page(PageQuery { text: Some("100%".into()), ..PageQuery::default() }), (1, vec![ids[2].clone()]));
+    assert_eq!(page(PageQuery { text: Some("1_0".into()), ..PageQuery::default() }).0, 0, "`_` is literal");
+    assert_eq!(page(PageQuery { text: Some("tool_1".into()), ..PageQuery::default() }).1, [ids[1].clone()], "steps");
+    assert_eq!(page(PageQuery { status: PageStatus::Retired, ..PageQuery::default() }).1, [ids[3].clone()]);
+    assert_eq!(page(PageQuery { status: PageStatus::All, ..PageQuery::default() }).0, 4);
+    let sorted = |sort| page(PageQuery { sort, status: PageStatus::All, ..PageQuery::default() }).1;
+    assert_eq!(sorted(PageSort::Newest)[0], ids[3]);
+    assert_eq!(sorted(PageSort::MostUsed)[..2], [ids[1].clone(), ids[3].clone()]);
+    assert_eq!(sorted(PageSort::BestSuccess)[0], ids[1]);
+    assert_eq!(sorted(PageSort::MostRetrieved)[0], ids[2]);
+    let second = store.page(&PageQuery { offset: 1, limit: 1, ..PageQuery::default() }).unwrap();
+    assert_eq!((second.total, second.workflows[0].id.as_str()), (3, ids[1].as_str()));
+}
+
+/// Vectors go in with their workflows, are replaced, leave with a new description, and
+/// rank by cosine; another handle's index sees them.
+fn vectors_are_written_replaced_and_searched(backend: Backend) {
+    use flowmem_memory::{QueryEmbedding, RetrievalMode, SearchQuery, WorkflowVectors};
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
+    let reader = memory.open(StoreConfig::standard());
+    let set = [workflow("alpha", &["a"], None), workflow("bravo", &["b"], None), workflow("charlie", &["c"], None)];
+    let vectors = WorkflowVectors {
+        model: "m1".into(),
+        vectors: vec![vec![1.0, 0.0, 0.0], vec![0.0, 2.0, 0.0], vec![0.0, 0.0, 3.0]],
+    };
+    let ids: Vec<String> =
+        store.add_all_with_vectors(&set, Some(&vectors)).unwrap().iter().map(|o| o.id().to_owned()).collect();
+    let nearest = |store: &MemoryStore, vector: Vec<f32>| {
+        let query = SearchQuery {
+            text: String::new(),
+            mode: RetrievalMode::Vector,
+            embedding: Some(QueryEmbedding { model: "m1".into(), vector }),
+        };
+        store
+            .search_with(&query, &Scope::default(), 3)
+            .unwrap()
+            .into_iter()
+            .map(|hit| hit.workflow.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(nearest(&reader, vec![0.1, 0.9, 0.0])[0], ids[1]);
+    assert_eq!(reader.vector_coverage("m1", &Scope::default()).unwrap(), (3, 3));
+    let replaced = WorkflowVectors { model: "m1".into(), vectors: vec![vec![0.0, 0.0, 1.0]] };
+    assert_eq!(store.set_vectors(&[&ids[0]], &replaced).unwrap(), 1);
+    assert_eq!(nearest(&reader, vec![0.0, 0.0, 1.0])[..2].iter().collect::<std::collections::BTreeSet<_>>().len(), 2);
+    assert!(nearest(&reader, vec![0.0, 0.0, 1.0])[..2].contains(&ids[0]), "the new vector ranks");
+    store.set_description(&ids[2], "charlie renamed").unwrap();
+    assert_eq!(reader.vector_coverage("m1", &Scope::default()).unwrap(), (3, 2));
+    let backlog = reader.vector_backlog("m1", 0, 10).unwrap();
+    assert_eq!(backlog.iter().map(|task| &task.id).collect::<Vec<_>>(), [&ids[2]]);
+    assert!(backlog[0].text.contains("charlie renamed"));
 }

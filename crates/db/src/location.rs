@@ -1,0 +1,109 @@
+//! Where a store lives: a SQLite file or a PostgreSQL database.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+/// A store's location, as given on a command line: a path, or a `postgres://` (or
+/// `postgresql://`) URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL, as libpq reads it (`postgres://user:password@host:port/db`).
+    Postgres(String),
+}
+
+impl Location {
+    /// Reads a location: a PostgreSQL URL when it starts with `postgres://` or
+    /// `postgresql://`, else a path.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_db::Location;
+    /// let url = Location::parse("postgres://flowmem:s3cret@db.internal:5432/memory".as_ref());
+    /// assert!(matches!(url, Location::Postgres(_)));
+    /// assert_eq!(url.display(), "postgres://flowmem:***@db.internal:5432/memory");
+    /// assert!(matches!(Location::parse("memory.db".as_ref()), Location::Sqlite(_)));
+    /// ```
+    #[must_use]
+    pub fn parse(text: &OsStr) -> Location {
+        match text.to_str() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Location::Postgres(url.to_owned())
+            }
+            _ => Location::Sqlite(PathBuf::from(text)),
+        }
+    }
+
+    /// The location to show a person: the path, or the URL with its password (and any
+    /// `password=` parameter) replaced by `***`.
+    #[must_use]
+    pub fn display(&self) -> String {
+        match self {
+            Location::Sqlite(path) => path.display().to_string(),
+            Location::Postgres(url) => redact(url),
+        }
+    }
+
+    /// Whether the store is PostgreSQL, shared by every process that names it.
+    #[must_use]
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Location::Postgres(_))
+    }
+}
+
+// Never the URL itself: it may hold a password.
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Location({})", self.display())
+    }
+}
+
+/// `url` without its password.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => param.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_show() {
+        for (url, shown) in [
+            ("postgres://u:p@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:p%40ss@h:5/db?sslmode=disable", "postgres://u:***@h:5/db?sslmode=disable"),
+            ("postgresql://h/db?user=u&password=secret", "postgresql://h/db?user=u&password=***"),
+            ("postgres://u@h", "postgres://u@h"),
+            ("postgres://u:p@h?password=x", "postgres://u:***@h?password=***"),
+        ] {
+            assert_eq!(redact(url), shown);
+        }
+    }
+}
