@@ -3,8 +3,8 @@
 //!
 //! # Brief overview
 //!
-//! - [`Location`] tells a SQLite path from a `postgres://` URL, and names either without
-//!   a password ([`Location::display`]), so that errors and logs never carry one.
+//! - [`DbLocation`] tells a SQLite path from a `postgres://` URL, and names either without
+//!   a password ([`DbLocation::display`]), so that errors and logs never carry one.
 //! - [`Db`] is a connection behind the [`Backend`] trait, with two implementations:
 //!   [`SqliteBackend`] (rusqlite) and [`PostgresBackend`] (the synchronous `postgres`
 //!   client; call it from a thread that is not running async tasks).
@@ -20,9 +20,9 @@
 //! # Example
 //!
 //! ```
-//! use flowmem_db::{Db, Location, Value};
+//! use flowmem_db::{Db, DbLocation, Value};
 //! let dir = tempfile::tempdir()?;
-//! let location = Location::parse(dir.path().join("notes.db").as_os_str());
+//! let location = DbLocation::parse(dir.path().join("notes.db").as_os_str());
 //! let db = Db::open(&location, std::time::Duration::from_secs(5))?;
 //! db.batch("CREATE TABLE notes (pk INTEGER PRIMARY KEY, text TEXT NOT NULL)")?;
 //! let tx = db.write()?;
@@ -41,7 +41,7 @@ mod value;
 use std::cell::Cell;
 use std::time::Duration;
 
-pub use crate::location::Location;
+pub use crate::location::DbLocation;
 pub use crate::postgres::PostgresBackend;
 pub use crate::sqlite::SqliteBackend;
 pub use crate::value::{Row, Value};
@@ -179,14 +179,14 @@ impl Db {
     /// # Errors
     ///
     /// [`DbError`] when the file cannot be opened or the server cannot be reached.
-    pub fn open(location: &Location, lock_timeout: Duration) -> Result<Db, DbError> {
+    pub fn open(location: &DbLocation, lock_timeout: Duration) -> Result<Db, DbError> {
         match location {
-            Location::Sqlite(path) => {
+            DbLocation::Sqlite(path) => {
                 let conn = rusqlite::Connection::open(path)?;
                 conn.busy_timeout(lock_timeout)?;
                 Ok(Db::new(SqliteBackend::new(conn)))
             }
-            Location::Postgres(url) => Ok(Db::new(PostgresBackend::connect(url, lock_timeout)?)),
+            DbLocation::Postgres(url) => Ok(Db::new(PostgresBackend::connect(url, lock_timeout)?)),
         }
     }
 

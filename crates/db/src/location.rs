@@ -6,33 +6,33 @@ use std::path::PathBuf;
 /// A store's location, as given on a command line: a path, or a `postgres://` (or
 /// `postgresql://`) URL.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Location {
+pub enum DbLocation {
     /// A SQLite file.
     Sqlite(PathBuf),
     /// A PostgreSQL connection URL, as libpq reads it (`postgres://user:password@host:port/db`).
     Postgres(String),
 }
 
-impl Location {
+impl DbLocation {
     /// Reads a location: a PostgreSQL URL when it starts with `postgres://` or
     /// `postgresql://`, else a path.
     ///
     /// # Example
     ///
     /// ```
-    /// use flowmem_db::Location;
-    /// let url = Location::parse("postgres://flowmem:s3cret@db.internal:5432/memory".as_ref());
-    /// assert!(matches!(url, Location::Postgres(_)));
+    /// use flowmem_db::DbLocation;
+    /// let url = DbLocation::parse("postgres://flowmem:s3cret@db.internal:5432/memory".as_ref());
+    /// assert!(matches!(url, DbLocation::Postgres(_)));
     /// assert_eq!(url.display(), "postgres://flowmem:***@db.internal:5432/memory");
-    /// assert!(matches!(Location::parse("memory.db".as_ref()), Location::Sqlite(_)));
+    /// assert!(matches!(DbLocation::parse("memory.db".as_ref()), DbLocation::Sqlite(_)));
     /// ```
     #[must_use]
-    pub fn parse(text: &OsStr) -> Location {
+    pub fn parse(text: &OsStr) -> DbLocation {
         match text.to_str() {
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Location::Postgres(url.to_owned())
+                DbLocation::Postgres(url.to_owned())
             }
-            _ => Location::Sqlite(PathBuf::from(text)),
+            _ => DbLocation::Sqlite(PathBuf::from(text)),
         }
     }
 
@@ -41,22 +41,22 @@ impl Location {
     #[must_use]
     pub fn display(&self) -> String {
         match self {
-            Location::Sqlite(path) => path.display().to_string(),
-            Location::Postgres(url) => redact(url),
+            DbLocation::Sqlite(path) => path.display().to_string(),
+            DbLocation::Postgres(url) => redact(url),
         }
     }
 
     /// Whether the store is PostgreSQL, shared by every process that names it.
     #[must_use]
     pub fn is_postgres(&self) -> bool {
-        matches!(self, Location::Postgres(_))
+        matches!(self, DbLocation::Postgres(_))
     }
 }
 
 // Never the URL itself: it may hold a password.
-impl std::fmt::Debug for Location {
+impl std::fmt::Debug for DbLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Location({})", self.display())
+        write!(f, "DbLocation({})", self.display())
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use flowmem_db::{Db, DbError, Dialect, Location, Row, SqliteBackend, Value};
+use flowmem_db::{Db, DbError, DbLocation, Dialect, Row, SqliteBackend, Value};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -50,7 +50,7 @@ impl StoreConfig {
 #[derive(Debug)]
 pub struct MemoryStore {
     db: Db,
-    location: Location,
+    location: DbLocation,
     // What errors and `path()` name: the file, or the URL without its password.
     path: PathBuf,
     cfg: StoreConfig,
@@ -275,14 +275,13 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<MemoryStore, MemoryError> {
-        let location = Location::parse(path.as_os_str());
+        let location = DbLocation::parse(path.as_os_str());
         let shown = PathBuf::from(location.display());
-        let db =
-            match &location {
-                Location::Sqlite(path) => open_sqlite(path, &cfg)?,
-                Location::Postgres(_) => Db::open(&location, cfg.busy_timeout)
-                    .map_err(|source| MemoryError::Database { path: shown.clone(), what: "connecting", source })?,
-            };
+        let db = match &location {
+            DbLocation::Sqlite(path) => open_sqlite(path, &cfg)?,
+            DbLocation::Postgres(_) => Db::open(&location, cfg.busy_timeout)
+                .map_err(|source| MemoryError::Database { path: shown.clone(), what: "connecting", source })?,
+        };
         let mut store = MemoryStore { db, location, path: shown, cfg, index: Arc::default() };
         match store.db.dialect() {
             Dialect::Sqlite => store.migrate_sqlite()?,
@@ -313,12 +312,12 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check(path: &Path) -> Result<CheckReport, MemoryError> {
-        let location = Location::parse(path.as_os_str());
+        let location = DbLocation::parse(path.as_os_str());
         let shown = PathBuf::from(location.display());
         let mut report = CheckReport { path: shown.clone(), problems: Vec::new(), workflows: None };
         let store = match &location {
-            Location::Postgres(_) => MemoryStore::open(path, StoreConfig::standard())?,
-            Location::Sqlite(file) => {
+            DbLocation::Postgres(_) => MemoryStore::open(path, StoreConfig::standard())?,
+            DbLocation::Sqlite(file) => {
                 let sqlite = |what| move |source| MemoryError::Database { path: file.clone(), what, source };
                 let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
                 let conn = rusqlite::Connection::open_with_flags(file, flags)
@@ -368,8 +367,8 @@ impl MemoryStore {
     /// As [`MemoryStore::open`].
     pub fn open_sibling(&self) -> Result<MemoryStore, MemoryError> {
         let target = match &self.location {
-            Location::Sqlite(path) => path.clone(),
-            Location::Postgres(url) => PathBuf::from(url),
+            DbLocation::Sqlite(path) => path.clone(),
+            DbLocation::Postgres(url) => PathBuf::from(url),
         };
         let mut sibling = MemoryStore::open(&target, self.cfg.clone())?;
         sibling.index = Arc::clone(&self.index);

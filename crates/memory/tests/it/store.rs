@@ -207,7 +207,7 @@ fn reopening_migrates_nothing_twice_and_refuses_newer_schemas(backend: Backend) 
     assert_eq!(store.schema_version().unwrap(), schema_version(backend));
     drop(store);
 
-    let db = flowmem_db::Db::open(&flowmem_db::Location::parse(path.as_os_str()), std::time::Duration::from_secs(5))
+    let db = flowmem_db::Db::open(&flowmem_db::DbLocation::parse(path.as_os_str()), std::time::Duration::from_secs(5))
         .unwrap();
     match backend {
         Backend::Sqlite => db.batch("PRAGMA user_version = 99").unwrap(),
