@@ -295,7 +295,8 @@ pub struct AgentArgs {
     /// The most model calls before giving up.
     #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
-    /// A workflow memory (SQLite file, as `flowmem memory` manages) to retrieve from.
+    /// A workflow memory (a SQLite file or a `postgres://` URL, as `flowmem memory`
+    /// manages) to retrieve from.
     ///
     /// Example: `flowmem agent --query "Cancel order #W1" --memory memory.db --use actions`
     #[arg(long, value_name = "DB")]
@@ -791,8 +792,8 @@ pub struct InduceArgs {
     pub mode: InduceMode,
     /// The trajectories, as JSONL.
     pub input: std::path::PathBuf,
-    /// The memory database file (created if missing).
-    #[arg(long, env = "FLOWMEM_MEMORY")]
+    /// The memory: a SQLite file (created if missing) or a `postgres://` URL.
+    #[arg(long, value_name = "DB", env = "FLOWMEM_MEMORY")]
     pub memory: std::path::PathBuf,
     /// Store every workflow in this scope (default: each trajectory's own domain and site).
     #[command(flatten)]
@@ -845,8 +846,9 @@ pub enum InduceMode {
 /// Arguments of `flowmem memory`.
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
-    /// The memory database file.
-    #[arg(long, global = true, env = "FLOWMEM_MEMORY")]
+    /// The memory: a SQLite file, or a `postgres://user:password@host:port/db` URL (a
+    /// PostgreSQL database several processes and machines share).
+    #[arg(long, value_name = "DB", global = true, env = "FLOWMEM_MEMORY")]
     pub memory: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
@@ -1003,8 +1005,8 @@ pub enum MemoryCommand {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Check a memory file without changing it: SQLite's integrity check of every page,
-    /// and every stored workflow decoded. Exits 1 when something is wrong.
+    /// Check a memory without changing it: SQLite's integrity check of every page (for a
+    /// file), and every stored workflow decoded. Exits 1 when something is wrong.
     ///
     /// Example: `flowmem memory check --memory memory.db --json`
     Check,
@@ -1023,6 +1025,19 @@ pub enum MemoryCommand {
         /// Uses needed before `--min-success-rate` applies.
         #[arg(long, default_value_t = 5)]
         min_uses: u64,
+    },
+    /// Copy a whole memory into an empty one, losing nothing: ids, provenance, usage
+    /// statistics per day, retirements and vectors. Moves a SQLite memory into
+    /// PostgreSQL, or back. `--memory` is not used.
+    ///
+    /// Example: `flowmem memory migrate --from memory.db --to postgres://flowmem@db.internal/memory`
+    Migrate {
+        /// The memory to copy: a SQLite file or a `postgres://` URL.
+        #[arg(long, value_name = "DB")]
+        from: std::path::PathBuf,
+        /// The memory to copy into (created if missing; must hold no workflow).
+        #[arg(long, value_name = "DB")]
+        to: std::path::PathBuf,
     },
 }
 
@@ -1224,7 +1239,8 @@ pub struct LearnArgs {
     /// The task stream: records (JSONL, as `flowmem import` writes them), solved in order.
     #[arg(long, value_name = "RECORDS")]
     pub online: PathBuf,
-    /// The workflow memory (SQLite file, created if missing) the agent learns into.
+    /// The workflow memory the agent learns into: a SQLite file (created if missing) or a
+    /// `postgres://` URL.
     #[arg(long, value_name = "DB", env = "FLOWMEM_MEMORY")]
     pub memory: PathBuf,
     /// The output directory: stream, progress, learning curve (JSON and HTML).
@@ -1366,7 +1382,8 @@ pub struct PromptsArgs {
 /// Arguments of `flowmem serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The workflow memory (SQLite file, created if missing) to serve.
+    /// The workflow memory (SQLite file, created if missing) to serve. A `postgres://`
+    /// memory is not served yet: the server's tokens and queue are still SQLite tables.
     #[arg(long, value_name = "DB", global = true, env = "FLOWMEM_MEMORY")]
     pub memory: Option<PathBuf>,
     /// A directory of `*.workflow.json` graphs (such as a scout run's

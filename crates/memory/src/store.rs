@@ -1125,6 +1125,120 @@ impl MemoryStore {
         Ok(removed)
     }
 
+    /// Copies every workflow of this memory into `target`, which must hold none, losing
+    /// nothing: ids, descriptions, steps, scopes, every provenance, running totals, usage
+    /// per day, retirements and vectors. Primary keys are the target's own. One
+    /// transaction on the target, so a failed copy leaves it empty. Returns how many
+    /// workflows were copied. `flowmem memory migrate` moves a SQLite memory into
+    /// PostgreSQL with it, and back.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Retrieval`] when `target` is not empty, and
+    /// [`MemoryError::Database`] when reading or writing fails.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use flowmem_memory::{MemoryStore, StoreConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let from = MemoryStore::open(&dir.path().join("a.db"), StoreConfig::standard())?;
+    /// let mut to = MemoryStore::open(&dir.path().join("b.db"), StoreConfig::standard())?;
+    /// assert_eq!(from.copy_into(&mut to)?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn copy_into(&self, target: &mut MemoryStore) -> Result<u64, MemoryError> {
+        let in_target = target
+            .db
+            .query_one("SELECT COUNT(*) FROM workflows", &[])
+            .and_then(|row| row.count(0))
+            .map_err(target.err("counting workflows"))?;
+        if in_target > 0 {
+            return Err(MemoryError::Retrieval {
+                reason: format!(
+                    "`{}` already holds {in_target} workflows; copy into an empty memory",
+                    target.path.display()
+                ),
+            });
+        }
+        let read = self.err("reading the memory to copy");
+        let workflows = self
+            .db
+            .query(
+                "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
+                &[],
+            )
+            .map_err(read)?;
+        let provenance = self
+            .db
+            .query(
+                "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
+                &[],
+            )
+            .map_err(self.err("reading the memory to copy"))?;
+        let days = self
+            .db
+            .query(
+                "SELECT workflow_pk, day, retrieved, used_success, used_failure FROM usage_days ORDER BY workflow_pk, day",
+                &[],
+            )
+            .map_err(self.err("reading the memory to copy"))?;
+        let vectors = self
+            .db
+            .query("SELECT pk, model, vector FROM workflow_vectors ORDER BY pk", &[])
+            .map_err(self.err("reading the memory to copy"))?;
+        let write = target.err("writing the copy");
+        let tx = target.db.write().map_err(target.err("writing the copy"))?;
+        let mut new_pk = std::collections::HashMap::with_capacity(workflows.len());
+        let copied = (|| {
+            for row in &workflows {
+                let mut values = row.0.clone();
+                values.remove(0);
+                let retired = !matches!(values[13], Value::Null);
+                let pk = target
+                    .db
+                    .query_one(
+                        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING pk",
+                        &values,
+                    )?
+                    .int(0)?;
+                if !retired {
+                    log_index(&target.db, pk, "insert")?;
+                }
+                new_pk.insert(row.int(0)?, pk);
+            }
+            let mapped = |row: &Row| -> Result<Vec<Value>, DbError> {
+                let mut values = row.0.clone();
+                values[0] = Value::Int(new_pk.get(&row.int(0)?).copied().unwrap_or_default());
+                Ok(values)
+            };
+            for row in provenance.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
+                target.db.execute(
+                    "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    &mapped(row)?,
+                )?;
+            }
+            for row in days.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
+                target.db.execute(
+                    "INSERT INTO usage_days (workflow_pk, day, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4, $5)",
+                    &mapped(row)?,
+                )?;
+            }
+            for row in vectors.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
+                let values = mapped(row)?;
+                target.db.execute("INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)", &values)?;
+                if let Value::Int(pk) = values[0] {
+                    log_index(&target.db, pk, "vector")?;
+                }
+            }
+            Ok(workflows.len() as u64)
+        })()
+        .map_err(write)?;
+        tx.commit().map_err(target.err("committing the copy"))?;
+        Ok(copied)
+    }
+
     fn migrate_sqlite(&mut self) -> Result<(), MemoryError> {
         let supported = MIGRATIONS.len() as i64;
         loop {

@@ -39,8 +39,9 @@ async fn run_async(args: &LearnArgs, printer: &Printer) -> anyhow::Result<ExitSt
         printer.warn(&format!("`{}` holds no records; nothing to learn from", args.online.display()));
         return Ok(ExitStatus::Failure);
     }
-    let mut store = MemoryStore::open(&args.memory, StoreConfig::standard())
-        .with_context(|| format!("cannot open the memory `{}`", args.memory.display()))?;
+    let mut store = MemoryStore::open(&args.memory, StoreConfig::standard()).with_context(|| {
+        format!("cannot open the memory `{}`", flowmem_db::DbLocation::parse(args.memory.as_os_str()).display())
+    })?;
 
     let config = Config::load(&args.config)?;
     let asked = asked_retrieval(args.retrieval, config.memory()?.retrieval);

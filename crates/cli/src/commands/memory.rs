@@ -13,6 +13,8 @@ use flowmem_memory::{
 };
 use flowmem_model::{Provenance, Scope, Workflow, WorkflowStats};
 
+use flowmem_db::DbLocation;
+
 use crate::args::{ConfigArgs, ExchangeFormat, MemoryArgs, MemoryCommand, RetrievalArg, ScopeArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::block_on;
@@ -23,11 +25,15 @@ use crate::settings::{Config, DEFAULT_RETRIEVAL, asked_retrieval, retrieval_mode
 
 /// Runs one `flowmem memory` command.
 pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    if let MemoryCommand::Migrate { from, to } = &args.command {
+        return migrate(from, to, printer);
+    }
     let Some(path) = &args.memory else {
         let message = "no memory database given\nhint: pass `--memory FILE` or set FLOWMEM_MEMORY";
         return Err(crate::commands::common::MissingFlag { flag: "--memory", message }.into());
     };
-    if !matches!(args.command, MemoryCommand::Import { .. }) && !path.exists() {
+    let shared = DbLocation::parse(path.as_os_str()).is_postgres();
+    if !matches!(args.command, MemoryCommand::Import { .. }) && !shared && !path.exists() {
         return Err(crate::commands::common::NoMemory { path: path.clone() }.into());
     }
     if matches!(args.command, MemoryCommand::Check) {
@@ -70,6 +76,7 @@ pub fn run(args: &MemoryArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             import(&mut store, input, *format, stored_scope(scope), printer)
         }
         MemoryCommand::Check => check(path, printer),
+        MemoryCommand::Migrate { .. } => unreachable!("handled before the store opens"),
         MemoryCommand::Prune { max_per_scope, min_success_rate, min_uses } => {
             let policy =
                 PrunePolicy { max_per_scope: *max_per_scope, min_success_rate: *min_success_rate, min_uses: *min_uses };
@@ -92,14 +99,42 @@ fn check(path: &Path, printer: &Printer) -> anyhow::Result<ExitStatus> {
         }))?;
     } else if report.problems.is_empty() {
         let workflows = report.workflows.map_or(String::new(), |n| format!(" ({n} workflows)"));
-        printer.result(&format!("`{}`: ok{workflows}", path.display()))?;
+        printer.result(&format!("`{}`: ok{workflows}", report.path.display()))?;
     } else {
-        printer.result(&format!("`{}`: corrupt ({} problems):", path.display(), report.problems.len()))?;
+        printer.result(&format!("`{}`: corrupt ({} problems):", report.path.display(), report.problems.len()))?;
         for problem in &report.problems {
             printer.result(&format!("  {problem}"))?;
         }
     }
     Ok(if report.problems.is_empty() { ExitStatus::Success } else { ExitStatus::Failure })
+}
+
+/// `flowmem memory migrate`: copies `from` into the empty memory `to`, then checks that
+/// both list the same workflows.
+fn migrate(from: &Path, to: &Path, printer: &Printer) -> anyhow::Result<ExitStatus> {
+    let (shown_from, shown_to) =
+        (DbLocation::parse(from.as_os_str()).display(), DbLocation::parse(to.as_os_str()).display());
+    if !DbLocation::parse(from.as_os_str()).is_postgres() && !from.exists() {
+        return Err(crate::commands::common::NoMemory { path: PathBuf::from(&shown_from) }.into());
+    }
+    if DbLocation::parse(from.as_os_str()) == DbLocation::parse(to.as_os_str()) {
+        anyhow::bail!("`--from` and `--to` name the same memory `{shown_from}`\nhint: copy into another, empty memory");
+    }
+    let source = MemoryStore::open(from, StoreConfig::standard())?;
+    let mut target = MemoryStore::open(to, StoreConfig::standard())?;
+    let copied = source.copy_into(&mut target)?;
+    // What an export of each would hold must agree.
+    let (before, after) = (source.list_all(&Scope::default())?, target.list_all(&Scope::default())?);
+    if before != after {
+        anyhow::bail!("the copy in `{shown_to}` differs from `{shown_from}`; it was written, so inspect or drop it");
+    }
+    if printer.json {
+        printer
+            .json_result(&serde_json::json!({"version": 1, "from": shown_from, "to": shown_to, "copied": copied}))?;
+    } else {
+        printer.result(&format!("copied {copied} workflows from `{shown_from}` to `{shown_to}`"))?;
+    }
+    Ok(ExitStatus::Success)
 }
 
 fn scope_label(scope: &Scope) -> String {

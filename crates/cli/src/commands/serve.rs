@@ -35,6 +35,11 @@ pub fn run(args: &ServeArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         let message = "`flowmem serve` needs the memory to serve\nhint: pass --memory DB, or set FLOWMEM_MEMORY";
         return Err(crate::commands::common::MissingFlag { flag: "--memory", message }.into());
     };
+    if flowmem_db::DbLocation::parse(memory.as_os_str()).is_postgres() {
+        anyhow::bail!(
+            "`flowmem serve` keeps its tokens, learning queue and OTLP buffer in SQLite tables beside the memory, and cannot yet keep them in PostgreSQL\nhint: serve a SQLite memory (`flowmem memory migrate --from postgres://… --to memory.db` copies one)"
+        );
+    }
     match &args.command {
         Some(ServeCommand::Token(TokenCommand::Create(create))) => create_token(memory, create, printer),
         None => block_on(serve(args, memory, printer)),

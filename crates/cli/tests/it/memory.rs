@@ -189,3 +189,86 @@ fn retire_restore_describe_and_delete_a_workflow() {
     let error: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
     assert!(error["error"]["message"].as_str().unwrap().contains(&id), "{error}");
 }
+
+/// Issue 22: the memory induced from the shared τ-bench retail runs (the train tasks'
+/// ground-truth tool calls, as successful runs), curated, moves into PostgreSQL and
+/// back; the three exports are identical, and a copy into a memory that holds
+/// workflows, or onto itself, is refused.
+#[test]
+fn migrate_round_trips_a_memory_through_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = crate::support::data("tau-bench/retail/tasks_train.jsonl");
+    let mut runs = String::new();
+    for (idx, line) in std::fs::read_to_string(&tasks).unwrap().lines().enumerate() {
+        let task: serde_json::Value = serde_json::from_str(line).unwrap();
+        let steps: Vec<serde_json::Value> = task["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|action| {
+                serde_json::json!({"action": {"kind": "tool_call", "tool": action["name"], "args": action["kwargs"]}})
+            })
+            .collect();
+        let run = serde_json::json!({
+            "id": format!("retail-train-{idx}"),
+            "query": task["instruction"],
+            "success": true,
+            "meta": {"domain": "retail"},
+            "steps": steps,
+        });
+        runs.push_str(&format!("{run}\n"));
+    }
+    let runs_path = dir.path().join("runs.jsonl");
+    std::fs::write(&runs_path, runs).unwrap();
+    let sqlite = dir.path().join("memory.db");
+    ok(flowmem().args(["induce", "--mode", "rule"]).arg(&runs_path).arg("--memory").arg(&sqlite).output().unwrap());
+    let listed = json(flowmem().args(["--json", "memory", "list", "--memory"]).arg(&sqlite).output().unwrap());
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|w| w["id"].as_str().unwrap()).collect();
+    assert!(ids.len() >= 20, "the retail runs give many workflows: {}", ids.len());
+    ok(flowmem()
+        .args(["memory", "retire", ids[0], "--reason", "too broad", "--memory"])
+        .arg(&sqlite)
+        .output()
+        .unwrap());
+    ok(flowmem()
+        .args(["memory", "describe", ids[1], "Return items of a delivered order", "--memory"])
+        .arg(&sqlite)
+        .output()
+        .unwrap());
+
+    let postgres = flowmem_testsupport::PgCluster::shared().fresh_database();
+    let copied = json(
+        flowmem()
+            .args(["--json", "memory", "migrate", "--from"])
+            .arg(&sqlite)
+            .args(["--to", &postgres])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(copied["copied"].as_u64(), Some(ids.len() as u64), "{copied}: the retired one too");
+    let back = dir.path().join("back.db");
+    ok(flowmem().args(["memory", "migrate", "--from", &postgres, "--to"]).arg(&back).output().unwrap());
+    let export = |memory: &std::ffi::OsStr| {
+        ok(flowmem().args(["memory", "export", "--format", "jsonl", "--memory"]).arg(memory).output().unwrap())
+    };
+    let original = export(sqlite.as_os_str());
+    assert_eq!(original.lines().count(), ids.len());
+    assert!(original.contains("too broad") && original.contains("Return items of a delivered order"));
+    assert_eq!(export(postgres.as_ref()), original, "SQLite → PostgreSQL");
+    assert_eq!(export(back.as_os_str()), original, "PostgreSQL → SQLite");
+    let searched = json(
+        flowmem()
+            .args(["--json", "memory", "search", "return delivered items", "--memory", &postgres])
+            .output()
+            .unwrap(),
+    );
+    assert!(!searched.as_array().unwrap().is_empty(), "the PostgreSQL copy is searchable");
+
+    let refused =
+        flowmem().args(["memory", "migrate", "--from"]).arg(&sqlite).args(["--to", &postgres]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "an error");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("already holds") && stderr.contains("copy into an empty memory"), "{stderr}");
+    let same = flowmem().args(["memory", "migrate", "--from"]).arg(&sqlite).arg("--to").arg(&sqlite).output().unwrap();
+    assert!(String::from_utf8_lossy(&same.stderr).contains("name the same memory"));
+}

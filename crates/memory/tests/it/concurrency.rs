@@ -128,13 +128,11 @@ fn writers_lose_nothing_make_no_twins_and_count_exactly(backend: Backend) {
     drop(memory.open(StoreConfig::standard()));
     let n = writers(backend);
     let test = test_name(backend, "writers_lose_nothing_make_no_twins_and_count_exactly");
-    let started = Instant::now();
     let children: Vec<_> = (0..n).map(|writer| spawn_writer(&test, "steady", writer, memory.location())).collect();
     for mut child in children {
         let status = child.wait().unwrap();
         assert!(status.success(), "a writer process failed: {status}");
     }
-    eprintln!("{n} writers × {N_PER_PROCESS} writes on {backend:?}: {:.1} s", started.elapsed().as_secs_f64());
     let store = memory.open(StoreConfig::standard());
     let distinct_per_writer = N_PER_PROCESS - N_PER_PROCESS / SHARED_EVERY;
     assert_eq!(
@@ -182,7 +180,11 @@ fn a_writer_killed_mid_transaction_loses_only_its_transaction(backend: Backend) 
         .into_iter()
         .filter_map(|w| w.description.strip_prefix("victim workflow ").map(|idx| idx.parse().unwrap()))
         .collect();
-    assert!(victim_ids.len() >= 3 * BATCH && victim_ids.len() % BATCH == 0, "{} of the victim's", victim_ids.len());
+    assert!(
+        victim_ids.len() >= 3 * BATCH && victim_ids.len().is_multiple_of(BATCH),
+        "{} of the victim's",
+        victim_ids.len()
+    );
     assert_eq!(victim_ids, (0..victim_ids.len()).collect(), "the victim's batches are a prefix");
     let report = MemoryStore::check(memory.location()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);

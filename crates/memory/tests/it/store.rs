@@ -20,6 +20,7 @@ crate::both_backends!(
     usage_is_counted_per_day,
     a_page_filters_sorts_and_counts,
     vectors_are_written_replaced_and_searched,
+    a_copy_into_the_other_backend_loses_nothing,
 );
 
 /// The schema version a new memory has: each backend counts its own migrations.
@@ -448,4 +449,69 @@ fn vectors_are_written_replaced_and_searched(backend: Backend) {
     let backlog = reader.vector_backlog("m1", 0, 10).unwrap();
     assert_eq!(backlog.iter().map(|task| &task.id).collect::<Vec<_>>(), [&ids[2]]);
     assert!(backlog[0].text.contains("charlie renamed"));
+}
+
+/// Issue 22's migration: a copy into the other backend keeps ids, every provenance,
+/// totals, usage per day, retirements and vectors, is searchable at once, and a copy
+/// into a memory that holds workflows is refused.
+fn a_copy_into_the_other_backend_loses_nothing(backend: Backend) {
+    use flowmem_memory::WorkflowVectors;
+    let memory = TestMemory::new(backend);
+    let mut store = memory.open(StoreConfig::standard());
+    let tools = ["find_user_id_by_email", "get_order_details"];
+    let mut first = workflow("Look up the details of a user's order", &tools, Some("retail"));
+    first.provenance.trajectory_ids = vec!["t1".into()];
+    let mut twin = workflow("look up details of the user's order", &tools, Some("retail"));
+    twin.provenance.trajectory_ids = vec!["t2".into()];
+    twin.provenance.model = Some("scripted".into());
+    let set =
+        [first, twin, workflow("Track a parcel", &["track"], None), workflow("Cancel an order", &["cancel"], None)];
+    let vectors = WorkflowVectors { model: "m1".into(), vectors: vec![vec![1.0, 0.0]; 4] };
+    let ids: Vec<String> =
+        store.add_all_with_vectors(&set, Some(&vectors)).unwrap().iter().map(|o| o.id().to_owned()).collect();
+    store.record_use(&ids[0], UseOutcome::Success).unwrap();
+    store.retrieve("parcel", &Scope::default(), 5).unwrap();
+    store.retire(&ids[3], "unsafe").unwrap();
+
+    let other = TestMemory::new(match backend {
+        Backend::Sqlite => Backend::Postgres,
+        Backend::Postgres => Backend::Sqlite,
+    });
+    let mut copy = other.open(StoreConfig::standard());
+    assert_eq!(store.copy_into(&mut copy).unwrap(), 3);
+    assert_eq!(copy.list_all(&Scope::default()).unwrap(), store.list_all(&Scope::default()).unwrap());
+    for id in [&ids[0], &ids[2], &ids[3]] {
+        assert_eq!(copy.provenances(id).unwrap(), store.provenances(id).unwrap());
+        assert_eq!(copy.usage(id).unwrap(), store.usage(id).unwrap());
+    }
+    assert_eq!(copy.provenances(&ids[0]).unwrap().len(), 2, "the merged twin's provenance came along");
+    assert_eq!(copy.vector_coverage("m1", &Scope::default()).unwrap(), (2, 2), "vectors of the two in use");
+    assert_eq!(copy.search("parcel", &Scope::default(), 5).unwrap()[0].workflow.id, ids[2]);
+    assert!(copy.search("cancel", &Scope::default(), 5).unwrap().is_empty(), "still retired");
+    let err = store.copy_into(&mut copy).unwrap_err();
+    assert!(err.to_string().contains("already holds 3 workflows"), "{err}");
+}
+
+/// A PostgreSQL URL's password never reaches an error, and a database holding another
+/// application's `workflows` table is refused and left unchanged.
+#[test]
+fn postgres_errors_hide_the_password_and_foreign_databases_are_left_alone() {
+    let unreachable = std::path::Path::new("postgres://flowmem:hunter2@127.0.0.1:1/memory?connect_timeout=2");
+    let err = MemoryStore::open(unreachable, StoreConfig::standard()).unwrap_err();
+    let shown = format!("{} / {err:?}", flowmem_model::error_chain(&err));
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("postgres://flowmem:***@127.0.0.1:1/memory"), "{shown}");
+
+    let url = flowmem_testsupport::PgCluster::shared().fresh_database();
+    let db =
+        flowmem_db::Db::open(&flowmem_db::DbLocation::parse(url.as_ref()), std::time::Duration::from_secs(5)).unwrap();
+    db.batch("CREATE TABLE workflows (name TEXT)").unwrap();
+    let err = MemoryStore::open(std::path::Path::new(&url), StoreConfig::standard()).unwrap_err();
+    assert!(matches!(err, MemoryError::NotMemory { .. }), "{err}");
+    let tables = db
+        .query_map("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename", &[], |row| {
+            row.text(0)
+        })
+        .unwrap();
+    assert_eq!(tables, ["workflows"], "nothing was added");
 }
