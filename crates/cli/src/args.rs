@@ -1382,8 +1382,9 @@ pub struct PromptsArgs {
 /// Arguments of `flowmem serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The workflow memory (SQLite file, created if missing) to serve. A `postgres://`
-    /// memory is not served yet: the server's tokens and queue are still SQLite tables.
+    /// The workflow memory to serve: a SQLite file (created if missing), or a
+    /// `postgres://` URL that several servers may share (tokens, the learning queue and
+    /// the OTLP buffer live there too).
     #[arg(long, value_name = "DB", global = true, env = "FLOWMEM_MEMORY")]
     pub memory: Option<PathBuf>,
     /// A directory of `*.workflow.json` graphs (such as a scout run's
@@ -1405,6 +1406,11 @@ pub struct ServeArgs {
     /// The most stored workflows offered as tools, the top ones by retention score.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub max_workflow_tools: usize,
+    /// How often, in seconds, the server looks for workflows other processes added or
+    /// retired (to refresh its tool list and tell sessions). A PostgreSQL memory also
+    /// wakes it at once through LISTEN/NOTIFY, so a long interval costs nothing there.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds)]
+    pub poll_interval: f64,
     /// Also serve the OpenAI-compatible memory gateway at `/v1` (an agent then sets
     /// `OPENAI_BASE_URL=http://ADDR/v1`). It forwards to `--upstream`, or to
     /// `[gateway] upstream` in flowmem.toml, or else to the executor model (the
@@ -1544,6 +1550,14 @@ where
         return Err("must be at least 1".to_owned());
     }
     Ok(value)
+}
+
+/// A number of seconds above zero (fractions allowed).
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 => Ok(seconds),
+        _ => Err(format!("`{text}` is not a number of seconds between 0 and 86400")),
+    }
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 pub use crate::location::DbLocation;
-pub use crate::postgres::PostgresBackend;
+pub use crate::postgres::{Listener, PostgresBackend};
 pub use crate::sqlite::SqliteBackend;
 pub use crate::value::{Row, Value};
 
@@ -63,6 +63,35 @@ impl Dialect {
         match self {
             Dialect::Sqlite => format!("SELECT value FROM json_each({param})"),
             Dialect::Postgres => format!("SELECT value::bigint FROM json_array_elements_text({param}::json)"),
+        }
+    }
+
+    /// A subquery yielding the strings of the JSON array in the text parameter `param`.
+    #[must_use]
+    pub fn json_texts(self, param: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("SELECT value FROM json_each({param})"),
+            Dialect::Postgres => format!("SELECT value FROM json_array_elements_text({param}::json)"),
+        }
+    }
+
+    /// The integer at the top-level `key` of the JSON text in `column` (`NULL` when it
+    /// is missing). `key` is a literal of the caller's: letters, digits and `_` only.
+    #[must_use]
+    pub fn json_integer_field(self, column: &str, key: &str) -> String {
+        debug_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        match self {
+            Dialect::Sqlite => format!("json_extract({column}, '$.{key}')"),
+            Dialect::Postgres => format!("CAST(({column})::jsonb ->> '{key}' AS BIGINT)"),
+        }
+    }
+
+    /// The greater of two integer expressions.
+    #[must_use]
+    pub fn greatest(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("MAX({a}, {b})"),
+            Dialect::Postgres => format!("GREATEST({a}, {b})"),
         }
     }
 }

@@ -244,3 +244,62 @@ impl Backend for PostgresBackend {
         res
     }
 }
+
+/// A thread that `LISTEN`s on a PostgreSQL channel and calls its `wake` for every
+/// notification, and once after each (re)connection so that its owner catches up on
+/// what it may have missed; it reconnects after losing the server. Stops when dropped.
+#[derive(Debug)]
+pub struct Listener {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Listener {
+    /// Listens on `channel` (an SQL identifier: letters, digits and `_`) of the database
+    /// at `url`, calling `wake` from the listener's thread.
+    ///
+    /// # Panics
+    ///
+    /// When `channel` is not such an identifier.
+    pub fn start(url: &str, channel: &str, wake: impl Fn() + Send + 'static) -> Listener {
+        assert!(
+            !channel.is_empty() && channel.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "channel {channel:?} is not a plain identifier"
+        );
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let (url, listen) = (url.to_owned(), format!("LISTEN {channel}"));
+        let spawned = std::thread::Builder::new().name("flowmem-listen".to_owned()).spawn(move || {
+            let stopping = || stopped.load(std::sync::atomic::Ordering::Relaxed);
+            while !stopping() {
+                let client = postgres::Config::from_str(&url)
+                    .and_then(|config| config.connect(postgres::NoTls))
+                    .and_then(|mut client| client.batch_execute(&listen).map(|()| client));
+                let mut client = match client {
+                    Ok(client) => client,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
+                    }
+                };
+                wake();
+                while !stopping() {
+                    let next = client.notifications().timeout_iter(Duration::from_millis(250)).next();
+                    match next {
+                        Ok(Some(_)) => wake(),
+                        Ok(None) if !client.is_closed() => {}
+                        _ => break,
+                    }
+                }
+            }
+        });
+        // Without a thread, the owner still has its polling.
+        drop(spawned);
+        Listener { stop }
+    }
+}

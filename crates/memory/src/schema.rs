@@ -155,7 +155,23 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workflow_pk, day)
     );
     ",
+    // 2: every transaction that appends to the index log notifies the channel
+    // `flowmem_index` once, at commit, so that servers sharing the memory learn of new
+    // workflows at once instead of at their next poll.
+    "
+    CREATE OR REPLACE FUNCTION flowmem_index_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('flowmem_index', '');
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER index_log_notify AFTER INSERT ON index_log
+        FOR EACH STATEMENT EXECUTE FUNCTION flowmem_index_notify();
+    ",
 ];
+
+/// The channel [`PG_MIGRATIONS`]' trigger notifies when the index log grows.
+pub(crate) const INDEX_CHANNEL: &str = "flowmem_index";
 
 /// The `PRAGMA application_id` of a flowmem memory: `flmm` in ASCII.
 pub(crate) const APPLICATION_ID: i64 = 0x666C_6D6D;

@@ -14,7 +14,7 @@ use flowmem_model::{Provenance, Retirement, Scope, Workflow, WorkflowStats, Work
 use crate::error::MemoryError;
 use crate::index::{Ranking, SearchIndex, encode_vector};
 use crate::retrieval::{RetrievalMode, SearchQuery, WorkflowVectors, normalised};
-use crate::schema::{APPLICATION_ID, MIGRATIONS, Ownership, PG_MIGRATIONS, ownership};
+use crate::schema::{APPLICATION_ID, INDEX_CHANNEL, MIGRATIONS, Ownership, PG_MIGRATIONS, ownership};
 use crate::text::{action_key, description_similarity, embedding_text, steps_text};
 
 /// How a store behaves; every field is a policy the caller chooses.
@@ -373,6 +373,19 @@ impl MemoryStore {
         let mut sibling = MemoryStore::open(&target, self.cfg.clone())?;
         sibling.index = Arc::clone(&self.index);
         Ok(sibling)
+    }
+
+    /// Calls `wake` whenever another process (or this one) adds to the index log of the
+    /// PostgreSQL memory at `path`, and after each reconnection, until the returned
+    /// listener is dropped: a server then refreshes at once what it polls
+    /// ([`MemoryStore::revision`]). `None` for a SQLite file, which has no
+    /// notifications; poll it.
+    #[must_use]
+    pub fn watch(path: &Path, wake: impl Fn() + Send + 'static) -> Option<flowmem_db::Listener> {
+        match DbLocation::parse(path.as_os_str()) {
+            DbLocation::Postgres(url) => Some(flowmem_db::Listener::start(&url, INDEX_CHANNEL, wake)),
+            DbLocation::Sqlite(_) => None,
+        }
     }
 
     /// The database file, or the PostgreSQL URL without its password: what messages name.

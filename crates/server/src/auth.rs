@@ -8,19 +8,19 @@
 //! token itself is shown once, when it is created, and never logged.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use flowmem_db::{Dialect, Value};
 use rand::RngCore;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::db::ServerDb;
 use crate::error::ServerError;
 use crate::state::AppState;
 
@@ -76,15 +76,14 @@ impl std::fmt::Debug for NewToken {
 /// Lookups hit a cache of known hashes first; an unknown hash is looked up in the file,
 /// so a token created while the server runs works at once.
 pub struct TokenStore {
-    path: PathBuf,
-    // A std mutex: every use is a short synchronous query, never held across an await.
-    conn: Mutex<Connection>,
+    // Every use is a short synchronous query, never held across an await.
+    db: ServerDb,
     known: Mutex<HashMap<[u8; 32], (i64, TokenScope)>>,
 }
 
 impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenStore").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("TokenStore").finish_non_exhaustive()
     }
 }
 
@@ -95,20 +94,29 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS server_tokens (
     created_at TEXT NOT NULL
 )";
 
+const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS server_tokens (
+    id BIGSERIAL PRIMARY KEY,
+    sha256 BYTEA NOT NULL UNIQUE,
+    scope TEXT NOT NULL CHECK (scope IN ('read', 'write')),
+    created_at TEXT NOT NULL
+)";
+
 impl TokenStore {
-    /// Opens the token table in the memory database at `path` (creating the table if
-    /// needed). The memory itself must have been opened first, so the file exists and is
-    /// in WAL mode.
+    /// Opens the token table in the memory database at `path`, a SQLite file or a
+    /// PostgreSQL URL (creating the table if needed). The memory itself must have been
+    /// opened first, so the database exists (a file in WAL mode).
     ///
     /// # Errors
     ///
-    /// [`ServerError::Database`] when the file cannot be opened or the table created.
+    /// [`ServerError::Database`] when the database cannot be opened or the table created.
     pub fn open(path: &Path) -> Result<TokenStore, ServerError> {
-        let sqlite = |what| move |source| ServerError::Database { path: path.to_path_buf(), what, source };
-        let conn = Connection::open(path).map_err(sqlite("opening the token table"))?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(sqlite("setting the busy timeout"))?;
-        conn.execute_batch(CREATE_TABLE).map_err(sqlite("creating the token table"))?;
-        Ok(TokenStore { path: path.to_path_buf(), conn: Mutex::new(conn), known: Mutex::new(HashMap::new()) })
+        let db = ServerDb::open(path, "opening the token table", |db| {
+            db.batch(match db.dialect() {
+                Dialect::Sqlite => CREATE_TABLE,
+                Dialect::Postgres => CREATE_TABLE_POSTGRES,
+            })
+        })?;
+        Ok(TokenStore { db, known: Mutex::new(HashMap::new()) })
     }
 
     /// Creates a token with `scope`, stores its hash in one transaction, and returns it.
@@ -125,17 +133,14 @@ impl TokenStore {
         }
         let hash = digest(&secret);
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        conn.execute(
-            "INSERT INTO server_tokens (sha256, scope, created_at) VALUES (?1, ?2, ?3)",
-            params![&hash[..], scope.name(), now],
-        )
-        .map_err(|source| ServerError::Database {
-            path: self.path.clone(),
-            what: "storing a token",
-            source,
+        let id = self.db.run("storing a token", |db| {
+            db.query_one(
+                "INSERT INTO server_tokens (sha256, scope, created_at) VALUES ($1, $2, $3) RETURNING id",
+                &[hash.to_vec().into(), scope.name().into(), now.into()],
+            )?
+            .int(0)
         })?;
-        Ok(NewToken { secret, scope, id: conn.last_insert_rowid() })
+        Ok(NewToken { secret, scope, id })
     }
 
     /// How many tokens exist.
@@ -144,10 +149,7 @@ impl TokenStore {
     ///
     /// [`ServerError::Database`] when the count fails.
     pub fn count(&self) -> Result<u64, ServerError> {
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        conn.query_row("SELECT COUNT(*) FROM server_tokens", [], |row| row.get::<_, i64>(0))
-            .map(|n| u64::try_from(n).unwrap_or(0))
-            .map_err(|source| ServerError::Database { path: self.path.clone(), what: "counting tokens", source })
+        self.db.run("counting tokens", |db| db.query_one("SELECT COUNT(*) FROM server_tokens", &[])?.count(0))
     }
 
     /// The scope of the token `secret`, or `None` when it is not a token of this memory.
@@ -170,14 +172,11 @@ impl TokenStore {
         if let Some(grant) = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&hash) {
             return Ok(Some(*grant));
         }
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let row: Option<(i64, String)> = conn
-            .query_row("SELECT id, scope FROM server_tokens WHERE sha256 = ?1", [&hash[..]], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()
-            .map_err(|source| ServerError::Database { path: self.path.clone(), what: "looking up a token", source })?;
-        drop(conn);
+        let row: Option<(i64, String)> = self.db.run("looking up a token", |db| {
+            db.query_opt("SELECT id, scope FROM server_tokens WHERE sha256 = $1", &[Value::Blob(hash.to_vec())])?
+                .map(|row| Ok((row.int(0)?, row.text(1)?)))
+                .transpose()
+        })?;
         let grant = row.and_then(|(id, scope)| TokenScope::parse(&scope).map(|scope| (id, scope)));
         if let Some(grant) = grant {
             self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(hash, grant);
@@ -258,24 +257,29 @@ mod tests {
     #[test]
     fn a_token_is_stored_only_as_its_hash_and_checks_with_its_scope() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("memory.db");
-        let store = TokenStore::open(&path).unwrap();
-        assert_eq!(store.count().unwrap(), 0);
-        let read = store.create(TokenScope::Read).unwrap();
-        let write = store.create(TokenScope::Write).unwrap();
-        assert_eq!(store.count().unwrap(), 2);
-        assert_eq!(store.check(&read.secret).unwrap(), Some(TokenScope::Read));
-        assert_eq!(store.check(&write.secret).unwrap(), Some(TokenScope::Write));
-        assert_eq!(store.check("fmt_0000").unwrap(), None);
-        assert!(!format!("{read:?}").contains(&read.secret), "Debug must redact the secret");
-        drop(store);
-        let bytes = std::fs::read(&path).unwrap();
-        let wal = std::fs::read(dir.path().join("memory.db-wal")).unwrap_or_default();
-        for haystack in [&bytes, &wal] {
-            assert!(!haystack.windows(read.secret.len()).any(|w| w == read.secret.as_bytes()));
+        for path in crate::db::backends::new_memories(&dir) {
+            let store = TokenStore::open(&path).unwrap();
+            assert_eq!(store.count().unwrap(), 0);
+            let read = store.create(TokenScope::Read).unwrap();
+            let write = store.create(TokenScope::Write).unwrap();
+            assert_ne!(read.id, write.id);
+            assert_eq!(store.count().unwrap(), 2);
+            assert_eq!(store.check(&read.secret).unwrap(), Some(TokenScope::Read));
+            assert_eq!(store.grant(&write.secret).unwrap(), Some((write.id, TokenScope::Write)));
+            assert_eq!(store.check("fmt_0000").unwrap(), None);
+            assert!(!format!("{read:?}").contains(&read.secret), "Debug must redact the secret");
+            drop(store);
+            if path.exists() {
+                let bytes = std::fs::read(&path).unwrap();
+                let wal = std::fs::read(dir.path().join("memory.db-wal")).unwrap_or_default();
+                for haystack in [&bytes, &wal] {
+                    assert!(!haystack.windows(read.secret.len()).any(|w| w == read.secret.as_bytes()));
+                }
+            }
+            // A second store on the same memory (another process) sees the tokens.
+            let again = TokenStore::open(&path).unwrap();
+            assert_eq!(again.check(&write.secret).unwrap(), Some(TokenScope::Write));
+            assert_eq!(again.count().unwrap(), 2);
         }
-        // A second store on the same file (another process) sees the tokens.
-        let again = TokenStore::open(&path).unwrap();
-        assert_eq!(again.check(&write.secret).unwrap(), Some(TokenScope::Write));
     }
 }

@@ -16,13 +16,13 @@ pub enum ServerError {
     /// A server table in the memory database (tokens, the gateway queue) failed.
     #[error("memory database `{path}`: {what}")]
     Database {
-        /// The database file.
+        /// The database file, or the PostgreSQL URL without its password.
         path: PathBuf,
         /// What the server was doing.
         what: &'static str,
-        /// The SQLite error.
+        /// The database's error.
         #[source]
-        source: rusqlite::Error,
+        source: flowmem_db::DbError,
     },
     /// A non-loopback address was asked for while no token exists, which would expose
     /// the memory to the network without authentication.

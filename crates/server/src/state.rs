@@ -255,7 +255,8 @@ impl AppState {
     pub(crate) fn check_bind(&self, addr: SocketAddr) -> Result<(), ServerError> {
         let n_tokens = self.tokens.count()?;
         if n_tokens == 0 && !addr.ip().is_loopback() {
-            return Err(ServerError::UnprotectedBind { addr, memory: self.cfg.memory.clone() });
+            let memory = std::path::PathBuf::from(flowmem_db::DbLocation::parse(self.cfg.memory.as_os_str()).display());
+            return Err(ServerError::UnprotectedBind { addr, memory });
         }
         self.open_access.store(n_tokens == 0, Ordering::Relaxed);
         Ok(())
@@ -438,12 +439,18 @@ async fn count_retrievals(state: Arc<AppState>, mut receiver: mpsc::UnboundedRec
 }
 
 /// Watches the memory's revision and refreshes the catalog when another process (or
-/// this one) inserted or deleted workflows.
+/// this one) inserted or deleted workflows: every `poll_interval`, and at once when a
+/// PostgreSQL memory notifies.
 async fn poll_changes(state: Arc<AppState>) {
     let mut seen = state.catalog.borrow().revision;
+    // A PostgreSQL memory says when its index log grows; polling covers the rest.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let woken = Arc::clone(&wake);
+    let _listener = MemoryStore::watch(&state.cfg.memory, move || woken.notify_one());
     loop {
         tokio::select! {
             () = tokio::time::sleep(state.cfg.poll_interval) => {}
+            () = wake.notified() => {}
             () = state.stop.cancelled() => return,
         }
         let revision = match state.read(MemoryStore::revision).await {

@@ -35,11 +35,6 @@ pub fn run(args: &ServeArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         let message = "`flowmem serve` needs the memory to serve\nhint: pass --memory DB, or set FLOWMEM_MEMORY";
         return Err(crate::commands::common::MissingFlag { flag: "--memory", message }.into());
     };
-    if flowmem_db::DbLocation::parse(memory.as_os_str()).is_postgres() {
-        anyhow::bail!(
-            "`flowmem serve` keeps its tokens, learning queue and OTLP buffer in SQLite tables beside the memory, and cannot yet keep them in PostgreSQL\nhint: serve a SQLite memory (`flowmem memory migrate --from postgres://… --to memory.db` copies one)"
-        );
-    }
     match &args.command {
         Some(ServeCommand::Token(TokenCommand::Create(create))) => create_token(memory, create, printer),
         None => block_on(serve(args, memory, printer)),
@@ -64,7 +59,7 @@ fn create_token(memory: &Path, args: &TokenCreateArgs, printer: &Printer) -> any
         "created {} token #{} for `{}`; it is shown only this once (the memory keeps its hash)",
         scope.name(),
         token.id,
-        memory.display()
+        shown(memory)
     ));
     Ok(ExitStatus::Success)
 }
@@ -113,6 +108,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     tracing::info!(induce = %induce.describe(), "successful runs are induced from");
     let mut cfg = ServeConfig::standard(memory.to_path_buf());
     cfg.max_workflow_tools = args.max_workflow_tools;
+    cfg.poll_interval = std::time::Duration::from_secs_f64(args.poll_interval);
     cfg.isolation = isolation;
     let asked = asked_retrieval(args.retrieval, session_config.memory()?.retrieval);
     let find_retriever = chosen_retriever(&session_config, asked, DEFAULT_RETRIEVAL)?;
@@ -186,10 +182,10 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let has_gateway = cfg.gateway.is_some();
     let has_otlp = cfg.otlp.is_some();
     let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs, embedder })
-        .with_context(|| format!("cannot serve the memory `{}`", memory.display()))?;
+        .with_context(|| format!("cannot serve the memory `{}`", shown(memory)))?;
     let res = if args.stdio {
         // stdout carries the MCP session: nothing else may be printed there.
-        tracing::info!(memory = %memory.display(), graphs = n_graphs, "serving over stdio");
+        tracing::info!(memory = %shown(memory), graphs = n_graphs, "serving over stdio");
         serve_stdio(state, shutdown_signal()).await
     } else {
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -210,7 +206,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
                 "OTLP receiver at http://{bound}/v1/traces (set OTEL_EXPORTER_OTLP_ENDPOINT=http://{bound})"
             ));
         }
-        tracing::info!(memory = %memory.display(), graphs = n_graphs, "serving over HTTP; Ctrl-C stops");
+        tracing::info!(memory = %shown(memory), graphs = n_graphs, "serving over HTTP; Ctrl-C stops");
         serve_http(state, listener, shutdown_signal()).await
     };
     if let Some(task) = embedded_upstream {
@@ -322,4 +318,9 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// The memory as messages name it: the file, or the URL without its password.
+fn shown(memory: &Path) -> String {
+    flowmem_db::DbLocation::parse(memory.as_os_str()).display()
 }

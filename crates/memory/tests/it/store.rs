@@ -27,7 +27,7 @@ crate::both_backends!(
 fn schema_version(backend: Backend) -> i64 {
     match backend {
         Backend::Sqlite => 5,
-        Backend::Postgres => 1,
+        Backend::Postgres => 2,
     }
 }
 
@@ -514,4 +514,30 @@ fn postgres_errors_hide_the_password_and_foreign_databases_are_left_alone() {
         })
         .unwrap();
     assert_eq!(tables, ["workflows"], "nothing was added");
+}
+
+/// A PostgreSQL memory tells a watcher of every committed write to the index log (the
+/// `flowmem_index` channel), and a SQLite file has no watcher.
+#[test]
+fn a_watcher_of_a_postgres_memory_is_woken_by_each_write() {
+    let memory = TestMemory::new(Backend::Postgres);
+    let mut store = memory.open(StoreConfig::standard());
+    let (woken, wakes) = std::sync::mpsc::channel();
+    let listener = MemoryStore::watch(memory.location(), move || {
+        let _ = woken.send(());
+    })
+    .expect("PostgreSQL memories can be watched");
+    let timeout = std::time::Duration::from_secs(20);
+    wakes.recv_timeout(timeout).expect("a wake once connected");
+    for (idx, name) in ["track a parcel", "return a parcel"].iter().enumerate() {
+        store.add(&workflow(name, &[&format!("tool_{idx}")], None)).unwrap();
+        wakes.recv_timeout(timeout).unwrap_or_else(|_| panic!("no wake after write {idx}"));
+    }
+    // Counting a use does not touch the index log: no wake.
+    let id = store.list(&Scope::default()).unwrap()[0].id.clone();
+    store.record_use(&id, UseOutcome::Success).unwrap();
+    assert!(wakes.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "a use is no change of the list");
+    drop(listener);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(MemoryStore::watch(&dir.path().join("memory.db"), || {}).is_none());
 }

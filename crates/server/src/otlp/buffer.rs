@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use flowmem_db::{Db, DbError, Dialect};
 use serde_json::{Value, json};
 
 use flowmem_model::{Item, OtlpLogEvent, OtlpSpan, Scope, assemble_otlp, redact_value};
@@ -35,9 +35,28 @@ CREATE TABLE IF NOT EXISTS otlp_items (
 CREATE INDEX IF NOT EXISTS otlp_items_trace ON otlp_items (trace_id);
 ";
 
+/// The same tables in PostgreSQL.
+const CREATE_TABLES_POSTGRES: &str = "
+CREATE TABLE IF NOT EXISTS otlp_traces (
+    trace_id TEXT PRIMARY KEY,
+    root_ended BIGINT NOT NULL DEFAULT 0,
+    token_id BIGINT,
+    scope TEXT NOT NULL,
+    first_seen_ms BIGINT NOT NULL,
+    last_seen_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS otlp_items (
+    seq BIGSERIAL PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('span', 'event')),
+    item TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS otlp_items_trace ON otlp_items (trace_id);
+";
+
 /// Whether any trace is complete (see [`SpanBuffer::assemble_ready`]).
 const READY_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM otlp_traces
-    WHERE (root_ended = 1 AND last_seen_ms <= ?1) OR last_seen_ms <= ?2)";
+    WHERE (root_ended = 1 AND last_seen_ms <= $1) OR last_seen_ms <= $2)";
 
 /// The most traces assembled in one pass; the rest wait for the next.
 const MAX_TRACES_PER_PASS: i64 = 256;
@@ -79,9 +98,12 @@ impl SpanBuffer {
     /// Opens the buffer (and the learning queue's table, which it writes into) in the
     /// memory database at `path`.
     pub(crate) fn open(path: &Path) -> Result<SpanBuffer, ServerError> {
-        let setup = |conn: &Connection| {
-            conn.execute_batch(CREATE_TABLES)?;
-            create_queue_table(conn)
+        let setup = |db: &Db| {
+            db.batch(match db.dialect() {
+                Dialect::Sqlite => CREATE_TABLES,
+                Dialect::Postgres => CREATE_TABLES_POSTGRES,
+            })?;
+            create_queue_table(db)
         };
         Ok(SpanBuffer { db: ServerDb::open(path, "opening the OTLP span buffer", setup)? })
     }
@@ -95,17 +117,27 @@ impl SpanBuffer {
         sender: &Sender,
     ) -> Result<(), ServerError> {
         let scope = serde_json::to_string(&sender.scope).unwrap_or_else(|_| "{}".to_owned());
-        self.db.run("buffering spans", |conn| {
-            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        let touch_sql = format!(
+            "INSERT INTO otlp_traces (trace_id, root_ended, token_id, scope, first_seen_ms, last_seen_ms)
+             VALUES ($1, $2, $3, $4, $5, $5)
+             ON CONFLICT (trace_id) DO UPDATE SET root_ended = {},
+                 last_seen_ms = excluded.last_seen_ms",
+            self.db.dialect().greatest("otlp_traces.root_ended", "excluded.root_ended")
+        );
+        self.db.run("buffering spans", |db| {
+            let tx = db.write()?;
             let now = now_ms();
-            let touch = |trace_id: &str, root: bool| -> rusqlite::Result<()> {
-                tx.prepare_cached(
-                    "INSERT INTO otlp_traces (trace_id, root_ended, token_id, scope, first_seen_ms, last_seen_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                     ON CONFLICT (trace_id) DO UPDATE SET root_ended = MAX(root_ended, excluded.root_ended),
-                         last_seen_ms = excluded.last_seen_ms",
-                )?
-                .execute(params![trace_id, root, sender.token_id, scope, now])?;
+            let touch = |trace_id: &str, root: bool| -> Result<(), DbError> {
+                db.execute(
+                    &touch_sql,
+                    &[
+                        trace_id.into(),
+                        i64::from(root).into(),
+                        sender.token_id.into(),
+                        scope.as_str().into(),
+                        now.into(),
+                    ],
+                )?;
                 Ok(())
             };
             for span in spans {
@@ -114,9 +146,11 @@ impl SpanBuffer {
             for event in events {
                 touch(&event.trace_id, false)?;
             }
-            let insert = |trace_id: &str, kind: &str, item: String| -> rusqlite::Result<()> {
-                tx.prepare_cached("INSERT INTO otlp_items (trace_id, kind, item) VALUES (?1, ?2, ?3)")?
-                    .execute(params![trace_id, kind, item])?;
+            let insert = |trace_id: &str, kind: &str, item: String| -> Result<(), DbError> {
+                db.execute(
+                    "INSERT INTO otlp_items (trace_id, kind, item) VALUES ($1, $2, $3)",
+                    &[trace_id.into(), kind.into(), item.into()],
+                )?;
                 Ok(())
             };
             for span in spans {
@@ -131,9 +165,9 @@ impl SpanBuffer {
 
     /// How many traces and items the buffer holds.
     pub(crate) fn counts(&self) -> Result<(i64, i64), ServerError> {
-        self.db.run("counting buffered spans", |conn| {
-            let traces = conn.query_row("SELECT COUNT(*) FROM otlp_traces", [], |row| row.get(0))?;
-            let items = conn.query_row("SELECT COUNT(*) FROM otlp_items", [], |row| row.get(0))?;
+        self.db.run("counting buffered spans", |db| {
+            let traces = db.query_one("SELECT COUNT(*) FROM otlp_traces", &[])?.int(0)?;
+            let items = db.query_one("SELECT COUNT(*) FROM otlp_items", &[])?.int(0)?;
             Ok((traces, items))
         })
     }
@@ -144,31 +178,26 @@ impl SpanBuffer {
     /// nothing came for `abandon`. Traces of one sender and scope are assembled together,
     /// so the traces of one conversation become one run.
     pub(crate) fn assemble_ready(&self, quiet: Duration, abandon: Duration) -> Result<Assembled, ServerError> {
-        self.db.run("assembling complete traces", |conn| {
+        self.db.run("assembling complete traces", |db| {
             let now = now_ms();
             let (quiet_since, abandoned_since) = (now - millis(quiet), now - millis(abandon));
             // Most passes find nothing: look first without taking the write lock, which
             // the memory's own writer needs too.
-            let any_ready: bool = conn
-                .prepare_cached(READY_EXISTS)?
-                .query_row(params![quiet_since, abandoned_since], |row| row.get(0))?;
+            let any_ready = db.query_one(READY_EXISTS, &[quiet_since.into(), abandoned_since.into()])?.bool(0)?;
             if !any_ready {
                 return Ok(Assembled::default());
             }
-            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
-            let ready: Vec<(String, Option<i64>, String)> = {
-                let mut stmt = tx.prepare_cached(
-                    "SELECT trace_id, token_id, scope FROM otlp_traces
-                     WHERE (root_ended = 1 AND last_seen_ms <= ?1) OR last_seen_ms <= ?2
-                     ORDER BY first_seen_ms, trace_id LIMIT ?3",
-                )?;
-                let rows = stmt.query_map(params![quiet_since, abandoned_since, MAX_TRACES_PER_PASS], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
+            let tx = db.write()?;
+            let ready: Vec<(String, Option<i64>, String)> = db.query_map(
+                "SELECT trace_id, token_id, scope FROM otlp_traces
+                 WHERE (root_ended = 1 AND last_seen_ms <= $1) OR last_seen_ms <= $2
+                 ORDER BY first_seen_ms, trace_id LIMIT $3",
+                &[quiet_since.into(), abandoned_since.into(), MAX_TRACES_PER_PASS.into()],
+                |row| Ok((row.text(0)?, row.opt_int(1)?, row.text(2)?)),
+            )?;
             let mut done = Assembled::default();
             if ready.is_empty() {
+                tx.commit()?;
                 return Ok(done);
             }
             // Group by sender and scope, in first-seen order.
@@ -177,7 +206,7 @@ impl SpanBuffer {
                 groups.entry((*token_id, scope.clone())).or_default().push(trace_id.clone());
             }
             for ((token_id, scope), traces) in groups {
-                let (spans, events) = load_items(&tx, &traces)?;
+                let (spans, events) = load_items(db, &traces)?;
                 let imported = assemble_otlp(spans, events, "otlp:receiver");
                 let scope: Value = serde_json::from_str(&scope).unwrap_or(Value::Null);
                 for skipped in &imported.skipped {
@@ -200,13 +229,13 @@ impl SpanBuffer {
                         "recorded_at": recorded_at,
                     });
                     redact_value(&mut record);
-                    if queue_under_free_id(&tx, &trajectory.id, &record)? {
+                    if queue_under_free_id(db, &trajectory.id, &record)? {
                         done.queued += 1;
                     }
                 }
                 for trace_id in &traces {
-                    tx.prepare_cached("DELETE FROM otlp_items WHERE trace_id = ?1")?.execute([trace_id])?;
-                    tx.prepare_cached("DELETE FROM otlp_traces WHERE trace_id = ?1")?.execute([trace_id])?;
+                    db.execute("DELETE FROM otlp_items WHERE trace_id = $1", &[trace_id.into()])?;
+                    db.execute("DELETE FROM otlp_traces WHERE trace_id = $1", &[trace_id.into()])?;
                 }
                 done.traces += traces.len();
             }
@@ -222,14 +251,16 @@ fn json_text<T: serde::Serialize>(value: &T) -> String {
 
 /// The buffered spans and events of `traces`, in arrival order. An item that no longer
 /// reads (written by another version) is logged and left out.
-fn load_items(conn: &Connection, traces: &[String]) -> rusqlite::Result<(Vec<OtlpSpan>, Vec<OtlpLogEvent>)> {
+fn load_items(db: &Db, traces: &[String]) -> Result<(Vec<OtlpSpan>, Vec<OtlpLogEvent>), DbError> {
     let mut spans = Vec::new();
     let mut events = Vec::new();
-    let mut stmt = conn.prepare_cached("SELECT kind, item FROM otlp_items WHERE trace_id = ?1 ORDER BY seq")?;
     for trace_id in traces {
-        let rows = stmt.query_map([trace_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
-        for row in rows {
-            let (kind, item) = row?;
+        let rows = db.query_map(
+            "SELECT kind, item FROM otlp_items WHERE trace_id = $1 ORDER BY seq",
+            &[trace_id.into()],
+            |row| Ok((row.text(0)?, row.text(1)?)),
+        )?;
+        for (kind, item) in rows {
             let read = if kind == "span" {
                 serde_json::from_str(&item).map(|span| spans.push(span))
             } else {
@@ -245,15 +276,12 @@ fn load_items(conn: &Connection, traces: &[String]) -> rusqlite::Result<(Vec<Otl
 
 /// Queues `record` as `otlp:ID`, or `otlp:ID~2`, `~3`, … when a run of that id was
 /// queued before (a conversation that went on after it was learned from).
-fn queue_under_free_id(conn: &Connection, id: &str, record: &Value) -> rusqlite::Result<bool> {
+fn queue_under_free_id(db: &Db, id: &str, record: &Value) -> Result<bool, DbError> {
     for n in 1..=1000 {
         let key = if n == 1 { format!("otlp:{id}") } else { format!("otlp:{id}~{n}") };
-        let taken: Option<i64> = conn
-            .prepare_cached("SELECT 1 FROM gateway_conversations WHERE id = ?1")?
-            .query_row([&key], |row| row.get(0))
-            .optional()?;
+        let taken = db.query_opt("SELECT 1 FROM gateway_conversations WHERE id = $1", &[key.as_str().into()])?;
         if taken.is_none() {
-            return enqueue(conn, &key, record, None);
+            return enqueue(db, &key, record, None);
         }
     }
     tracing::warn!(run = %id, "otlp: a thousand runs share this id; this one is not queued");

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use flowmem_db::{Db, DbError, Dialect, Row, Value as SqlValue};
 use serde_json::Value;
 
 use crate::db::ServerDb;
@@ -20,6 +20,17 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
     outcome INTEGER,
     result TEXT,
     attempts INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL
+)";
+
+/// The same table in PostgreSQL (`outcome` 0 or 1 as in SQLite).
+const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN ('open', 'queued', 'done', 'failed')),
+    record TEXT NOT NULL,
+    outcome BIGINT,
+    result TEXT,
+    attempts BIGINT NOT NULL DEFAULT 0,
     updated_at TEXT NOT NULL
 )";
 
@@ -49,25 +60,39 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Queues run `id` for learning, in `conn`'s transaction: a new row, or the open
+fn outcome_value(outcome: Option<bool>) -> SqlValue {
+    outcome.map_or(SqlValue::Null, |outcome| SqlValue::Int(i64::from(outcome)))
+}
+
+fn read_outcome(row: &Row, idx: usize) -> Result<Option<bool>, DbError> {
+    Ok(row.opt_int(idx)?.map(|outcome| outcome != 0))
+}
+
+fn read_json(text: Option<String>) -> Option<Value> {
+    text.and_then(|text| serde_json::from_str(&text).ok())
+}
+
+/// Queues run `id` for learning, in `db`'s write transaction: a new row, or the open
 /// conversation of that id, ended. Returns false, and changes nothing, when a row of
 /// that id is already queued or learned from.
-pub(crate) fn enqueue(conn: &Connection, id: &str, record: &Value, outcome: Option<bool>) -> rusqlite::Result<bool> {
-    let changed = conn
-        .prepare_cached(
-            "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at)
-             VALUES (?1, 'queued', ?2, ?3, ?4)
-             ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
-                 outcome = excluded.outcome, updated_at = excluded.updated_at
-             WHERE state = 'open'",
-        )?
-        .execute(params![id, record.to_string(), outcome, now()])?;
+pub(crate) fn enqueue(db: &Db, id: &str, record: &Value, outcome: Option<bool>) -> Result<bool, DbError> {
+    let changed = db.execute(
+        "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at)
+         VALUES ($1, 'queued', $2, $3, $4)
+         ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
+             outcome = excluded.outcome, updated_at = excluded.updated_at
+         WHERE gateway_conversations.state = 'open'",
+        &[id.into(), record.to_string().into(), outcome_value(outcome), now().into()],
+    )?;
     Ok(changed > 0)
 }
 
-/// Creates the queue table in `conn`'s database if it is not there.
-pub(crate) fn create_table(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(CREATE_TABLE)
+/// Creates the queue table in `db` if it is not there.
+pub(crate) fn create_table(db: &Db) -> Result<(), DbError> {
+    db.batch(match db.dialect() {
+        Dialect::Sqlite => CREATE_TABLE,
+        Dialect::Postgres => CREATE_TABLE_POSTGRES,
+    })
 }
 
 impl QueueStore {
@@ -78,20 +103,20 @@ impl QueueStore {
 
     /// Applies `writes` in order, in one transaction.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
-        self.db.run("storing conversations", |conn| {
-            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        self.db.run("storing conversations", |db| {
+            let tx = db.write()?;
             for write in writes {
                 match write {
                     Write::Open { id, record } => {
-                        tx.prepare_cached(
-                            "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES (?1, 'open', ?2, ?3)
+                        db.execute(
+                            "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
                              ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
-                             WHERE state = 'open'",
-                        )?
-                        .execute(params![id, record.to_string(), now()])?;
+                             WHERE gateway_conversations.state = 'open'",
+                            &[id.into(), record.to_string().into(), now().into()],
+                        )?;
                     }
                     Write::Queue { id, record, outcome } => {
-                        enqueue(&tx, id, record, *outcome)?;
+                        enqueue(db, id, record, *outcome)?;
                     }
                 }
             }
@@ -102,35 +127,39 @@ impl QueueStore {
     /// The oldest queued conversation, its attempt counted before any work is done, so a
     /// conversation that crashes the server every time is given up after a few tries.
     pub(crate) fn take_next(&self) -> Result<Option<Queued>, ServerError> {
-        self.db.run("taking the next queued conversation", |conn| {
-            let row: Option<(String, String, Option<bool>, u32)> = conn
-                .prepare_cached(
-                    "SELECT id, record, outcome, attempts FROM gateway_conversations WHERE state = 'queued'
-                     ORDER BY updated_at, id LIMIT 1",
-                )?
-                .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
-                .optional()?;
-            let Some((id, record, outcome, attempts)) = row else { return Ok(None) };
-            conn.prepare_cached("UPDATE gateway_conversations SET attempts = attempts + 1 WHERE id = ?1")?
-                .execute([&id])?;
-            let record = serde_json::from_str(&record).unwrap_or(Value::Null);
-            Ok(Some(Queued { id, record, outcome, attempts: attempts + 1 }))
+        self.db.run("taking the next queued conversation", |db| {
+            let tx = db.write()?;
+            let row = db.query_opt(
+                "SELECT id, record, outcome, attempts FROM gateway_conversations WHERE state = 'queued'
+                 ORDER BY updated_at, id LIMIT 1",
+                &[],
+            )?;
+            let Some(row) = row else { return tx.commit().map(|()| None) };
+            let id = row.text(0)?;
+            db.execute(
+                "UPDATE gateway_conversations SET attempts = attempts + 1 WHERE id = $1",
+                &[id.as_str().into()],
+            )?;
+            tx.commit()?;
+            let record = serde_json::from_str(&row.text(1)?).unwrap_or(Value::Null);
+            let attempts = u32::try_from(row.count(3)?).unwrap_or(u32::MAX);
+            Ok(Some(Queued { id, record, outcome: read_outcome(&row, 2)?, attempts: attempts.saturating_add(1) }))
         })
     }
 
     /// Ends a queued conversation's life: `done` with what learning did, or `failed`
     /// with why; `None` leaves it queued for another attempt.
     pub(crate) fn finish(&self, id: &str, state: Option<&str>, result: &Value) -> Result<(), ServerError> {
-        self.db.run("finishing a queued conversation", |conn| {
+        self.db.run("finishing a queued conversation", |db| {
             match state {
-                Some(state) => conn
-                    .prepare_cached(
-                        "UPDATE gateway_conversations SET state = ?2, result = ?3, updated_at = ?4 WHERE id = ?1",
-                    )?
-                    .execute(params![id, state, result.to_string(), now()]),
-                None => conn
-                    .prepare_cached("UPDATE gateway_conversations SET result = ?2, updated_at = ?3 WHERE id = ?1")?
-                    .execute(params![id, result.to_string(), now()]),
+                Some(state) => db.execute(
+                    "UPDATE gateway_conversations SET state = $2, result = $3, updated_at = $4 WHERE id = $1",
+                    &[id.into(), state.into(), result.to_string().into(), now().into()],
+                ),
+                None => db.execute(
+                    "UPDATE gateway_conversations SET result = $2, updated_at = $3 WHERE id = $1",
+                    &[id.into(), result.to_string().into(), now().into()],
+                ),
             }
             .map(drop)
         })
@@ -138,33 +167,36 @@ impl QueueStore {
 
     /// The open conversations a previous run left, to resume.
     pub(crate) fn open_records(&self) -> Result<Vec<(String, Value)>, ServerError> {
-        self.db.run("reading open conversations", |conn| {
-            let mut stmt = conn.prepare("SELECT id, record FROM gateway_conversations WHERE state = 'open'")?;
-            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
-            let mut open = Vec::new();
-            for row in rows {
-                let (id, record) = row?;
-                open.push((id, serde_json::from_str(&record).unwrap_or(Value::Null)));
-            }
-            Ok(open)
+        self.db.run("reading open conversations", |db| {
+            db.query_map("SELECT id, record FROM gateway_conversations WHERE state = 'open'", &[], |row| {
+                Ok((row.text(0)?, read_json(Some(row.text(1)?)).unwrap_or(Value::Null)))
+            })
         })
     }
 
     /// How many conversations are in each state.
     pub(crate) fn counts(&self) -> Result<Value, ServerError> {
-        self.db.run("counting conversations", |conn| {
-            let mut stmt = conn.prepare("SELECT state, COUNT(*) FROM gateway_conversations GROUP BY state")?;
-            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+        self.db.run("counting conversations", |db| {
+            let rows =
+                db.query_map("SELECT state, COUNT(*) FROM gateway_conversations GROUP BY state", &[], |row| {
+                    Ok((row.text(0)?, row.int(1)?))
+                })?;
             let mut counts = serde_json::Map::new();
             for state in ["open", "queued", "done", "failed"] {
                 counts.insert(state.to_owned(), Value::from(0));
             }
-            for row in rows {
-                let (state, n) = row?;
+            for (state, n) in rows {
                 counts.insert(state, Value::from(n));
             }
             Ok(Value::Object(counts))
         })
+    }
+
+    /// The condition that keeps only the rows of the token in parameter `param` (all
+    /// when it is `NULL`).
+    fn token_filter(&self, param: &str) -> String {
+        let field = self.db.dialect().json_integer_field("record", "token_id");
+        format!("(CAST({param} AS BIGINT) IS NULL OR {field} = {param})")
     }
 
     /// The most recently updated conversations, newest first, skipping `offset`: id,
@@ -172,44 +204,26 @@ impl QueueStore {
     /// did (the verdict and its reason, workflows stored and merged, why any were
     /// rejected, or the error); only those of token `token_id` when it is given.
     pub(crate) fn recent(&self, limit: usize, offset: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
-        self.db.run("listing conversations", |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, state, updated_at, outcome, json_extract(record, '$.source'),
-                    (SELECT json_extract(value, '$.content') FROM json_each(record, '$.messages')
-                     WHERE json_extract(value, '$.role') = 'user' LIMIT 1),
-                    json_extract(result, '$.judgement.success'), json_extract(result, '$.judgement.reason'),
-                    json_array_length(result, '$.stored'), json_array_length(result, '$.merged'),
-                    (SELECT group_concat(json_extract(value, '$.message'), '; ') FROM json_each(result, '$.rejected')),
-                    json_extract(result, '$.error')
-                 FROM gateway_conversations
-                 WHERE ?2 IS NULL OR json_extract(record, '$.token_id') = ?2
-                 ORDER BY updated_at DESC, id DESC LIMIT ?1 OFFSET ?3",
-            )?;
-            let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-            let rows = stmt.query_map(params![as_i64(limit), token_id, as_i64(offset)], |row| {
-                Ok(serde_json::json!({"id": row.get::<_, String>(0)?, "state": row.get::<_, String>(1)?,
-                "updated_at": row.get::<_, String>(2)?, "outcome": row.get::<_, Option<bool>>(3)?,
-                "source": row.get::<_, Option<String>>(4)?,
-                "first_user": row.get::<_, Option<rusqlite::types::Value>>(5)?.map(|value| match value {
-                    rusqlite::types::Value::Text(text) => text,
-                    other => format!("{other:?}"),
-                }),
-                "verdict": row.get::<_, Option<bool>>(6)?, "verdict_reason": row.get::<_, Option<String>>(7)?,
-                "learned": row.get::<_, Option<u32>>(8)?, "merged": row.get::<_, Option<u32>>(9)?,
-                "rejected": row.get::<_, Option<String>>(10)?, "error": row.get::<_, Option<String>>(11)?}))
-            })?;
-            rows.collect()
+        let sql = format!(
+            "SELECT id, state, updated_at, outcome, record, result FROM gateway_conversations
+             WHERE {} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $3",
+            self.token_filter("$2")
+        );
+        self.db.run("listing conversations", |db| {
+            db.query_map(&sql, &[(limit as u64).into(), token_id.into(), (offset as u64).into()], |row| {
+                let record = read_json(Some(row.text(4)?)).unwrap_or(Value::Null);
+                let result = read_json(row.opt_text(5)?).unwrap_or(Value::Null);
+                summary(row, &record, &result)
+            })
         })
     }
 
     /// Which of `ids` name a kept conversation, in one query.
     pub(crate) fn known(&self, ids: &[String]) -> Result<std::collections::HashSet<String>, ServerError> {
         let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-        self.db.run("looking conversations up", |conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT id FROM gateway_conversations WHERE id IN (SELECT value FROM json_each(?1))")?;
-            let rows = stmt.query_map([ids], |row| row.get::<_, String>(0))?;
-            rows.collect()
+        let sql = format!("SELECT id FROM gateway_conversations WHERE id IN ({})", self.db.dialect().json_texts("$1"));
+        self.db.run("looking conversations up", |db| {
+            Ok(db.query_map(&sql, &[ids.into()], |row| row.text(0))?.into_iter().collect())
         })
     }
 
@@ -226,37 +240,149 @@ impl QueueStore {
             Ok(result) => ("done", result),
             Err(message) => ("failed", serde_json::json!({"error": message, "attempts": 1})),
         };
-        self.db.run("keeping a reported run", |conn| {
-            conn.prepare_cached(
+        self.db.run("keeping a reported run", |db| {
+            db.execute(
                 "INSERT INTO gateway_conversations (id, state, record, outcome, result, attempts, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6)",
-            )?
-            .execute(params![id, state, record.to_string(), outcome, result.to_string(), now()])?;
-            Ok(())
+                 VALUES ($1, $2, $3, $4, $5, 1, $6)",
+                &[
+                    id.into(),
+                    state.into(),
+                    record.to_string().into(),
+                    outcome_value(outcome),
+                    result.to_string().into(),
+                    now().into(),
+                ],
+            )
+            .map(drop)
         })
     }
 
     /// A conversation's row as JSON: state, record, outcome, result, attempts; only one
     /// of token `token_id` when it is given (a token reads its own runs).
     pub(crate) fn get(&self, id: &str, token_id: Option<i64>) -> Result<Option<Value>, ServerError> {
-        self.db.run("reading a conversation", |conn| {
-            conn.prepare_cached(
-                "SELECT state, record, outcome, result, attempts FROM gateway_conversations
-                 WHERE id = ?1 AND (?2 IS NULL OR json_extract(record, '$.token_id') = ?2)",
-            )?
-            .query_row(params![id, token_id], |row| {
-                let record: String = row.get(1)?;
-                let result: Option<String> = row.get(3)?;
-                Ok(serde_json::json!({
-                    "id": id,
-                    "state": row.get::<_, String>(0)?,
-                    "record": serde_json::from_str::<Value>(&record).unwrap_or(Value::Null),
-                    "outcome": row.get::<_, Option<bool>>(2)?,
-                    "result": result.and_then(|text| serde_json::from_str::<Value>(&text).ok()),
-                    "attempts": row.get::<_, u32>(4)?,
-                }))
-            })
-            .optional()
+        let sql = format!(
+            "SELECT state, record, outcome, result, attempts FROM gateway_conversations WHERE id = $1 AND {}",
+            self.token_filter("$2")
+        );
+        self.db.run("reading a conversation", |db| {
+            db.query_opt(&sql, &[id.into(), token_id.into()])?
+                .map(|row| {
+                    Ok(serde_json::json!({
+                        "id": id,
+                        "state": row.text(0)?,
+                        "record": read_json(Some(row.text(1)?)).unwrap_or(Value::Null),
+                        "outcome": read_outcome(&row, 2)?,
+                        "result": read_json(row.opt_text(3)?),
+                        "attempts": row.count(4)?,
+                    }))
+                })
+                .transpose()
         })
+    }
+}
+
+/// One line of [`QueueStore::recent`]: the row's own columns, and what its record and
+/// learning result say.
+fn summary(row: &Row, record: &Value, result: &Value) -> Result<Value, DbError> {
+    let first_user = record["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().find(|message| message["role"] == "user"))
+        .map(|message| match &message["content"] {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        });
+    let rejected: Vec<&str> =
+        result["rejected"].as_array().into_iter().flatten().filter_map(|line| line["message"].as_str()).collect();
+    let count = |key: &str| result[key].as_array().map(Vec::len);
+    Ok(serde_json::json!({
+        "id": row.text(0)?,
+        "state": row.text(1)?,
+        "updated_at": row.text(2)?,
+        "outcome": read_outcome(row, 3)?,
+        "source": record["source"].as_str(),
+        "first_user": first_user,
+        "verdict": result["judgement"]["success"].as_bool(),
+        "verdict_reason": result["judgement"]["reason"].as_str(),
+        "learned": count("stored"),
+        "merged": count("merged"),
+        "rejected": if rejected.is_empty() { None } else { Some(rejected.join("; ")) },
+        "error": result["error"].as_str(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::queue::store::{QueueStore, Write};
+
+    /// The queue's life on both backends: open, queued, taken with its attempt counted,
+    /// done or failed; a run queued or learned from is never queued again; listing,
+    /// lookups and a token's view of its own runs.
+    #[test]
+    fn conversations_move_through_the_queue_the_same_on_both_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in crate::db::backends::new_memories(&dir) {
+            let queue = QueueStore::open(&path).unwrap();
+            let record = |user: &str, token: i64| {
+                json!({"source": "gateway", "token_id": token, "messages": [
+                    {"role": "system", "content": "be brief"}, {"role": "user", "content": user}]})
+            };
+            queue
+                .apply(&[
+                    Write::Open { id: "c1".into(), record: record("cancel my order", 7) },
+                    Write::Open { id: "c2".into(), record: record("where is my parcel", 8) },
+                ])
+                .unwrap();
+            assert_eq!(queue.open_records().unwrap().len(), 2);
+            queue
+                .apply(&[Write::Queue {
+                    id: "c1".into(),
+                    record: record("cancel my order now", 7),
+                    outcome: Some(true),
+                }])
+                .unwrap();
+            let counts = queue.counts().unwrap();
+            assert_eq!((counts["open"].as_i64(), counts["queued"].as_i64()), (Some(1), Some(1)), "{counts}");
+
+            let taken = queue.take_next().unwrap().expect("c1 is queued");
+            assert_eq!((taken.id.as_str(), taken.outcome, taken.attempts), ("c1", Some(true), 1));
+            assert_eq!(taken.record["messages"][1]["content"], "cancel my order now");
+            queue.finish("c1", None, &json!({"error": "judge down"})).unwrap();
+            assert_eq!(queue.take_next().unwrap().unwrap().attempts, 2, "left queued, counted again");
+            let result = json!({"judgement": {"success": true, "reason": "solved"}, "stored": ["wf-1"], "merged": [],
+                "rejected": [{"message": "too short"}, {"message": "unknown tool"}]});
+            queue.finish("c1", Some("done"), &result).unwrap();
+            assert!(queue.take_next().unwrap().is_none());
+            // A learned run is not queued again.
+            queue.apply(&[Write::Queue { id: "c1".into(), record: record("again", 7), outcome: None }]).unwrap();
+            assert_eq!(queue.counts().unwrap()["done"].as_i64(), Some(1));
+
+            queue.record_learned("r1", &record("report", 7), Some(false), Err("no steps".into())).unwrap();
+            let recent = queue.recent(10, 0, None).unwrap();
+            assert_eq!(recent.len(), 3);
+            let c1 = recent.iter().find(|row| row["id"] == "c1").unwrap();
+            assert_eq!(c1["first_user"], "cancel my order now");
+            assert_eq!((c1["verdict"].as_bool(), c1["verdict_reason"].as_str()), (Some(true), Some("solved")));
+            assert_eq!((c1["learned"].as_u64(), c1["merged"].as_u64()), (Some(1), Some(0)));
+            assert_eq!(c1["rejected"], "too short; unknown tool");
+            assert_eq!((c1["outcome"].as_bool(), c1["source"].as_str()), (Some(true), Some("gateway")));
+            let r1 = recent.iter().find(|row| row["id"] == "r1").unwrap();
+            assert_eq!((r1["state"].as_str(), r1["error"].as_str()), (Some("failed"), Some("no steps")));
+            assert_eq!(
+                queue.recent(10, 0, Some(8)).unwrap().iter().map(|row| row["id"].clone()).collect::<Vec<_>>(),
+                ["c2"]
+            );
+            assert_eq!(queue.recent(1, 1, None).unwrap().len(), 1, "paged");
+
+            let known = queue.known(&["c1".into(), "zz".into(), "r1".into()]).unwrap();
+            assert_eq!(known.len(), 2);
+            assert!(known.contains("c1") && known.contains("r1"));
+            let got = queue.get("c1", Some(7)).unwrap().expect("token 7's run");
+            assert_eq!((got["state"].as_str(), got["attempts"].as_u64()), (Some("done"), Some(2)));
+            assert_eq!(got["result"]["stored"][0], "wf-1");
+            assert!(queue.get("c1", Some(8)).unwrap().is_none(), "another token's run is not shown");
+            assert!(queue.get("nope", None).unwrap().is_none());
+        }
     }
 }
