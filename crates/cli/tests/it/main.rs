@@ -22,6 +22,7 @@ mod score;
 mod scout;
 mod scout_log;
 mod serve;
+mod shared_memory;
 mod split;
 mod stats;
 mod support;

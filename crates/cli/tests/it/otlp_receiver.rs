@@ -30,8 +30,13 @@ fn base(served: &Served) -> String {
 }
 
 fn start(dir: &TestDir, server: &ScriptedLlmServer, extra: &[&str]) -> Served {
+    start_on(dir, server, "memory.db", extra)
+}
+
+/// [`start`] on the memory `memory`: a file in `dir`, or a PostgreSQL URL.
+fn start_on(dir: &TestDir, server: &ScriptedLlmServer, memory: &str, extra: &[&str]) -> Served {
     let base_url = server.base_url();
-    let mut args = vec!["-v", "--memory", "memory.db", "--otlp", "--otlp-scope", "retail"];
+    let mut args = vec!["-v", "--memory", memory, "--otlp", "--otlp-scope", "retail"];
     args.extend_from_slice(extra);
     Served::start(dir, &args, &[("OPENAI_BASE_URL", base_url.as_str()), ("FLOWMEM_MODEL", "scripted-model")])
 }
@@ -301,11 +306,23 @@ async fn hostile_requests_get_collector_answers_and_what_is_good_is_learned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buffered_spans_survive_a_restart_and_are_learned_once() {
+    buffered_spans_survive_a_restart_and_are_learned_once_on("memory.db").await;
+}
+
+/// The same in a PostgreSQL memory: the span buffer, the queue and the learned
+/// workflows live in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_spans_survive_a_restart_and_are_learned_once_in_postgresql() {
+    let memory = flowmem_testsupport::PgCluster::shared().fresh_database();
+    buffered_spans_survive_a_restart_and_are_learned_once_on(&memory).await;
+}
+
+async fn buffered_spans_survive_a_restart_and_are_learned_once_on(memory: &str) {
     let server = Arc::new(ScriptedLlmServer::start(script()).await);
     let dir = TestDir::new();
-    let token = create_token(&dir, "write");
+    let token = crate::serve::create_token_for(&dir, memory, "write");
     // A quiet period no test waits for: the spans stay buffered until the stop.
-    let served = start(&dir, &server, &["--otlp-quiet-secs", "600"]);
+    let served = start_on(&dir, &server, memory, &["--otlp-quiet-secs", "600"]);
     let client = reqwest::Client::new();
     let protobuf = std::fs::read(fixture("genai-spans.otlp.pb")).unwrap();
     let (status, body) =
@@ -317,7 +334,7 @@ async fn buffered_spans_survive_a_restart_and_are_learned_once() {
     let (code, stderr) = served.stop();
     assert_eq!(code, Some(0), "{stderr}");
 
-    let served = start(&dir, &server, &["--otlp-quiet-secs", "0.2"]);
+    let served = start_on(&dir, &server, memory, &["--otlp-quiet-secs", "0.2"]);
     let served_base = base(&served);
     wait_done(&client, &served_base, &token, 2, &served).await;
     let rows = recorded(&client, &served_base, &token).await;

@@ -121,7 +121,12 @@ pub(crate) fn tau_bench_memory(dir: &TestDir) -> usize {
 }
 
 pub(crate) fn create_token(dir: &TestDir, scope: &str) -> String {
-    let run = dir.run(&["--json", "serve", "token", "create", "--memory", "memory.db", "--scope", scope]);
+    create_token_for(dir, "memory.db", scope)
+}
+
+/// [`create_token`] in the memory `memory`: a file in `dir`, or a PostgreSQL URL.
+pub(crate) fn create_token_for(dir: &TestDir, memory: &str, scope: &str) -> String {
+    let run = dir.run(&["--json", "serve", "token", "create", "--memory", memory, "--scope", scope]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let created: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(created["scope"], scope);
