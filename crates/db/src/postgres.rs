@@ -67,20 +67,15 @@ impl PostgresBackend {
         std::thread::Builder::new()
             .name("flowmem-postgres".to_owned())
             .spawn(move || {
-                let mut client = match config.connect(postgres::NoTls) {
+                let mut client = match open_session(&config, lock_timeout) {
                     Ok(client) => client,
                     Err(err) => {
-                        let _ = ready_tx.send(Err(DbError::Postgres(err)));
+                        let _ = ready_tx.send(Err(err));
                         return;
                     }
                 };
-                let timeout = format!("SET lock_timeout = {}", lock_timeout.as_millis().max(1));
-                if let Err(err) = client.batch_execute(&timeout) {
-                    let _ = ready_tx.send(Err(DbError::Postgres(err)));
-                    return;
-                }
                 let _ = ready_tx.send(Ok(()));
-                serve(&mut client, &queue);
+                serve(&mut client, &queue, || open_session(&config, lock_timeout));
             })
             .map_err(|err| DbError::Disconnected(format!("no thread for the connection: {err}")))?;
         match ready.recv() {
@@ -118,14 +113,49 @@ impl PostgresBackend {
     }
 }
 
+/// A new session: connected, with the lock timeout set.
+fn open_session(config: &postgres::Config, lock_timeout: Duration) -> Result<postgres::Client, DbError> {
+    let mut client = config.connect(postgres::NoTls)?;
+    client.batch_execute(&format!("SET lock_timeout = {}", lock_timeout.as_millis().max(1)))?;
+    Ok(client)
+}
+
 /// The connection thread: runs jobs until the backend is dropped.
-fn serve(client: &mut postgres::Client, queue: &mpsc::Receiver<Job>) {
+///
+/// A connection the server closed (a restart, an administrator's `pg_terminate_backend`)
+/// fails the job that met it; the next job outside a transaction reconnects. Inside a
+/// transaction every job fails until its `COMMIT` or `ROLLBACK`, which fails too: a
+/// transaction cut in two is never committed in part.
+fn serve(
+    client: &mut postgres::Client,
+    queue: &mpsc::Receiver<Job>,
+    reconnect: impl Fn() -> Result<postgres::Client, DbError>,
+) {
     let mut statements: HashMap<String, postgres::Statement> = HashMap::new();
+    let mut in_transaction = false;
     while let Ok(job) = queue.recv() {
-        let res = match job.kind {
-            Kind::Batch => client.batch_execute(&job.sql).map(|()| 0).map_err(DbError::Postgres),
-            Kind::Rows | Kind::Execute => run_statement(client, &mut statements, &job),
+        let ends = job.kind == Kind::Batch && (job.sql == "COMMIT" || job.sql == "ROLLBACK");
+        let begins = job.kind == Kind::Batch && job.sql.starts_with("BEGIN");
+        if client.is_closed() && !in_transaction {
+            if let Ok(fresh) = reconnect() {
+                *client = fresh;
+                statements.clear();
+            }
+        }
+        let res = if client.is_closed() {
+            Err(DbError::Disconnected("the server closed the connection".to_owned()))
+        } else {
+            match job.kind {
+                Kind::Batch => client.batch_execute(&job.sql).map(|()| 0).map_err(DbError::Postgres),
+                Kind::Rows | Kind::Execute => run_statement(client, &mut statements, &job),
+            }
         };
+        if begins && res.is_ok() {
+            in_transaction = true;
+        }
+        if ends {
+            in_transaction = false;
+        }
         let _ = job.reply.send(match res {
             Ok(n) => Reply::Done(n),
             Err(err) => Reply::Failed(err),

@@ -541,3 +541,46 @@ fn a_watcher_of_a_postgres_memory_is_woken_by_each_write() {
     let dir = tempfile::tempdir().unwrap();
     assert!(MemoryStore::watch(&dir.path().join("memory.db"), || {}).is_none());
 }
+
+/// When the server drops every connection (a restart, an administrator), a store fails
+/// at most the call that met the dropped connection and then reconnects; a watcher
+/// reconnects and wakes so its owner catches up, and hears later writes again.
+#[test]
+fn a_postgres_memory_reconnects_after_the_server_drops_its_connections() {
+    let memory = TestMemory::new(Backend::Postgres);
+    let mut store = memory.open(StoreConfig::standard());
+    let mut writer = memory.open(StoreConfig::standard());
+    store.add(&workflow("track a parcel", &["track"], None)).unwrap();
+    let (woken, wakes) = std::sync::mpsc::channel();
+    let _listener = MemoryStore::watch(memory.location(), move || {
+        let _ = woken.send(());
+    })
+    .unwrap();
+    let timeout = std::time::Duration::from_secs(20);
+    wakes.recv_timeout(timeout).expect("a wake once connected");
+
+    let admin = flowmem_db::Db::open(
+        &flowmem_db::DbLocation::parse(memory.location().as_os_str()),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let dropped = admin
+        .query_one(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .int(0)
+        .unwrap();
+    assert!(dropped >= 3, "the store's, the writer's and the watcher's connections: {dropped}");
+    wakes.recv_timeout(timeout).expect("the watcher reconnected and woke");
+
+    // At most one failed call each, then as before.
+    let counted = (0..2).find_map(|_| store.count(&Scope::default()).ok());
+    assert_eq!(counted, Some(1));
+    let added = (0..2).find_map(|_| writer.add(&workflow("return a parcel", &["ret"], None)).ok());
+    assert!(added.is_some(), "the writer reconnected");
+    wakes.recv_timeout(timeout).expect("the watcher hears writes after reconnecting");
+    assert_eq!(store.search("parcel", &Scope::default(), 5).unwrap().len(), 2, "the index caught up");
+}
