@@ -131,9 +131,10 @@ impl SearchIndex {
         self.last_seq
     }
 
-    /// Applies every `index_log` entry after the last one seen.
-    pub(crate) fn sync(&mut self, db: &Db) -> Result<(), DbError> {
-        if SearchIndex::log_head(db)? <= self.last_seq {
+    /// Applies every `index_log` entry after the last one seen; `head` is the log's last
+    /// sequence number as the caller just read it ([`SearchIndex::log_head`]).
+    pub(crate) fn sync(&mut self, db: &Db, head: i64) -> Result<(), DbError> {
+        if head <= self.last_seq {
             return Ok(());
         }
         db.for_each(

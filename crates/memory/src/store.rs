@@ -819,7 +819,7 @@ impl MemoryStore {
                     *guard = SearchIndex::default();
                     guard
                 });
-                index.sync(&self.db).map_err(self.err("updating the search index"))?;
+                index.sync(&self.db, head).map_err(self.err("updating the search index"))?;
                 Ok(f(&index))
             }
         }
@@ -1249,6 +1249,12 @@ impl MemoryStore {
         })()
         .map_err(write)?;
         tx.commit().map_err(target.err("committing the copy"))?;
+        if target.db.dialect() == Dialect::Postgres {
+            // Fresh tables have no planner statistics until autovacuum comes round, and
+            // without them PostgreSQL scans where it should look up (measured: 8 ms
+            // against 1 ms a search at 100,000 workflows).
+            target.db.batch("ANALYZE").map_err(target.err("analysing the copy"))?;
+        }
         Ok(copied)
     }
 
