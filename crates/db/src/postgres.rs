@@ -136,11 +136,12 @@ fn serve(
     while let Ok(job) = queue.recv() {
         let ends = job.kind == Kind::Batch && (job.sql == "COMMIT" || job.sql == "ROLLBACK");
         let begins = job.kind == Kind::Batch && job.sql.starts_with("BEGIN");
-        if client.is_closed() && !in_transaction {
-            if let Ok(fresh) = reconnect() {
-                *client = fresh;
-                statements.clear();
-            }
+        if client.is_closed()
+            && !in_transaction
+            && let Ok(fresh) = reconnect()
+        {
+            *client = fresh;
+            statements.clear();
         }
         let res = if client.is_closed() {
             Err(DbError::Disconnected("the server closed the connection".to_owned()))
