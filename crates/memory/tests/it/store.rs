@@ -584,3 +584,26 @@ fn a_postgres_memory_reconnects_after_the_server_drops_its_connections() {
     wakes.recv_timeout(timeout).expect("the watcher hears writes after reconnecting");
     assert_eq!(store.search("parcel", &Scope::default(), 5).unwrap().len(), 2, "the index caught up");
 }
+
+/// Eight processes' worth of handles opening one new PostgreSQL memory at the same
+/// moment all succeed: the migrations run once, one after the other, under the
+/// advisory lock.
+#[test]
+fn handles_opening_a_new_postgres_memory_at_once_migrate_it_once() {
+    let url = flowmem_testsupport::PgCluster::shared().fresh_database();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, barrier) = (url.clone(), std::sync::Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                MemoryStore::open(std::path::Path::new(&url), StoreConfig::standard())
+                    .map(|store| store.schema_version())
+            })
+        })
+        .collect();
+    for handle in handles {
+        let version = handle.join().unwrap().expect("every handle opens").unwrap();
+        assert_eq!(version, schema_version(Backend::Postgres));
+    }
+}

@@ -502,8 +502,19 @@ fn the_workspace_keeps_the_architecture_invariants() {
         let package = package_name(&manifest).unwrap_or_else(|| panic!("{path} has no [package] name"));
         found.extend(check_crate_listed(dir, package, &readme, &architecture));
     }
+    found.extend(check_one_sqlite(&read(&root.join("Cargo.lock"))));
     let report: Vec<String> = found.iter().map(ToString::to_string).collect();
     assert!(report.is_empty(), "{} tidy violations (see ARCHITECTURE.md):\n{}", report.len(), report.join("\n"));
+}
+
+/// flowmem-db's invariant: one SQLite in the build (rusqlite's); a PostgreSQL client that
+/// brings its own (sqlx with SQLite) would clash with it.
+fn check_one_sqlite(lock: &str) -> Vec<Violation> {
+    let n = lock.lines().filter(|line| *line == "name = \"libsqlite3-sys\"").count();
+    if n == 1 {
+        return Vec::new();
+    }
+    vec![violation("Cargo.lock", 1, format!("{n} `libsqlite3-sys` packages, not one: a crate brings its own SQLite"))]
 }
 
 #[cfg(test)]
