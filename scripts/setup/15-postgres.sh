@@ -4,18 +4,12 @@
 # `pg_ctl` and `postgres` under /usr/lib/postgresql/<version>/bin and `psql` on PATH.
 # Does nothing when an `initdb` is already there.
 set -euo pipefail
+source "$(dirname "$0")/apt.bash"
 have_initdb() {
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
 }
 if have_initdb; then
   exit 0
 fi
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO=sudo
-else
-  SUDO=
-fi
-$SUDO apt-get update -qq
-# `env` carries the variable through sudo, which would otherwise drop it.
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+apt_install postgresql
 have_initdb || { echo 'no /usr/lib/postgresql/*/bin/initdb after installing postgresql' >&2; exit 1; }

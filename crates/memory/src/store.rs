@@ -1174,46 +1174,25 @@ impl MemoryStore {
                 ),
             });
         }
-        let read = self.err("reading the memory to copy");
-        let workflows = self
-            .db
-            .query(
-                "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
-                &[],
-            )
-            .map_err(read)?;
-        let provenance = self
-            .db
-            .query(
-                "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
-                &[],
-            )
-            .map_err(self.err("reading the memory to copy"))?;
-        let days = self
-            .db
-            .query(
-                "SELECT workflow_pk, day, retrieved, used_success, used_failure FROM usage_days ORDER BY workflow_pk, day",
-                &[],
-            )
-            .map_err(self.err("reading the memory to copy"))?;
-        let vectors = self
-            .db
-            .query("SELECT pk, model, vector FROM workflow_vectors ORDER BY pk", &[])
-            .map_err(self.err("reading the memory to copy"))?;
+        let read = |sql: &str| self.db.query(sql, &[]).map_err(self.err("reading the memory to copy"));
+        let workflows = read(
+            "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
+        )?;
+        // Each table keyed by a workflow's primary key (its first column): all its rows.
+        let children = COPIED_TABLES.iter().map(|(select, _)| read(select)).collect::<Result<Vec<_>, _>>()?;
         let write = target.err("writing the copy");
         let tx = target.db.write().map_err(target.err("writing the copy"))?;
-        let mut new_pk = std::collections::HashMap::with_capacity(workflows.len());
         let copied = (|| {
+            let mut new_pk = std::collections::HashMap::with_capacity(workflows.len());
             for row in &workflows {
-                let mut values = row.0.clone();
-                values.remove(0);
+                let values = &row.0[1..];
                 let retired = !matches!(values[13], Value::Null);
                 let pk = target
                     .db
                     .query_one(
                         "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING pk",
-                        &values,
+                        values,
                     )?
                     .int(0)?;
                 if !retired {
@@ -1221,28 +1200,15 @@ impl MemoryStore {
                 }
                 new_pk.insert(row.int(0)?, pk);
             }
-            let mapped = |row: &Row| -> Result<Vec<Value>, DbError> {
-                let mut values = row.0.clone();
-                values[0] = Value::Int(new_pk.get(&row.int(0)?).copied().unwrap_or_default());
-                Ok(values)
-            };
-            for row in provenance.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
-                target.db.execute(
-                    "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    &mapped(row)?,
-                )?;
-            }
-            for row in days.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
-                target.db.execute(
-                    "INSERT INTO usage_days (workflow_pk, day, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4, $5)",
-                    &mapped(row)?,
-                )?;
-            }
-            for row in vectors.iter().filter(|row| row.int(0).is_ok_and(|pk| new_pk.contains_key(&pk))) {
-                let values = mapped(row)?;
-                target.db.execute("INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)", &values)?;
-                if let Value::Int(pk) = values[0] {
-                    log_index(&target.db, pk, "vector")?;
+            for ((_, insert), rows) in COPIED_TABLES.iter().zip(&children) {
+                for row in rows {
+                    let Some(&pk) = new_pk.get(&row.int(0)?) else { continue };
+                    let mut values = row.0.clone();
+                    values[0] = Value::Int(pk);
+                    target.db.execute(insert, &values)?;
+                    if insert.starts_with("INSERT INTO workflow_vectors") {
+                        log_index(&target.db, pk, "vector")?;
+                    }
                 }
             }
             Ok(workflows.len() as u64)
@@ -1370,6 +1336,23 @@ impl MemoryStore {
         MemoryError::NotFound { path: self.path.clone(), id: id.to_owned() }
     }
 }
+
+/// The tables [`MemoryStore::copy_into`] copies beside `workflows`, each as the query that
+/// reads all its rows (the workflow's primary key first) and the insert that writes one.
+const COPIED_TABLES: [(&str, &str); 3] = [
+    (
+        "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
+        "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    ),
+    (
+        "SELECT workflow_pk, day, retrieved, used_success, used_failure FROM usage_days ORDER BY workflow_pk, day",
+        "INSERT INTO usage_days (workflow_pk, day, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4, $5)",
+    ),
+    (
+        "SELECT pk, model, vector FROM workflow_vectors ORDER BY pk",
+        "INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)",
+    ),
+];
 
 /// The key of the session advisory lock PostgreSQL migrations run under: "flmmmigr".
 const MIGRATE_LOCK: i64 = 0x666C_6D6D_6D69_6772;
