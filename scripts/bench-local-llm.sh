@@ -31,13 +31,13 @@ trap stop EXIT
   for threads in 1 2; do
     port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     "$server" -m "$gguf" -t "$threads" -tb "$threads" -c 4096 -np 1 --host 127.0.0.1 --port "$port" \
-      > "$(dirname "$out")/llama-server-$threads.log" 2>&1 &
+      > "target/llama-server-$threads.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 120); do
       curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
       sleep 0.5
     done
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start; see its log" >&2; exit 1; }
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "llama-server did not start; see target/llama-server-$threads.log" >&2; exit 1; }
     echo
     RAYON_NUM_THREADS="$threads" LLAMA_SERVER="http://127.0.0.1:$port" \
       cargo bench -p flowmem-llm-local --bench vs_llama 2>/dev/null
