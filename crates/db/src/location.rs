@@ -61,20 +61,24 @@ impl std::fmt::Debug for DbLocation {
 }
 
 /// `url` without its password.
+///
+/// The user information ends at the URL's last `@`, so a password written raw (not
+/// percent-encoded) is hidden whole even when it holds `/`, `?` or `@`. An `@` later in
+/// the URL (in a parameter) can only make more of it hidden, never less.
 fn redact(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let shown = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***@"),
+                None => format!("{userinfo}@"),
+            };
+            (shown, &rest[at + 1..])
+        }
+        None => (String::new(), rest),
     };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
+    let after = match after.split_once('?') {
         Some((path, query)) => {
             let params: Vec<String> = query
                 .split('&')
@@ -85,9 +89,9 @@ fn redact(url: &str) -> String {
                 .collect();
             format!("{path}?{}", params.join("&"))
         }
-        None => tail.to_owned(),
+        None => after.to_owned(),
     };
-    format!("{scheme}://{authority}{tail}")
+    format!("{scheme}://{userinfo}{after}")
 }
 
 #[cfg(test)]
@@ -102,6 +106,10 @@ mod tests {
             ("postgresql://h/db?user=u&password=secret", "postgresql://h/db?user=u&password=***"),
             ("postgres://u@h", "postgres://u@h"),
             ("postgres://u:p@h?password=x", "postgres://u:***@h?password=***"),
+            // Raw (unencoded) passwords with URL delimiters in them.
+            ("postgres://u:pa/ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:p?x=1@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
         ] {
             assert_eq!(redact(url), shown);
         }

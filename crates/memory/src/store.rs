@@ -290,10 +290,12 @@ impl MemoryStore {
         Ok(store)
     }
 
-    /// Checks the memory at `path` without changing it: SQLite's integrity check of every
-    /// page and index, then a decoding of every stored workflow. A damaged file is a
-    /// [`CheckReport`] listing what is wrong, not an error. A PostgreSQL memory gets the
-    /// decoding (the server checks its own pages).
+    /// Checks the memory at `path`: SQLite's integrity check of every page and index,
+    /// then a decoding of every stored workflow. A damaged file is a [`CheckReport`]
+    /// listing what is wrong, not an error. A SQLite file is not changed. A PostgreSQL
+    /// memory is opened as [`MemoryStore::open`] opens it, pending migrations included
+    /// (the decoding needs the current schema), and gets the decoding (the server checks
+    /// its own pages).
     ///
     /// # Errors
     ///
@@ -1179,7 +1181,7 @@ impl MemoryStore {
             "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
         )?;
         // Each table keyed by a workflow's primary key (its first column): all its rows.
-        let children = COPIED_TABLES.iter().map(|(select, _)| read(select)).collect::<Result<Vec<_>, _>>()?;
+        let children = COPIED_TABLES.iter().map(|table| read(table.select)).collect::<Result<Vec<_>, _>>()?;
         let write = target.err("writing the copy");
         let tx = target.db.write().map_err(target.err("writing the copy"))?;
         let copied = (|| {
@@ -1200,13 +1202,13 @@ impl MemoryStore {
                 }
                 new_pk.insert(row.int(0)?, pk);
             }
-            for ((_, insert), rows) in COPIED_TABLES.iter().zip(&children) {
+            for (table, rows) in COPIED_TABLES.iter().zip(&children) {
                 for row in rows {
                     let Some(&pk) = new_pk.get(&row.int(0)?) else { continue };
                     let mut values = row.0.clone();
                     values[0] = Value::Int(pk);
-                    target.db.execute(insert, &values)?;
-                    if insert.starts_with("INSERT INTO workflow_vectors") {
+                    target.db.execute(table.insert, &values)?;
+                    if table.logs_vector {
                         log_index(&target.db, pk, "vector")?;
                     }
                 }
@@ -1337,21 +1339,33 @@ impl MemoryStore {
     }
 }
 
-/// The tables [`MemoryStore::copy_into`] copies beside `workflows`, each as the query that
-/// reads all its rows (the workflow's primary key first) and the insert that writes one.
-const COPIED_TABLES: [(&str, &str); 3] = [
-    (
-        "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
-        "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    ),
-    (
-        "SELECT workflow_pk, day, retrieved, used_success, used_failure FROM usage_days ORDER BY workflow_pk, day",
-        "INSERT INTO usage_days (workflow_pk, day, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4, $5)",
-    ),
-    (
-        "SELECT pk, model, vector FROM workflow_vectors ORDER BY pk",
-        "INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)",
-    ),
+/// A table [`MemoryStore::copy_into`] copies beside `workflows`.
+struct CopiedTable {
+    /// The query that reads all its rows, the workflow's primary key first.
+    select: &'static str,
+    /// The insert that writes one.
+    insert: &'static str,
+    /// Whether each row copied is logged for the search index (`vector`).
+    logs_vector: bool,
+}
+
+/// The tables [`MemoryStore::copy_into`] copies beside `workflows`.
+const COPIED_TABLES: [CopiedTable; 3] = [
+    CopiedTable {
+        select: "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
+        insert: "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        logs_vector: false,
+    },
+    CopiedTable {
+        select: "SELECT workflow_pk, day, retrieved, used_success, used_failure FROM usage_days ORDER BY workflow_pk, day",
+        insert: "INSERT INTO usage_days (workflow_pk, day, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4, $5)",
+        logs_vector: false,
+    },
+    CopiedTable {
+        select: "SELECT pk, model, vector FROM workflow_vectors ORDER BY pk",
+        insert: "INSERT INTO workflow_vectors (pk, model, vector) VALUES ($1, $2, $3)",
+        logs_vector: true,
+    },
 ];
 
 /// The key of the session advisory lock PostgreSQL migrations run under: "flmmmigr".
