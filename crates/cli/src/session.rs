@@ -181,6 +181,18 @@ impl Session {
         self.build_model(choice, self.cache.clone())
     }
 
+    /// The model `name` names (as `--model` would) for `purpose`, counted in
+    /// [`Session::accounting`] and never cached: `flowmem study --swap-model`.
+    ///
+    /// # Errors
+    ///
+    /// When the name does not resolve or the model cannot be built.
+    pub async fn model_named(&self, purpose: Purpose, name: &str) -> anyhow::Result<Arc<dyn ChatModel>> {
+        let choice = self.config.llm().resolve(purpose, Some(name), &flowmem_llm::std_env).await?;
+        tracing::info!(role = purpose.as_str(), model = choice.name(), "chose a model by name");
+        self.build_model(choice, None)
+    }
+
     /// Which model serves `purpose`, resolved but not built.
     ///
     /// # Errors
@@ -391,7 +403,11 @@ fn open_cache(settings: &LlmSettings, cache: &CacheUse) -> anyhow::Result<Option
 /// default. The weights load on first use; a missing file is reported now, with the
 /// setup command to run.
 fn local_model(cfg: &LocalModelConfig) -> anyhow::Result<Arc<dyn ChatModel>> {
-    let mut config = LocalConfig::standard();
+    let mut config = match cfg.model.as_deref() {
+        None => LocalConfig::standard(),
+        Some(model) => LocalConfig::named(model)
+            .with_context(|| format!("model `{}`: `{model}` is no embedded model of this build", cfg.name))?,
+    };
     if let Some(path) = &cfg.path {
         config.path.clone_from(path);
     }

@@ -10,7 +10,6 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Map, Value, json};
 use toktrie::{InferenceCapabilities, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
-use crate::engine::{ENDOFTEXT, IM_END};
 use crate::error::LocalError;
 use crate::tokenizer::GgufTokenizer;
 
@@ -43,8 +42,12 @@ impl TokenizerEnv for Env {
 }
 
 impl Constrainer {
-    /// Builds the token trie and the parser factory (about 0.1 s).
-    pub(crate) fn new(tokenizer: Arc<GgufTokenizer>) -> Result<Constrainer, LocalError> {
+    /// Builds the token trie and the parser factory (about 0.1 s for SmolLM2's
+    /// vocabulary). `stops` are the tokens that end a reply, the end of a turn first.
+    pub(crate) fn new(tokenizer: Arc<GgufTokenizer>, stops: &[u32]) -> Result<Constrainer, LocalError> {
+        let Some(&end_of_turn) = stops.first() else {
+            return Err(LocalError::Tokenizer("no stop token".to_owned()));
+        };
         let vocab = u32::try_from(tokenizer.vocab_size())
             .map_err(|_| LocalError::Tokenizer("vocabulary too large".to_owned()))?;
         let words: Vec<Vec<u8>> = (0..vocab)
@@ -61,9 +64,9 @@ impl Constrainer {
                 }
             })
             .collect();
-        let mut info = TokRxInfo::new(vocab, IM_END);
-        info.tok_end_of_turn = Some(IM_END);
-        let trie = TokTrie::from(&info, &words).with_eos_tokens(&[IM_END, ENDOFTEXT]);
+        let mut info = TokRxInfo::new(vocab, end_of_turn);
+        info.tok_end_of_turn = Some(end_of_turn);
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(stops);
         let env: toktrie::TokEnv = Arc::new(Env { trie, tokenizer });
         let caps = InferenceCapabilities { ff_tokens: true, ..InferenceCapabilities::default() };
         let mut factory = ParserFactory::new(&env, caps, &SlicedBiasComputer::general_slices())

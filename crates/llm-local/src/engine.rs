@@ -13,14 +13,47 @@ use llguidance::Matcher;
 
 use crate::constrain::Constrainer;
 use crate::error::LocalError;
+use crate::gemma::Gemma3;
 use crate::llama::{DecodePath, KvCache, Llama, MAX_SEQ_LEN};
 use crate::prefix::{PrefixCacheStats, PrefixTree, pieces};
+use crate::prompt::ChatFormat;
 use crate::tokenizer::GgufTokenizer;
 
-/// `<|endoftext|>`, the GGUF's unknown/document-end token.
+/// SmolLM2's `<|endoftext|>`, the GGUF's unknown/document-end token.
 pub(crate) const ENDOFTEXT: u32 = 0;
-/// `<|im_end|>`, the end of a ChatML turn and the model's EOS.
+/// SmolLM2's `<|im_end|>`, the end of a ChatML turn and the model's EOS.
 pub(crate) const IM_END: u32 = 2;
+
+/// The forward pass of the file's architecture.
+enum Network {
+    /// `llama` (SmolLM2).
+    Llama(Llama),
+    /// `gemma3` (Gemma 3 270M).
+    Gemma3(Gemma3),
+}
+
+impl Network {
+    fn new_cache(&self) -> KvCache {
+        match self {
+            Network::Llama(m) => m.new_cache(),
+            Network::Gemma3(m) => m.new_cache(),
+        }
+    }
+
+    fn forward_on(
+        &self,
+        path: Option<DecodePath>,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> candle_core::Result<Vec<f32>> {
+        match (self, path) {
+            (Network::Llama(m), Some(path)) => m.forward_on(path, tokens, cache),
+            (Network::Llama(m), None) => m.forward(tokens, cache),
+            // One path serves both.
+            (Network::Gemma3(m), _) => m.forward(tokens, cache),
+        }
+    }
+}
 
 /// How prefill's dense copy of the weights is held. Prefill is a matrix-matrix product,
 /// for candle's GEMM on weights dequantised once at load; decoding reads the file's own
@@ -37,7 +70,11 @@ pub enum Precision {
 pub(crate) struct Engine {
     pub(crate) tokenizer: Arc<GgufTokenizer>,
     pub(crate) constrainer: Constrainer,
-    llama: Llama,
+    /// How prompts are written for this model.
+    pub(crate) format: ChatFormat,
+    /// The tokens that end a reply, with their names; the first is the end of a turn.
+    stops: Vec<(u32, &'static str)>,
+    network: Network,
     device: Device,
     /// The prefix cache. Its lock also serialises inference: two forward passes at
     /// once would only thrash the cores.
@@ -63,7 +100,7 @@ pub(crate) struct DecodeParams {
 /// Why decoding stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Finish {
-    /// `<|im_end|>`, `<|endoftext|>`, or the grammar is complete.
+    /// A stop token (`<|im_end|>`, `<end_of_turn>`, …), or the grammar is complete.
     Stop,
     /// The token limit.
     Length,
@@ -86,7 +123,7 @@ pub(crate) struct Decoded {
 
 impl Engine {
     /// Loads the GGUF at `path`, with a prefix cache of at most `prefix_cache_bytes`
-    /// (0: off).
+    /// (0: off). The architecture (`llama` or `gemma3`) comes from the file.
     pub(crate) fn load(path: &Path, precision: Precision, prefix_cache_bytes: usize) -> Result<Engine, LocalError> {
         if !path.is_file() {
             return Err(LocalError::ModelMissing { path: path.to_owned() });
@@ -95,14 +132,61 @@ impl Engine {
         let device = Device::Cpu;
         let mut file = File::open(path).map_err(|e| LocalError::Load { path: path.to_owned(), source: Box::new(e) })?;
         let content = gguf_file::Content::read(&mut file).map_err(load_err)?;
+        let key = "general.architecture";
+        let architecture = content
+            .metadata
+            .get(key)
+            .ok_or_else(|| LocalError::Gguf { key: key.to_owned(), problem: "missing".to_owned() })?
+            .to_string()
+            .map_err(|e| LocalError::Gguf { key: key.to_owned(), problem: e.to_string() })?
+            .clone();
+        if architecture != "llama" && architecture != "gemma3" {
+            return Err(LocalError::Architecture { path: path.to_owned(), architecture });
+        }
         let tokenizer = Arc::new(GgufTokenizer::from_gguf(&content)?);
+        let control = |name: &'static str| match tokenizer.control_id(name) {
+            Some(id) => Ok((id, name)),
+            None => Err(LocalError::Gguf {
+                key: "tokenizer.ggml.tokens".to_owned(),
+                problem: format!("has no control token `{name}`"),
+            }),
+        };
         let dtype = match precision {
             Precision::F16 => DType::F16,
             Precision::F32 => DType::F32,
         };
-        let llama = Llama::from_gguf(&content, &mut file, dtype, &device).map_err(load_err)?;
-        let constrainer = Constrainer::new(Arc::clone(&tokenizer))?;
-        Ok(Engine { tokenizer, constrainer, llama, device, state: Mutex::new(PrefixTree::new(prefix_cache_bytes)) })
+        let (network, format, stops) = match architecture.as_str() {
+            "llama" => {
+                let llama = Llama::from_gguf(&content, &mut file, dtype, &device).map_err(load_err)?;
+                (Network::Llama(llama), ChatFormat::ChatMl, vec![(IM_END, "<|im_end|>"), (ENDOFTEXT, "<|endoftext|>")])
+            }
+            "gemma3" => {
+                let gemma = Gemma3::from_gguf(&content, &mut file, dtype, &device).map_err(load_err)?;
+                (Network::Gemma3(gemma), ChatFormat::Gemma, vec![control("<end_of_turn>")?, control("<eos>")?])
+            }
+            _ => return Err(LocalError::Architecture { path: path.to_owned(), architecture }),
+        };
+        let stop_ids: Vec<u32> = stops.iter().map(|&(id, _)| id).collect();
+        let constrainer = Constrainer::new(Arc::clone(&tokenizer), &stop_ids)?;
+        Ok(Engine {
+            tokenizer,
+            constrainer,
+            format,
+            stops,
+            network,
+            device,
+            state: Mutex::new(PrefixTree::new(prefix_cache_bytes)),
+        })
+    }
+
+    /// Whether `token` ends a reply.
+    pub(crate) fn is_stop(&self, token: u32) -> bool {
+        self.stops.iter().any(|&(id, _)| id == token)
+    }
+
+    /// The name of stop token `token`, for reports.
+    pub(crate) fn stop_name(&self, token: u32) -> &'static str {
+        self.stops.iter().find(|&&(id, _)| id == token).map_or("", |&(_, name)| name)
     }
 
     /// Runs `f` with exclusive use of the model.
@@ -148,7 +232,7 @@ impl Runner<'_> {
 
     /// A session at position 0, with no logits yet.
     pub(crate) fn empty_session(&self) -> Session {
-        Session { cache: self.engine.llama.new_cache(), logits: Vec::new() }
+        Session { cache: self.engine.network.new_cache(), logits: Vec::new() }
     }
 
     /// Prefills `prompt` without the cache (for benchmarks), in the same pieces as
@@ -188,10 +272,7 @@ impl Runner<'_> {
         if session.cache.len() + tokens.len() >= MAX_SEQ_LEN {
             return Err(LocalError::ContextExceeded { tokens: session.cache.len() + tokens.len(), limit: MAX_SEQ_LEN });
         }
-        session.logits = match path {
-            Some(path) => self.engine.llama.forward_on(path, tokens, &mut session.cache)?,
-            None => self.engine.llama.forward(tokens, &mut session.cache)?,
-        };
+        session.logits = self.engine.network.forward_on(path, tokens, &mut session.cache)?;
         Ok(())
     }
 
@@ -242,7 +323,7 @@ impl Runner<'_> {
                     token
                 }
             };
-            if token == IM_END || token == ENDOFTEXT {
+            if self.engine.is_stop(token) {
                 out.finish = Finish::Stop;
                 out.stop_token = Some(token);
                 return Ok(out);
@@ -258,7 +339,7 @@ impl Runner<'_> {
                 let forced: Vec<u32> = if stopped {
                     Vec::new()
                 } else {
-                    m.consume_ff_tokens().into_iter().filter(|&t| t != IM_END && t != ENDOFTEXT).collect()
+                    m.consume_ff_tokens().into_iter().filter(|&t| !self.engine.is_stop(t)).collect()
                 };
                 out.mask_time += started.elapsed();
                 out.tokens.extend_from_slice(&forced);
@@ -314,7 +395,7 @@ impl Runner<'_> {
                     }
                 }
                 match best {
-                    Some((t, _)) => Ok(u32::try_from(t).unwrap_or(IM_END)),
+                    Some((t, _)) => Ok(u32::try_from(t).unwrap_or(u32::MAX)),
                     None => Err(LocalError::Grammar {
                         what: "the output".to_owned(),
                         problem: "no token can continue it".to_owned(),
@@ -355,6 +436,46 @@ fn log_softmax_at(logits: &[f32], t: u32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GGUF of an architecture we cannot run is refused with its name and the file's.
+    #[test]
+    fn another_architecture_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("flowmem-arch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mamba.gguf");
+        let value = gguf_file::Value::String("mamba".to_owned());
+        let mut file = File::create(&path).unwrap();
+        gguf_file::write(&mut file, &[("general.architecture", &value)], &[]).unwrap();
+        drop(file);
+        let error = Engine::load(&path, Precision::F32, 0).err().expect("refused");
+        let message = error.to_string();
+        assert!(matches!(error, LocalError::Architecture { .. }), "{message}");
+        assert!(message.contains("`mamba`") && message.contains("mamba.gguf"), "{message}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The prefix cache's invariant on Gemma 3 too: a prompt served from cached blocks
+    /// gets bit-identical logits to the same prompt prefilled cold.
+    #[test]
+    fn gemma_cached_prefixes_give_bit_identical_logits() {
+        let Some(path) = crate::model::gemma_path_for_tests() else { return };
+        let engine = Engine::load(&path, Precision::F32, 64 << 20).unwrap();
+        let text = "<bos><start_of_turn>user\nThe order #W2378156 has a keyboard and a thermostat. ".repeat(12);
+        let prompt = engine.tokenizer.encode(&text).unwrap();
+        assert!(prompt.len() > 3 * crate::prefix::BLOCK, "{} tokens", prompt.len());
+        let longer: Vec<u32> = prompt.iter().chain(&prompt[..40]).copied().collect();
+        engine.with_lock(|runner| {
+            let first = runner.start(&prompt).unwrap();
+            let again = runner.start(&prompt).unwrap();
+            assert_eq!(again.reused, (prompt.len() - 1) / crate::prefix::BLOCK * crate::prefix::BLOCK);
+            let cold = runner.start_cold(&prompt).unwrap();
+            assert!(first.session.logits == cold.logits, "a first, cached run differs from a cold one");
+            assert!(again.session.logits == cold.logits, "a prompt served from the cache differs");
+            let extended = runner.start(&longer).unwrap();
+            assert!(extended.reused >= 3 * crate::prefix::BLOCK);
+            assert!(extended.session.logits == runner.start_cold(&longer).unwrap().logits);
+        });
+    }
 
     /// The invariant of the prefix cache, on the real model: a prompt served from cached
     /// blocks gets bit-identical logits to the same prompt prefilled cold.

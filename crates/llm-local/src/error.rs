@@ -5,15 +5,28 @@ use std::path::PathBuf;
 /// The command that fetches and verifies the model file.
 pub const SETUP_COMMAND: &str = "bash scripts/setup/30-model.sh";
 
+/// The command that fetches and verifies the Gemma 3 270M model file.
+pub const GEMMA_SETUP_COMMAND: &str = "bash scripts/setup/32-gemma-model.sh";
+
 /// The command that fetches and verifies the embedding model's files.
 pub const EMBEDDING_SETUP_COMMAND: &str = "bash scripts/setup/35-embedding-model.sh";
+
+/// The setup command that fetches the model file `path`: Gemma's for its file name,
+/// else SmolLM2's.
+fn setup_command(path: &std::path::Path) -> &'static str {
+    if path.file_name().is_some_and(|name| name == crate::model::GEMMA_FILE) {
+        GEMMA_SETUP_COMMAND
+    } else {
+        SETUP_COMMAND
+    }
+}
 
 /// An error from the embedded model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocalError {
     /// The GGUF file is not there.
-    #[error("model file `{}` is missing\nhint: run `{SETUP_COMMAND}` from the repository root to fetch and verify it", path.display())]
+    #[error("model file `{}` is missing\nhint: run `{}` from the repository root to fetch and verify it", path.display(), setup_command(path))]
     ModelMissing {
         /// Where we looked.
         path: PathBuf,
@@ -32,6 +45,14 @@ pub enum LocalError {
         /// The cause.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The GGUF file holds a model of an architecture this crate cannot run.
+    #[error("model file `{}` has architecture `{architecture}`; only `llama` (SmolLM2) and `gemma3` (Gemma 3) are supported", path.display())]
+    Architecture {
+        /// The file.
+        path: PathBuf,
+        /// Its `general.architecture`.
+        architecture: String,
     },
     /// A GGUF metadata entry is missing or malformed.
     #[error("GGUF metadata `{key}` {problem}")]

@@ -14,6 +14,12 @@
 //!   weights ([`Precision`]).
 //! - The tokenizer is rebuilt from the GGUF's own vocabulary and merges (GPT-2
 //!   byte-level BPE, digits split singly); [`LocalModel::tokenize`] exposes it.
+//! - A second model, Gemma 3 270M ([`LocalConfig::gemma3`], the name [`GEMMA_NAME`],
+//!   fetched by [`GEMMA_SETUP_COMMAND`]), runs on the same engine: the file's
+//!   `general.architecture` (`llama` or `gemma3`) picks the forward pass, its
+//!   SentencePiece vocabulary the tokenizer, and the chat format follows (Gemma's turns,
+//!   stopping at `<end_of_turn>`). The file is the pretrained model, not the
+//!   instruction-tuned one: its free text is poor, its constrained JSON valid.
 //! - Prompts are ChatML, rendered from `prompts/*.j2`. A prefix cache (a radix tree of
 //!   KV blocks, shared by every request in the process) means no prompt prefix is
 //!   prefilled twice, with output identical to a run without it; usage reports the
@@ -57,13 +63,17 @@ mod constrain;
 mod embed;
 mod engine;
 mod error;
+mod gemma;
 mod kernels;
 mod llama;
+#[cfg(test)]
+mod logit_check;
 mod model;
 mod prefix;
 mod prompt;
 mod respond;
 mod serve;
+mod spm;
 mod tokenizer;
 
 pub use crate::constrain::{DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, prepare as prepare_schema};
@@ -72,8 +82,11 @@ pub use crate::embed::{
     MAX_TOKENS, default_embedding_dir,
 };
 pub use crate::engine::Precision;
-pub use crate::error::{EMBEDDING_SETUP_COMMAND, LocalError, SETUP_COMMAND};
-pub use crate::model::{LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path, to_llm_error};
+pub use crate::error::{EMBEDDING_SETUP_COMMAND, GEMMA_SETUP_COMMAND, LocalError, SETUP_COMMAND};
+pub use crate::model::{
+    GEMMA_FILE, GEMMA_NAME, LocalConfig, LocalModel, LocalReply, MODEL_FILE, MODEL_NAME, default_model_path,
+    gemma_model_path, to_llm_error,
+};
 pub use crate::prefix::{DEFAULT_PREFIX_CACHE_MB, PrefixCacheStats};
 pub use crate::respond::{DEFAULT_MAX_JSON_TOKENS, DEFAULT_MAX_TOKENS, MAX_SCORED_TOOLS};
 pub use crate::serve::{router, serve};

@@ -11,18 +11,29 @@ use crate::engine::{Engine, Finish, Precision};
 use crate::error::LocalError;
 use crate::prefix::{DEFAULT_PREFIX_CACHE_MB, PrefixCacheStats};
 use crate::prompt::Templates;
-use crate::respond::{respond, stop_token_text};
+use crate::respond::respond;
 
 /// The model file's name.
 pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The name the embedded model reports.
 pub const MODEL_NAME: &str = "smollm2-135m-instruct";
+/// The second embedded model's file: Gemma 3 270M (instruction-tuned), Q4_K_M.
+pub const GEMMA_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+/// The name of the second embedded model, as a configuration chooses it.
+pub const GEMMA_NAME: &str = "gemma3-270m";
 
 /// Where the setup script puts the model: `$FLOWMEM_MODEL_DIR`, else
 /// `~/.cache/flowmem/models/`, joined with [`MODEL_FILE`].
 #[must_use]
 pub fn default_model_path() -> PathBuf {
     model_dir().join(MODEL_FILE)
+}
+
+/// Where the setup script puts Gemma 3 270M: the model cache folder joined with
+/// [`GEMMA_FILE`].
+#[must_use]
+pub fn gemma_model_path() -> PathBuf {
+    model_dir().join(GEMMA_FILE)
 }
 
 /// The model cache folder the setup scripts fill: `$FLOWMEM_MODEL_DIR`, else
@@ -35,6 +46,20 @@ pub(crate) fn model_dir() -> PathBuf {
             home.join(".cache").join("flowmem").join("models")
         }
     }
+}
+
+/// The Gemma 3 model file's path for crate tests, or `None` (with a message naming the
+/// setup command) when it is absent; under CI a missing file fails the test instead.
+#[cfg(test)]
+#[allow(clippy::print_stderr, reason = "a skipped test says why")]
+pub(crate) fn gemma_path_for_tests() -> Option<PathBuf> {
+    let path = gemma_model_path();
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("CI").is_none(), "model file `{}` is missing under CI", path.display());
+    eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::error::GEMMA_SETUP_COMMAND);
+    None
 }
 
 /// How to load the embedded model.
@@ -64,6 +89,25 @@ impl LocalConfig {
             prefix_cache_mb: DEFAULT_PREFIX_CACHE_MB,
         }
     }
+
+    /// Gemma 3 270M at [`gemma_model_path`], named [`GEMMA_NAME`], with a prefix cache
+    /// of [`DEFAULT_PREFIX_CACHE_MB`], prefilling on F32 copies of its projections (its
+    /// tied 262,144-token embedding stays in the file's Q8_0 blocks).
+    #[must_use]
+    pub fn gemma3() -> LocalConfig {
+        LocalConfig { path: gemma_model_path(), name: GEMMA_NAME.to_owned(), ..LocalConfig::standard() }
+    }
+
+    /// The embedded model named `name` ([`MODEL_NAME`] or [`GEMMA_NAME`]) at its
+    /// default path, or `None` for a name of no embedded model.
+    #[must_use]
+    pub fn named(name: &str) -> Option<LocalConfig> {
+        match name {
+            MODEL_NAME => Some(LocalConfig::standard()),
+            GEMMA_NAME => Some(LocalConfig::gemma3()),
+            _ => None,
+        }
+    }
 }
 
 /// A loaded model with its templates.
@@ -78,7 +122,7 @@ type LoadedEntry = (PathBuf, Precision, u64, Arc<Loaded>);
 /// Every model loaded in this process.
 static LOADED: Mutex<Vec<LoadedEntry>> = Mutex::new(Vec::new());
 
-/// The embedded SmolLM2-135M-Instruct model.
+/// An embedded model: SmolLM2-135M-Instruct by default, or Gemma 3 270M.
 ///
 /// Cheap to create and clone: the weights load on the first call (or
 /// [`LocalModel::load`]) and are shared by every `LocalModel` of the same file in the
@@ -116,8 +160,9 @@ impl std::fmt::Debug for LocalModel {
 pub struct LocalReply {
     /// The reply.
     pub response: ChatResponse,
-    /// The control token that ended generation (`<|im_end|>` or `<|endoftext|>`), if
-    /// one did; `None` for the token limit or a completed grammar.
+    /// The control token that ended generation (SmolLM2's `<|im_end|>` or
+    /// `<|endoftext|>`, Gemma's `<end_of_turn>` or `<eos>`), if one did; `None` for the
+    /// token limit or a completed grammar.
     pub stop_token: Option<&'static str>,
 }
 
@@ -194,7 +239,7 @@ impl LocalModel {
                 latency: started.elapsed(),
                 cached: false,
             },
-            stop_token: reply.stop_token.map(stop_token_text),
+            stop_token: reply.stop_token.map(|t| loaded.engine.stop_name(t)),
         })
     }
 
@@ -270,7 +315,8 @@ fn shared(config: &LocalConfig) -> Result<Arc<Loaded>, LocalError> {
     }
     let bytes = usize::try_from(prefix_cache_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     let engine = Engine::load(path, *precision, bytes)?;
-    let l = Arc::new(Loaded { engine, templates: Templates::new() });
+    let templates = Templates::new(engine.format);
+    let l = Arc::new(Loaded { engine, templates });
     loaded.push((path.clone(), *precision, *prefix_cache_mb, Arc::clone(&l)));
     Ok(l)
 }

@@ -1,8 +1,10 @@
-//! Rendering a conversation to ChatML text with minijinja templates.
+//! Rendering a conversation to the model's chat text with minijinja templates: ChatML
+//! for SmolLM2, Gemma's turns for Gemma 3.
 //!
 //! The conversation is rendered in two parts, tokenized apart: the system message
 //! (with the tools and the response format, the part most shared across calls, so it
-//! comes first for the prefix cache) and the rest.
+//! comes first for the prefix cache) and the rest. Gemma has no system role: its system
+//! message opens the first user turn, and the rest continues that turn.
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -17,10 +19,21 @@ use crate::error::LocalError;
 /// conversation has none.
 const DEFAULT_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
+/// How a model's prompts are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChatFormat {
+    /// `<|im_start|>role\n…<|im_end|>` turns (SmolLM2), `prompts/chatml.j2`.
+    ChatMl,
+    /// `<start_of_turn>user|model\n…<end_of_turn>` turns after `<bos>` (Gemma 3),
+    /// `prompts/gemma.j2`: the system message folded into the first user turn, tool
+    /// results shown as user turns.
+    Gemma,
+}
+
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RenderedPrompt {
-    /// `<|im_start|>system\n…<|im_end|>\n`.
+    /// `<|im_start|>system\n…<|im_end|>\n`, or Gemma's `<bos><start_of_turn>user\n…\n\n`.
     pub(crate) system: String,
     /// The other turns and the assistant header.
     pub(crate) rest: String,
@@ -61,13 +74,25 @@ struct ChatContext {
     messages: Vec<Turn>,
 }
 
+#[derive(Serialize)]
+struct GemmaContext {
+    /// Render the opening (`<bos>`, the first user turn's header, the system message)
+    /// instead of the turns.
+    opening: bool,
+    system: String,
+    messages: Vec<Turn>,
+    /// The first message is a user turn, which continues the opened one.
+    continues: bool,
+}
+
 /// The prompt templates.
 pub(crate) struct Templates {
     env: Environment<'static>,
+    format: ChatFormat,
 }
 
 impl Templates {
-    pub(crate) fn new() -> Templates {
+    pub(crate) fn new(format: ChatFormat) -> Templates {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         // The syntax options are constant and valid; building them cannot fail.
@@ -75,7 +100,8 @@ impl Templates {
         // The templates are compiled into the binary and tested; adding them cannot fail.
         env.add_template("chatml", include_str!("../prompts/chatml.j2")).expect("chatml.j2 parses");
         env.add_template("system", include_str!("../prompts/system.j2")).expect("system.j2 parses");
-        Templates { env }
+        env.add_template("gemma", include_str!("../prompts/gemma.j2")).expect("gemma.j2 parses");
+        Templates { env, format }
     }
 
     /// Renders `request`. Tools are listed in the system message unless `tool_choice`
@@ -89,6 +115,7 @@ impl Templates {
                 messages.next();
                 text
             }
+            _ if self.format == ChatFormat::Gemma => String::new(),
             _ => DEFAULT_SYSTEM.to_owned(),
         };
         let tools = if request.tool_choice == ToolChoice::None {
@@ -103,6 +130,9 @@ impl Templates {
         let context = SystemContext { base: &base, tools, schema, schema_keys };
         let system_text =
             self.env.get_template("system").and_then(|t| t.render(Value::from(Serde(context)))).map_err(render_err)?;
+        if self.format == ChatFormat::Gemma {
+            return self.render_gemma(system_text.trim().to_owned(), messages.collect());
+        }
 
         let chatml = self.env.get_template("chatml").map_err(render_err)?;
         let system = chatml
@@ -112,22 +142,44 @@ impl Templates {
             .map_err(render_err)?;
         let system = system.strip_suffix("<|im_start|>assistant\n").unwrap_or(&system).to_owned();
 
-        let turns = messages
-            .map(|m| {
-                let mut content = m.content.clone().unwrap_or_default();
-                for call in &m.tool_calls {
-                    let call = serde_json::json!({"name": call.name, "arguments": call.arguments});
-                    if !content.is_empty() {
-                        content.push('\n');
-                    }
-                    content.push_str(&call.to_string());
-                }
-                Turn { role: role_name(m.role), content }
-            })
-            .collect();
+        let turns = messages.map(|m| Turn { role: role_name(m.role), content: turn_content(m) }).collect();
         let rest = chatml.render(Value::from(Serde(ChatContext { messages: turns }))).map_err(render_err)?;
         Ok(RenderedPrompt { system, rest })
     }
+}
+
+impl Templates {
+    /// Gemma's two parts: the opening with the system message, then the turns.
+    fn render_gemma(&self, system: String, messages: Vec<&flowmem_llm::Message>) -> Result<RenderedPrompt, LocalError> {
+        let render_err = |e: minijinja::Error| LocalError::Request(format!("cannot render the prompt: {e}"));
+        let template = self.env.get_template("gemma").map_err(render_err)?;
+        let continues = messages.first().is_some_and(|m| m.role == Role::User);
+        let turns = messages
+            .iter()
+            .map(|m| {
+                let role = if m.role == Role::Assistant { "model" } else { "user" };
+                Turn { role, content: turn_content(m) }
+            })
+            .collect();
+        let opening = GemmaContext { opening: true, system: system.clone(), messages: Vec::new(), continues: false };
+        let system = template.render(Value::from(Serde(opening))).map_err(render_err)?;
+        let context = GemmaContext { opening: false, system: String::new(), messages: turns, continues };
+        let rest = template.render(Value::from(Serde(context))).map_err(render_err)?;
+        Ok(RenderedPrompt { system, rest })
+    }
+}
+
+/// A message's text with its tool calls as JSON lines.
+fn turn_content(m: &flowmem_llm::Message) -> String {
+    let mut content = m.content.clone().unwrap_or_default();
+    for call in &m.tool_calls {
+        let call = serde_json::json!({"name": call.name, "arguments": call.arguments});
+        if !content.is_empty() {
+            content.push('\n');
+        }
+        content.push_str(&call.to_string());
+    }
+    content
 }
 
 /// The most characters of a tool's description the prompt shows: its first sentences
@@ -290,17 +342,40 @@ mod tests {
 
     use serde_json::json;
 
-    use super::{SCHEMA_PROMPT_CHARS, Templates, schema_for_prompt};
+    use super::{ChatFormat, SCHEMA_PROMPT_CHARS, Templates, schema_for_prompt};
 
     #[test]
     fn chatml_with_default_system_message() {
         let request = ChatRequest::new(vec![Message::user("Hi")], Purpose::Other);
-        let p = Templates::new().render(&request).unwrap();
+        let p = Templates::new(ChatFormat::ChatMl).render(&request).unwrap();
         assert_eq!(
             p.system,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         );
         assert_eq!(p.rest, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    /// Gemma: the system message opens the first user turn, which the rest continues;
+    /// assistant turns are the model's, tool results the user's.
+    #[test]
+    fn gemma_folds_the_system_message_into_the_first_user_turn() {
+        let templates = Templates::new(ChatFormat::Gemma);
+        let messages =
+            vec![Message::system("Be brief."), Message::user("Hi"), Message::assistant("Hello!"), Message::user("Bye")];
+        let p = templates.render(&ChatRequest::new(messages, Purpose::Other)).unwrap();
+        assert_eq!(p.system, "<bos><start_of_turn>user\nBe brief.\n\n");
+        assert_eq!(
+            p.rest,
+            "Hi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+        let p = templates.render(&ChatRequest::new(vec![Message::user("Hi")], Purpose::Other)).unwrap();
+        assert_eq!(
+            format!("{}{}", p.system, p.rest),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
+        // A conversation that does not start with a user turn closes the opened one.
+        let p = templates.render(&ChatRequest::new(vec![Message::assistant("Yes?")], Purpose::Other)).unwrap();
+        assert_eq!(p.rest, "<end_of_turn>\n<start_of_turn>model\nYes?<end_of_turn>\n<start_of_turn>model\n");
     }
 
     /// Tools are listed as compact signatures with their parameters' notes: the grammar
@@ -317,7 +392,7 @@ mod tests {
                 "items": {"type": "array", "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}, "n": {"type": ["integer", "null"]}}}}
             }}),
         }];
-        let system = Templates::new().render(&request).unwrap().system;
+        let system = Templates::new(ChatFormat::ChatMl).render(&request).unwrap().system;
         let signature = "- cancel_pending_order(order_id: string, reason: \"no longer needed\" | \"ordered by mistake\", \
                          items?: {id: string, n?: integer}[]): Cancel a pending order. If the order is already \
                          processed or delivered, it cannot be cancelled. The agent";
@@ -357,7 +432,7 @@ mod tests {
         assert_eq!(sorted, ["edits", "rationale"]);
         let mut request = ChatRequest::new(vec![Message::user("Hi")], Purpose::Other);
         request.response_format = Some(flowmem_llm::ResponseFormat { name: "plan".to_owned(), schema });
-        let p = Templates::new().render(&request).unwrap();
+        let p = Templates::new(ChatFormat::ChatMl).render(&request).unwrap();
         let sentence = format!("Answer with one JSON object with the keys {}.", keys.join(", "));
         assert!(p.system.contains(&sentence), "{}", p.system);
     }

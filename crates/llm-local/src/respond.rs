@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use flowmem_llm::{ChatRequest, Role, ToolChoice, ToolDefinition};
 
 use crate::constrain::prepare;
-use crate::engine::{DecodeParams, Engine, Finish, IM_END, Runner, Session};
+use crate::engine::{DecodeParams, Engine, Finish, Runner, Session};
 use crate::error::LocalError;
 use crate::prompt::Templates;
 
@@ -181,9 +181,4 @@ fn words(text: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
-}
-
-/// The text of a stop token, for reports.
-pub(crate) fn stop_token_text(token: u32) -> &'static str {
-    if token == IM_END { "<|im_end|>" } else { "<|endoftext|>" }
 }

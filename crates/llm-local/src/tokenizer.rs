@@ -5,6 +5,10 @@
 //! merged. The GGUF carries the tokens, their types and the merges but no
 //! `tokenizer.json`, so we assemble a `tokenizers` pipeline from them. Control tokens
 //! (GGUF token type 3, such as `<|im_start|>`) are matched as special tokens in text.
+//!
+//! Gemma 3's GGUF instead carries a SentencePiece vocabulary (`tokenizer.ggml.model =
+//! llama`: pieces, scores, token types, byte fallback), which [`crate::spm`] encodes
+//! as llama.cpp does.
 
 use std::collections::HashMap;
 
@@ -16,13 +20,26 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
 use crate::error::LocalError;
+use crate::spm::{Spm, piece_bytes};
 
 /// GGUF token type of control tokens.
 const TOKEN_TYPE_CONTROL: i32 = 3;
+/// GGUF token type of user-defined tokens (matched in text like control tokens).
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+/// GGUF token type of byte tokens (`<0x0A>`).
+const TOKEN_TYPE_BYTE: i32 = 6;
+
+/// The encoder of one vocabulary family.
+enum Encoder {
+    /// GPT-2 byte-level BPE (SmolLM2).
+    Bpe(Box<Tokenizer>),
+    /// SentencePiece pieces and scores (Gemma 3).
+    Spm(Box<Spm>),
+}
 
 /// A tokenizer built from a GGUF file's vocabulary.
 pub struct GgufTokenizer {
-    inner: Tokenizer,
+    inner: Encoder,
     /// The raw bytes of every token; control tokens map to their literal name.
     token_bytes: Vec<Vec<u8>>,
     /// Whether each token is a control token.
@@ -40,8 +57,9 @@ impl GgufTokenizer {
     ///
     /// # Errors
     ///
-    /// [`LocalError::Gguf`] when the tokens, token types or merges are missing or
-    /// malformed, or the tokenizer model is not GPT-2 byte-level BPE.
+    /// [`LocalError::Gguf`] when the tokens, token types, scores or merges are missing
+    /// or malformed, or the tokenizer model is neither GPT-2 byte-level BPE (`gpt2`) nor
+    /// SentencePiece (`llama`).
     pub fn from_gguf(content: &gguf_file::Content) -> Result<GgufTokenizer, LocalError> {
         let meta = |key: &str| {
             content
@@ -53,8 +71,11 @@ impl GgufTokenizer {
 
         let model =
             meta("tokenizer.ggml.model")?.to_string().map_err(|e| bad("tokenizer.ggml.model", e.to_string()))?;
-        if model != "gpt2" {
-            return Err(bad("tokenizer.ggml.model", format!("`{model}` is not byte-level BPE (`gpt2`)")));
+        if model != "gpt2" && model != "llama" {
+            return Err(bad(
+                "tokenizer.ggml.model",
+                format!("`{model}` is neither byte-level BPE (`gpt2`) nor SentencePiece (`llama`)"),
+            ));
         }
         let strings = |key: &str| -> Result<Vec<String>, LocalError> {
             let values = meta(key)?.to_vec().map_err(|e| bad(key, e.to_string()))?;
@@ -65,7 +86,6 @@ impl GgufTokenizer {
                 .collect()
         };
         let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges_raw = strings("tokenizer.ggml.merges")?;
         let types: Vec<i32> = meta("tokenizer.ggml.token_type")?
             .to_vec()
             .map_err(|e| bad("tokenizer.ggml.token_type", e.to_string()))?
@@ -79,6 +99,10 @@ impl GgufTokenizer {
                 format!("has {} entries for {} tokens", types.len(), tokens.len()),
             ));
         }
+        if model == "llama" {
+            return spm_from_gguf(content, &tokens, &types);
+        }
+        let merges_raw = strings("tokenizer.ggml.merges")?;
 
         let mut merges = Vec::with_capacity(merges_raw.len());
         for (i, merge) in merges_raw.iter().enumerate() {
@@ -125,7 +149,7 @@ impl GgufTokenizer {
                 }
             })
             .collect();
-        Ok(GgufTokenizer { inner, token_bytes, control })
+        Ok(GgufTokenizer { inner: Encoder::Bpe(Box::new(inner)), token_bytes, control })
     }
 
     /// Splits `text` into token ids. Control-token names in the text (`<|im_end|>`)
@@ -136,8 +160,13 @@ impl GgufTokenizer {
     /// [`LocalError::Tokenizer`] if the tokenizer fails, which it does not for any
     /// UTF-8 input with this vocabulary.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LocalError> {
-        let encoding = self.inner.encode_fast(text, false).map_err(|e| LocalError::Tokenizer(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        match &self.inner {
+            Encoder::Bpe(inner) => {
+                let encoding = inner.encode_fast(text, false).map_err(|e| LocalError::Tokenizer(e.to_string()))?;
+                Ok(encoding.get_ids().to_vec())
+            }
+            Encoder::Spm(spm) => Ok(spm.encode(text)),
+        }
     }
 
     /// Joins tokens back into text, dropping control tokens. Invalid UTF-8 (a
@@ -178,6 +207,45 @@ impl GgufTokenizer {
     pub fn is_control(&self, id: u32) -> bool {
         self.control.get(id as usize).copied().unwrap_or(false)
     }
+
+    /// The id of the control token named `name`, if the vocabulary has one.
+    #[must_use]
+    pub fn control_id(&self, name: &str) -> Option<u32> {
+        self.token_bytes.iter().zip(&self.control).position(|(t, &c)| c && t == name.as_bytes()).map(id)
+    }
+}
+
+/// The SentencePiece tokenizer of a `llama`-model GGUF vocabulary.
+fn spm_from_gguf(content: &gguf_file::Content, tokens: &[String], types: &[i32]) -> Result<GgufTokenizer, LocalError> {
+    let key = "tokenizer.ggml.scores";
+    let bad = |key: &str, problem: String| LocalError::Gguf { key: key.to_owned(), problem };
+    let scores: Vec<f32> = content
+        .metadata
+        .get(key)
+        .ok_or_else(|| bad(key, "missing".to_owned()))?
+        .to_vec()
+        .map_err(|e| bad(key, e.to_string()))?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v.to_f32().map_err(|e| bad(&format!("{key}[{i}]"), e.to_string())))
+        .collect::<Result<_, _>>()?;
+    if scores.len() != tokens.len() {
+        return Err(bad(key, format!("has {} entries for {} tokens", scores.len(), tokens.len())));
+    }
+    let control: Vec<bool> = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
+    let special: Vec<bool> = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED).collect();
+    let spm = Spm::new(tokens, scores, &special)
+        .map_err(|name| bad("tokenizer.ggml.tokens", format!("has no byte token `{name}`")))?;
+    let token_bytes = tokens
+        .iter()
+        .zip(types)
+        .map(
+            |(t, &ty)| {
+                if ty == TOKEN_TYPE_CONTROL { t.as_bytes().to_vec() } else { piece_bytes(t, ty == TOKEN_TYPE_BYTE) }
+            },
+        )
+        .collect();
+    Ok(GgufTokenizer { inner: Encoder::Spm(Box::new(spm)), token_bytes, control })
 }
 
 /// A vocabulary index as a token id. The GGUF vocabulary has 49,152 entries.
@@ -208,7 +276,49 @@ fn unicode_to_byte() -> HashMap<char, u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::unicode_to_byte;
+    use super::{GgufTokenizer, unicode_to_byte};
+
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        cases: Vec<Case>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Case {
+        text: String,
+        ids: Vec<u32>,
+    }
+
+    /// Gemma's SentencePiece tokenizer against llama.cpp's on the same GGUF
+    /// (`tests/fixtures/gemma_tokenizer.json`, written by
+    /// `scripts/fixtures/gemma.py`): the same ids for every text, and the ids
+    /// decode back to the text.
+    #[test]
+    fn gemma_ids_equal_llama_cpp() {
+        let Some(path) = crate::model::gemma_path_for_tests() else { return };
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+        let tokenizer = GgufTokenizer::from_gguf(&content).unwrap();
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma_tokenizer.json");
+        let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+        assert!(fixture.cases.len() >= 30, "the fixture has {} cases", fixture.cases.len());
+        let mut mismatches = Vec::new();
+        for case in &fixture.cases {
+            let ids = tokenizer.encode(&case.text).unwrap();
+            if ids != case.ids {
+                mismatches.push(format!("{:?}: got {ids:?}, llama.cpp {:?}", case.text, case.ids));
+            }
+            // Control tokens decode to nothing; everything else decodes to itself, but
+            // for a literal `▁`, which SentencePiece cannot tell from a space.
+            let plain: String = tokenizer.decode(&ids);
+            let mut expected = case.text.replace('\u{2581}', " ");
+            for name in ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"] {
+                expected = expected.replace(name, "");
+            }
+            assert_eq!(plain, expected, "decoding {:?}", case.text);
+        }
+        assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    }
 
     #[test]
     fn byte_alphabet_is_a_bijection() {

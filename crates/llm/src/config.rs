@@ -24,6 +24,10 @@ use crate::{ApiKey, CacheMode, HttpEmbeddingConfig, HttpModelConfig, LlmError, P
 /// [models.small]
 /// kind = "local"                   # the embedded model
 ///
+/// [models.gemma]
+/// kind = "local"
+/// model = "gemma3-270m"            # the second embedded model, Gemma 3 270M
+///
 /// [models.embed]                  # an OpenAI-compatible /embeddings endpoint
 /// base_url = "http://localhost:8088/v1"
 /// model = "all-minilm-l6-v2"
@@ -66,7 +70,8 @@ pub struct ModelEntry {
     pub kind: ModelKind,
     /// The API base URL; defaults to `OPENAI_BASE_URL`.
     pub base_url: Option<String>,
-    /// The model id sent to the server. Required for `openai` models.
+    /// The model id sent to the server. Required for `openai` models. For `local`
+    /// models, which embedded model ([`EMBEDDED_CHAT_MODELS`]); SmolLM2 when absent.
     pub model: Option<String>,
     /// The environment variable holding the API key.
     pub api_key_env: Option<String>,
@@ -175,11 +180,18 @@ impl ModelChoice {
     }
 }
 
+/// Names that choose an embedded chat model other than the default SmolLM2, as a
+/// `local` entry's `model` or as a requested model name with no `[models]` entry.
+pub const EMBEDDED_CHAT_MODELS: &[&str] = &["gemma3-270m"];
+
 /// The embedded local model's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalModelConfig {
     /// flowmem's name for it: the `[models]` key, or `local` for the default.
     pub name: String,
+    /// Which embedded model: one of [`EMBEDDED_CHAT_MODELS`], or `None` for the
+    /// default (SmolLM2).
+    pub model: Option<String>,
     /// The model file, if configured.
     pub path: Option<PathBuf>,
     /// `[llm.local] prefix_cache_mb`, if set.
@@ -294,12 +306,13 @@ impl LlmSettings {
     /// `requested` is the `--model` flag; `FLOWMEM_MODEL` stands in when it is absent.
     /// In order:
     /// 1. a requested name that is a `[models]` key;
-    /// 2. the `[roles]` entry for `purpose`;
-    /// 3. a requested name that is not a key, as a model id at `OPENAI_BASE_URL`;
-    /// 4. `[roles] default`, then a model named `default`, then the only configured model;
-    /// 5. with `OPENAI_BASE_URL` set, that endpoint, with the first model its
+    /// 2. a requested name of [`EMBEDDED_CHAT_MODELS`], that embedded model;
+    /// 3. the `[roles]` entry for `purpose`;
+    /// 4. a requested name that is not a key, as a model id at `OPENAI_BASE_URL`;
+    /// 5. `[roles] default`, then a model named `default`, then the only configured model;
+    /// 6. with `OPENAI_BASE_URL` set, that endpoint, with the first model its
     ///    `GET /models` lists;
-    /// 6. the embedded local model.
+    /// 7. the embedded local model.
     ///
     /// API keys come from the entry's `api_key_env`, else from `OPENAI_API_KEY`.
     ///
@@ -319,6 +332,14 @@ impl LlmSettings {
         let requested = requested.map(str::to_owned).or(from_env);
         if let Some(name) = requested.as_deref().filter(|name| self.models.contains_key(*name)) {
             return self.configured(name, env);
+        }
+        if let Some(name) = requested.as_deref().filter(|name| EMBEDDED_CHAT_MODELS.contains(name)) {
+            return Ok(ModelChoice::Local(LocalModelConfig {
+                name: name.to_owned(),
+                model: Some(name.to_owned()),
+                path: None,
+                prefix_cache_mb: self.llm.local.prefix_cache_mb,
+            }));
         }
         if let Some(name) = self.roles.get(purpose) {
             return self.role_model(purpose.as_str(), name, env);
@@ -367,6 +388,7 @@ impl LlmSettings {
         }
         Ok(ModelChoice::Local(LocalModelConfig {
             name: "local".to_owned(),
+            model: None,
             path: None,
             prefix_cache_mb: self.llm.local.prefix_cache_mb,
         }))
@@ -385,6 +407,7 @@ impl LlmSettings {
         let Some(name) = &self.roles.embedding else {
             return Ok(EmbeddingChoice::Local(LocalModelConfig {
                 name: "local-embedding".to_owned(),
+                model: None,
                 path: None,
                 prefix_cache_mb: None,
             }));
@@ -445,8 +468,15 @@ impl LlmSettings {
             problem,
         };
         if entry.kind == ModelKind::Local {
+            if let Some(model) = entry.model.as_deref().filter(|m| !EMBEDDED_CHAT_MODELS.contains(m)) {
+                return Err(invalid(
+                    "model",
+                    format!("`{model}` is no embedded model (known: {})", EMBEDDED_CHAT_MODELS.join(", ")),
+                ));
+            }
             return Ok(ModelChoice::Local(LocalModelConfig {
                 name: name.to_owned(),
+                model: entry.model.clone(),
                 path: entry.path.clone(),
                 prefix_cache_mb: self.llm.local.prefix_cache_mb,
             }));

@@ -70,8 +70,8 @@ pub use crate::chat::{
     ToolChoice, ToolDefinition, Usage,
 };
 pub use crate::config::{
-    CacheSettings, EmbeddingChoice, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice, ModelConfigError,
-    ModelEntry, ModelKind, RoleTable, std_env,
+    CacheSettings, EMBEDDED_CHAT_MODELS, EmbeddingChoice, EnvLookup, LlmSettings, LocalModelConfig, ModelChoice,
+    ModelConfigError, ModelEntry, ModelKind, RoleTable, std_env,
 };
 pub use crate::embed::{
     EMBEDDINGS_PATH, EmbeddingModel, Embeddings, HttpEmbeddingConfig, HttpEmbeddingModel, normalize,

@@ -7,6 +7,7 @@
 
 mod chat;
 mod embed;
+mod gemma;
 mod prefix;
 mod serve;
 mod structured;
@@ -16,7 +17,8 @@ mod tools;
 use std::sync::OnceLock;
 
 use flowmem_llm_local::{
-    EMBEDDING_SETUP_COMMAND, LocalConfig, LocalEmbeddingConfig, LocalEmbeddingModel, LocalModel, SETUP_COMMAND,
+    EMBEDDING_SETUP_COMMAND, GEMMA_SETUP_COMMAND, LocalConfig, LocalEmbeddingConfig, LocalEmbeddingModel, LocalModel,
+    SETUP_COMMAND,
 };
 
 /// The shared model, or `None` (with a message naming the setup command) when the
@@ -30,16 +32,26 @@ pub fn model() -> Option<LocalModel> {
 pub fn model_with_cache(mb: u64) -> Option<LocalModel> {
     let mut config = LocalConfig::standard();
     config.prefix_cache_mb = mb;
+    loaded(config, SETUP_COMMAND)
+}
+
+/// Gemma 3 270M with a prefix cache of `mb` MiB (0: none), or `None` (with a message
+/// naming its setup command) when its file is absent.
+pub fn gemma_with_cache(mb: u64) -> Option<LocalModel> {
+    let mut config = LocalConfig::gemma3();
+    config.prefix_cache_mb = mb;
+    loaded(config, GEMMA_SETUP_COMMAND)
+}
+
+/// The model of `config`, loaded, or `None` when its file is absent (a failure under CI).
+fn loaded(config: LocalConfig, setup: &str) -> Option<LocalModel> {
     if !config.path.is_file() {
         assert!(
             std::env::var_os("CI").is_none(),
-            "model file `{}` is missing under CI; `{SETUP_COMMAND}` should have fetched it",
+            "model file `{}` is missing under CI; `{setup}` should have fetched it",
             config.path.display()
         );
-        eprintln!(
-            "SKIPPED: model file `{}` is missing; run `{SETUP_COMMAND}` from the repository root",
-            config.path.display()
-        );
+        eprintln!("SKIPPED: model file `{}` is missing; run `{setup}` from the repository root", config.path.display());
         return None;
     }
     let model = LocalModel::new(config);

@@ -15,7 +15,7 @@ const SYSTEM: &str = "You are a support agent for an online shop. Look up what y
 /// One ReAct-style conversation, run to the end on `model`: three tool calls, each
 /// answered by a canned tool result, then a free-text answer. Returns every reply and
 /// the `cached_tokens` of each.
-fn react_loop(model: &LocalModel) -> (Vec<String>, Vec<u64>) {
+pub fn react_loop(model: &LocalModel) -> (Vec<String>, Vec<u64>) {
     let tools = crate::tools::tools();
     let mut messages = vec![
         Message::system(SYSTEM),

@@ -145,11 +145,34 @@ async fn the_environment_endpoint_is_the_default() {
     assert!(matches!(err, ModelConfigError::Discovery { .. }), "{err:?}");
 }
 
+/// Gemma 3 270M is chosen by its name, requested or as a `local` entry's `model`; the
+/// default stays SmolLM2 (`model` absent), and an unknown embedded name is an error.
+#[tokio::test]
+async fn gemma_is_chosen_by_name_or_by_a_local_entry() {
+    let none = LlmSettings::default();
+    let choice = none.resolve(Purpose::Agent, Some("gemma3-270m"), &env_of(&[])).await.unwrap();
+    let ModelChoice::Local(local) = choice else { panic!("{choice:?}") };
+    assert_eq!((local.name.as_str(), local.model.as_deref()), ("gemma3-270m", Some("gemma3-270m")));
+    let choice = none.resolve(Purpose::Agent, None, &env_of(&[("FLOWMEM_MODEL", "gemma3-270m")])).await.unwrap();
+    assert_eq!(choice.name(), "gemma3-270m");
+
+    let cfg = settings("[models.g]\nkind = \"local\"\nmodel = \"gemma3-270m\"\n[models.s]\nkind = \"local\"\n");
+    let ModelChoice::Local(g) = cfg.resolve(Purpose::Agent, Some("g"), &env_of(&[])).await.unwrap() else { panic!() };
+    assert_eq!(g.model.as_deref(), Some("gemma3-270m"));
+    let ModelChoice::Local(s) = cfg.resolve(Purpose::Agent, Some("s"), &env_of(&[])).await.unwrap() else { panic!() };
+    assert_eq!(s.model, None);
+
+    let bad = settings("[models.x]\nkind = \"local\"\nmodel = \"llama-70b\"\n");
+    let err = bad.resolve(Purpose::Agent, Some("x"), &env_of(&[])).await.unwrap_err();
+    assert!(err.to_string().contains("llama-70b"), "{err}");
+}
+
 #[tokio::test]
 async fn with_nothing_configured_the_local_model_is_the_default() {
     let choice = LlmSettings::default().resolve(Purpose::Agent, None, &env_of(&[])).await.unwrap();
     let ModelChoice::Local(local) = choice else { panic!("{choice:?}") };
     assert_eq!(local.name, "local");
+    assert_eq!(local.model, None);
     assert_eq!(local.path, None);
     // A single configured model is the default even with OPENAI_BASE_URL set.
     let one = settings("[models.only]\nbase_url = \"http://o/v1\"\nmodel = \"m\"\n");
