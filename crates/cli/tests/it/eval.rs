@@ -79,8 +79,8 @@ const AGENT_TOOLS: [&str; 3] = ["find_user_id_by_name_zip", "get_order_details",
 
 /// Records and repeats of the embedded run: enough for every aggregate the test checks
 /// (a record judged twice for the CV box, runs in file order across repeats), and few
-/// enough that the run stays a few minutes on two CPU cores.
-const RECORDS: usize = 4;
+/// enough that the run stays about a minute on two CPU cores.
+const RECORDS: usize = 2;
 const REPEATS: usize = 2;
 const RUNS: usize = RECORDS * REPEATS;
 

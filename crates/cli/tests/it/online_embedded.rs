@@ -38,10 +38,10 @@ const HIDDEN: [&str; 10] = [
     "transfer_to_human_agents",
 ];
 
-/// Retail tasks of the run: each agent runs each once. Four give both curves several
-/// points to span the plot and both arms several runs to compare with the ground truth,
-/// and keep the embedded run a few minutes on two CPU cores.
-const TASKS: usize = 4;
+/// Retail tasks of the run: each agent runs each once. Two give both curves two points
+/// to span the plot and the evaluator four runs to compare with the ground truth, and
+/// keep the embedded run about two minutes on two CPU cores (four took five).
+const TASKS: usize = 2;
 /// Runs of the two agents (memory and baseline) together.
 const RUNS: u64 = 2 * TASKS as u64;
 

@@ -44,10 +44,15 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
         dir.run(&["import", "--format", "tau2-bench", &data("tau2-bench/retail/tasks.json"), "-o", "retail.jsonl"]);
     assert_eq!(import.code, 0, "{}", import.stderr);
     let all = dir.read("retail.jsonl");
-    // Three records, split 1:1:1 (one of each split is all the machinery needs), and one
-    // iteration: the embedded model runs every node of every candidate on the CPU, and CI
-    // has two cores. `scripts/demo.sh` runs more.
-    let first: Vec<&str> = all.lines().take(3).collect();
+    // Three records, split 1:1:1 (one of each split is all the machinery needs), each
+    // logged with two calls (a small G⁰), and one iteration: the embedded model runs every
+    // node of every candidate on the CPU, and CI has two cores. `scripts/demo.sh` runs more.
+    let two_calls = |line: &&str| {
+        let record: Value = serde_json::from_str(line).unwrap();
+        record["orchestration"].as_array().is_some_and(|calls| calls.len() == 2)
+    };
+    let first: Vec<&str> = all.lines().filter(two_calls).take(3).collect();
+    assert_eq!(first.len(), 3, "τ² retail has records logged with two calls");
     dir.write("records.jsonl", &(first.join("\n") + "\n"));
 
     let args = [
