@@ -159,6 +159,27 @@ pub enum Command {
     ///
     ///   flowmem scout --records retail.jsonl --out runs/retail --iterations 3 --state-key-arg state_key --reset-tool reset_state
     Scout(ScoutArgs),
+    /// FlowScout's evaluation protocol in one command: baselines, stability, search cost,
+    /// ablations, and tool-set and backbone swaps, in the paper's tables.
+    ///
+    /// On one split of the records (5:2:3 by `--seed`) it runs four searches (FlowScout,
+    /// NoMCTS, NoMiner, Beam) under the same candidate budget, then every system on the
+    /// same test queries: ReAct, the mined workflow as-is and each variant's best (RQ1,
+    /// RQ3); ReAct, the mined workflow and FlowScout `--repeats` times on the first
+    /// `--stability-queries` test queries for the CV of ES (RQ1); and, when asked, the
+    /// scouted workflow on an equivalent tool set (`--swap-tools CONFIG`, whose
+    /// `[[tools.alias]]` renames the tools) and under another executor (`--swap-model
+    /// NAME`) (RQ4). Search costs and the validation curve are RQ2.
+    ///
+    /// Writes DIR/study.md, DIR/study.json and DIR/study.html (every number links to its
+    /// runs), and one directory per cell. It prints an LLM-call estimate first
+    /// (`--dry-run` prints only that). Kill it at any time and continue with `--resume DIR`:
+    /// finished cells are kept, and a search continues where it stopped.
+    ///
+    /// Example:
+    ///
+    ///   flowmem study --records retail.jsonl --out runs/study --iterations 5 --repeats 3 --stability-queries 5 --swap-tools aliased.toml --swap-model gemma3-270m --state-key-arg state_key --reset-tool reset_state
+    Study(StudyArgs),
     /// Evaluate a workflow, the ReAct baseline, or both on records, and compare them.
     ///
     /// Every system runs every record `--repeat` times against the real tools of
@@ -1211,6 +1232,80 @@ pub struct ScoutArgs {
     /// when the plan is complete); `whole` asks for the whole plan at once and then for
     /// the edits that did not apply, one at a time. Both keep a plan's longest valid
     /// prefix.
+    #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
+    pub plan_decoding: PlanDecodingArg,
+    /// Where the configuration comes from.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The executor's model (the workflow's nodes and the ReAct baseline).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The optimizer's model.
+    #[command(flatten)]
+    pub optimizer: OptimizerModelArgs,
+    /// The ES judge's model.
+    #[command(flatten)]
+    pub judge: JudgeModelArgs,
+    /// Prompt template overrides.
+    #[command(flatten)]
+    pub prompts: PromptsArgs,
+    /// Per-run tool state on a stateful server, and τ-bench's task check.
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+/// Arguments of `flowmem study`.
+#[derive(Debug, Args)]
+pub struct StudyArgs {
+    /// The records (JSONL, as `flowmem import` writes them); split 5:2:3 into opt/val/test.
+    #[arg(long, value_name = "R.jsonl", required_unless_present = "resume")]
+    pub records: Option<PathBuf>,
+    /// The study directory to create.
+    #[arg(long, value_name = "DIR", required_unless_present = "resume", conflicts_with = "resume")]
+    pub out: Option<PathBuf>,
+    /// Continue the study in DIR with the settings saved in `DIR/study.settings.json`.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Print the LLM-call estimate of each cell and stop.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The candidate budget `J` of each searching variant.
+    #[arg(long, default_value_t = 30)]
+    pub iterations: u32,
+    /// Stop a search after this many iterations without validation improvement (`P`).
+    #[arg(long, default_value_t = 5)]
+    pub patience: u32,
+    /// The beam width of the Beam ablation.
+    #[arg(long, default_value_t = 3, value_name = "W", value_parser = at_least_one::<usize>)]
+    pub beam_width: usize,
+    /// Runs per query in the stability test (the paper's 10).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one::<u32>)]
+    pub repeats: u32,
+    /// Test queries in the stability test (the paper's 50; all of them when the test
+    /// split is smaller).
+    #[arg(long, default_value_t = 50, value_name = "M", value_parser = at_least_one::<usize>)]
+    pub stability_queries: usize,
+    /// An equivalent tool set for the tool-set swap: a configuration file whose `[tools]`
+    /// renames the tools with `[[tools.alias]]`. Models still come from `--config`.
+    #[arg(long, value_name = "CONFIG")]
+    pub swap_tools: Option<PathBuf>,
+    /// Another executor model for the backbone swap, by its name in `[models]` (or
+    /// `embedded`, `gemma3-270m`).
+    #[arg(long, value_name = "NAME")]
+    pub swap_model: Option<String>,
+    /// The split seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The weight of TC in the reward `R = α·TC + (1−α)·ES`.
+    #[arg(long, default_value_t = 0.5)]
+    pub alpha: f64,
+    /// Runs in flight at once.
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
+    pub concurrency: usize,
+    /// The ReAct baseline's step budget.
+    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
+    pub max_steps: u32,
+    /// How the optimizer writes a plan (see `flowmem scout --help`).
     #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
     pub plan_decoding: PlanDecodingArg,
     /// Where the configuration comes from.

@@ -82,6 +82,7 @@ fn run(cli: Cli, printer: &Printer) -> anyhow::Result<ExitStatus> {
         Command::Run(args) => commands::run::run_workflow(&args, printer),
         Command::Agent(args) => commands::run::run_baseline(&args, printer),
         Command::Scout(args) => commands::scout::run(&args, printer),
+        Command::Study(args) => commands::study::run(&args, printer),
         Command::Eval(args) => commands::eval::run(&args, printer),
         Command::Learn(args) => commands::learn::run(&args, printer),
     }

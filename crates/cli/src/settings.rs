@@ -109,6 +109,24 @@ impl Config {
         &self.llm
     }
 
+    /// This configuration with the TOML file `extra` appended to it, such as an alias set
+    /// (`[[tools.alias]]` entries): how `flowmem study --swap-tools` builds the
+    /// equivalent tool set from the same servers and models.
+    ///
+    /// # Errors
+    ///
+    /// When there is no configuration file to append to, `extra` is unreadable, or the
+    /// result's LLM tables are invalid.
+    pub fn appended(&self, extra: &Path) -> anyhow::Result<Config> {
+        let (Some(path), Some(text)) = (&self.path, &self.text) else {
+            bail!("`{}` extends a configuration file, and there is none: pass --config", extra.display());
+        };
+        let more = std::fs::read_to_string(extra).with_context(|| format!("cannot read `{}`", extra.display()))?;
+        let text = format!("{text}\n# appended from {}\n{more}", extra.display());
+        let llm = LlmSettings::from_toml(&text, path)?;
+        Ok(Config { path: Some(path.clone()), text: Some(text), llm })
+    }
+
     /// The `[tools]` tables.
     ///
     /// Commands that cannot work without tools pass `required`; they then fail with a

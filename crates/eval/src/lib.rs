@@ -64,7 +64,7 @@ pub use crate::mind2web::{
     token_set_f1,
 };
 pub use crate::outputs::required_outputs_found;
-pub use crate::render::{ReportFiles, render_html, render_markdown, write_report};
+pub use crate::render::{ReportFiles, cv_boxplot_svg, render_html, render_markdown, write_report};
 pub use crate::report::{
     Comparison, EvalReport, RecordCv, RunMeasurement, SystemRole, SystemSummary, ToolTraceConformance,
     coefficient_of_variation, compare, relative_change, summarize, tool_trace_conformance,

@@ -289,7 +289,11 @@ fn score_bars_svg(systems: &[SystemSummary]) -> String {
     chart.finish()
 }
 
-fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
+/// A box plot of each system's per-record coefficients of variation of ES (FlowScout's
+/// Fig. 3): quartiles interpolated like NumPy, whiskers at 1.5 IQR like matplotlib,
+/// outliers as circles, as self-contained SVG.
+#[must_use]
+pub fn cv_boxplot_svg(systems: &[SystemSummary]) -> String {
     let group_width = 120.0;
     let width = PLOT_LEFT + 20.0 + group_width * systems.len().max(1) as f64;
     let max_cv = systems.iter().flat_map(|s| s.cv_es.iter().map(|c| c.cv)).fold(0.0f64, f64::max);

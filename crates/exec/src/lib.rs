@@ -84,5 +84,5 @@ pub use crate::render::{to_dot, to_mermaid};
 pub use crate::toolbox::ToolBox;
 pub use crate::validate::{
     InvalidGraph, LOOP_BODY, LOOP_EXIT, ROUTE_DEFAULT, ROUTE_ERROR, ROUTE_OK, ToolCatalog, VAR_QUERY, ValidatedGraph,
-    Violation, check, condition_routes, violations,
+    Violation, check, condition_routes, unbind_unknown_tools, violations,
 };

@@ -568,6 +568,58 @@ fn check_tools(graph: &WorkflowGraph, tools: ToolCatalog<'_>, res: &mut Vec<Viol
     }
 }
 
+/// Moves `graph` onto another tool set whose tools may carry other names: a tool node
+/// keeps the hints that name an available tool; a node none of whose hints is available
+/// loses them (it may then call any tool), and its instruction says which tool the step
+/// used before, so the executor can pick the equivalent one by its description.
+///
+/// Returns the graph and the ids of the nodes that lost their hints. Data bindings are
+/// kept: they are keyed by argument, which a renamed tool keeps.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_exec::unbind_unknown_tools;
+/// use flowmem_model::{NodeKind, WorkflowGraph};
+///
+/// let graph: WorkflowGraph = serde_json::from_value(serde_json::json!({
+///     "nodes": [{"id": "t", "kind": "tool", "hints": ["get_order"]}],
+///     "edges": [], "entry": "t", "exit": "t"
+/// }))?;
+/// let (moved, unbound) = unbind_unknown_tools(graph, &["lookup_purchase"]);
+/// assert_eq!(unbound, ["t"]);
+/// let NodeKind::Tool { hints, instruction, .. } = &moved.nodes[0].kind else { unreachable!() };
+/// assert!(hints.is_empty());
+/// assert!(instruction.as_deref().unwrap().contains("get_order"));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[must_use]
+pub fn unbind_unknown_tools(mut graph: WorkflowGraph, available: &[&str]) -> (WorkflowGraph, Vec<String>) {
+    let mut unbound = Vec::new();
+    for node in &mut graph.nodes {
+        let NodeKind::Tool { hints, instruction, .. } = &mut node.kind else { continue };
+        if hints.is_empty() {
+            continue;
+        }
+        let known: Vec<String> = hints.iter().filter(|hint| available.contains(&hint.as_str())).cloned().collect();
+        if !known.is_empty() {
+            *hints = known;
+            continue;
+        }
+        let before = hints.iter().map(|hint| format!("`{hint}`")).collect::<Vec<_>>().join(" or ");
+        let note = format!(
+            "This step used the tool {before}, which is not available under that name: use the available tool that does the same."
+        );
+        *instruction = Some(match instruction.take() {
+            Some(text) if !text.trim().is_empty() => format!("{text}\n{note}"),
+            _ => note,
+        });
+        hints.clear();
+        unbound.push(node.id.clone());
+    }
+    (graph, unbound)
+}
+
 /// Why a tool node cannot bind to the available tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UnboundTool<'a> {

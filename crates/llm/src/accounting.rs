@@ -56,6 +56,23 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// What was counted after `earlier`, a snapshot of the same tally: every field's
+    /// difference (0 where `earlier` is larger).
+    #[must_use]
+    pub fn since(&self, earlier: &Totals) -> Totals {
+        Totals {
+            calls: self.calls.saturating_sub(earlier.calls),
+            errors: self.errors.saturating_sub(earlier.errors),
+            cache_hits: self.cache_hits.saturating_sub(earlier.cache_hits),
+            prompt_tokens: self.prompt_tokens.saturating_sub(earlier.prompt_tokens),
+            completion_tokens: self.completion_tokens.saturating_sub(earlier.completion_tokens),
+            cached_prompt_tokens: self.cached_prompt_tokens.saturating_sub(earlier.cached_prompt_tokens),
+            cached_completion_tokens: self.cached_completion_tokens.saturating_sub(earlier.cached_completion_tokens),
+            prefix_cached_tokens: self.prefix_cached_tokens.saturating_sub(earlier.prefix_cached_tokens),
+            wall_ms: self.wall_ms.saturating_sub(earlier.wall_ms),
+        }
+    }
+
     fn add(&mut self, other: &Totals) {
         self.calls += other.calls;
         self.errors += other.errors;

@@ -17,6 +17,8 @@
 //!   `flowmem-exec` on every record of a split (concurrently, each under its own tool
 //!   state via `flowmem_exec::IsolatedTools`) and are scored by `flowmem_eval::score_trace`.
 //! - [`scout`] is FlowScout end to end: split, `G⁰`, search, final test, `report.html`.
+//! - [`study`] is the paper's evaluation protocol (RQ1–RQ4) as one resumable run of
+//!   cells: baselines, stability, search cost, ablations, tool-set and backbone swaps.
 //!
 //! # Example
 //!
@@ -38,6 +40,7 @@ mod propose;
 mod scout;
 mod search;
 mod simulate;
+mod study;
 mod svg;
 mod tree;
 
@@ -54,6 +57,11 @@ pub use crate::search::{
     Strategy, Validator, candidate_path, expansion_stats, read_json as read_run_json, run_search,
 };
 pub use crate::simulate::{ExecSimulator, ExecValidator};
+pub use crate::study::{
+    CellRecord, CurvePoint, Difference, SearchFigures, StudyCell, StudyCheckpoint, StudyEstimate, StudyParts,
+    StudyResults, StudySettings, StudyVariant, SwapFigures, SystemFigures, ToolSwap, assemble as assemble_study,
+    estimate as estimate_study, prepare_study, render_study_html, render_study_markdown, retention, study, study_cells,
+};
 pub use crate::svg::{
     search_tree as search_tree_svg, search_tree_linked as search_tree_linked_svg,
     validation_curve as validation_curve_svg, workflow_graph as workflow_graph_svg,

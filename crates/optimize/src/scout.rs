@@ -52,6 +52,14 @@ pub struct ScoutSettings {
     /// directories lack the field and resume edit by edit).
     #[serde(default)]
     pub plan_decoding: PlanDecoding,
+    /// Test the best workflow against the baselines on the test split at the end
+    /// (`flowmem study` turns it off and tests every system itself).
+    #[serde(default = "yes")]
+    pub final_test: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ScoutSettings {
@@ -71,6 +79,7 @@ impl ScoutSettings {
             repeat: 1,
             agent_max_steps: 12,
             plan_decoding: PlanDecoding::PerEdit,
+            final_test: true,
         }
     }
 }
@@ -102,22 +111,33 @@ pub enum ScoutError {
 /// A new run in a directory that already holds one, a resume without `run.json`, or an
 /// unreadable file.
 pub fn prepare_run(dir: &Path, settings: Option<ScoutSettings>) -> Result<ScoutSettings, ScoutError> {
-    let path = dir.join("run.json");
-    let file_err = |message: String| ScoutError::File { path: path.clone(), message };
+    settings_file(&dir.join("run.json"), settings, "run")
+}
+
+/// The settings file of a long run at `path` (`what`: "run", "study"): written for a new
+/// run (refused where one already lives), or read back to resume one.
+pub(crate) fn settings_file<T: serde::Serialize + serde::de::DeserializeOwned>(
+    path: &Path,
+    settings: Option<T>,
+    what: &str,
+) -> Result<T, ScoutError> {
+    let file_err = |message: String| ScoutError::File { path: path.to_owned(), message };
     match settings {
         None => {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|err| file_err(format!("{err}; is this a scout run directory?")))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|err| file_err(format!("{err}; is this a {what} directory?")))?;
             serde_json::from_str(&text).map_err(|err| file_err(err.to_string()))
         }
         Some(settings) => {
             if path.exists() {
-                return Err(file_err(
-                    "a run already lives here; resume it with --resume, or pick another --out".to_owned(),
-                ));
+                return Err(file_err(format!(
+                    "a {what} already lives here; resume it with --resume, or pick another --out"
+                )));
             }
-            std::fs::create_dir_all(dir).map_err(|err| file_err(err.to_string()))?;
-            flowmem_model::write_json_atomic(&path, &settings).map_err(|err| file_err(err.source.to_string()))?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|err| file_err(err.to_string()))?;
+            }
+            flowmem_model::write_json_atomic(path, &settings).map_err(|err| file_err(err.source.to_string()))?;
             Ok(settings)
         }
     }
@@ -241,7 +261,7 @@ pub async fn scout(
     flowmem_model::write_json_atomic(&best_path, &best)
         .map_err(|err| ScoutError::File { path: best_path.clone(), message: err.source.to_string() })?;
     let g0_saved: WorkflowGraph = read_json(&candidate_path(dir, 0, "workflow"))?;
-    let test = if parts_split.test.is_empty() {
+    let test = if parts_split.test.is_empty() || !settings.final_test {
         None
     } else {
         Some(final_test(dir, settings, &parts_split.test, &best, &g0_saved, state.best != 0, parts).await?)
@@ -436,13 +456,13 @@ pub fn test_rows(report: &EvalReport) -> Vec<ScoutTestRow> {
         .collect()
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScoutError> {
     let text = std::fs::read_to_string(path)
         .map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })?;
     serde_json::from_str(&text).map_err(|err| ScoutError::File { path: path.to_owned(), message: err.to_string() })
 }
 
-fn write_text(path: &Path, text: &str) -> Result<(), ScoutError> {
+pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), ScoutError> {
     flowmem_model::write_text_atomic(path, text)
         .map_err(|err| ScoutError::File { path: path.to_owned(), message: err.source.to_string() })
 }

@@ -246,3 +246,16 @@ pub fn xes_remark_lines(path: &std::path::Path, xes: &flowmem_mining::XesLog) ->
     }
     lines
 }
+
+/// Waits for Ctrl-C twice: the first sets `stop` and warns with `what` (the long run
+/// then ends at its next checkpoint), the second returns (the caller drops the work in
+/// flight).
+pub async fn interrupts(stop: &std::sync::atomic::AtomicBool, printer: &Printer, what: &str) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        // No signal handler: never interrupt.
+        std::future::pending::<()>().await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    printer.warn(&format!("{what} (press Ctrl-C again to stop now)"));
+    let _ = tokio::signal::ctrl_c().await;
+}

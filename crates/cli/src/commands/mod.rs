@@ -19,6 +19,7 @@ pub mod serve;
 pub mod serve_llm;
 pub mod split;
 pub mod stats;
+pub mod study;
 pub mod tools;
 
 use std::process::ExitCode;

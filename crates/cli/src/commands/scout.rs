@@ -16,23 +16,11 @@ use flowmem_optimize::{
 use crate::args::{PlanDecodingArg, ScoutArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::{
-    block_on, calls_lacking_results, progress_bar, refuse_outputs_that_are_inputs, replay_for_results,
+    block_on, calls_lacking_results, interrupts, progress_bar, refuse_outputs_that_are_inputs, replay_for_results,
 };
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
-
-/// Waits for Ctrl-C twice: the first sets `stop` (the search ends at its next
-/// checkpoint), the second returns (the caller drops the work in flight).
-async fn interrupts(stop: &AtomicBool, printer: &Printer) {
-    if tokio::signal::ctrl_c().await.is_err() {
-        // No signal handler: never interrupt.
-        std::future::pending::<()>().await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    printer.warn("stopping at the next checkpoint (press Ctrl-C again to stop now)");
-    let _ = tokio::signal::ctrl_c().await;
-}
 
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -160,7 +148,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     };
     let outcome = tokio::select! {
         outcome = scout(&dir, &settings, records, &parts) => Some(outcome),
-        () = interrupts(&stop, printer) => None,
+        () = interrupts(&stop, printer, "stopping at the next checkpoint") => None,
     };
     if let Some(bar) = &bar {
         bar.finish_and_clear();

@@ -25,6 +25,7 @@ mod serve;
 mod shared_memory;
 mod split;
 mod stats;
+mod study;
 mod support;
 mod tools;
 mod ui;

@@ -3,3 +3,4 @@
 mod propose;
 mod scout;
 mod search;
+mod study;

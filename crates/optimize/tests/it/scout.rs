@@ -18,7 +18,7 @@ use flowmem_optimize::{
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
 
-fn everything_server() -> PathBuf {
+pub(crate) fn everything_server() -> PathBuf {
     require_path(
         &flowmem_testsupport::repo_root().join(".deps/node/node_modules/.bin/mcp-server-everything"),
         "scripts/setup/20-mcp-servers.sh",
@@ -35,7 +35,7 @@ async fn everything() -> Arc<Registry> {
     Arc::new(Registry::connect(&cfg).await.expect("server-everything starts"))
 }
 
-fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
+pub(crate) fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
     let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
     cfg.max_concurrency = 64;
     cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
@@ -43,7 +43,7 @@ fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
 }
 
 /// Ten "add A and B" records whose reference call is `get-sum {a: 1, b: 2}`.
-fn records() -> Vec<Record> {
+pub(crate) fn records() -> Vec<Record> {
     (0..10)
         .map(|i| Record {
             id: format!("sum-{i}"),
@@ -67,6 +67,12 @@ fn first_edit(edit: Value) -> Reply {
 /// so, until the expansion is given up. The judge gives 1 to the right answer and 0
 /// otherwise.
 fn script() -> Script {
+    script_after(Script::new())
+}
+
+/// [`script`]'s rules after those `start` already has (the first rule that matches
+/// answers).
+pub(crate) fn script_after(start: Script) -> Script {
     let rewrite =
         first_edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "ANSWER-V2: state the sum."}));
     let add = first_edit(json!({"op": "add_node", "after": "plan",
@@ -77,7 +83,7 @@ fn script() -> Script {
             json!({"rationale": "scripted", "correctness": score, "completeness": score, "relevance": score, "clarity": score}),
         )
     };
-    Script::new()
+    start
         .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
         .when(Match::last_user_contains("Your reply was not an edit"), invalid())
         .when_seq(Match::last_user_contains("You improve a tool-using agent workflow"), [rewrite, add, invalid()])

