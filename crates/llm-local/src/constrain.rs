@@ -17,6 +17,10 @@ use crate::tokenizer::GgufTokenizer;
 pub const DEFAULT_MAX_LENGTH: u64 = 48;
 /// The longest array the grammar allows where the schema sets no `maxItems`.
 pub const DEFAULT_MAX_ITEMS: u64 = 4;
+/// The bound on an integer's magnitude where the schema sets none: JavaScript's largest
+/// safe integer (2^53 − 1), so at most 16 digits, and every integer a JSON reader
+/// keeps exactly.
+pub const DEFAULT_MAX_INTEGER: i64 = 9_007_199_254_740_991;
 
 /// Builds grammar matchers over the model's vocabulary.
 pub(crate) struct Constrainer {
@@ -91,7 +95,9 @@ impl Constrainer {
 
 /// Tightens a JSON Schema for generation without loosening it: every string without a
 /// bound gets `maxLength`, every array `maxItems` (the defaults, or the schema's own
-/// `minLength`/`minItems` when larger), every object with listed properties
+/// `minLength`/`minItems` when larger), every integer without a bound on a side gets
+/// [`DEFAULT_MAX_INTEGER`] there (a small model otherwise runs digits until its token
+/// budget ends, and the reply is cut), every object with listed properties
 /// and no `additionalProperties` gets `additionalProperties: false`, and the top level
 /// asks llguidance for compact whitespace. Anything valid against the result is valid
 /// against the input.
@@ -139,6 +145,16 @@ fn tighten(schema: &mut Value, closable: bool) {
     {
         let bound = at_least(map, "minLength", DEFAULT_MAX_LENGTH);
         map.insert("maxLength".to_owned(), json!(bound));
+    }
+    if is_type(map, "integer") && !has(map, "enum") && !has(map, "const") {
+        if !has(map, "maximum") && !has(map, "exclusiveMaximum") {
+            let floor = map.get("minimum").and_then(Value::as_i64).unwrap_or(i64::MIN);
+            map.insert("maximum".to_owned(), json!(DEFAULT_MAX_INTEGER.max(floor)));
+        }
+        if !has(map, "minimum") && !has(map, "exclusiveMinimum") {
+            let ceiling = map.get("maximum").and_then(Value::as_i64).unwrap_or(i64::MAX);
+            map.insert("minimum".to_owned(), json!((-DEFAULT_MAX_INTEGER).min(ceiling)));
+        }
     }
     if is_type(map, "array") && !has(map, "maxItems") {
         let bound = at_least(map, "minItems", DEFAULT_MAX_ITEMS);
@@ -326,5 +342,27 @@ mod tests {
         assert_eq!(p["properties"]["long"]["maxLength"], json!(200));
         assert_eq!(p["properties"]["many"]["maxItems"], json!(9));
         assert_eq!(p["properties"]["short"]["maxLength"], json!(super::DEFAULT_MAX_LENGTH));
+    }
+
+    #[test]
+    fn integers_get_the_missing_side_of_a_bound_only() {
+        let max = super::DEFAULT_MAX_INTEGER;
+        let schema = json!({"type": "object", "properties": {
+            "free": {"type": "integer"},
+            "age": {"type": "integer", "minimum": 0},
+            "huge": {"type": "integer", "minimum": 9_007_199_254_740_999_i64},
+            "below": {"type": "integer", "exclusiveMaximum": 10},
+            "choice": {"type": "integer", "enum": [1, 2]},
+            "ratio": {"type": "number"}
+        }});
+        let p = prepare(&schema);
+        let field = |name: &str| p["properties"][name].clone();
+        assert_eq!(field("free"), json!({"type": "integer", "minimum": -max, "maximum": max}));
+        assert_eq!(field("age"), json!({"type": "integer", "minimum": 0, "maximum": max}));
+        // A default never contradicts the schema's own bound.
+        assert_eq!(field("huge")["maximum"], json!(9_007_199_254_740_999_i64));
+        assert_eq!(field("below"), json!({"type": "integer", "exclusiveMaximum": 10, "minimum": -max}));
+        assert_eq!(field("choice"), json!({"type": "integer", "enum": [1, 2]}));
+        assert_eq!(field("ratio"), json!({"type": "number"}));
     }
 }

@@ -220,3 +220,30 @@ fn twenty_tool_calls_over_varied_schemas_are_all_schema_valid() {
     }
     assert!(failures.is_empty(), "{} of 20 failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// An integer argument with no bound in its schema ends within
+/// [`DEFAULT_MAX_INTEGER`](flowmem_llm_local::DEFAULT_MAX_INTEGER)'s 16 digits. Asked to
+/// copy a 60-digit number, the pretrained model copies digits for as long as the grammar
+/// lets it: with no bound that is until `max_tokens` cuts the reply (as it did to tool
+/// calls in the study's backbone swap).
+#[test]
+fn an_unbounded_integer_argument_ends_within_sixteen_digits() {
+    let Some(model) = crate::gemma_with_cache(flowmem_llm_local::DEFAULT_PREFIX_CACHE_MB) else { return };
+    let order = tool(
+        "get_order",
+        "Look up an order by its number.",
+        json!({"type": "object", "properties": {"order_number": {"type": "integer"}}, "required": ["order_number"]}),
+    );
+    let digits = "1".repeat(60);
+    let mut request =
+        ChatRequest::new(vec![Message::user(format!("Look up my order number {digits}."))], Purpose::Agent);
+    request.tools = vec![order];
+    request.tool_choice = ToolChoice::Required;
+    request.max_tokens = Some(40);
+    let reply = model.chat_blocking(&request).expect("the call ends before max_tokens");
+    let call = &reply.response.tool_calls[0];
+    let number = call.arguments["order_number"].as_i64().expect("an integer");
+    assert!(number.unsigned_abs() <= flowmem_llm_local::DEFAULT_MAX_INTEGER.unsigned_abs(), "{number}");
+    // The grammar cut a real copy short: the model was copying the digits.
+    assert!(number.to_string().len() >= 10, "{number}");
+}
