@@ -1197,12 +1197,6 @@ pub struct ScoutArgs {
     /// Continue the run in DIR with the settings saved in `DIR/run.json`.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
-    /// The search budget `J`.
-    #[arg(long, default_value_t = 30)]
-    pub iterations: u32,
-    /// Stop after this many iterations without validation improvement (`P`).
-    #[arg(long, default_value_t = 5)]
-    pub patience: u32,
     /// Beam search keeping W candidates per step instead of MCTS (ablation).
     #[arg(long, value_name = "W", conflicts_with = "no_mcts", value_parser = at_least_one::<usize>)]
     pub beam: Option<usize>,
@@ -1212,18 +1206,33 @@ pub struct ScoutArgs {
     /// Start from a plan→tool→synthesize chain instead of the mined skeleton (ablation).
     #[arg(long)]
     pub no_miner: bool,
+    /// Runs per test record in the final test (CV of ES needs at least 2).
+    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
+    pub repeat: u32,
+    /// The search, its models and its tools.
+    #[command(flatten)]
+    pub search: SearchRunArgs,
+}
+
+/// What `flowmem scout` and `flowmem study` share: the search's budget and reward, the
+/// split seed, the executor's step budget, the models and the tools.
+#[derive(Debug, Args)]
+pub struct SearchRunArgs {
+    /// The candidate budget `J` of a search.
+    #[arg(long, default_value_t = 30)]
+    pub iterations: u32,
+    /// Stop a search after this many iterations without validation improvement (`P`).
+    #[arg(long, default_value_t = 5)]
+    pub patience: u32,
     /// The split seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// The weight of TC in the reward `R = α·TC + (1−α)·ES`.
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
-    /// Records of a split run at once.
+    /// Runs in flight at once.
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
     pub concurrency: usize,
-    /// Runs per test record in the final test (CV of ES needs at least 2).
-    #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
-    pub repeat: u32,
     /// The ReAct baseline's step budget.
     #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
     pub max_steps: u32,
@@ -1269,12 +1278,6 @@ pub struct StudyArgs {
     /// Print the LLM-call estimate of each cell and stop.
     #[arg(long)]
     pub dry_run: bool,
-    /// The candidate budget `J` of each searching variant.
-    #[arg(long, default_value_t = 30)]
-    pub iterations: u32,
-    /// Stop a search after this many iterations without validation improvement (`P`).
-    #[arg(long, default_value_t = 5)]
-    pub patience: u32,
     /// The beam width of the Beam ablation.
     #[arg(long, default_value_t = 3, value_name = "W", value_parser = at_least_one::<usize>)]
     pub beam_width: usize,
@@ -1293,39 +1296,9 @@ pub struct StudyArgs {
     /// `embedded`, `gemma3-270m`).
     #[arg(long, value_name = "NAME")]
     pub swap_model: Option<String>,
-    /// The split seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// The weight of TC in the reward `R = α·TC + (1−α)·ES`.
-    #[arg(long, default_value_t = 0.5)]
-    pub alpha: f64,
-    /// Runs in flight at once.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N", value_parser = at_least_one::<usize>)]
-    pub concurrency: usize,
-    /// The ReAct baseline's step budget.
-    #[arg(long, default_value_t = DEFAULT_MAX_STEPS, value_name = "N", value_parser = at_least_one::<u32>)]
-    pub max_steps: u32,
-    /// How the optimizer writes a plan (see `flowmem scout --help`).
-    #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
-    pub plan_decoding: PlanDecodingArg,
-    /// Where the configuration comes from.
+    /// The searches, their models and the tools (as `flowmem scout` takes them).
     #[command(flatten)]
-    pub config: ConfigArgs,
-    /// The executor's model (the workflow's nodes and the ReAct baseline).
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// The optimizer's model.
-    #[command(flatten)]
-    pub optimizer: OptimizerModelArgs,
-    /// The ES judge's model.
-    #[command(flatten)]
-    pub judge: JudgeModelArgs,
-    /// Prompt template overrides.
-    #[command(flatten)]
-    pub prompts: PromptsArgs,
-    /// Per-run tool state on a stateful server, and τ-bench's task check.
-    #[command(flatten)]
-    pub state: StateArgs,
+    pub search: SearchRunArgs,
 }
 
 /// Arguments of `flowmem learn`.

@@ -398,6 +398,19 @@ fn open_cache(settings: &LlmSettings, cache: &CacheUse) -> anyhow::Result<Option
     Ok(Some((Arc::new(cache), mode)))
 }
 
+/// How a report names the model `choice` chose: flowmem's name for it and, when that
+/// is not already the model, the model it runs (`local (smollm2-135m-instruct)`).
+pub fn model_label(choice: &ModelChoice) -> String {
+    match choice {
+        ModelChoice::Local(cfg) => {
+            let model = cfg.model.as_deref().unwrap_or(flowmem_llm_local::MODEL_NAME);
+            if model == cfg.name { model.to_owned() } else { format!("{} ({model})", cfg.name) }
+        }
+        ModelChoice::Http(cfg) if cfg.model != cfg.name => format!("{} ({})", cfg.name, cfg.model),
+        other => other.name().to_owned(),
+    }
+}
+
 /// The embedded local model from `cfg` (its configured file, else the file the setup
 /// script installs), with free-text replies limited to [`LOCAL_TEXT_LIMIT`] tokens by
 /// default. The weights load on first use; a missing file is reported now, with the
@@ -518,4 +531,24 @@ pub fn retriever(config: &Config, mode: RetrievalMode) -> anyhow::Result<Retriev
     }
     let model = embedding_model(config).with_context(|| format!("retrieval mode `{mode}` needs an embedding model"))?;
     Ok(Retriever::new(mode, Some(model))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_label_names_the_model_an_entry_runs() {
+        let local = |name: &str, model: Option<&str>| {
+            ModelChoice::Local(LocalModelConfig {
+                name: name.to_owned(),
+                model: model.map(str::to_owned),
+                path: None,
+                prefix_cache_mb: None,
+            })
+        };
+        assert_eq!(model_label(&local("local", None)), format!("local ({})", flowmem_llm_local::MODEL_NAME));
+        assert_eq!(model_label(&local("gemma3-270m", Some("gemma3-270m"))), "gemma3-270m");
+        assert_eq!(model_label(&local("small", Some("gemma3-270m"))), "small (gemma3-270m)");
+    }
 }

@@ -1,6 +1,7 @@
 //! `flowmem scout`: FlowScout end to end — split the records, mine `G⁰`, search, test the
 //! best workflow against the ReAct baseline, and write the run directory.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use flowmem_optimize::{
     SearchError, Strategy, prepare_run, scout,
 };
 
-use crate::args::{PlanDecodingArg, ScoutArgs};
+use crate::args::{PlanDecodingArg, ScoutArgs, SearchRunArgs};
 use crate::commands::ExitStatus;
 use crate::commands::common::{
     block_on, calls_lacking_results, interrupts, progress_bar, refuse_outputs_that_are_inputs, replay_for_results,
@@ -21,6 +22,35 @@ use crate::commands::common::{
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
+
+/// The optimizer's edit budget per plan.
+pub(super) const MAX_EDITS: usize = 6;
+
+/// The optimizer's plan decoding, as `--plan-decoding` names it.
+pub(super) fn plan_decoding(arg: PlanDecodingArg) -> PlanDecoding {
+    match arg {
+        PlanDecodingArg::PerEdit => PlanDecoding::PerEdit,
+        PlanDecodingArg::Whole => PlanDecoding::Whole,
+    }
+}
+
+/// The session of a search run (`flowmem scout`, `flowmem study`): the executor, optimizer
+/// and judge from `search`, the tools required, the optimizer's and judge's prompts, an
+/// LLM cache in `dir` (a resume and every child candidate replay the unchanged calls), and
+/// per-run tool state keyed under `state_key`.
+pub(super) fn search_session(search: &SearchRunArgs, config: Config, dir: &Path, state_key: &str) -> SessionSettings {
+    SessionSettings {
+        config,
+        models: ModelRoles::new(&search.model).with_optimizer(&search.optimizer).with_judge(&search.judge),
+        tools: ToolsUse::Required,
+        prompts: Some(PromptSettings {
+            dir: search.prompts.prompts.clone(),
+            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS, PROPOSE_NEXT_EDIT],
+        }),
+        cache: CacheUse::At(dir.join("llm-cache.sqlite")),
+        state: Some((search.state.clone(), state_key.to_owned())),
+    }
+}
 
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -32,23 +62,21 @@ fn settings_from_args(args: &ScoutArgs) -> anyhow::Result<ScoutSettings> {
         bail!("--records is required for a new run (or pass --resume DIR)");
     };
     let mut settings = ScoutSettings::paper_defaults(records.clone());
-    settings.seed = args.seed;
-    settings.search.iterations = args.iterations;
-    settings.search.patience = args.patience;
+    let search = &args.search;
+    settings.seed = search.seed;
+    settings.search.iterations = search.iterations;
+    settings.search.patience = search.patience;
     settings.strategy = match (args.no_mcts, args.beam) {
         (true, _) => Strategy::NoSearch,
         (false, Some(width)) => Strategy::Beam { width },
         (false, None) => Strategy::Mcts,
     };
     settings.miner = !args.no_miner;
-    settings.alpha = args.alpha;
-    settings.concurrency = args.concurrency.max(1);
+    settings.alpha = search.alpha;
+    settings.concurrency = search.concurrency.max(1);
     settings.repeat = args.repeat.max(1);
-    settings.agent_max_steps = args.max_steps;
-    settings.plan_decoding = match args.plan_decoding {
-        PlanDecodingArg::PerEdit => PlanDecoding::PerEdit,
-        PlanDecodingArg::Whole => PlanDecoding::Whole,
-    };
+    settings.agent_max_steps = search.max_steps;
+    settings.plan_decoding = plan_decoding(search.plan_decoding);
     Alpha::new(settings.alpha).context("--alpha")?;
     Ok(settings)
 }
@@ -70,19 +98,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         .with_context(|| format!("reading the records `{}`", settings.records.display()))?;
     let settings = if args.resume.is_some() { settings } else { prepare_run(&dir, Some(settings))? };
 
-    let session_settings = SessionSettings {
-        config: Config::load(&args.config)?,
-        models: ModelRoles::new(&args.model).with_optimizer(&args.optimizer).with_judge(&args.judge),
-        tools: ToolsUse::Required,
-        prompts: Some(PromptSettings {
-            dir: args.prompts.prompts.clone(),
-            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS, PROPOSE_NEXT_EDIT],
-        }),
-        // The cache lives in the run directory, so a resume and every child candidate
-        // replay the unchanged calls.
-        cache: CacheUse::At(dir.join("llm-cache.sqlite")),
-        state: Some((args.state.clone(), "flowmem-scout".to_owned())),
-    };
+    let session_settings = search_session(&args.search, Config::load(&args.search.config)?, &dir, "flowmem-scout");
     let session = Session::open(session_settings).await?;
     let executor = session.cached_model(Purpose::Executor).await?;
     let optimizer = session.cached_model(Purpose::Optimizer).await?;
@@ -94,7 +110,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         model: optimizer,
         prompts: prompts.clone(),
         tools: tool_names,
-        max_edits: 6,
+        max_edits: MAX_EDITS,
         decoding: settings.plan_decoding,
     };
 

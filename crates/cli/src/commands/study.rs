@@ -6,23 +6,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, bail};
-use flowmem_eval::{Alpha, JUDGE_ES_PROMPT, ScoreConfig, TcConfig};
+use flowmem_eval::{Alpha, ScoreConfig, TcConfig};
 use flowmem_exec::{TaskOracle, visible_tools};
 use flowmem_llm::{Purpose, Totals};
 use flowmem_optimize::{
-    LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding, ScoutError, SearchError, StudyCheckpoint, StudyParts,
-    StudySettings, ToolSwap, estimate_study, prepare_study, study,
+    LlmProposer, ScoutError, SearchError, StudyCheckpoint, StudyParts, StudySettings, ToolSwap, estimate_study,
+    prepare_study, study,
 };
 
-use crate::args::{PlanDecodingArg, StudyArgs};
+use crate::args::StudyArgs;
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, calls_lacking_results, interrupts, progress_bar, replay_for_results};
+use crate::commands::scout::{MAX_EDITS, plan_decoding, search_session};
 use crate::printer::Printer;
-use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
+use crate::session::{CacheUse, Session, SessionSettings, ToolsUse, model_label};
 use crate::settings::{Config, ModelRoles};
-
-/// The optimizer's edit budget per plan, as `flowmem scout` sets it.
-const MAX_EDITS: usize = 6;
 
 /// Runs `flowmem study`.
 pub fn run(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
@@ -33,28 +31,26 @@ fn settings_from_args(args: &StudyArgs, executor: String) -> anyhow::Result<Stud
     let Some(records) = &args.records else {
         bail!("--records is required for a new study (or pass --resume DIR)");
     };
-    Alpha::new(args.alpha).context("--alpha")?;
+    let search = &args.search;
+    Alpha::new(search.alpha).context("--alpha")?;
     let mut settings = StudySettings::paper_defaults(records.clone(), executor);
-    settings.seed = args.seed;
-    settings.iterations = args.iterations;
-    settings.patience = args.patience;
+    settings.seed = search.seed;
+    settings.iterations = search.iterations;
+    settings.patience = search.patience;
     settings.beam_width = args.beam_width;
     settings.repeats = args.repeats;
     settings.stability_queries = args.stability_queries;
-    settings.alpha = args.alpha;
-    settings.concurrency = args.concurrency;
-    settings.agent_max_steps = args.max_steps;
-    settings.plan_decoding = match args.plan_decoding {
-        PlanDecodingArg::PerEdit => PlanDecoding::PerEdit,
-        PlanDecodingArg::Whole => PlanDecoding::Whole,
-    };
+    settings.alpha = search.alpha;
+    settings.concurrency = search.concurrency;
+    settings.agent_max_steps = search.max_steps;
+    settings.plan_decoding = plan_decoding(search.plan_decoding);
     settings.tool_swap = args.swap_tools.as_ref().map(|path| path.display().to_string());
     settings.model_swap.clone_from(&args.swap_model);
     Ok(settings)
 }
 
 async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
-    let config = Config::load(&args.config)?;
+    let config = Config::load(&args.search.config)?;
     let (dir, saved) = match &args.resume {
         Some(dir) => (dir.clone(), Some(prepare_study(dir, None)?)),
         None => {
@@ -76,10 +72,10 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
         Some(settings) => settings,
         None => {
             // Resolving a name starts nothing; the session below does.
-            let requested = ModelRoles::new(&args.model);
+            let requested = ModelRoles::new(&args.search.model);
             let choice =
                 config.llm().resolve(Purpose::Executor, requested.requested(Purpose::Executor), &flowmem_llm::std_env);
-            settings_from_args(args, choice.await?.name().to_owned())?
+            settings_from_args(args, model_label(&choice.await?))?
         }
     };
     let estimate = estimate_study(&dir, &settings, &records, MAX_EDITS)?;
@@ -91,29 +87,19 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
         prepare_study(&dir, Some(settings.clone()))?;
     }
 
-    let session_settings = SessionSettings {
-        config,
-        models: ModelRoles::new(&args.model).with_optimizer(&args.optimizer).with_judge(&args.judge),
-        tools: ToolsUse::Required,
-        prompts: Some(PromptSettings {
-            dir: args.prompts.prompts.clone(),
-            extra: vec![JUDGE_ES_PROMPT, PROPOSE_EDITS, PROPOSE_NEXT_EDIT],
-        }),
-        // The searches' and the judge's calls are greedy: one cache for the whole study
-        // replays them on a resume. Test runs are never cached (their repeats must be real).
-        cache: CacheUse::At(dir.join("llm-cache.sqlite")),
-        state: Some((args.state.clone(), "flowmem-study".to_owned())),
-    };
+    // The searches' and the judge's calls are greedy: one cache for the whole study
+    // replays them on a resume. Test runs are never cached (their repeats must be real).
+    let session_settings = search_session(&args.search, config, &dir, "flowmem-study");
     let session = Session::open(session_settings).await?;
     let swap_session = match swap_config {
         Some(config) => {
             let swap = SessionSettings {
                 config,
-                models: ModelRoles::new(&args.model),
+                models: ModelRoles::new(&args.search.model),
                 tools: ToolsUse::Required,
                 prompts: None,
                 cache: CacheUse::Off,
-                state: Some((args.state.clone(), "flowmem-study".to_owned())),
+                state: Some((args.search.state.clone(), "flowmem-study".to_owned())),
             };
             Some(Session::open(swap).await.context("starting the equivalent tool set of --swap-tools")?)
         }
