@@ -454,42 +454,13 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// The prefix cache's invariant on Gemma 3 too: a prompt served from cached blocks
-    /// gets bit-identical logits to the same prompt prefilled cold.
-    #[test]
-    fn gemma_cached_prefixes_give_bit_identical_logits() {
-        let Some(path) = crate::model::gemma_path_for_tests() else { return };
-        let engine = Engine::load(&path, Precision::F32, 64 << 20).unwrap();
-        let text = "<bos><start_of_turn>user\nThe order #W2378156 has a keyboard and a thermostat. ".repeat(12);
-        let prompt = engine.tokenizer.encode(&text).unwrap();
-        assert!(prompt.len() > 3 * crate::prefix::BLOCK, "{} tokens", prompt.len());
-        let longer: Vec<u32> = prompt.iter().chain(&prompt[..40]).copied().collect();
-        engine.with_lock(|runner| {
-            let first = runner.start(&prompt).unwrap();
-            let again = runner.start(&prompt).unwrap();
-            assert_eq!(again.reused, (prompt.len() - 1) / crate::prefix::BLOCK * crate::prefix::BLOCK);
-            let cold = runner.start_cold(&prompt).unwrap();
-            assert!(first.session.logits == cold.logits, "a first, cached run differs from a cold one");
-            assert!(again.session.logits == cold.logits, "a prompt served from the cache differs");
-            let extended = runner.start(&longer).unwrap();
-            assert!(extended.reused >= 3 * crate::prefix::BLOCK);
-            assert!(extended.session.logits == runner.start_cold(&longer).unwrap().logits);
-        });
-    }
-
-    /// The invariant of the prefix cache, on the real model: a prompt served from cached
-    /// blocks gets bit-identical logits to the same prompt prefilled cold.
-    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
-    #[test]
-    fn cached_prefixes_give_bit_identical_logits() {
-        let path = crate::model::default_model_path();
-        if !path.is_file() {
-            assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
-            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
-            return;
-        }
-        let engine = Engine::load(&path, Precision::F32, 64 << 20).unwrap();
-        let text = "<|im_start|>user\nThe order #W2378156 has a keyboard and a thermostat. ".repeat(12);
+    /// The invariant of the prefix cache on a real model: a prompt served from cached
+    /// blocks gets bit-identical logits to the same prompt prefilled cold, and so does a
+    /// longer prompt that extends it, as a ReAct step does. `turn` opens a user turn in
+    /// the model's chat format.
+    fn check_cached_prefixes(path: &std::path::Path, turn: &str) {
+        let engine = Engine::load(path, Precision::F32, 64 << 20).unwrap();
+        let text = format!("{turn}The order #W2378156 has a keyboard and a thermostat. ").repeat(12);
         let prompt = engine.tokenizer.encode(&text).unwrap();
         assert!(prompt.len() > 3 * crate::prefix::BLOCK, "{} tokens", prompt.len());
         let longer: Vec<u32> = prompt.iter().chain(&prompt[..40]).copied().collect();
@@ -501,10 +472,27 @@ mod tests {
             let cold = runner.start_cold(&prompt).unwrap();
             assert!(first.session.logits == cold.logits, "a first, cached run differs from a cold one");
             assert!(again.session.logits == cold.logits, "a prompt served from the cache differs");
-            // A longer prompt that extends the first, as a ReAct step does.
             let extended = runner.start(&longer).unwrap();
             assert!(extended.reused >= 3 * crate::prefix::BLOCK);
             assert!(extended.session.logits == runner.start_cold(&longer).unwrap().logits);
         });
+    }
+
+    #[test]
+    fn gemma_cached_prefixes_give_bit_identical_logits() {
+        let Some(path) = crate::model::gemma_path_for_tests() else { return };
+        check_cached_prefixes(&path, "<bos><start_of_turn>user\n");
+    }
+
+    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
+    #[test]
+    fn cached_prefixes_give_bit_identical_logits() {
+        let path = crate::model::default_model_path();
+        if !path.is_file() {
+            assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
+            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
+            return;
+        }
+        check_cached_prefixes(&path, "<|im_start|>user\n");
     }
 }
