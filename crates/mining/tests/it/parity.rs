@@ -1,15 +1,9 @@
 //! PM4Py 2.7.23.11 parity on every shared XES log: counts, IM and IMf(0.2) trees.
 
-use std::path::{Path, PathBuf};
-
 use flowmem_mining::{ProcessTree, Variant, discover, read_xes};
 
-fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/xes")
-}
-
 fn expected(file: &str) -> serde_json::Value {
-    let path = data_dir().join("pm4py-trees.json");
+    let path = crate::xes_dir().join("pm4py-trees.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let all: serde_json::Value = serde_json::from_str(&text).expect("pm4py-trees.json is JSON");
     all["logs"][file].clone()
@@ -26,7 +20,7 @@ fn canonical(text: &str) -> String {
 fn check(file: &str) {
     let want = expected(file);
     assert!(want.is_object(), "{file} is missing from pm4py-trees.json");
-    let xes = read_xes(&data_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let xes = read_xes(&crate::xes_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     let log = xes.to_event_log();
     let mut problems = Vec::new();
     let counts = [
@@ -54,41 +48,4 @@ fn check(file: &str) {
     assert!(problems.is_empty(), "{file}:\n{}", problems.join("\n"));
 }
 
-macro_rules! parity {
-    ($($name:ident => $file:literal,)*) => {
-        $(#[test] fn $name() { check($file); })*
-
-        #[test]
-        fn every_shared_log_has_a_parity_test() {
-            let listed = [$($file),*];
-            let mut missing = Vec::new();
-            for entry in std::fs::read_dir(data_dir()).expect("shared XES folder") {
-                let name = entry.expect("dir entry").file_name().to_string_lossy().into_owned();
-                if (name.ends_with(".xes") || name.ends_with(".xes.gz")) && !listed.contains(&name.as_str()) {
-                    missing.push(name);
-                }
-            }
-            assert!(missing.is_empty(), "logs without a parity test: {missing:?}");
-        }
-    };
-}
-
-parity! {
-    running_example_gz => "01_running-example.xes.gz",
-    teleclaims => "02_teleclaims.xes.gz",
-    repair_example => "03_repairExample.xes.gz",
-    reviewing => "04_reviewing.xes.gz",
-    bpic2013_incidents => "07_bpic2013_incidents.xes.gz",
-    receipt => "08_receipt.xes.gz",
-    orders => "10_orders.xes.gz",
-    tickets => "11_tickets.xes.gz",
-    roadtraffic_per_variant => "12_roadtraffic_1t_per_variant.xes.gz",
-    sepsis_per_variant => "13_SEPSIS_1t_per_variant.xes.gz",
-    billing_per_variant => "14_Billing_1t_per_variant.xes.gz",
-    a22f0n00 => "a22f0n00.xes.gz",
-    a22f0n20 => "a22f0n20.xes.gz",
-    helpdesk => "helpdesk.xes.gz",
-    interval_event_log => "interval_event_log.xes",
-    roadtraffic100traces => "roadtraffic100traces.xes",
-    running_example => "running-example.xes",
-}
+per_shared_log!(check, every_shared_log_has_a_parity_test);
