@@ -22,11 +22,8 @@ VENV="${PM4PY_VENV:-$ROOT/.deps/pm4py}"
 OUT="$ROOT/bench/runs/$(date -u +%Y-%m-%d)-$(hostname -s)"
 mkdir -p "$OUT"
 
-if ! "$VENV/bin/python" -c 'import pm4py, sys; sys.exit(pm4py.__version__ != "2.7.23.11")' 2>/dev/null; then
-    echo "installing pm4py==2.7.23.11 into $VENV" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet "pm4py==2.7.23.11"
-fi
+source "$ROOT/scripts/setup/venv.bash"
+pip_venv "PM4Py" "$VENV" "pm4py==2.7.23.11"
 
 if [[ -n "${LOGS:-}" ]]; then
     IFS=, read -r -a LOGS <<< "$LOGS"      # LOGS=a.xes.gz,b.xes limits the run

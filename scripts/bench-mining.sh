@@ -18,11 +18,8 @@ VENV="$ROOT/.deps/pm4py"
 OUT="$ROOT/bench/runs/$(date -u +%Y-%m-%d)-$(hostname -s)"
 mkdir -p "$OUT"
 
-if ! "$VENV/bin/python" -c 'import pm4py, sys; sys.exit(pm4py.__version__ != "2.7.23.11")' 2>/dev/null; then
-    echo "installing pm4py==2.7.23.11 into $VENV" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet "pm4py==2.7.23.11"
-fi
+source "$ROOT/scripts/setup/venv.bash"
+pip_venv "PM4Py" "$VENV" "pm4py==2.7.23.11"
 
 echo "building flowmem (release)" >&2
 (cd "$ROOT" && cargo build --release --quiet -p flowmem)
