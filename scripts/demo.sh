@@ -4,9 +4,10 @@
 #
 # Sets up the embedded model (SmolLM2-135M-Instruct) and the τ²-bench retail MCP server,
 # imports τ²-bench retail's records, shows the mined tool-coordination skeleton, then runs
-# `flowmem scout` on the first RECORDS records (default 10) with a budget of ITERATIONS
-# search iterations (default 3): split 5:2:3, mine G⁰, search by MCTS over LLM-proposed
-# edits with execution feedback, test the best workflow against the ReAct baseline with
+# `flowmem scout` on the first RECORDS records (default 5) logged with at most MAX_CALLS
+# tool calls (default 2), with a budget of ITERATIONS search iterations (default 2),
+# which keeps it near 8 minutes on 2 cores after the build: split 5:2:3, mine G⁰,
+# search by MCTS over LLM-proposed edits with execution feedback, test the best workflow against the ReAct baseline with
 # the deterministic task check, and write the run directory with its report. Finally it
 # runs the chosen workflow on one query with `flowmem run`.
 # Everything lands in ./demo-run/ (override with DEMO_DIR); a second run resumes the scout
@@ -15,13 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 out="${DEMO_DIR:-$repo/demo-run}"
-records="${RECORDS:-10}"
-iterations="${ITERATIONS:-3}"
+records="${RECORDS:-5}"
+iterations="${ITERATIONS:-2}"
+max_calls="${MAX_CALLS:-2}"
 mkdir -p "$out"
 
 source scripts/retail.bash
 retail_setup "$out"
-head -n "$records" "$out/retail.jsonl" > "$out/records.jsonl"
+retail_records "$out" "$records" "$max_calls"
 "$flowmem" stats "$out/records.jsonl" --top 5
 
 echo "==> the tool-coordination skeleton mined from all records (IMf, noise 0.2)" >&2
@@ -32,7 +34,7 @@ if [ -f "$out/scout/run.json" ]; then
   "$flowmem" scout --resume "$out/scout" --task-check --state-key-arg state_key --reset-tool reset_state
 else
   "$flowmem" scout --records "$out/records.jsonl" --out "$out/scout" --iterations "$iterations" \
-    --state-key-arg state_key --reset-tool reset_state --task-check
+    --max-steps 6 --state-key-arg state_key --reset-tool reset_state --task-check
 fi
 
 echo "==> flowmem run: the best workflow on the first record's query" >&2

@@ -24,22 +24,7 @@ mkdir -p "$out"
 
 source scripts/retail.bash
 retail_setup "$out" scripts/setup/32-gemma-model.sh
-# The first RECORDS records whose reference logs have at most MAX_CALLS calls (default
-# 2): a small mined workflow keeps each run of the embedded models short.
-python3 - "$out/retail.jsonl" "$out/records.jsonl" "$records" "$max_calls" <<'PY'
-import json, sys
-source, target, n, max_calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-picked = []
-with open(source) as lines:
-    for line in lines:
-        calls = len(json.loads(line).get("orchestration", []))
-        if 1 <= calls <= max_calls:
-            picked.append(line)
-        if len(picked) == n:
-            break
-with open(target, "w") as out:
-    out.writelines(picked)
-PY
+retail_records "$out" "$records" "$max_calls"
 
 state=(--state-key-arg state_key --reset-tool reset_state --task-check)
 if [ -f "$out/study/study.settings.json" ]; then

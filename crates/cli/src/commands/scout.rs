@@ -52,6 +52,11 @@ pub(super) fn search_session(search: &SearchRunArgs, config: Config, dir: &Path,
     }
 }
 
+/// `part` of `whole` as a percentage, or `–` when `whole` is 0.
+fn share(part: u64, whole: u64) -> String {
+    if whole == 0 { "–".to_owned() } else { format!("{:.0}%", 100.0 * part as f64 / whole as f64) }
+}
+
 /// Runs `flowmem scout`.
 pub fn run(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     block_on(run_async(args, printer))
@@ -196,6 +201,8 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         "expansions": outcome.expansions,
         "llm_calls": totals.calls,
         "llm_calls_saved_by_cache": stats.hits,
+        "prompt_tokens": totals.prompt_tokens,
+        "prompt_tokens_from_prefix_cache": totals.prefix_cached_tokens,
         "wall_time_secs": started.elapsed().as_secs_f64(),
         "best_workflow": dir.join("best.workflow.json"),
         "report": dir.join("report.html"),
@@ -220,6 +227,12 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
                 totals.calls,
                 stats.hits,
                 started.elapsed().as_secs_f64()
+            ),
+            format!(
+                "prompt tokens: {}, of which {} ({}) came from the model's prefix cache instead of being prefilled",
+                totals.prompt_tokens,
+                totals.prefix_cached_tokens,
+                share(totals.prefix_cached_tokens, totals.prompt_tokens)
             ),
             format!("best workflow: {}", dir.join("best.workflow.json").display()),
             format!("report: {}", dir.join("report.html").display()),

@@ -80,6 +80,11 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     assert_eq!(summary["split"], serde_json::json!({"opt": 1, "val": 1, "test": 1}), "{summary}");
     assert_eq!(summary["iterations"], 1, "{summary}");
     assert!(summary["llm_calls"].as_u64().unwrap() > 0, "{summary}");
+    // The embedded model's prefix cache serves part of the prompts: a ReAct step or a
+    // workflow node repeats the system prompt and the tool list of the one before.
+    let prompt = summary["prompt_tokens"].as_u64().unwrap();
+    let reused = summary["prompt_tokens_from_prefix_cache"].as_u64().unwrap();
+    assert!(reused > 0 && reused < prompt, "{summary}");
     // `--json` reports how the expansion went: one expansion, its optimizer calls, the
     // edits by kind.
     let expansions = &summary["expansions"];
