@@ -89,7 +89,7 @@ PY
     if [ -f "$dir/scout/run.json" ]; then
       "$flowmem" scout --resume "$dir/scout" --task-check "${state[@]}"
     else
-      "$flowmem" scout --records "$dir/records.jsonl" --seed "$seed" --out "$dir/scout" --iterations "$iterations" --task-check "${state[@]}"
+      "$flowmem" scout --records "$dir/records.jsonl" --seed "$seed" --out "$dir/scout" --iterations "$iterations" --no-test --task-check "${state[@]}"
     fi
     echo $(( $(date +%s) - t0 )) > "$dir/scout_wall_secs"
     eval_one scouted-bound bindings --workflow "$dir/scout/best.workflow.json"

@@ -1209,6 +1209,10 @@ pub struct ScoutArgs {
     /// Runs per test record in the final test (CV of ES needs at least 2).
     #[arg(long, default_value_t = 1, value_parser = at_least_one::<u32>)]
     pub repeat: u32,
+    /// Skip the final test (best vs ReAct on the test split): for when the best workflow
+    /// is evaluated by `flowmem eval` afterwards, as scripts/bench-quality.sh does.
+    #[arg(long, conflicts_with = "repeat")]
+    pub no_test: bool,
     /// The search, its models and its tools.
     #[command(flatten)]
     pub search: SearchRunArgs,

@@ -80,6 +80,7 @@ fn settings_from_args(args: &ScoutArgs) -> anyhow::Result<ScoutSettings> {
     settings.alpha = search.alpha;
     settings.concurrency = search.concurrency.max(1);
     settings.repeat = args.repeat.max(1);
+    settings.final_test = !args.no_test;
     settings.agent_max_steps = search.max_steps;
     settings.plan_decoding = plan_decoding(search.plan_decoding);
     Alpha::new(settings.alpha).context("--alpha")?;

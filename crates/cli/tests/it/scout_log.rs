@@ -43,7 +43,13 @@ fn sums_script(optimizer: impl IntoIterator<Item = Reply>) -> Script {
         .otherwise(Reply::text("The sum is 3."))
 }
 
-async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &str) -> std::process::Output {
+async fn scout(
+    dir: &TestDir,
+    server: &ScriptedLlmServer,
+    verbose: bool,
+    out: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     if verbose {
         command.arg("-v");
@@ -59,6 +65,7 @@ async fn scout(dir: &TestDir, server: &ScriptedLlmServer, verbose: bool, out: &s
         "--concurrency",
         "1",
     ]);
+    command.args(extra);
     for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG", "RUST_LOG"] {
         command.env_remove(var);
     }
@@ -71,7 +78,7 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     let dir = sums_dir();
 
     let server = ScriptedLlmServer::start(script()).await;
-    let output = scout(&dir, &server, true, "run").await;
+    let output = scout(&dir, &server, true, "run", &[]).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let line = |needle: &str| stderr.lines().find(|line| line.contains(needle)).map(str::to_owned);
@@ -81,13 +88,18 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
     assert!(line("re-asking the optimizer").is_some(), "{stderr}");
 
-    // Without -v the warning still shows; the info lines do not.
+    assert!(dir.path("run/test/report.json").exists(), "the final test ran");
+
+    // Without -v the warning still shows; the info lines do not. `--no-test` skips the
+    // final test and keeps the search's outputs.
     let server = ScriptedLlmServer::start(script()).await;
-    let output = scout(&dir, &server, false, "run-quiet").await;
+    let output = scout(&dir, &server, false, "run-quiet", &["--no-test"]).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("retrying chat request"), "{stderr}");
     assert!(!stderr.contains("edit refused"), "{stderr}");
+    assert!(dir.path("run-quiet/best.workflow.json").exists(), "{stderr}");
+    assert!(!dir.path("run-quiet/test").exists(), "--no-test ran the final test anyway");
 }
 
 /// Sends SIGINT to the process `pid`, as Ctrl-C does.
@@ -138,7 +150,7 @@ pub(crate) async fn sums_scout_run() -> TestDir {
     let dir = sums_dir();
     let rewrite = edit(json!({"op": "rewrite_prompt", "id": "synthesize", "instruction": "State the sum."}));
     let optimizer = ScriptedLlmServer::start(sums_script([rewrite])).await;
-    let scouted = scout(&dir, &optimizer, false, "runs/sums").await;
+    let scouted = scout(&dir, &optimizer, false, "runs/sums", &[]).await;
     assert!(scouted.status.success(), "{}", String::from_utf8_lossy(&scouted.stderr));
     dir
 }
