@@ -298,8 +298,8 @@ impl Session {
 
     /// The executor's templates with the overrides and extra templates of `settings`.
     /// When the executor is the embedded model, each upstream result in a node's prompt
-    /// is bounded to [`LOCAL_CONTEXT_ITEM_CHARS`] and the optimizer's feedback to
-    /// [`LOCAL_FEEDBACK_CHARS`].
+    /// is bounded to [`LOCAL_CONTEXT_ITEM_CHARS`], all of them to [`LOCAL_CONTEXT_CHARS`],
+    /// and the optimizer's feedback to [`LOCAL_FEEDBACK_CHARS`].
     async fn executor_prompts(&self, settings: &PromptSettings) -> anyhow::Result<Prompts> {
         let mut prompts =
             flowmem_exec::exec_prompts(settings.dir.as_deref()).context("loading the prompt templates")?;
@@ -307,6 +307,7 @@ impl Session {
         let choice = self.config.llm().resolve(Purpose::Executor, requested, &flowmem_llm::std_env).await?;
         if matches!(choice, ModelChoice::Local(_)) {
             flowmem_exec::limit_context_items(&mut prompts, LOCAL_CONTEXT_ITEM_CHARS);
+            flowmem_exec::limit_context(&mut prompts, LOCAL_CONTEXT_CHARS);
             prompts.set_global(flowmem_optimize::FEEDBACK_CHARS, &LOCAL_FEEDBACK_CHARS);
         }
         for extra in &settings.extra {
@@ -370,6 +371,13 @@ impl Drop for Session {
 /// reads them again; for a 135M model on a CPU, prefill is where the time goes, and it
 /// makes little use of long contexts. The whole result stays in the trace.
 const LOCAL_CONTEXT_ITEM_CHARS: usize = 800;
+
+/// How many characters of upstream results a node's prompt carries in all, when the
+/// executor is the embedded model: the newest results that fit (see
+/// [`flowmem_exec::CONTEXT_CHARS`]). Its window is 4,096 tokens, and a workflow that
+/// loops or calls many tools before an LLM node would otherwise outgrow it (a verify
+/// node after seven tool calls asked for 4,260). Six results of 800 characters fit.
+const LOCAL_CONTEXT_CHARS: usize = 5_400;
 
 /// How many characters of feedback the embedded model's optimizer prompt carries. With
 /// the node-and-edge listing of a mined τ² skeleton, the whole prompt stays near 2,000

@@ -77,7 +77,8 @@ pub use crate::oracle::{TaskCheckError, TaskOracle};
 pub use crate::otel::{OtelError, OtelExporter};
 pub use crate::plan::{CompileError, Plan, Runtime, compile};
 pub use crate::prompts::{
-    CONTEXT_ITEM_CHARS, ContextItem, EXEC_PROMPTS, PromptContext, exec_prompts, limit_context_items, register_prompts,
+    CONTEXT_CHARS, CONTEXT_ITEM_CHARS, ContextItem, EXEC_PROMPTS, PromptContext, exec_prompts, limit_context,
+    limit_context_items, register_prompts,
 };
 pub use crate::react::{AgentConfig, run_agent};
 pub use crate::render::{to_dot, to_mermaid};

@@ -15,7 +15,10 @@ use serde_json::{Value, json};
 use crate::event::now_ms;
 use crate::grounding::{self, Candidates, Grounding};
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
-use crate::prompts::{ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, template_items};
+use crate::prompts::{
+    CONTEXT_CHARS, CONTEXT_ITEM_CHARS, ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars,
+    template_items,
+};
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,15 +187,41 @@ impl Context {
     fn prompt_view(&self, prompts: &Prompts) -> Result<&PromptView, String> {
         self.view
             .get_or_init(|| {
-                let items = template_items(self.iter().map(|entry| entry.item.clone()).collect());
+                let (shown, omitted) = self.shown(prompts);
+                let items = template_items(shown);
                 let results = prompts
-                    .render(RESULTS_TEMPLATE, &ResultsVars { context: &items })
+                    .render(RESULTS_TEMPLATE, &ResultsVars { context: &items, omitted })
                     .map_err(|err| error_chain(&err))?
                     .text;
                 Ok(PromptView { items, results })
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// The results a prompt shows, oldest first, and how many earlier ones it leaves out:
+    /// all of them, or under [`CONTEXT_CHARS`] the newest that fit (at least one).
+    fn shown(&self, prompts: &Prompts) -> (Vec<Arc<ContextItem>>, usize) {
+        let global = |name: &str| prompts.global(name).and_then(Value::as_u64).map(|n| n as usize);
+        let Some(budget) = global(CONTEXT_CHARS) else {
+            return (self.iter().map(|entry| entry.item.clone()).collect(), 0);
+        };
+        let per_item = global(CONTEXT_ITEM_CHARS).unwrap_or(usize::MAX);
+        let mut shown = Vec::new();
+        let mut used = 0;
+        for entry in self.iter_rev() {
+            // The label line: `- [node #n, kind] FAILED: `.
+            let cost =
+                entry.item.output.chars().count().min(per_item) + entry.item.node.len() + entry.item.kind.len() + 20;
+            if !shown.is_empty() && used + cost > budget {
+                break;
+            }
+            used += cost;
+            shown.push(entry.item.clone());
+        }
+        let omitted = self.len - shown.len();
+        shown.reverse();
+        (shown, omitted)
     }
 
     /// The latest output of node `id`, if it is in the context.
@@ -680,6 +709,26 @@ mod tests {
         let merged = Context::merge(&[&members[1], &deeper]);
         assert_eq!(seqs(&merged), [0, 1, 2, 10, 20, 21]);
         assert_eq!(merged.latest_output("n20"), Some("out20"), "the latest output is found through the base");
+    }
+
+    #[test]
+    fn a_context_budget_shows_the_newest_results_that_fit_and_counts_the_rest() {
+        let ctx = Context::on(Some(Arc::new(Context::new(vec![entry(0), entry(1), entry(2)]))), vec![entry(3)]);
+        let mut prompts = crate::prompts::exec_prompts(None).unwrap();
+        let (all, none) = ctx.shown(&prompts);
+        assert_eq!((all.len(), none), (4, 0), "no budget, no limit");
+        // Each entry costs its 4 output characters, `n0` and `llm:reason` and 20 for its
+        // label: 36. Two fit in 80, not three.
+        crate::prompts::limit_context(&mut prompts, 80);
+        let (shown, omitted) = ctx.shown(&prompts);
+        let nodes: Vec<&str> = shown.iter().map(|item| item.node.as_str()).collect();
+        assert_eq!((nodes, omitted), (vec!["n2", "n3"], 2));
+        let text = ctx.prompt_view(&prompts).unwrap().results.clone();
+        assert!(text.starts_with("- (2 earlier results left out)\n- [n2, llm:reason] out2\n"), "{text}");
+        assert!(!text.contains("out1"), "{text}");
+        // The newest result is shown even when it alone is over the budget.
+        crate::prompts::limit_context(&mut prompts, 1);
+        assert_eq!(ctx.shown(&prompts).1, 3);
     }
 
     #[test]

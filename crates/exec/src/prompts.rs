@@ -45,6 +45,20 @@ pub fn limit_context_items(prompts: &mut Prompts, chars: usize) {
     prompts.set_global(CONTEXT_ITEM_CHARS, &chars);
 }
 
+/// The prompt global that bounds the upstream results of a node's context together, in
+/// characters (each counted as its [`CONTEXT_ITEM_CHARS`] clip shows it, plus its label).
+///
+/// Unset, every result is shown. Set, a node sees the newest results that fit, at least
+/// one, and a line saying how many earlier ones were left out: a workflow that loops, or
+/// calls many tools before an LLM node, then still fits a small model's context window.
+pub const CONTEXT_CHARS: &str = "context_chars";
+
+/// Bounds the upstream results of each node context to `chars` characters in all (see
+/// [`CONTEXT_CHARS`]).
+pub fn limit_context(prompts: &mut Prompts, chars: usize) {
+    prompts.set_global(CONTEXT_CHARS, &chars);
+}
+
 /// Adds the executor's templates to a shared prompt registry.
 ///
 /// # Errors
@@ -114,6 +128,8 @@ pub(crate) const RESULTS_TEMPLATE: &str = "results";
 pub(crate) struct ResultsVars<'a> {
     /// The items as one template value, shared without copying.
     pub(crate) context: &'a minijinja::Value,
+    /// How many earlier results [`CONTEXT_CHARS`] left out.
+    pub(crate) omitted: usize,
 }
 
 /// The `context` template variable: a sequence of the items, each converted to a
@@ -223,7 +239,7 @@ mod tests {
             hints: &hints,
         };
         let value = template_items(items.iter().cloned().map(Arc::new).collect());
-        let results = prompts.render(RESULTS_TEMPLATE, &ResultsVars { context: &value }).unwrap().text;
+        let results = prompts.render(RESULTS_TEMPLATE, &ResultsVars { context: &value, omitted: 0 }).unwrap().text;
         let own =
             OwnVars { query: public.query, instruction, question: public.question, options: &options, hints: &hints };
         let engine = NodePromptVars { own: &own, context: &value, results: &results };
