@@ -7,8 +7,9 @@
 # `flowmem scout` on the first RECORDS records (default 5) logged with at most MAX_CALLS
 # tool calls (default 2), with a budget of ITERATIONS search iterations (default 2),
 # which keeps it near 8 minutes on 2 cores after the build: split 5:2:3, mine G⁰,
-# search by MCTS over LLM-proposed edits with execution feedback, test the best workflow against the ReAct baseline with
-# the deterministic task check, and write the run directory with its report. Finally it
+# search by MCTS over LLM-proposed edits with execution feedback, test the best
+# workflow against the ReAct baseline with the deterministic task check, and write
+# the run directory with its report. Finally it
 # runs the chosen workflow on one query with `flowmem run`.
 # Everything lands in ./demo-run/ (override with DEMO_DIR); a second run resumes the scout
 # run it finds there.

@@ -212,7 +212,7 @@ impl Context {
         for entry in self.iter_rev() {
             // The label line: `- [node #n, kind] FAILED: `.
             let cost =
-                entry.item.output.chars().count().min(per_item) + entry.item.node.len() + entry.item.kind.len() + 20;
+                entry.item.output.chars().take(per_item).count() + entry.item.node.len() + entry.item.kind.len() + 20;
             if !shown.is_empty() && used + cost > budget {
                 break;
             }
