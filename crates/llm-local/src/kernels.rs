@@ -1,9 +1,13 @@
 //! Matrix-vector products over the GGUF's own quantised blocks, for decoding one token.
 //!
 //! Generating a token multiplies every weight once, so decoding runs at the speed of
-//! reading the weights. Kept in the file's Q4_1 (20 bytes per 32 weights) and Q8_0 (34
-//! bytes per 32) blocks, they are a quarter and a half of F16's bytes, and the products
-//! are exact: the activations stay F32 and no error is added to the file's own.
+//! reading the weights and multiplying them. Kept in the file's Q4_1 (20 bytes per 32
+//! weights) and Q8_0 (34 bytes per 32) blocks, they are a quarter and a half of F16's
+//! bytes. The input vector is quantised the same way, to a signed byte per value and a
+//! scale per block of 32 ([`Q8Input`], as llama.cpp does), so a block's product is an
+//! integer dot product: four SIMD instructions for 32 weights where widening every
+//! weight to F32 took twelve. That rounds each input value by at most half its block's
+//! step (`max |x| / 254`); the Q4_1 offset term uses the exact F32 block sums.
 //!
 //! This is the one module of the workspace with `unsafe` code: x86 SIMD intrinsics,
 //! entered only after runtime detection of the CPU features they need. Other CPUs run
@@ -119,19 +123,20 @@ impl QMatrix {
         let cols = self.cols;
         match &self.storage {
             Storage::Q4_1(blocks) => {
-                // Σ d·q·x + m·x = d·Σ q·x + m·Σ x: the block sums of x serve every row.
-                let sums: Vec<f32> = x.chunks_exact(BLOCK).map(|c| c.iter().sum()).collect();
+                // Σ (d·q + m)·x = d·Σ q·x + m·Σ x: the input's block sums serve every row.
+                let x = Q8Input::new(x);
                 let per_row = cols / BLOCK;
                 par_rows(out, |first, chunk| {
                     let blocks = &blocks[first * per_row..(first + chunk.len()) * per_row];
-                    rows_q4_1(blocks, per_row, x, &sums, chunk);
+                    rows_q4_1(blocks, &x, chunk);
                 });
             }
             Storage::Q8_0(blocks) => {
+                let x = Q8Input::new(x);
                 let per_row = cols / BLOCK;
                 par_rows(out, |first, chunk| {
                     let blocks = &blocks[first * per_row..(first + chunk.len()) * per_row];
-                    rows_q8_0(blocks, per_row, x, chunk);
+                    rows_q8_0(blocks, &x, chunk);
                 });
             }
             Storage::F32(w) => par_rows(out, |first, chunk| {
@@ -140,6 +145,44 @@ impl QMatrix {
                 }
             }),
         }
+    }
+}
+
+/// An input vector quantised for the integer products: per block of 32 values, a
+/// scale `d = max |x| / 127`, the values as signed bytes `round(x / d)`, and the exact
+/// F32 sum of the block (for Q4_1's offsets).
+#[derive(Debug)]
+pub(crate) struct Q8Input {
+    d: Vec<f32>,
+    qs: Vec<i8>,
+    sums: Vec<f32>,
+}
+
+impl Q8Input {
+    /// Quantises `x`, whose length is a multiple of 32.
+    pub(crate) fn new(x: &[f32]) -> Q8Input {
+        let blocks = x.len() / BLOCK;
+        let mut input =
+            Q8Input { d: Vec::with_capacity(blocks), qs: vec![0; x.len()], sums: Vec::with_capacity(blocks) };
+        for (values, qs) in x.chunks_exact(BLOCK).zip(input.qs.chunks_exact_mut(BLOCK)) {
+            let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = max / 127.0;
+            if d > 0.0 {
+                let inverse = 1.0 / d;
+                for (q, v) in qs.iter_mut().zip(values) {
+                    // |v·inverse| ≤ 127 up to rounding; the cast saturates.
+                    *q = (v * inverse).round() as i8;
+                }
+            }
+            input.d.push(d);
+            input.sums.push(values.iter().sum());
+        }
+        input
+    }
+
+    /// The number of blocks.
+    fn blocks(&self) -> usize {
+        self.d.len()
     }
 }
 
@@ -232,56 +275,54 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-fn rows_q4_1(blocks: &[BlockQ4_1], per_row: usize, x: &[f32], sums: &[f32], out: &mut [f32]) {
+fn rows_q4_1(blocks: &[BlockQ4_1], x: &Q8Input, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        unsafe { x86::rows_q4_1(blocks, per_row, x, sums, out) };
+        unsafe { x86::rows_q4_1(blocks, x, out) };
         return;
     }
-    rows_q4_1_portable(blocks, per_row, x, sums, out);
+    rows_q4_1_portable(blocks, x, out);
 }
 
-fn rows_q4_1_portable(blocks: &[BlockQ4_1], per_row: usize, x: &[f32], sums: &[f32], out: &mut [f32]) {
-    for (row, o) in blocks.chunks_exact(per_row).zip(out) {
+/// Each row is `x.blocks()` blocks; a block's product is `d·dₓ·Σ q·qₓ + m·Σ x`.
+fn rows_q4_1_portable(blocks: &[BlockQ4_1], x: &Q8Input, out: &mut [f32]) {
+    for (row, o) in blocks.chunks_exact(x.blocks()).zip(out) {
         *o = row
             .iter()
-            .zip(x.chunks_exact(BLOCK))
-            .zip(sums)
-            .map(|((b, x), s)| {
-                let mut lanes = [0f32; 16];
+            .zip(x.qs.chunks_exact(BLOCK))
+            .zip(x.d.iter().zip(&x.sums))
+            .map(|((b, qx), (dx, sum))| {
+                let mut total = 0i32;
                 for (i, &q) in b.qs.iter().enumerate() {
-                    lanes[i] = f32::from(q & 0x0F) * x[i] + f32::from(q >> 4) * x[i + 16];
+                    total += i32::from(q & 0x0F) * i32::from(qx[i]) + i32::from(q >> 4) * i32::from(qx[i + 16]);
                 }
-                b.d * lanes.iter().sum::<f32>() + b.m * s
+                b.d * dx * total as f32 + b.m * sum
             })
             .sum();
     }
 }
 
-fn rows_q8_0(blocks: &[BlockQ8_0], per_row: usize, x: &[f32], out: &mut [f32]) {
+fn rows_q8_0(blocks: &[BlockQ8_0], x: &Q8Input, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA, checked just above.
-        unsafe { x86::rows_q8_0(blocks, per_row, x, out) };
+        unsafe { x86::rows_q8_0(blocks, x, out) };
         return;
     }
-    rows_q8_0_portable(blocks, per_row, x, out);
+    rows_q8_0_portable(blocks, x, out);
 }
 
-fn rows_q8_0_portable(blocks: &[BlockQ8_0], per_row: usize, x: &[f32], out: &mut [f32]) {
-    for (row, o) in blocks.chunks_exact(per_row).zip(out) {
+/// Each row is `x.blocks()` blocks; a block's product is `d·dₓ·Σ q·qₓ`.
+fn rows_q8_0_portable(blocks: &[BlockQ8_0], x: &Q8Input, out: &mut [f32]) {
+    for (row, o) in blocks.chunks_exact(x.blocks()).zip(out) {
         *o = row
             .iter()
-            .zip(x.chunks_exact(BLOCK))
-            .map(|(b, x)| {
-                let mut lanes = [0f32; 8];
-                for (q, x) in b.qs.chunks_exact(8).zip(x.chunks_exact(8)) {
-                    for i in 0..8 {
-                        lanes[i] += f32::from(q[i]) * x[i];
-                    }
-                }
-                b.d * lanes.iter().sum::<f32>()
+            .zip(x.qs.chunks_exact(BLOCK))
+            .zip(&x.d)
+            .map(|((b, qx), dx)| {
+                let total: i32 = b.qs.iter().zip(qx).map(|(&w, &q)| i32::from(w) * i32::from(q)).sum();
+                b.d * dx * total as f32
             })
             .sum();
     }
@@ -295,43 +336,19 @@ fn has_avx2_fma() -> bool {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256, _mm_add_ps, _mm_add_ss, _mm_and_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_set1_epi8,
-        _mm_shuffle_ps, _mm_srli_epi16, _mm_srli_si128, _mm256_castps256_ps128, _mm256_cvtepi8_epi32,
-        _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_and_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps,
+        _mm_set1_epi8, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtepi32_ps,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+        _mm256_set_m128i, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sign_epi8,
     };
 
-    use super::{BLOCK, BlockQ4_1, BlockQ8_0, Heads};
+    use super::{BLOCK, BlockQ4_1, BlockQ8_0, Heads, Q8Input};
 
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn attend(q: &[f32], keys: &[f32], values: &[f32], heads: Heads, out: &mut [f32]) {
         super::attend_lanes(q, keys, values, heads, out);
-    }
-
-    /// The 32 values of block `i` of `x`, as four vectors.
-    ///
-    /// # Safety
-    /// `x` must hold at least `32·(i + 1)` values, and the CPU support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn load_block(x: &[f32], i: usize) -> [__m256; 4] {
-        // SAFETY: the caller guarantees the 32 values at `32·i` exist.
-        unsafe {
-            let p = x.as_ptr().add(i * BLOCK);
-            [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
-        }
-    }
-
-    /// `Σ w·x` over one block, lane by lane (eight partial sums).
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn block_product(w: [__m256; 4], x: [__m256; 4]) -> __m256 {
-        let mut p = _mm256_mul_ps(w[0], x[0]);
-        p = _mm256_fmadd_ps(w[1], x[1], p);
-        p = _mm256_fmadd_ps(w[2], x[2], p);
-        _mm256_fmadd_ps(w[3], x[3], p)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -341,65 +358,117 @@ mod x86 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
     }
 
-    /// Each row is `per_row` blocks; `x` has `per_row · 32` values and `sums` its
-    /// block sums.
+    /// The 32 input bytes of block `i`.
+    ///
+    /// # Safety
+    /// `x` must hold at least `32·(i + 1)` values, and the CPU support AVX2.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn input_block(x: &Q8Input, i: usize) -> __m256i {
+        // SAFETY: the caller guarantees the 32 bytes at `32·i` exist.
+        unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(i * BLOCK).cast()) }
+    }
+
+    /// `Σ w·x` of 32 unsigned weight bytes and 32 signed input bytes, as eight i32
+    /// partial sums converted to F32. Exact for our inputs: a weight is at most 128 and
+    /// an input byte at most 127 in size, so a pair fits the i16 `maddubs` makes
+    /// (2·128·127 < 2¹⁵) and a lane's four products fit an F32's 24-bit mantissa.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn products(w: __m256i, x: __m256i) -> __m256 {
+        let pairs = _mm256_maddubs_epi16(w, x);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    /// The eight partial sums `Σ q·qₓ` of Q4_1 block `b` and input block `i`.
+    ///
+    /// # Safety
+    /// `x` must hold at least `32·(i + 1)` values, and the CPU support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn q4_1_products(b: &BlockQ4_1, x: &Q8Input, i: usize) -> __m256 {
+        // SAFETY: `qs` is 16 bytes; the caller guarantees input block `i`.
+        let (bytes, xs) = unsafe { (_mm_loadu_si128(b.qs.as_ptr().cast()), input_block(x, i)) };
+        // Weights 0..16 are the low nibbles, 16..32 the high ones: the input's order.
+        let nibble = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(bytes, nibble);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibble);
+        products(_mm256_set_m128i(hi, lo), xs)
+    }
+
+    /// The eight partial sums `Σ q·qₓ` of Q8_0 block `b` and input block `i`.
+    ///
+    /// # Safety
+    /// `x` must hold at least `32·(i + 1)` values, and the CPU support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn q8_0_products(b: &BlockQ8_0, x: &Q8Input, i: usize) -> __m256 {
+        // SAFETY: `qs` is 32 bytes; the caller guarantees input block `i`.
+        let (w, xs) = unsafe { (_mm256_loadu_si256(b.qs.as_ptr().cast()), input_block(x, i)) };
+        // Signed by signed, as unsigned by signed: |w| · (x with w's sign).
+        products(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xs, w))
+    }
+
+    /// Each row is `x.blocks()` blocks. Two blocks at a time, into two accumulators, so
+    /// that consecutive blocks do not wait for each other's additions.
     ///
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_q4_1(blocks: &[BlockQ4_1], per_row: usize, x: &[f32], sums: &[f32], out: &mut [f32]) {
-        assert!(x.len() >= per_row * BLOCK && sums.len() >= per_row);
-        let nibble = _mm_set1_epi8(0x0F);
+    pub(super) unsafe fn rows_q4_1(blocks: &[BlockQ4_1], x: &Q8Input, out: &mut [f32]) {
+        let per_row = x.blocks();
+        assert!(x.qs.len() >= per_row * BLOCK && x.sums.len() >= per_row);
         for (row, o) in blocks.chunks_exact(per_row).zip(out) {
-            let mut acc = _mm256_setzero_ps();
-            let mut offset = 0.0f32;
-            for (i, b) in row.iter().enumerate() {
-                // SAFETY: `qs` is 16 bytes; `x` holds at least `per_row · 32` values
-                // (asserted above), so the block at `32·i` is in bounds.
-                let (bytes, xs) = unsafe { (_mm_loadu_si128(b.qs.as_ptr().cast()), load_block(x, i)) };
-                let lo = _mm_and_si128(bytes, nibble);
-                let hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibble);
-                let w = [
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)),
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(lo))),
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)),
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(hi))),
-                ];
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), block_product(w, xs), acc);
-                offset += b.m * sums[i];
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let (mut offset0, mut offset1) = (0.0f32, 0.0f32);
+            let mut i = 0;
+            while i + 1 < per_row {
+                let (b0, b1) = (&row[i], &row[i + 1]);
+                // SAFETY: input blocks `i` and `i + 1` exist (`i + 1 < per_row`, asserted above).
+                let (p0, p1) = unsafe { (q4_1_products(b0, x, i), q4_1_products(b1, x, i + 1)) };
+                acc0 = _mm256_fmadd_ps(_mm256_set1_ps(b0.d * x.d[i]), p0, acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_set1_ps(b1.d * x.d[i + 1]), p1, acc1);
+                offset0 += b0.m * x.sums[i];
+                offset1 += b1.m * x.sums[i + 1];
+                i += 2;
             }
-            *o = hsum(acc) + offset;
+            if i < per_row {
+                let b = &row[i];
+                // SAFETY: input block `i` exists (`i < per_row`, asserted above).
+                let p = unsafe { q4_1_products(b, x, i) };
+                acc0 = _mm256_fmadd_ps(_mm256_set1_ps(b.d * x.d[i]), p, acc0);
+                offset0 += b.m * x.sums[i];
+            }
+            *o = hsum(_mm256_add_ps(acc0, acc1)) + (offset0 + offset1);
         }
     }
 
-    /// Each row is `per_row` blocks; `x` has `per_row · 32` values.
+    /// Each row is `x.blocks()` blocks, two at a time as in [`rows_q4_1`].
     ///
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_q8_0(blocks: &[BlockQ8_0], per_row: usize, x: &[f32], out: &mut [f32]) {
-        assert!(x.len() >= per_row * BLOCK);
+    pub(super) unsafe fn rows_q8_0(blocks: &[BlockQ8_0], x: &Q8Input, out: &mut [f32]) {
+        let per_row = x.blocks();
+        assert!(x.qs.len() >= per_row * BLOCK);
         for (row, o) in blocks.chunks_exact(per_row).zip(out) {
-            let mut acc = _mm256_setzero_ps();
-            for (i, b) in row.iter().enumerate() {
-                // SAFETY: `qs` is 32 bytes, read as two 16-byte halves; `x` holds at
-                // least `per_row · 32` values (asserted above).
-                let (q0, q1, xs) = unsafe {
-                    (
-                        _mm_loadu_si128(b.qs.as_ptr().cast()),
-                        _mm_loadu_si128(b.qs.as_ptr().add(16).cast()),
-                        load_block(x, i),
-                    )
-                };
-                let w = [
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q0)),
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q0))),
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q1)),
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q1))),
-                ];
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d), block_product(w, xs), acc);
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut i = 0;
+            while i + 1 < per_row {
+                let (b0, b1) = (&row[i], &row[i + 1]);
+                // SAFETY: input blocks `i` and `i + 1` exist (`i + 1 < per_row`, asserted above).
+                let (p0, p1) = unsafe { (q8_0_products(b0, x, i), q8_0_products(b1, x, i + 1)) };
+                acc0 = _mm256_fmadd_ps(_mm256_set1_ps(b0.d * x.d[i]), p0, acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_set1_ps(b1.d * x.d[i + 1]), p1, acc1);
+                i += 2;
             }
-            *o = hsum(acc);
+            if i < per_row {
+                let b = &row[i];
+                // SAFETY: input block `i` exists (`i < per_row`, asserted above).
+                let p = unsafe { q8_0_products(b, x, i) };
+                acc0 = _mm256_fmadd_ps(_mm256_set1_ps(b.d * x.d[i]), p, acc0);
+            }
+            *o = hsum(_mm256_add_ps(acc0, acc1));
         }
     }
 }
@@ -409,7 +478,7 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    use super::{QMatrix, Storage, rows_q4_1_portable, rows_q8_0_portable};
+    use super::{Q8Input, QMatrix, Storage, rows_q4_1_portable, rows_q8_0_portable};
 
     /// A deterministic pseudo-random matrix, quantised by candle to `dtype`.
     fn quantised(rows: usize, cols: usize, dtype: GgmlDType) -> (QTensor, Vec<f32>) {
@@ -428,6 +497,24 @@ mod tests {
             .collect()
     }
 
+    /// How far a row's product may be from the exact one: each input value is rounded by
+    /// at most half its block's step, `max |x| / 254`, times the weight it meets.
+    fn bound(dense: &[f32], cols: usize, x: &[f32]) -> Vec<f32> {
+        dense
+            .chunks_exact(cols)
+            .map(|row| {
+                row.chunks_exact(32)
+                    .zip(x.chunks_exact(32))
+                    .map(|(w, x)| {
+                        let step = x.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 254.0;
+                        w.iter().map(|w| w.abs()).sum::<f32>() * step
+                    })
+                    .sum::<f32>()
+                    + 1e-4
+            })
+            .collect()
+    }
+
     fn check(dtype: GgmlDType) {
         let (rows, cols) = (130, 96);
         let (q, dense) = quantised(rows, cols, dtype);
@@ -435,8 +522,18 @@ mod tests {
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut out = vec![0.0; rows];
         m.matvec(&x, &mut out);
-        for (r, (got, want)) in out.iter().zip(reference(&dense, cols, &x)).enumerate() {
-            assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{dtype:?} row {r}: {got} vs {want}");
+        let exact = reference(&dense, cols, &x);
+        let quantised_input = matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q8_0);
+        let bounds = if quantised_input { bound(&dense, cols, &x) } else { vec![0.0; rows] };
+        let mut largest_error = 0.0f32;
+        for (r, ((got, want), bound)) in out.iter().zip(exact).zip(bounds).enumerate() {
+            let error = (got - want).abs();
+            assert!(error <= bound + 1e-4 * (1.0 + want.abs()), "{dtype:?} row {r}: {got} vs {want} (bound {bound})");
+            largest_error = largest_error.max(error);
+        }
+        if quantised_input {
+            // The input really is quantised: the products are not the exact F32 ones.
+            assert!(largest_error > 1e-5, "{dtype:?}: no rounding at all ({largest_error})");
         }
         let mut row = vec![0.0; cols];
         m.row_into(77, &mut row);
@@ -461,12 +558,12 @@ mod tests {
             let (q, _) = quantised(rows, cols, dtype);
             let m = QMatrix::from_qtensor(&q).unwrap();
             let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.11).cos()).collect();
-            let sums: Vec<f32> = x.chunks_exact(32).map(|c| c.iter().sum()).collect();
             let (mut fast, mut portable) = (vec![0.0; rows], vec![0.0; rows]);
             m.matvec(&x, &mut fast);
+            let input = Q8Input::new(&x);
             match &m.storage {
-                Storage::Q4_1(b) => rows_q4_1_portable(b, cols / 32, &x, &sums, &mut portable),
-                Storage::Q8_0(b) => rows_q8_0_portable(b, cols / 32, &x, &mut portable),
+                Storage::Q4_1(b) => rows_q4_1_portable(b, &input, &mut portable),
+                Storage::Q8_0(b) => rows_q8_0_portable(b, &input, &mut portable),
                 Storage::F32(_) => unreachable!("{dtype:?} is kept in blocks"),
             }
             for (a, b) in fast.iter().zip(&portable) {
@@ -482,16 +579,16 @@ mod tests {
 
     #[test]
     fn stacked_matrices_multiply_as_one() {
-        let (a, da) = quantised(40, 64, GgmlDType::Q4_1);
-        let (b, db) = quantised(24, 64, GgmlDType::Q4_1);
-        let m = QMatrix::stack(vec![QMatrix::from_qtensor(&a).unwrap(), QMatrix::from_qtensor(&b).unwrap()]).unwrap();
+        let (a, _) = quantised(40, 64, GgmlDType::Q4_1);
+        let (b, _) = quantised(24, 64, GgmlDType::Q4_1);
+        let (a, b) = (QMatrix::from_qtensor(&a).unwrap(), QMatrix::from_qtensor(&b).unwrap());
+        let m = QMatrix::stack(vec![a.clone(), b.clone()]).unwrap();
         assert_eq!(m.rows(), 64);
         let x: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
-        let mut out = vec![0.0; 64];
+        let (mut out, mut top, mut bottom) = (vec![0.0; 64], vec![0.0; 40], vec![0.0; 24]);
         m.matvec(&x, &mut out);
-        let want: Vec<f32> = reference(&da, 64, &x).into_iter().chain(reference(&db, 64, &x)).collect();
-        for (got, want) in out.iter().zip(want) {
-            assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()));
-        }
+        a.matvec(&x, &mut top);
+        b.matvec(&x, &mut bottom);
+        assert_eq!(out, [top, bottom].concat());
     }
 }
