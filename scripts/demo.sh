@@ -5,8 +5,9 @@
 # Sets up the embedded model (SmolLM2-135M-Instruct) and the τ²-bench retail MCP server,
 # imports τ²-bench retail's records, shows the mined tool-coordination skeleton, then runs
 # `flowmem scout` on the first RECORDS records (default 5) logged with at most MAX_CALLS
-# tool calls (default 2), with a budget of ITERATIONS search iterations (default 2),
-# which keeps it near 8 minutes on 2 cores after the build: split 5:2:3, mine G⁰,
+# tool calls (default 2), with a budget of ITERATIONS search iterations (default 2) of
+# at most MAX_EDITS edits each (default 2), which keeps it near 8 minutes on 2 cores
+# after the build: split 5:2:3, mine G⁰,
 # search by MCTS over LLM-proposed edits with execution feedback, test the best
 # workflow against the ReAct baseline with the deterministic task check, and write
 # the run directory with its report. Finally it
@@ -20,6 +21,7 @@ out="${DEMO_DIR:-$repo/demo-run}"
 records="${RECORDS:-5}"
 iterations="${ITERATIONS:-2}"
 max_calls="${MAX_CALLS:-2}"
+max_edits="${MAX_EDITS:-2}"
 mkdir -p "$out"
 
 source scripts/retail.bash
@@ -35,7 +37,7 @@ if [ -f "$out/scout/run.json" ]; then
   "$flowmem" scout --resume "$out/scout" --task-check --state-key-arg state_key --reset-tool reset_state
 else
   "$flowmem" scout --records "$out/records.jsonl" --out "$out/scout" --iterations "$iterations" \
-    --max-steps 6 --state-key-arg state_key --reset-tool reset_state --task-check
+    --max-edits "$max_edits" --max-steps 6 --state-key-arg state_key --reset-tool reset_state --task-check
 fi
 
 echo "==> flowmem run: the best workflow on the first record's query" >&2

@@ -1247,6 +1247,16 @@ pub struct SearchRunArgs {
     /// prefix.
     #[arg(long, value_enum, default_value_t = PlanDecodingArg::PerEdit)]
     pub plan_decoding: PlanDecodingArg,
+    /// The most edits one plan of the optimizer may hold. Each edit can add a node that
+    /// every run of the candidate then executes: on the embedded model, 1 or 2 keep an
+    /// expansion to minutes. At most 6.
+    #[arg(
+        long,
+        default_value_t = flowmem_optimize::DEFAULT_MAX_EDITS,
+        value_name = "N",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=flowmem_optimize::DEFAULT_MAX_EDITS as u64)
+    )]
+    pub max_edits: usize,
     /// Where the configuration comes from.
     #[command(flatten)]
     pub config: ConfigArgs,

@@ -48,8 +48,8 @@ pub use crate::edit::{ControlInsert, EditError, EditPlan, EditProblem, GraphEdit
 pub use crate::plan_schema::{edit_plan_schema, edit_plan_schema_for, edit_step_schema, new_id_prefix};
 pub use crate::propose::{FEEDBACK_CHARS, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding};
 pub use crate::scout::{
-    ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, ScoutTestRow, alpha_of, chain_workflow, initial_workflow,
-    prepare_run, render_report, scout, test_rows,
+    DEFAULT_MAX_EDITS, ScoutError, ScoutOutcome, ScoutParts, ScoutSettings, ScoutTestRow, alpha_of, chain_workflow,
+    initial_workflow, prepare_run, render_report, scout, test_rows,
 };
 pub use crate::search::{
     CandidatePlan, Checkpoint, DroppedEdit, EditCounts, Evaluation, ExpansionStats, IterationRecord, PLAN_REPAIRS,

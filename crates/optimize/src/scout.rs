@@ -52,6 +52,10 @@ pub struct ScoutSettings {
     /// directories lack the field and resume edit by edit).
     #[serde(default)]
     pub plan_decoding: PlanDecoding,
+    /// The most edits one plan of the optimizer may hold (6 in run directories that
+    /// predate the setting).
+    #[serde(default = "default_max_edits")]
+    pub max_edits: usize,
     /// Test the best workflow against the baselines on the test split at the end
     /// (`flowmem study` turns it off and tests every system itself).
     #[serde(default = "yes")]
@@ -62,9 +66,17 @@ fn yes() -> bool {
     true
 }
 
+/// The optimizer's edit budget per plan unless set: the most a plan's schema admits.
+pub const DEFAULT_MAX_EDITS: usize = crate::plan_schema::MAX_PLAN_EDITS;
+
+pub(crate) fn default_max_edits() -> usize {
+    DEFAULT_MAX_EDITS
+}
+
 impl ScoutSettings {
     /// The paper's defaults for `records`: seed 0, `J = 30`, `P = 5`, MCTS, mined `G⁰`
-    /// with IMf 0.2, `α = 0.5`, 4 records at once, one repeat.
+    /// with IMf 0.2, `α = 0.5`, 4 records at once, one repeat, at most
+    /// [`DEFAULT_MAX_EDITS`] edits per plan.
     #[must_use]
     pub fn paper_defaults(records: PathBuf) -> ScoutSettings {
         ScoutSettings {
@@ -79,6 +91,7 @@ impl ScoutSettings {
             repeat: 1,
             agent_max_steps: 12,
             plan_decoding: PlanDecoding::PerEdit,
+            max_edits: DEFAULT_MAX_EDITS,
             final_test: true,
         }
     }

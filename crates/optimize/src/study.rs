@@ -39,7 +39,10 @@ use flowmem_tools::StateIsolation;
 use serde::{Deserialize, Serialize};
 
 use crate::propose::PlanDecoding;
-use crate::scout::{ScoutError, ScoutParts, ScoutSettings, prepare_run, read_json, scout, write_text};
+use crate::scout::{
+    DEFAULT_MAX_EDITS, ScoutError, ScoutParts, ScoutSettings, default_max_edits, prepare_run, read_json, scout,
+    write_text,
+};
 use crate::search::{Checkpoint, Proposer, SearchError, SearchState, Strategy};
 use crate::svg::validation_curve;
 
@@ -69,6 +72,10 @@ pub struct StudySettings {
     pub agent_max_steps: u32,
     /// How the optimizer writes a plan.
     pub plan_decoding: PlanDecoding,
+    /// The most edits one plan may hold (6 in study directories that predate the
+    /// setting).
+    #[serde(default = "default_max_edits")]
+    pub max_edits: usize,
     /// The executor model's name, for the report.
     pub executor: String,
     /// The equivalent tool set of the tool-set swap (its configuration, for the
@@ -95,6 +102,7 @@ impl StudySettings {
             concurrency: 4,
             agent_max_steps: 12,
             plan_decoding: PlanDecoding::PerEdit,
+            max_edits: DEFAULT_MAX_EDITS,
             executor,
             tool_swap: None,
             model_swap: None,
@@ -160,6 +168,7 @@ impl StudyVariant {
         settings.concurrency = study.concurrency.max(1);
         settings.agent_max_steps = study.agent_max_steps;
         settings.plan_decoding = study.plan_decoding;
+        settings.max_edits = study.max_edits;
         settings.final_test = false;
         settings
     }

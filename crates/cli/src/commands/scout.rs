@@ -23,9 +23,6 @@ use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
 
-/// The optimizer's edit budget per plan.
-pub(super) const MAX_EDITS: usize = 6;
-
 /// The optimizer's plan decoding, as `--plan-decoding` names it.
 pub(super) fn plan_decoding(arg: PlanDecodingArg) -> PlanDecoding {
     match arg {
@@ -83,6 +80,7 @@ fn settings_from_args(args: &ScoutArgs) -> anyhow::Result<ScoutSettings> {
     settings.final_test = !args.no_test;
     settings.agent_max_steps = search.max_steps;
     settings.plan_decoding = plan_decoding(search.plan_decoding);
+    settings.max_edits = search.max_edits;
     Alpha::new(settings.alpha).context("--alpha")?;
     Ok(settings)
 }
@@ -116,7 +114,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         model: optimizer,
         prompts: prompts.clone(),
         tools: tool_names,
-        max_edits: MAX_EDITS,
+        max_edits: settings.max_edits,
         decoding: settings.plan_decoding,
     };
 

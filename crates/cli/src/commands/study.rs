@@ -17,7 +17,7 @@ use flowmem_optimize::{
 use crate::args::StudyArgs;
 use crate::commands::ExitStatus;
 use crate::commands::common::{block_on, calls_lacking_results, interrupts, progress_bar, replay_for_results};
-use crate::commands::scout::{MAX_EDITS, plan_decoding, search_session};
+use crate::commands::scout::{plan_decoding, search_session};
 use crate::printer::Printer;
 use crate::session::{CacheUse, Session, SessionSettings, ToolsUse, model_label};
 use crate::settings::{Config, ModelRoles};
@@ -44,6 +44,7 @@ fn settings_from_args(args: &StudyArgs, executor: String) -> anyhow::Result<Stud
     settings.concurrency = search.concurrency;
     settings.agent_max_steps = search.max_steps;
     settings.plan_decoding = plan_decoding(search.plan_decoding);
+    settings.max_edits = search.max_edits;
     settings.tool_swap = args.swap_tools.as_ref().map(|path| path.display().to_string());
     settings.model_swap.clone_from(&args.swap_model);
     Ok(settings)
@@ -78,7 +79,7 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
             settings_from_args(args, model_label(&choice.await?))?
         }
     };
-    let estimate = estimate_study(&dir, &settings, &records, MAX_EDITS)?;
+    let estimate = estimate_study(&dir, &settings, &records, settings.max_edits)?;
     print_estimate(&estimate, args.dry_run, printer)?;
     if args.dry_run {
         return Ok(ExitStatus::Success);
@@ -114,7 +115,7 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
         model: optimizer,
         prompts: prompts.clone(),
         tools: visible_tools(session.registry().as_ref(), session.isolation()),
-        max_edits: MAX_EDITS,
+        max_edits: settings.max_edits,
         decoding: settings.plan_decoding,
     };
     let model_swap = match &settings.model_swap {

@@ -129,7 +129,7 @@ async fn run_scout(
         model: Arc::clone(&setup.model),
         prompts: Arc::clone(&setup.prompts),
         tools: tool_names,
-        max_edits: 6,
+        max_edits: settings.max_edits,
         decoding: settings.plan_decoding,
     };
     let iterations = AtomicU32::new(0);
@@ -266,6 +266,21 @@ async fn an_interrupted_scout_resumes_with_its_saved_settings() {
     assert_eq!(outcome.state.best, 1);
     assert_eq!(outcome.state.history.len(), 3);
     setup.tools.shutdown().await;
+}
+
+#[test]
+fn the_edit_budget_is_saved_with_the_run_and_older_runs_resume_with_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = settings();
+    small.max_edits = 2;
+    prepare_run(dir.path(), Some(small)).unwrap();
+    assert_eq!(prepare_run(dir.path(), None).unwrap().max_edits, 2);
+    // A run directory written before the setting existed.
+    let older = tempfile::tempdir().unwrap();
+    let mut saved = serde_json::to_value(settings()).unwrap();
+    saved.as_object_mut().unwrap().remove("max_edits").expect("the setting is saved");
+    std::fs::write(older.path().join("run.json"), saved.to_string()).unwrap();
+    assert_eq!(prepare_run(older.path(), None).unwrap().max_edits, flowmem_optimize::DEFAULT_MAX_EDITS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
