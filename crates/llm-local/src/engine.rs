@@ -189,11 +189,20 @@ impl Engine {
         self.stops.iter().find(|&&(id, _)| id == token).map_or("", |&(_, name)| name)
     }
 
-    /// Runs `f` with exclusive use of the model.
-    pub(crate) fn with_lock<T>(&self, f: impl FnOnce(&mut Runner<'_>) -> T) -> T {
+    /// Runs `f` with exclusive use of the model, on one of rayon's workers.
+    ///
+    /// The kernels split every product over rayon's pool. Called from outside the pool,
+    /// each split would hand its work to a worker and sleep until it is done: two thread
+    /// wake-ups per matrix product, hundreds per token, which cost a quarter of decoding's
+    /// time on one thread. Run on a worker, a split the worker does alone is a plain loop.
+    ///
+    /// The lock is taken here, before entering the pool, so no worker ever waits for it:
+    /// a worker waiting inside a split may pick up any job of the pool, and if that job
+    /// took the lock, the worker would wait on itself.
+    pub(crate) fn with_lock<T: Send>(&self, f: impl FnOnce(&mut Runner<'_>) -> T + Send) -> T {
         let mut cache = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut runner = Runner { engine: self, cache: &mut cache };
-        f(&mut runner)
+        rayon::scope(|_| f(&mut runner))
     }
 
     /// Prefix-cache counters.
