@@ -6,7 +6,7 @@
 # imports τ²-bench retail's records, shows the mined tool-coordination skeleton, then runs
 # `flowmem scout` on the first RECORDS records (default 5) logged with at most MAX_CALLS
 # tool calls (default 2), with a budget of ITERATIONS search iterations (default 2) of
-# at most MAX_EDITS edits each (default 2), which keeps it near 8 minutes on 2 cores
+# at most MAX_EDITS edits each (default 2), which keeps it near 7 minutes on 2 cores
 # after the build: split 5:2:3, mine G⁰,
 # search by MCTS over LLM-proposed edits with execution feedback, test the best
 # workflow against the ReAct baseline with the deterministic task check, and write

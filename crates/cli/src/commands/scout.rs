@@ -212,7 +212,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         let rate = outcome.expansions.success_rate.map_or_else(|| "–".to_owned(), |r| format!("{:.0}%", r * 100.0));
         let state = &outcome.state;
         let expansions = &outcome.expansions;
-        let lines = [
+        let mut lines = vec![
             format!(
                 "{} iterations, best candidate {} (validation {:.3}), {} failed expansions",
                 state.iteration, state.best, state.best_val_score, state.failed_expansions
@@ -233,9 +233,20 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
                 totals.prefix_cached_tokens,
                 share(totals.prefix_cached_tokens, totals.prompt_tokens)
             ),
-            format!("best workflow: {}", dir.join("best.workflow.json").display()),
-            format!("report: {}", dir.join("report.html").display()),
         ];
+        // The final test, one line per system (the whole table is in the report).
+        if let Some(report) = &outcome.test {
+            let n = report.systems.first().map_or(0, |system| system.n_runs);
+            lines.push(format!("test split (runs per system: {n}):"));
+            for row in flowmem_optimize::test_rows(report) {
+                lines.push(format!(
+                    "  {:<10} TC {}, ES {}, task success {}, {} errors, {} LLM calls per query",
+                    row.system, row.tc, row.es, row.task_success, row.n_errors, row.llm_calls
+                ));
+            }
+        }
+        lines.push(format!("best workflow: {}", dir.join("best.workflow.json").display()));
+        lines.push(format!("report: {}", dir.join("report.html").display()));
         printer.result(&lines.join("\n"))?;
     }
     Ok(ExitStatus::Success)

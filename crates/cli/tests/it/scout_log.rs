@@ -89,6 +89,14 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     assert!(line("re-asking the optimizer").is_some(), "{stderr}");
 
     assert!(dir.path("run/test/report.json").exists(), "the final test ran");
+    // The summary prints the final test, a line per system.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("test split (runs per system: 1):"), "{stdout}");
+    for system in ["flowscout", "react"] {
+        let row = stdout.lines().find(|line| line.trim_start().starts_with(system));
+        let row = row.unwrap_or_else(|| panic!("no {system} row in:\n{stdout}"));
+        assert!(row.contains("TC ") && row.contains("task success"), "{row}");
+    }
 
     // Without -v the warning still shows; the info lines do not. `--no-test` skips the
     // final test and keeps the search's outputs.
@@ -100,6 +108,7 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     assert!(!stderr.contains("edit refused"), "{stderr}");
     assert!(dir.path("run-quiet/best.workflow.json").exists(), "{stderr}");
     assert!(!dir.path("run-quiet/test").exists(), "--no-test ran the final test anyway");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("test split"));
 }
 
 /// Sends SIGINT to the process `pid`, as Ctrl-C does.
