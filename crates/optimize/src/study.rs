@@ -256,18 +256,13 @@ pub struct StudyEstimate {
 
 /// Estimates the LLM calls of every cell: a workflow run makes about one call per node
 /// of the mined workflow (plus one judge call), a ReAct run at most its step budget plus
-/// one, an expansion at most `max_edits + 1` optimizer calls, and every candidate runs
-/// on the opt and val splits. It is an estimate for planning, not a bound.
+/// one, an expansion at most `settings.max_edits + 1` optimizer calls, and every
+/// candidate runs on the opt and val splits. It is an estimate for planning, not a bound.
 ///
 /// # Errors
 ///
 /// Records too few to split.
-pub fn estimate(
-    dir: &Path,
-    settings: &StudySettings,
-    records: &[Record],
-    max_edits: usize,
-) -> Result<StudyEstimate, ScoutError> {
+pub fn estimate(dir: &Path, settings: &StudySettings, records: &[Record]) -> Result<StudyEstimate, ScoutError> {
     let parts = split(records.to_vec(), |r| r.id.as_str(), settings.seed, SplitRatios::FLOWSCOUT)
         .map_err(|err| ScoutError::Setup(err.to_string()))?;
     let (opt, val, test) = (parts.opt.len() as u64, parts.val.len() as u64, parts.test.len() as u64);
@@ -276,7 +271,7 @@ pub fn estimate(
     let per_react_run = u64::from(settings.agent_max_steps) + 1;
     let stability_queries = (settings.stability_queries as u64).min(test);
     let search = |candidates: u64, per_run: u64| {
-        (opt + val) * per_run + candidates * ((max_edits as u64 + 1) + (opt + val) * per_run)
+        (opt + val) * per_run + candidates * ((settings.max_edits as u64 + 1) + (opt + val) * per_run)
     };
     let budget = u64::from(settings.iterations);
     let cells = study_cells(settings)

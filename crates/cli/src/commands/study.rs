@@ -79,7 +79,7 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
             settings_from_args(args, model_label(&choice.await?))?
         }
     };
-    let estimate = estimate_study(&dir, &settings, &records, settings.max_edits)?;
+    let estimate = estimate_study(&dir, &settings, &records)?;
     print_estimate(&estimate, args.dry_run, printer)?;
     if args.dry_run {
         return Ok(ExitStatus::Success);

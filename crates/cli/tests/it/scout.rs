@@ -46,7 +46,8 @@ fn scout_with_the_embedded_model_writes_a_run_directory_and_its_best_workflow_ru
     let all = dir.read("retail.jsonl");
     // Three records, split 1:1:1 (one of each split is all the machinery needs), each
     // logged with two calls (a small G⁰), and one iteration of at most two edits: the
-    // embedded model runs every node of every candidate on the CPU, and CI has two cores. `scripts/demo.sh` runs more.
+    // embedded model runs every node of every candidate on the CPU, and CI has two cores.
+    // `scripts/demo.sh` runs more.
     let two_calls = |line: &&str| {
         let record: Value = serde_json::from_str(line).unwrap();
         record["orchestration"].as_array().is_some_and(|calls| calls.len() == 2)
