@@ -324,13 +324,7 @@ impl SearchIndex {
                 }
             }
         }
-        let ranked: Vec<DocScore> = scores
-            .iter()
-            .enumerate()
-            .filter(|&(_, &score)| score > 0.0)
-            .map(|(doc_idx, &score)| (score, doc_idx as u32))
-            .collect();
-        top(ranked, limit)
+        top_positive(&scores, limit)
     }
 
     /// The best `limit` (cosine, document) pairs among the admitted scopes' documents
@@ -521,10 +515,68 @@ impl SearchIndex {
     }
 }
 
+/// Ranking order: the higher score first, then the lower document index.
+fn by_rank(a: &DocScore, b: &DocScore) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
+/// A candidate in [`top_positive`]'s heap, ordered so that the worst is the greatest.
+#[derive(PartialEq)]
+struct Worst(DocScore);
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Worst) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Worst) -> std::cmp::Ordering {
+        by_rank(&self.0, &other.0)
+    }
+}
+
+/// The best `limit` (score, document) pairs of the dense `scores` (indexed by document)
+/// with a score above 0, in ranking order: [`top`] in one pass, without collecting
+/// every scored document first.
+fn top_positive(scores: &[f32], limit: usize) -> Vec<DocScore> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    let mut heap: std::collections::BinaryHeap<Worst> = std::collections::BinaryHeap::with_capacity(limit + 1);
+    // The worst score kept once the heap is full. Documents come in index order, so a
+    // later one with the same score ranks below every kept one and is skipped.
+    let mut floor = 0.0f32;
+    // Most documents score at most the floor: a block's maximum (which vectorises) lets
+    // the scan skip them 16 at a time.
+    const BLOCK: usize = 16;
+    for (block_idx, block) in scores.chunks(BLOCK).enumerate() {
+        let block_max = block.iter().fold(0.0f32, |max, &score| if score > max { score } else { max });
+        if block_max <= floor {
+            continue;
+        }
+        for (offset, &score) in block.iter().enumerate() {
+            if score > floor {
+                heap.push(Worst((score, (block_idx * BLOCK + offset) as u32)));
+                if heap.len() > limit {
+                    heap.pop();
+                }
+                if heap.len() == limit {
+                    floor = heap.peek().map_or(0.0, |worst| worst.0.0);
+                }
+            }
+        }
+    }
+    let mut best: Vec<DocScore> = heap.into_iter().map(|worst| worst.0).collect();
+    best.sort_by(by_rank);
+    best
+}
+
 /// The best `limit` of `scored`, best first; ties go to the older document (smaller
 /// index), so the order is deterministic.
 fn top(mut scored: Vec<DocScore>, limit: usize) -> Vec<DocScore> {
-    let by_rank = |a: &DocScore, b: &DocScore| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
     if limit == 0 {
         return Vec::new();
     }
@@ -618,7 +670,30 @@ fn stem(token: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::index::{Ranking, SearchIndex, is_stopword, stem};
+    use crate::index::{Ranking, SearchIndex, is_stopword, stem, top, top_positive};
+
+    #[test]
+    fn the_one_pass_top_ranks_as_sorting_everything_does() {
+        // Scores from a small set of values, so ties are common; zeros never rank.
+        let mut state = 7u64;
+        for len in [0, 1, 5, 64, 1_000] {
+            let scores: Vec<f32> = (0..len)
+                .map(|_| {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    ((state >> 33) % 6) as f32 * 0.5
+                })
+                .collect();
+            let all: Vec<(f32, u32)> = scores
+                .iter()
+                .enumerate()
+                .filter(|&(_, &score)| score > 0.0)
+                .map(|(idx, &score)| (score, idx as u32))
+                .collect();
+            for limit in [0, 1, 3, 10, 2_000] {
+                assert_eq!(top_positive(&scores, limit), top(all.clone(), limit), "{len} scores, top {limit}");
+            }
+        }
+    }
 
     /// The hand-made case of the fusion test: (pk, text, vector).
     const FUSION_CASE: [(i64, &str, [f32; 3]); 4] = [
