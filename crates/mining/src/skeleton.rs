@@ -6,7 +6,8 @@
 //!   [`Classifier::ToolName`](crate::Classifier) so that activities are tool names);
 //! - `->` chains its children with ordered edges;
 //! - `X` becomes a `branch` node (an LLM judge picks the route) with one labelled route
-//!   per child, all meeting at a `join`; a `tau` child is a direct route to the join;
+//!   per child, all meeting at a `join`; a `tau` child is a direct route to the join,
+//!   named `skip` and offered last;
 //! - `+` becomes a `parallel` node whose children run concurrently and meet at a `join`;
 //! - `*( do, redo )` means `do (redo do)*`. When `redo` is `tau` it is a `loop` node whose
 //!   `body` is `do`, closed by a `back` edge: the body runs at least once and repeats
@@ -142,6 +143,12 @@ impl Builder {
                 children.iter().fold(from, |open, child| self.build(child, open))
             }
             ProcessTree::Operator { operator: Operator::Xor, children } => {
+                // The routes that do something first, `skip` last: a small judge leans
+                // to the first option it reads (on τ²-bench airline, SmolLM2 took a
+                // leading `skip` on every branch, and the mined workflow called no tool).
+                let mut children = children.clone();
+                children.sort_by_key(|child| *child == ProcessTree::Tau);
+                let children = &children;
                 let routes = route_labels(children);
                 let question = format!("Which route fits the query: {}?", routes.join(" | "));
                 let branch = self.id("branch");

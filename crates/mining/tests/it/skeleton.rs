@@ -132,6 +132,26 @@ fn every_operator_maps_to_a_sane_graph() {
     }
 }
 
+/// A small judge leans to the first option it reads, so a branch offers the routes that
+/// call something first and `skip` last, whatever the order in the tree.
+#[test]
+fn a_branch_offers_skip_last() {
+    let tools: BTreeSet<String> = ["a", "b"].map(String::from).into();
+    for text in ["X( tau, 'a' )", "X( 'a', tau )", "X( tau, 'a', 'b' )"] {
+        let graph = tree_to_skeleton(&ProcessTree::parse(text).unwrap());
+        check_sane(&graph, &tools);
+        let branch = graph.nodes.iter().find(|node| matches!(node.kind, NodeKind::Branch { .. })).unwrap();
+        let NodeKind::Branch { condition: flowmem_model::Condition::Judge { question } } = &branch.kind else {
+            panic!("{text}: the branch has no judge");
+        };
+        assert!(question.ends_with("| skip?"), "{text}: {question}");
+        let routes: Vec<&str> =
+            graph.edges.iter().filter(|edge| edge.from == branch.id).filter_map(|edge| edge.label.as_deref()).collect();
+        assert_eq!(routes.last(), Some(&"skip"), "{text}: {routes:?}");
+        assert_eq!(routes.len(), text.matches(',').count() + 1, "{text}: every route stays");
+    }
+}
+
 #[test]
 fn a_loop_with_redo_runs_do_first_then_retries() {
     let graph = tree_to_skeleton(&ProcessTree::parse("*( 'a', 'b' )").unwrap());
