@@ -19,6 +19,10 @@
 # the embedded model on the CPU). `DOMAINS="retail"` runs one domain; `SCOUT=0` leaves
 # out the scouted system, the costliest.
 #
+# Resumable: run the same command again after a kill. A system whose report is written
+# is not run again, and a system's interrupted evaluation continues from its journal
+# (`flowmem eval` keeps one); its wall time is the sum over the attempts.
+#
 # Example: RECORDS=30 QUERIES=5 bash scripts/bench-quality.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +63,10 @@ TOML
   if [ -n "${RECORDS:-}" ]; then head -n "$RECORDS" "$dir/all.jsonl" > "$dir/records.jsonl"; else cp "$dir/all.jsonl" "$dir/records.jsonl"; fi
   "$flowmem" split "$dir/records.jsonl" --seed "$seed" --out "$dir/split"
   if [ -n "${QUERIES:-}" ]; then head -n "$QUERIES" "$dir/split/test.jsonl" > "$dir/test.jsonl"; else cp "$dir/split/test.jsonl" "$dir/test.jsonl"; fi
-  "$flowmem" --json mine "$dir/split/opt.jsonl" --miner imf --noise 0.2 --output skeleton "${state[@]}" > "$dir/mine.json"
+  if [ ! -f "$dir/mine.json" ]; then
+    "$flowmem" --json mine "$dir/split/opt.jsonl" --miner imf --noise 0.2 --output skeleton "${state[@]}" > "$dir/mine.json.part"
+    mv "$dir/mine.json.part" "$dir/mine.json"
+  fi
   python3 - "$dir" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -74,10 +81,15 @@ PY
 
   eval_one() { # NAME GROUNDING [--workflow FILE | --baseline]
     local name="$1" grounding="$2"; shift 2
+    if [ -f "$dir/$name/report.json" ]; then echo "==> $domain: $name (done before)" >&2; return; fi
     echo "==> $domain: $name" >&2
     local t0; t0=$(date +%s)
+    mkdir -p "$dir/$name"
+    # Each attempt adds its time to wall_secs, also when an error or Ctrl-C ends it.
+    trap "echo \$(( \$(date +%s) - $t0 )) >> '$dir/$name/wall_secs'" EXIT
     "$flowmem" eval --records "$dir/test.jsonl" --out "$dir/$name" --grounding "$grounding" --task-check "${state[@]}" "$@"
-    echo $(( $(date +%s) - t0 )) > "$dir/$name/wall_secs"
+    trap - EXIT
+    echo $(( $(date +%s) - t0 )) >> "$dir/$name/wall_secs"
   }
   eval_one react-off off --baseline
   eval_one react-context context --baseline
@@ -113,7 +125,7 @@ for domain in domains:
             print(f"  {name:<15} (not run)")
             continue
         report = json.load(open(path))
-        wall = open(f"{d}/{name}/wall_secs").read().strip()
+        wall = sum(int(line) for line in open(f"{d}/{name}/wall_secs") if line.strip())
         for s in report["systems"]:
             es = "-" if s.get("mean_es") is None else f"{s['mean_es']:.3f}"
             ok = "-" if s.get("task_success_rate") is None else f"{s['task_success_rate']:.2f}"

@@ -198,6 +198,11 @@ pub enum Command {
     /// (`[llm] cache_path`, default `.flowmem/llm-cache.sqlite`). Exits 1 when there is
     /// no record to evaluate.
     ///
+    /// Every finished run is kept in DIR/progress.jsonl until the report is written: after
+    /// a kill or Ctrl-C, run the same command again and it resumes, without repeating a
+    /// finished run. A command with other records, workflow or settings is refused there,
+    /// naming what differs.
+    ///
     /// Example, a workflow against ReAct on 20 τ²-bench retail tasks, 3 repeats each, with
     /// the retail server as the `[[tools.mcp]]` entry and its state directory in its `env`:
     ///

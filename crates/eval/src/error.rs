@@ -56,6 +56,14 @@ pub enum EvalError {
         /// What is wrong.
         problem: String,
     },
+    /// An evaluation's progress file cannot be resumed from.
+    #[error("cannot resume from `{}`: {problem}", path.display())]
+    Journal {
+        /// The progress file.
+        path: std::path::PathBuf,
+        /// What is wrong, with the line or setting it concerns.
+        problem: String,
+    },
     /// A report file could not be written.
     #[error("cannot write `{}`", path.display())]
     Write {

@@ -20,7 +20,9 @@
 //! - [`evaluate`] runs [`System`]s (a workflow, the ReAct baseline) on records with
 //!   repeats and measures every run; [`summarize`] aggregates [`RunMeasurement`]s into an
 //!   [`EvalReport`] with per-system figures and FlowScout-style relative improvements;
-//!   [`render_markdown`] and [`render_html`] present it.
+//!   [`render_markdown`] and [`render_html`] present it. [`EvalJournal`] keeps each
+//!   finished run on disk, and [`evaluate_resumed`] continues an interrupted evaluation
+//!   from it.
 //! - [`score_web_tasks`] computes AWM's Mind2Web step metrics.
 //!
 //! Scoring is deterministic given a trace: TC, the task check and the report involve no
@@ -44,6 +46,7 @@
 
 mod error;
 mod es;
+mod journal;
 mod mind2web;
 mod outputs;
 mod render;
@@ -59,6 +62,7 @@ mod tc;
 
 pub use crate::error::EvalError;
 pub use crate::es::{EsJudgement, JUDGE_ES_PROMPT, JudgeInput, judge_es};
+pub use crate::journal::{EvalJournal, PROGRESS_FILE};
 pub use crate::mind2web::{
     StepMetrics, WebStepPrediction, WebStepReference, WebTask, WebTaskMetrics, score_step, score_web_tasks,
     token_set_f1,
@@ -70,7 +74,7 @@ pub use crate::report::{
     coefficient_of_variation, compare, relative_change, summarize, tool_trace_conformance,
 };
 pub use crate::reward::{Alpha, reward, reward_of_means};
-pub use crate::run::{EvalConfig, Progress, System, SystemRun, evaluate, evaluate_concurrently};
+pub use crate::run::{EvalConfig, Progress, System, SystemRun, evaluate, evaluate_concurrently, evaluate_resumed};
 pub use crate::score::{LoggedCall, MatchedCall, RunScore, ScoreReport, score_run, score_runs};
 pub use crate::scoring::{ScoreConfig, ScoreMeans, TraceScore, score_trace};
 pub use crate::split::{Split, SplitRatios, split};

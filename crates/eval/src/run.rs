@@ -1,5 +1,6 @@
 //! Running systems (a workflow, the ReAct baseline) on records and measuring each run.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -92,20 +93,51 @@ pub async fn evaluate_concurrently(
     concurrency: usize,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> EvalReport {
+    evaluate_resumed(systems, records, cfg, concurrency, Vec::new(), progress).await
+}
+
+/// [`evaluate_concurrently`], continuing an evaluation that was interrupted after the
+/// runs in `finished` (as an [`EvalJournal`](crate::EvalJournal) returns them).
+///
+/// A run whose system, repeat and record id match a finished measurement is not made
+/// again: the measurement takes its place in the report (a record id that occurs twice
+/// in `records` is matched once per occurrence). Finished measurements that match no run
+/// of this evaluation are left out. `progress` sees only the new runs, with
+/// [`Progress::done`] counting the finished ones too.
+pub async fn evaluate_resumed(
+    systems: &[&dyn System],
+    records: &[Record],
+    cfg: &EvalConfig<'_>,
+    concurrency: usize,
+    finished: Vec<RunMeasurement>,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> EvalReport {
     let repeat = cfg.repeat.max(1);
     let total = systems.len() * records.len() * repeat as usize;
     let jobs = systems.iter().flat_map(|system| {
         (0..repeat).flat_map(move |repeat_idx| records.iter().map(move |record| (*system, repeat_idx, record)))
     });
+    let mut saved: HashMap<(String, u32, String), Vec<RunMeasurement>> = HashMap::new();
+    for run in finished.into_iter().rev() {
+        saved.entry((run.system.clone(), run.repeat, run.record_id.clone())).or_default().push(run);
+    }
+    let mut runs: Vec<(usize, RunMeasurement)> = Vec::with_capacity(total);
+    let mut to_run = Vec::with_capacity(total);
+    for (job_idx, (system, repeat_idx, record)) in jobs.enumerate() {
+        let key = (system.name().to_owned(), repeat_idx, record.id.clone());
+        match saved.get_mut(&key).and_then(Vec::pop) {
+            Some(run) => runs.push((job_idx, run)),
+            None => to_run.push((job_idx, (system, repeat_idx, record))),
+        }
+    }
     // Polled on this task rather than spawned: the runs borrow the systems and records,
     // and they spend their time waiting on models and tools, not on this thread.
-    let mut finished = futures::stream::iter(jobs.enumerate())
+    let mut new_runs = futures::stream::iter(to_run)
         .map(|(job_idx, (system, repeat_idx, record))| async move {
             (job_idx, measure(system, record, repeat_idx, cfg).await)
         })
         .buffer_unordered(concurrency.max(1));
-    let mut runs: Vec<(usize, RunMeasurement)> = Vec::with_capacity(total);
-    while let Some(done) = finished.next().await {
+    while let Some(done) = new_runs.next().await {
         runs.push(done);
         // Invariant: a measurement was just pushed.
         if let Some((_, last)) = runs.last() {

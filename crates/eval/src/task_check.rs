@@ -164,7 +164,7 @@ fn db_hash(path: &Path) -> Result<String, EvalError> {
     Ok(hex(&Sha256::digest(canonical_json(db).as_bytes())))
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

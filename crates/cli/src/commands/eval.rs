@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use flowmem_eval::{
-    Alpha, EvalConfig, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, ScoreConfig, System, TcConfig,
-    WorkflowSystem, evaluate_concurrently, render_markdown, write_report,
+    Alpha, EvalConfig, EvalJournal, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, ScoreConfig, System, TcConfig,
+    WorkflowSystem, evaluate_resumed, render_markdown, write_report,
 };
 use flowmem_exec::{AgentConfig, TaskOracle, ToolCatalog, check, load_graph, visible_tools};
 use flowmem_llm::{Accounting, CacheMode, Purpose};
@@ -47,6 +47,9 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         }
         None => None,
     };
+    // Whatever an interrupted run of the same evaluation finished is not run again.
+    let (journal, finished) = EvalJournal::open(&args.out, &journal_settings(args, &records, graph.as_ref())?)?;
+    let n_resumed = finished.len();
     let settings = SessionSettings {
         config: Config::load(&args.config)?,
         models: ModelRoles::new(&args.model).with_judge(&args.judge),
@@ -95,18 +98,40 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         },
     };
     let total = systems.len() * records.len() * cfg.repeat as usize;
+    if n_resumed > 0 {
+        printer.info(&format!(
+            "resuming from `{}`: {n_resumed} of {total} runs finished before",
+            journal.path().display()
+        ));
+    }
     let bar = progress_bar(printer, total as u64, "{bar:30} {pos}/{len} runs, {elapsed} ({msg})");
+    let journal_failed = std::sync::atomic::AtomicBool::new(false);
     let on_run = |done: Progress<'_>| {
+        let run = done.measurement;
+        if let Err(err) = journal.record(run) {
+            // The evaluation goes on; only a resume after a kill would repeat this run.
+            if !journal_failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                printer.warn(&format!("{:#}", anyhow::Error::new(err)));
+            }
+        }
         if let Some(bar) = &bar {
-            let run = done.measurement;
             bar.set_message(format!("{} on `{}`: TC {:.2}", run.system, run.record_id, run.tc));
             bar.set_position(done.done as u64);
         }
     };
-    let report = evaluate_concurrently(&systems, &records, &cfg, args.concurrency, &on_run).await;
+    // Ctrl-C drops the runs in flight: every finished run is already in the journal.
+    let report = tokio::select! {
+        report = evaluate_resumed(&systems, &records, &cfg, args.concurrency, finished, &on_run) => Some(report),
+        _ = tokio::signal::ctrl_c() => None,
+    };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    let Some(report) = report else {
+        session.close().await;
+        printer.warn(&format!("interrupted; run the same command again to resume from `{}`", journal.path().display()));
+        return Ok(ExitStatus::Failure);
+    };
     let report = report.with_reward(alpha);
 
     let names: Vec<&str> = report.systems.iter().map(|s| s.system.as_str()).collect();
@@ -118,6 +143,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         cfg.repeat
     );
     let files = write_report(&report, &title, &args.out)?;
+    journal.finish()?;
     if printer.json {
         printer.json_result(&report)?;
     } else {
@@ -133,6 +159,43 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         files.runs.display()
     ));
     Ok(ExitStatus::Success)
+}
+
+/// What makes two evaluations the same one, for resuming: the inputs by fingerprint and
+/// every argument that changes what runs or how it is scored. The concurrency and the
+/// reward weight are left out: they change neither.
+fn journal_settings(
+    args: &EvalArgs,
+    records: &[flowmem_model::Record],
+    graph: Option<&(String, flowmem_model::WorkflowGraph)>,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let records = EvalJournal::fingerprint(&records).context("fingerprinting the records")?;
+    let workflow = graph
+        .map(|(name, graph)| EvalJournal::fingerprint(&(name, graph)))
+        .transpose()
+        .context("fingerprinting the workflow")?;
+    let grounding = clap::ValueEnum::to_possible_value(&args.grounding).map(|value| value.get_name().to_owned());
+    let state = &args.state;
+    let settings = serde_json::json!({
+        "records": records,
+        "workflow": workflow,
+        "baseline": args.baseline,
+        "repeat": args.repeat,
+        "max_steps": args.max_steps,
+        "grounding": grounding,
+        "no_judge": args.no_judge,
+        "ignore_args": args.ignore_args,
+        "model": args.model.model,
+        "judge_model": args.judge.judge_model,
+        "prompts": args.prompts.prompts,
+        "config": args.config.config,
+        "state_key_arg": state.state_key_arg,
+        "reset_tool": state.reset_tool,
+        "hide_tool": state.hide_tool,
+        "task_check": state.task_check,
+        "state_dir": state.state_dir,
+    });
+    Ok(settings.as_object().cloned().unwrap_or_default())
 }
 
 /// The workflow's name in reports: its `name` field, else its file name without the

@@ -9,7 +9,8 @@ use std::time::Instant;
 use flowmem_testsupport::{deps_dir, require_path};
 use serde_json::Value;
 
-use crate::support::{TestDir, data};
+use crate::run::{everything_config, flowmem as flowmem_scripted, scripted_command};
+use crate::support::{TestDir, data, interrupt};
 
 /// The GGUF file the embedded model loads, where `scripts/setup/30-model.sh` puts it.
 fn embedded_model() -> PathBuf {
@@ -240,10 +241,6 @@ fn verdict(score: f64) -> Value {
 async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 
-    let everything = require_path(
-        &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
-        "scripts/setup/20-mcp-servers.sh",
-    );
     let is_agent = |request: &Value, n: usize| {
         Match::system_contains("You are a helpful agent").matches(request) && n_tool_results(request) == n
     };
@@ -277,13 +274,7 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
     )
     .await;
     let dir = TestDir::new();
-    dir.write(
-        "flowmem.toml",
-        &format!(
-            "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\"]\n",
-            everything.display()
-        ),
-    );
+    dir.write("flowmem.toml", &everything_config(&["echo"]));
     let record = |id: &str, query: &str| {
         serde_json::json!({"id": id, "query": query, "reference_result": "Echo: wire",
             "orchestration": [{"tool": "echo", "args": {"message": "wire"}}]})
@@ -302,8 +293,7 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
     });
     dir.write("wf.json", &graph.to_string());
 
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
-    command.current_dir(dir.path(".")).args([
+    let args = [
         "eval",
         "--workflow",
         "wf.json",
@@ -320,15 +310,8 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
         "1",
         "--out",
         "out",
-    ]);
-    for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG"] {
-        command.env_remove(var);
-    }
-    command.env("OPENAI_BASE_URL", server.base_url()).env("FLOWMEM_MODEL", "scripted-model");
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
-        .await
-        .expect("flowmem hung")
-        .unwrap();
+    ];
+    let output = flowmem_scripted(&dir.path("."), &args, &server.base_url()).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 
@@ -369,4 +352,94 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
         .count();
     assert_eq!(judge_requests, 4, "the repeats' judge calls come from the cache");
     assert_eq!(report["runs"].as_array().unwrap().len(), 8);
+}
+
+/// `flowmem eval` stopped by Ctrl-C in the middle of a run: a command with other settings is
+/// refused and leaves the journal alone; the same command resumes, without repeating a
+/// finished run's model calls, and removes the journal once the report is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_eval_resumes_where_it_stopped() {
+    use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+
+    // The first request about record `b` hangs for a minute: the kill comes meanwhile.
+    let server = ScriptedLlmServer::start(
+        Script::new()
+            .when_seq(
+                Match::any_message_contains("record-b"),
+                [Reply::text("Done.").delay(std::time::Duration::from_secs(60))],
+            )
+            .otherwise(Reply::text("Done.")),
+    )
+    .await;
+    let dir = TestDir::new();
+    dir.write("flowmem.toml", &everything_config(&["echo"]));
+    let records: String = ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            let record = serde_json::json!({"id": id, "query": format!("answer record-{id}"), "reference_result": "Done.",
+                "orchestration": []});
+            format!("{record}\n")
+        })
+        .collect();
+    dir.write("records.jsonl", &records);
+    let command = |max_steps: &str| {
+        let args = [
+            "eval",
+            "--baseline",
+            "--records",
+            "records.jsonl",
+            "--no-judge",
+            "--concurrency",
+            "1",
+            "--max-steps",
+            max_steps,
+            "--out",
+            "out",
+        ];
+        let mut command = scripted_command(&dir.path("."), &args, &server.base_url());
+        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        command
+    };
+    let asked_about = |id: &str| {
+        let needle = format!("record-{id}");
+        server.chat_requests().iter().filter(|r| r.last_text("user").is_some_and(|t| t.contains(&needle))).count()
+    };
+
+    let first = command("4").spawn().unwrap();
+    let journal = dir.path("out/progress.jsonl");
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while asked_about("b") == 0 {
+        assert!(Instant::now() < deadline, "the first run never reached record b");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    interrupt(first.id().unwrap());
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), first.wait_with_output())
+        .await
+        .expect("Ctrl-C did not stop eval")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(stopped.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted; run the same command again to resume"), "{stderr}");
+    let saved = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(saved.lines().count(), 2, "the settings and record a's run: {saved}");
+    assert_eq!((asked_about("a"), asked_about("c")), (1, 0));
+
+    let other = command("3").output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_ne!(other.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("`max_steps` was 4 there and is 3 now"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&journal).unwrap(), saved);
+
+    let resumed = tokio::time::timeout(std::time::Duration::from_secs(120), command("4").output())
+        .await
+        .expect("flowmem hung")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("1 of 3 runs finished before"), "{stderr}");
+    assert_eq!((asked_about("a"), asked_about("b"), asked_about("c")), (1, 2, 1), "record a is not run again");
+    let report: Value = serde_json::from_str(&dir.read("out/report.json")).unwrap();
+    let ids: Vec<&str> = report["runs"].as_array().unwrap().iter().map(|r| r["record_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(!journal.exists(), "a finished evaluation leaves no journal");
 }

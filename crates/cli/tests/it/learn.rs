@@ -7,15 +7,12 @@ use std::process::Output;
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 use serde_json::{Value, json};
 
-use crate::run::{everything_server, flowmem};
+use crate::run::{everything_config, flowmem};
 
 /// A working directory whose `flowmem.toml` offers server-everything's `echo` and `get-sum`.
 fn workdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\", \"get-sum\"]\n",
-        everything_server().display()
-    );
+    let config = everything_config(&["echo", "get-sum"]);
     std::fs::write(dir.path().join("flowmem.toml"), config).unwrap();
     dir
 }

@@ -12,15 +12,28 @@ pub fn everything_server() -> PathBuf {
     path
 }
 
-/// Runs the binary in `dir` with the scripted server as the only model.
-pub async fn flowmem(dir: &Path, args: &[&str], base_url: &str) -> Output {
+/// A `flowmem.toml` that offers server-everything's tools of `allow` and nothing else.
+pub fn everything_config(allow: &[&str]) -> String {
+    format!(
+        "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = {allow:?}\n",
+        everything_server().display()
+    )
+}
+
+/// The binary in `dir` with the scripted server at `base_url` as the only model.
+pub fn scripted_command(dir: &Path, args: &[&str], base_url: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowmem"));
     command.current_dir(dir).args(args);
     for var in ["OPENAI_API_KEY", "FLOWMEM_CONFIG"] {
         command.env_remove(var);
     }
     command.env("OPENAI_BASE_URL", base_url).env("FLOWMEM_MODEL", "scripted-model");
-    let run = command.output();
+    command
+}
+
+/// Runs the binary in `dir` with the scripted server as the only model.
+pub async fn flowmem(dir: &Path, args: &[&str], base_url: &str) -> Output {
+    let run = scripted_command(dir, args, base_url).output();
     tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("flowmem hung").unwrap()
 }
 
@@ -33,10 +46,7 @@ async fn run_calls_the_tool_prints_the_answer_and_writes_the_trace() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\"]\n",
-        everything_server().display()
-    );
+    let config = everything_config(&["echo"]);
     std::fs::write(dir.path().join("flowmem.toml"), config).unwrap();
     let graph = json!({
         "name": "echo-then-answer",
@@ -75,10 +85,7 @@ async fn run_calls_the_tool_prints_the_answer_and_writes_the_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_guard_flags_a_call_off_a_workflow_skeleton_and_guard_block_stops_it() {
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"echo\", \"get-sum\"]\n",
-        everything_server().display()
-    );
+    let config = everything_config(&["echo", "get-sum"]);
     std::fs::write(dir.path().join("flowmem.toml"), config).unwrap();
     // The skeleton: add, then echo, then answer.
     let graph = json!({

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, deps_dir, require_path};
+use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 
-use crate::support::TestDir;
+use crate::run::everything_config;
+use crate::support::{TestDir, interrupt};
 
 /// The optimizer's first request fails with a 500 (retried), its first edit cuts the
 /// mined skeleton's only edge into `synthesize` (a graph whose exit cannot be reached:
@@ -112,11 +113,6 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
 }
 
 /// Sends SIGINT to the process `pid`, as Ctrl-C does.
-fn interrupt(pid: u32) {
-    let status = std::process::Command::new("kill").arg("-INT").arg(pid.to_string()).status().expect("running kill");
-    assert!(status.success());
-}
-
 /// The scripted optimizer's first reply, a valid edit, comes after `delay`.
 fn slow_optimizer_script(delay: Duration) -> Script {
     sums_script([
@@ -165,18 +161,8 @@ pub(crate) async fn sums_scout_run() -> TestDir {
 }
 
 pub(crate) fn sums_dir() -> TestDir {
-    let everything = require_path(
-        &deps_dir().join("node/node_modules/.bin/mcp-server-everything"),
-        "scripts/setup/20-mcp-servers.sh",
-    );
     let dir = TestDir::new();
-    dir.write(
-        "flowmem.toml",
-        &format!(
-            "[[tools.mcp]]\nname = \"everything\"\ncommand = \"{}\"\nargs = [\"stdio\"]\nallow = [\"get-sum\"]\n",
-            everything.display()
-        ),
-    );
+    dir.write("flowmem.toml", &everything_config(&["get-sum"]));
     let records: Vec<String> = (0..5)
         .map(|i| {
             json!({"id": format!("sum-{i}"), "query": format!("add 1 and 2 (case {i})"),

@@ -55,3 +55,9 @@ pub fn data(rel: &str) -> String {
     let path = path.canonicalize().unwrap_or_else(|err| panic!("shared data {}: {err}", path.display()));
     path.to_string_lossy().into_owned()
 }
+
+/// Sends SIGINT to `pid`, as Ctrl-C in a terminal does.
+pub fn interrupt(pid: u32) {
+    let status = std::process::Command::new("kill").arg("-INT").arg(pid.to_string()).status().expect("running kill");
+    assert!(status.success());
+}
