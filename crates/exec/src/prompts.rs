@@ -29,6 +29,7 @@ pub const EXEC_PROMPTS: &[EmbeddedPrompt] = &[
     embedded_prompt!("synthesize"),
     embedded_prompt!("tool"),
     embedded_prompt!("react"),
+    embedded_prompt!("reask"),
 ];
 
 /// The prompt global that bounds each upstream result in a node's context, and each tool
@@ -245,7 +246,7 @@ mod tests {
         let engine = NodePromptVars { own: &own, context: &value, results: &results };
         EXEC_PROMPTS
             .iter()
-            .filter(|prompt| !matches!(prompt.name, "results" | "react"))
+            .filter(|prompt| !matches!(prompt.name, "results" | "react" | "reask"))
             .map(|prompt| {
                 (prompts.render(prompt.name, &public).unwrap().text, prompts.render(prompt.name, &engine).unwrap().text)
             })

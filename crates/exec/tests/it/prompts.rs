@@ -37,7 +37,8 @@ fn every_role_template_renders_the_query_context_and_instruction() {
         options: &options,
         hints: &hints,
     };
-    for prompt in EXEC_PROMPTS.iter().filter(|prompt| !matches!(prompt.name, "results" | "context" | "react")) {
+    for prompt in EXEC_PROMPTS.iter().filter(|prompt| !matches!(prompt.name, "results" | "context" | "react" | "reask"))
+    {
         let rendered = prompts.render(prompt.name, &ctx).unwrap();
         assert_eq!(rendered.id.name, prompt.name);
         assert_eq!(rendered.id.version, 1);

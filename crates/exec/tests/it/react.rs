@@ -158,3 +158,38 @@ async fn a_blocking_guard_answers_a_stray_call_without_running_it_and_flags_an_e
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_reply_is_asked_once_more_and_a_second_ends_the_run() {
+    // Broken arguments, then a good call and the answer: the run goes on.
+    let llm = support::llm(Script::in_order([
+        Reply::tool_call_raw("echo", "{\"message\": "),
+        Reply::tool_call("echo", json!({"message": "5"})),
+        Reply::text("It is 5."),
+    ]))
+    .await;
+    let tools = support::everything().await;
+    let runtime = support::runtime(&llm, tools.clone());
+    let cfg = AgentConfig { max_steps: 5, instruction: None, guard: None };
+    let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
+    assert_eq!(trace.error, None, "{trace:#?}");
+    assert_eq!(trace.result.as_deref(), Some("It is 5."));
+    assert_eq!(trace.tool_calls.len(), 1);
+    let requests = llm.chat_requests();
+    assert_eq!(requests.len(), 3);
+    let note = requests[1].last_text("user").unwrap();
+    assert!(note.starts_with("Your last reply could not be used: the arguments of `echo`"), "{note}");
+    // The note was for that step only: the next step's conversation does not carry it.
+    assert!(
+        !requests[2].messages().iter().any(|m| m["content"].as_str().is_some_and(|t| t.contains("could not be used")))
+    );
+
+    // Two unusable replies in one step end the run with the second's error.
+    let llm = support::llm(Script::new().otherwise(Reply::tool_call_raw("echo", "[1]"))).await;
+    let runtime = support::runtime(&llm, tools.clone());
+    let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
+    tools.shutdown().await;
+    let error = trace.error.unwrap_or_default();
+    assert!(error.starts_with("agent step 0 failed") && error.contains("not a JSON object"), "{error}");
+    assert_eq!(llm.chat_requests().len(), 2, "one re-ask, not more");
+}
