@@ -59,6 +59,7 @@ mod otel;
 mod plan;
 mod prompts;
 mod react;
+mod reask;
 mod render;
 mod toolbox;
 mod validate;

@@ -19,6 +19,7 @@ use crate::prompts::{
     CONTEXT_CHARS, CONTEXT_ITEM_CHARS, ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars,
     template_items,
 };
+use crate::reask::chat_or_reask;
 
 /// One upstream result in a run's context, with its position in the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -330,9 +331,17 @@ struct Step<'o> {
 }
 
 impl Step<'_> {
-    async fn chat(&mut self, model: &dyn ChatModel, request: &ChatRequest) -> Result<ChatResponse, String> {
+    /// One model call of the node, asked once more after an unusable reply
+    /// ([`chat_or_reask`]).
+    async fn chat(
+        &mut self,
+        model: &dyn ChatModel,
+        prompts: &Prompts,
+        request: &mut ChatRequest,
+    ) -> Result<ChatResponse, String> {
         self.model = Some(model.name().to_owned());
-        let response = model.chat(request).await.map_err(|err| error_chain(&err))?;
+        let who = self.observation.node_id.clone();
+        let response = chat_or_reask(model, prompts, request, &who).await.map_err(|err| error_chain(&err))?;
         self.observation.prompt_tokens += response.usage.prompt_tokens;
         self.observation.completion_tokens += response.usage.completion_tokens;
         Ok(response)
@@ -387,8 +396,8 @@ async fn llm_node(
     let own = OwnVars { query, instruction: instruction.as_deref(), question: None, options: &[], hints: &[] };
     let (prompt, recorded) = render_prompt(plan, template, items, &own)?;
     step.observation.prompt = Some(recorded);
-    let request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
-    let response = step.chat(model, &request).await?;
+    let mut request = ChatRequest::new(vec![Message::user(prompt)], Purpose::Executor);
+    let response = step.chat(model, &plan.runtime.prompts, &mut request).await?;
     match response.content {
         Some(text) => Ok(Outcome::Output { output: text, failed: false }),
         None => Err("the model returned no text".to_owned()),
@@ -467,7 +476,7 @@ async fn tool_node(
             .collect()
     };
     request.tool_choice = ToolChoice::Required;
-    let mut response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    let mut response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     // A backend that did not honour the `enum` is told the values once and asked again.
     if let Some(chosen) = response.tool_calls.first()
         && let Some(stray) =
@@ -480,7 +489,7 @@ async fn tool_node(
             stray.arg,
             listed.join(", ")
         )));
-        response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     }
     // Context grounding: a call with values from nowhere is sent back once.
     let context = (plan.runtime.grounding == Grounding::Context).then(|| ContextTexts::of(query, items));
@@ -488,7 +497,7 @@ async fn tool_node(
         let off = context.off(tools, &chosen.name, &chosen.arguments);
         if !off.is_empty() {
             request.messages.push(Message::user(grounding::off_context_message(&chosen.name, &off)));
-            response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+            response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
         }
     }
     let Some(chosen) = response.tool_calls.into_iter().next() else {
@@ -627,7 +636,7 @@ async fn judge(
             "additionalProperties": false,
         }),
     });
-    let response = step.chat(plan.runtime.executor.as_ref(), &request).await?;
+    let response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     let text = response.content.unwrap_or_default();
     match parse_choice(&text, options) {
         Some(choice) => Ok(choice),

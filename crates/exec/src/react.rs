@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flowmem_llm::{ChatRequest, ChatResponse, LlmError, Message, Purpose, ToolChoice};
+use flowmem_llm::{ChatRequest, Message, Purpose, ToolChoice};
 use flowmem_model::{ContextInput, Deviation, NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
@@ -27,10 +27,10 @@ use crate::guard::{CallChecker, CallGuard, blocked_result};
 use crate::node::value_text;
 use crate::plan::Runtime;
 use crate::prompts::{CONTEXT_ITEM_CHARS, PromptContext};
+use crate::reask::chat_or_reask;
 
 /// The template of the agent's system prompt.
 const REACT_TEMPLATE: &str = "react";
-const REASK_TEMPLATE: &str = "reask";
 
 /// How the ReAct agent runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,31 +88,6 @@ pub async fn run_agent(runtime: &Runtime, cfg: &AgentConfig, input: &RunInput, o
     Arc::try_unwrap(trace).unwrap_or_else(|shared| shared.as_ref().clone())
 }
 
-/// One step's model call. An unusable reply (JSON cut short at the token budget, not the
-/// shape asked for, or a tool call whose arguments are not a JSON object) is asked once more, with a note of what was wrong: a small model
-/// that ran a free-form argument to the budget then often writes a shorter call.
-async fn ask(runtime: &Runtime, request: &mut ChatRequest, step: u32) -> Result<ChatResponse, LlmError> {
-    let first = runtime.executor.chat(request).await;
-    let (problem, raw) = match &first {
-        Err(LlmError::InvalidReply { problem, raw, .. }) => (problem.clone(), raw),
-        Err(LlmError::ToolArguments { tool, problem, raw, .. }) => {
-            (format!("the arguments of `{tool}` are not a JSON object ({problem})"), raw)
-        }
-        _ => return first,
-    };
-    tracing::debug!(step, raw = %raw, "the agent's unusable reply");
-    let Ok(note) = runtime.prompts.render(REASK_TEMPLATE, &ReaskVars { problem: &problem }) else { return first };
-    tracing::info!(step, %problem, "re-asking the agent step");
-    request.messages.push(Message::user(note.text));
-    runtime.executor.chat(request).await
-}
-
-/// What the `reask` template sees.
-#[derive(serde::Serialize)]
-struct ReaskVars<'a> {
-    problem: &'a str,
-}
-
 async fn steps(
     runtime: &Runtime,
     cfg: &AgentConfig,
@@ -152,7 +127,8 @@ async fn steps(
         let mut request = ChatRequest::new(messages.clone(), Purpose::Agent);
         request.tools = tools.clone();
         request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
-        let mut response = match ask(runtime, &mut request, step).await {
+        let reply = chat_or_reask(runtime.executor.as_ref(), &runtime.prompts, &mut request, &node_id).await;
+        let mut response = match reply {
             Ok(response) => response,
             Err(err) => {
                 let message = error_chain(&err);

@@ -397,3 +397,51 @@ async fn a_failing_model_ends_the_run_with_every_observation_kept() {
     assert_eq!(trace.tool_calls.len(), 1);
     assert_eq!(trace.tool_calls[0].result.as_ref().unwrap(), &json!("Echo: hi"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_node_asks_once_more_after_arguments_that_are_not_json() {
+    let graph = json!({
+        "nodes": [
+            {"id": "act", "kind": "tool", "hints": ["echo"], "instruction": "NODE-act"},
+            {"id": "answer", "kind": "llm", "role": "synthesize", "instruction": "NODE-answer"}
+        ],
+        "edges": [{"from": "act", "to": "answer"}],
+        "entry": "act",
+        "exit": "answer"
+    });
+    let script = Script::new()
+        .when(Match::last_user_contains("NODE-act"), Reply::tool_call_raw("echo", "{\"message\": \"hi"))
+        .when(Match::last_user_contains("could not be used"), Reply::tool_call("echo", json!({"message": "hi"})))
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("Said hi."));
+    let llm = support::llm(script).await;
+    let tools = support::everything().await;
+    let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
+    assert_eq!(trace.error, None, "{trace:#?}");
+    assert_eq!(trace.result.as_deref(), Some("Said hi."));
+    assert_eq!(trace.tool_calls.len(), 1);
+    let requests = llm.chat_requests();
+    let note = requests[1].last_text("user").unwrap();
+    assert!(note.starts_with("Your last reply could not be used: the arguments of `echo`"), "{note}");
+    assert!(requests[1].messages()[0]["content"].as_str().unwrap().contains("NODE-act"), "the same node's request");
+
+    // A second unusable reply fails the node.
+    let script = Script::new().when(Match::last_user_contains("NODE-act"), Reply::tool_call_raw("echo", "[]"));
+    let llm =
+        support::llm(script.when(Match::last_user_contains("could not"), Reply::tool_call_raw("echo", "7"))).await;
+    let plan = support::plan(graph_of_one_tool(), support::runtime(&llm, tools.clone()));
+    let trace = run(&plan, &input("q"), &RecordingObserver::default()).await;
+    tools.shutdown().await;
+    let error = trace.error.unwrap_or_default();
+    assert!(error.starts_with("node `act` failed") && error.contains("not a JSON object"), "{error}");
+    assert_eq!(llm.chat_requests().len(), 2, "one re-ask, not more");
+}
+
+fn graph_of_one_tool() -> serde_json::Value {
+    json!({
+        "nodes": [{"id": "act", "kind": "tool", "hints": ["echo"], "instruction": "NODE-act"}],
+        "edges": [],
+        "entry": "act",
+        "exit": "act"
+    })
+}
