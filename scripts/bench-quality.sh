@@ -19,7 +19,8 @@
 # the embedded model on the CPU). `DOMAINS="retail"` runs one domain; `SCOUT=0` leaves
 # out the scouted system, the costliest.
 #
-# Resumable: run the same command again after a kill. A system whose report is written
+# Resumable: run the same command again after a kill (or `TABLE_ONLY=1` for the table of
+# what is done so far, a system in progress included). A system whose report is written
 # is not run again, and a system's interrupted evaluation continues from its journal
 # (`flowmem eval` keeps one); its wall time is the sum over the attempts.
 #
@@ -33,6 +34,7 @@ iterations="${ITERATIONS:-1}"
 domains="${DOMAINS:-retail airline}"
 mkdir -p "$out"
 
+if [ "${TABLE_ONLY:-0}" != 1 ]; then
 bash scripts/setup/00-rust.sh
 bash scripts/setup/20-mcp-servers.sh
 bash scripts/setup/30-model.sh
@@ -107,13 +109,15 @@ PY
     eval_one scouted-bound bindings --workflow "$dir/scout/best.workflow.json"
   fi
 done
+fi
 
+started="${started:-$(date +%s)}"
 python3 - "$out" "$domains" "$started" <<'PY' | tee "$out/table.txt"
 import json, os, sys, time
 out, domains, started = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
 load = open("/proc/loadavg").read().split()[:3]
 print(f"bench-quality: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load {' '.join(load)}")
-print(f"embedded model, task check on; total wall {int(time.time()) - started} s")
+print(f"embedded model, task check on; this attempt's wall {int(time.time()) - started} s; a system's wall s sums its attempts")
 systems = ["react-off", "react-context", "mined-plain", "mined-bound", "scouted-bound"]
 for domain in domains:
     d = f"{out}/{domain}"
@@ -121,11 +125,26 @@ for domain in domains:
     print(f"  {'system':<15} {'queries':>7} {'TC':>6} {'success':>8} {'ES':>6} {'tools/q':>8} {'LLM/q':>6} {'wall s':>7}")
     for name in systems:
         path = f"{d}/{name}/report.json"
+        wall_path = f"{d}/{name}/wall_secs"
+        wall = sum(int(line) for line in open(wall_path) if line.strip()) if os.path.exists(wall_path) else 0
+        journal = f"{d}/{name}/progress.jsonl"
+        if not os.path.exists(path) and os.path.exists(journal):
+            # An evaluation in progress: its finished runs so far, from its journal.
+            runs = [json.loads(line)["run"] for line in open(journal) if '"run"' in line[:8]]
+            n_test = sum(1 for line in open(f"{d}/test.jsonl") if line.strip())
+            if runs:
+                checked = [r["task_success"] for r in runs if r.get("task_success") is not None]
+                ok = f"{sum(checked) / len(checked):.2f}" if checked else "-"
+                mean = lambda key: sum(r[key] for r in runs) / len(runs)
+                print(f"  {name:<15} {len(runs):>7} {mean('tc'):>6.3f} {ok:>8} {'-':>6} "
+                      f"{mean('tool_calls'):>8.1f} {mean('llm_calls'):>6.1f} {wall:>7}  (in progress: {len(runs)} of {n_test} queries)")
+                continue
+            print(f"  {name:<15} (in progress: 0 of {n_test} queries)")
+            continue
         if not os.path.exists(path):
             print(f"  {name:<15} (not run)")
             continue
         report = json.load(open(path))
-        wall = sum(int(line) for line in open(f"{d}/{name}/wall_secs") if line.strip())
         for s in report["systems"]:
             es = "-" if s.get("mean_es") is None else f"{s['mean_es']:.3f}"
             ok = "-" if s.get("task_success_rate") is None else f"{s['task_success_rate']:.2f}"
