@@ -19,7 +19,8 @@
 //!   ([`PrecisionVariant`]), the details per variant from [`token_replay`] and
 //!   [`align_log`], and a [`Guard`] that checks a running trace one event at a time.
 //! - [`tree_to_skeleton`] turns the tree into the skeleton
-//!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search.
+//!   [`WorkflowGraph`](flowmem_model::WorkflowGraph) that seeds FlowScout's search;
+//!   [`order_routes`] first puts each choice's routes in the order the log takes them.
 //! - [`mine_dataflow`] finds where every argument value of the records' calls comes from
 //!   (the query, an earlier result at a JSON path, an earlier argument, a constant) and
 //!   aggregates it per tool argument ([`Dataflow`]); [`tree_to_bound_skeleton`] builds the
@@ -69,7 +70,7 @@ pub use crate::petri::{Arc, PetriNet, Transition, tree_to_petri_net};
 pub use crate::pnml::{parse_pnml, read_pnml};
 pub use crate::render::{tree_to_dot, tree_to_mermaid};
 pub use crate::skeleton::{
-    GraphShapeError, SKELETON_MAX_ITERATIONS, skeleton_to_tree, tree_to_bound_skeleton, tree_to_skeleton,
+    GraphShapeError, SKELETON_MAX_ITERATIONS, order_routes, skeleton_to_tree, tree_to_bound_skeleton, tree_to_skeleton,
 };
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};

@@ -16,7 +16,8 @@
 //!   a second copy of `do`. Both routes meet at a `join`. The language is exactly
 //!   `do (redo do)*`, bounded by `max_iterations`.
 //!
-//! [`tree_to_bound_skeleton`] adds the mined data flow: data orders parallel blocks whose
+//! [`order_routes`] puts each choice's routes in the order the log supports them, most
+//! taken first. [`tree_to_bound_skeleton`] adds the mined data flow: data orders parallel blocks whose
 //! members feed each other, and every tool node carries its arguments' bindings.
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use std::collections::BTreeMap;
 use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 
 use crate::dataflow::{BindingConfig, Dataflow, fill_bindings, order_parallels};
+use crate::log::EventLog;
 use crate::tree::{Operator, ProcessTree};
 
 /// The most body runs a mined loop allows.
@@ -98,6 +100,57 @@ pub fn tree_to_bound_skeleton(tree: &ProcessTree, dataflow: &Dataflow, cfg: &Bin
     let mut graph = tree_to_skeleton(&ordered);
     fill_bindings(&mut graph, dataflow, cfg);
     graph
+}
+
+/// `tree` with the routes of every choice (`X`) in order of support in `log`, most
+/// supported first: the cases (counted with their variants' counts) in which an activity
+/// of the route occurs. Ties keep the miner's order, and `tau` keeps its place (the
+/// skeleton offers it last, as `skip`, whatever its support). The language is unchanged.
+///
+/// A small model that picks routes leans to the first option it reads, so the skeleton
+/// then offers the route the log took most often first. The count is a proxy: an
+/// activity of a route may also occur elsewhere in a case.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_mining::{EventLogBuilder, ProcessTree, order_routes};
+///
+/// let mut log = EventLogBuilder::new();
+/// log.push_trace(["find_user", "cancel_order"]);
+/// log.push_trace(["find_user", "return_items"]);
+/// log.push_trace(["find_user", "return_items"]);
+/// let tree = ProcessTree::parse("->( 'find_user', X( 'cancel_order', 'return_items' ) )")?;
+/// let ordered = order_routes(&tree, &log.build());
+/// assert_eq!(ordered.to_string(), "->( 'find_user', X( 'return_items', 'cancel_order' ) )");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn order_routes(tree: &ProcessTree, log: &EventLog) -> ProcessTree {
+    let ProcessTree::Operator { operator, children } = tree else {
+        return tree.clone();
+    };
+    let mut children: Vec<ProcessTree> = children.iter().map(|child| order_routes(child, log)).collect();
+    if *operator == Operator::Xor {
+        let support = |child: &ProcessTree| -> u64 {
+            let labels: Vec<&str> = child.labels();
+            log.variants()
+                .iter()
+                .filter(|variant| {
+                    variant.activities.iter().any(|&id| labels.contains(&log.activities()[id as usize].as_str()))
+                })
+                .map(|variant| variant.count)
+                .sum()
+        };
+        // Stable: equal support keeps the miner's order; `tau` is placed by the builder.
+        let mut keyed: Vec<(u64, ProcessTree)> = children
+            .into_iter()
+            .map(|child| (if child == ProcessTree::Tau { 0 } else { support(&child) }, child))
+            .collect();
+        keyed.sort_by_key(|(support, _)| std::cmp::Reverse(*support));
+        children = keyed.into_iter().map(|(_, child)| child).collect();
+    }
+    ProcessTree::operator(*operator, children)
 }
 
 /// The open end of a built fragment: the node to continue from and the label the next

@@ -11,7 +11,9 @@ use flowmem_eval::{
     evaluate_concurrently, split, write_report,
 };
 use flowmem_exec::{AgentConfig, Runtime, ToolCatalog, check, visible_tools};
-use flowmem_mining::{BindingConfig, Classifier, EventLog, Variant, discover, mine_dataflow, tree_to_bound_skeleton};
+use flowmem_mining::{
+    BindingConfig, Classifier, EventLog, Variant, discover, mine_dataflow, order_routes, tree_to_bound_skeleton,
+};
 use flowmem_model::{Record, WorkflowGraph};
 use flowmem_report::{Markup, error_page, render_page};
 use flowmem_tools::StateIsolation;
@@ -176,7 +178,8 @@ pub fn chain_workflow() -> WorkflowGraph {
 }
 
 /// `G⁰`: the IMf skeleton mined from `records`' orchestration logs (with its plan and
-/// synthesize nodes), its tool arguments bound to where the records' values came from
+/// synthesize nodes, each choice's routes in the order the logs take them), its tool
+/// arguments bound to where the records' values came from
 /// (the query, earlier results when the calls have them, earlier arguments, constants),
 /// or [`chain_workflow`] when `miner` is off or no record has a call.
 #[must_use]
@@ -185,7 +188,8 @@ pub fn initial_workflow(records: &[Record], miner: bool, noise: f64) -> Workflow
         return chain_workflow();
     }
     let log = EventLog::from_records(records, Classifier::ToolName);
-    let tree = discover(&log, Variant::ImF { noise });
+    // The routes the log takes most often are offered first.
+    let tree = order_routes(&discover(&log, Variant::ImF { noise }), &log);
     tree_to_bound_skeleton(&tree, &mine_dataflow(records), &BindingConfig::skeleton())
 }
 

@@ -55,7 +55,7 @@ pub fn run(args: &MineArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
         MineOutput::Dataflow => bail!("`--output dataflow` needs JSONL records, not an XES log"),
         _ => (None, None),
     };
-    let output = render(&tree, args.output, &args.log, dataflow.as_ref())?;
+    let output = render(&tree, log, args.output, &args.log, dataflow.as_ref())?;
     let timings =
         args.timings.then_some(Timings { read: loaded.read_ms, variants: loaded.variants_ms, discover: discover_ms });
     if printer.json {
@@ -296,6 +296,7 @@ fn top_paths(log: &EventLog, top: usize) -> Vec<TopPath> {
 
 fn render(
     tree: &ProcessTree,
+    log: &EventLog,
     output: MineOutput,
     path: &Path,
     dataflow: Option<&Dataflow>,
@@ -309,14 +310,18 @@ fn render(
             let name = path.file_name().map_or_else(|| "net".into(), |n| n.to_string_lossy().into_owned());
             serde_json::Value::String(flowmem_mining::tree_to_petri_net(tree).to_pnml(&name))
         }
-        MineOutput::Skeleton => match dataflow {
-            Some(dataflow) => serde_json::to_value(flowmem_mining::tree_to_bound_skeleton(
-                tree,
-                dataflow,
-                &BindingConfig::skeleton(),
-            ))?,
-            None => serde_json::to_value(flowmem_mining::tree_to_skeleton(tree))?,
-        },
+        MineOutput::Skeleton => {
+            // The routes the log takes most often are offered first.
+            let tree = &flowmem_mining::order_routes(tree, log);
+            match dataflow {
+                Some(dataflow) => serde_json::to_value(flowmem_mining::tree_to_bound_skeleton(
+                    tree,
+                    dataflow,
+                    &BindingConfig::skeleton(),
+                ))?,
+                None => serde_json::to_value(flowmem_mining::tree_to_skeleton(tree))?,
+            }
+        }
         MineOutput::Dataflow => serde_json::to_value(dataflow)?,
     })
 }

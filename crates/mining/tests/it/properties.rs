@@ -4,8 +4,8 @@
 //! exactly the traces alignments find deviating).
 
 use flowmem_mining::{
-    AlignConfig, EventLogBuilder, Guard, Operator, ProcessTree, Variant, align_log, discover, token_replay,
-    tree_to_petri_net,
+    AlignConfig, EventLogBuilder, Guard, Operator, ProcessTree, Variant, align_log, discover, order_routes,
+    token_replay, tree_to_petri_net,
 };
 use proptest::prelude::*;
 
@@ -77,6 +77,34 @@ proptest! {
                 language.contains(&word),
                 "word {:?} on {}", word, tree
             );
+        }
+    }
+
+    /// Ordering a choice's routes by support keeps the language, and leaves each choice's
+    /// routes in non-increasing support (`tau` aside).
+    #[test]
+    fn ordering_routes_keeps_the_language(tree in tree(), traces in prop::collection::vec(trace(), 1..9)) {
+        let mut builder = EventLogBuilder::new();
+        for trace in &traces {
+            builder.push_trace(trace.iter().copied());
+        }
+        let log = builder.build();
+        let ordered = order_routes(&tree, &log);
+        prop_assert_eq!(tree.language(4), ordered.language(4), "{} became {}", tree, ordered);
+        let support = |child: &ProcessTree| {
+            let labels = child.labels();
+            traces.iter().filter(|trace| trace.iter().any(|a| labels.contains(a))).count()
+        };
+        let mut stack = vec![&ordered];
+        while let Some(node) = stack.pop() {
+            if let ProcessTree::Operator { operator, children } = node {
+                if *operator == Operator::Xor {
+                    let supports: Vec<usize> =
+                        children.iter().filter(|c| **c != ProcessTree::Tau).map(&support).collect();
+                    prop_assert!(supports.windows(2).all(|w| w[0] >= w[1]), "{}: {:?}", ordered, supports);
+                }
+                stack.extend(children);
+            }
         }
     }
 
