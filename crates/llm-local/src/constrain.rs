@@ -17,6 +17,11 @@ use crate::tokenizer::GgufTokenizer;
 pub const DEFAULT_MAX_LENGTH: u64 = 48;
 /// The longest array the grammar allows where the schema sets no `maxItems`.
 pub const DEFAULT_MAX_ITEMS: u64 = 4;
+/// The most properties the grammar allows in a free-form object (one whose schema lists
+/// no properties and allows any others) where the schema sets no `maxProperties`.
+pub const DEFAULT_MAX_PROPERTIES: u64 = 4;
+/// The names a free-form object's properties may take: short identifiers.
+const FREE_FORM_KEY: &str = "^[A-Za-z_][A-Za-z0-9_]{0,31}$";
 /// The bound on an integer's magnitude where the schema sets none: JavaScript's largest
 /// safe integer (2^53 − 1), so at most 16 digits, and every integer a JSON reader
 /// keeps exactly.
@@ -99,7 +104,11 @@ impl Constrainer {
 /// [`DEFAULT_MAX_INTEGER`] there (a small model otherwise runs digits until its token
 /// budget ends, and the reply is cut), every object with listed properties
 /// and no `additionalProperties` gets `additionalProperties: false`, and the top level
-/// asks llguidance for compact whitespace. Anything valid against the result is valid
+/// asks llguidance for compact whitespace. An object that allows any other properties
+/// (`additionalProperties: true`) is closed when it lists its properties, and otherwise
+/// becomes a free-form object of at most [`DEFAULT_MAX_PROPERTIES`] identifier-named
+/// properties with bounded scalar values: unbounded, a small model nests objects in it
+/// until the token budget cuts the reply. Anything valid against the result is valid
 /// against the input.
 ///
 /// An object whose properties are split between itself and its `oneOf`/`anyOf`
@@ -162,6 +171,16 @@ fn tighten(schema: &mut Value, closable: bool) {
     }
     let branches_closable = distribute_into_branches(map);
     let composed = ["anyOf", "oneOf", "allOf"].iter().any(|k| has(map, k));
+    let open = map.get("additionalProperties").is_some_and(|a| a == &Value::Bool(true) || a == &json!({}));
+    if closable && !composed && is_type(map, "object") && open && !has(map, "patternProperties") {
+        let listed = map.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
+        if !listed {
+            let bound = at_least(map, "minProperties", DEFAULT_MAX_PROPERTIES);
+            map.entry("maxProperties").or_insert_with(|| json!(bound));
+            map.insert("patternProperties".to_owned(), json!({ FREE_FORM_KEY: free_form_value() }));
+        }
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
     if closable
         && !composed
         && is_type(map, "object")
@@ -192,6 +211,16 @@ fn tighten(schema: &mut Value, closable: bool) {
             children.iter_mut().for_each(|child| tighten(child, key == "prefixItems"));
         }
     }
+}
+
+/// The value of a free-form object's property: a scalar with the default bounds.
+fn free_form_value() -> Value {
+    json!({
+        "type": ["string", "integer", "number", "boolean", "null"],
+        "maxLength": DEFAULT_MAX_LENGTH,
+        "minimum": -DEFAULT_MAX_INTEGER,
+        "maximum": DEFAULT_MAX_INTEGER
+    })
 }
 
 /// Replaces `{"$ref": "#/$defs/X"}` branches of objects that also list their own
@@ -329,6 +358,35 @@ mod tests {
         assert!(p["properties"]["c"]["items"].get("maxLength").is_none());
         assert_eq!(p["additionalProperties"], json!(false));
         assert_eq!(p["x-guidance"]["whitespace_flexible"], json!(false));
+    }
+
+    #[test]
+    fn free_form_objects_are_bounded_and_listed_ones_closed() {
+        let schema = json!({"type": "object", "properties": {
+            "flights": {"type": "array", "items": {"type": "object", "additionalProperties": true}},
+            "payment": {"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": true},
+            "many": {"type": "object", "additionalProperties": {}, "minProperties": 6},
+            "typed": {"type": "object", "additionalProperties": {"type": "integer"}}
+        }});
+        let p = prepare(&schema);
+        let flights = &p["properties"]["flights"];
+        let flight = json!({"flights": [{"flight_number": "HAT170", "date": "2024-05-24", "seats": 2, "paid": true}]});
+        assert!(valid(&p, &flight));
+        for rejected in [
+            json!({"flights": [{"flight": {"number": "HAT170"}}]}),
+            json!({"flights": [{"numbers": ["HAT170"]}]}),
+            json!({"flights": [{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}]}),
+            json!({"flights": [{"flight number": "HAT170"}]}),
+            json!({"flights": [{"flight": "H".repeat(49)}]}),
+        ] {
+            assert!(!valid(&p, &rejected), "{rejected} in {flights}");
+            assert!(valid(&schema, &rejected), "the original accepts {rejected}");
+        }
+        assert_eq!(p["properties"]["payment"]["additionalProperties"], json!(false));
+        assert!(p["properties"]["payment"].get("patternProperties").is_none());
+        assert_eq!(p["properties"]["many"]["maxProperties"], json!(6), "never below the lower bound");
+        assert!(p["properties"]["typed"].get("maxProperties").is_none(), "a typed map is left to its schema");
+        assert!(valid(&schema, &flight));
     }
 
     #[test]

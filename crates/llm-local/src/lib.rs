@@ -76,7 +76,9 @@ mod serve;
 mod spm;
 mod tokenizer;
 
-pub use crate::constrain::{DEFAULT_MAX_INTEGER, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, prepare as prepare_schema};
+pub use crate::constrain::{
+    DEFAULT_MAX_INTEGER, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, DEFAULT_MAX_PROPERTIES, prepare as prepare_schema,
+};
 pub use crate::embed::{
     EMBEDDING_DIM, EMBEDDING_DIR, EMBEDDING_FILES, EMBEDDING_MODEL_NAME, LocalEmbeddingConfig, LocalEmbeddingModel,
     MAX_TOKENS, default_embedding_dir,
