@@ -30,6 +30,7 @@ pub const EXEC_PROMPTS: &[EmbeddedPrompt] = &[
     embedded_prompt!("tool"),
     embedded_prompt!("react"),
     embedded_prompt!("reask"),
+    embedded_prompt!("left_out"),
 ];
 
 /// The prompt global that bounds each upstream result in a node's context, and each tool
@@ -52,6 +53,8 @@ pub fn limit_context_items(prompts: &mut Prompts, chars: usize) {
 /// Unset, every result is shown. Set, a node sees the newest results that fit, at least
 /// one, and a line saying how many earlier ones were left out: a workflow that loops, or
 /// calls many tools before an LLM node, then still fits a small model's context window.
+/// The ReAct agent's conversation is bounded the same way: its newest tool results that
+/// fit, and the `left_out` note in place of each earlier one.
 pub const CONTEXT_CHARS: &str = "context_chars";
 
 /// Bounds the upstream results of each node context to `chars` characters in all (see
@@ -246,7 +249,7 @@ mod tests {
         let engine = NodePromptVars { own: &own, context: &value, results: &results };
         EXEC_PROMPTS
             .iter()
-            .filter(|prompt| !matches!(prompt.name, "results" | "react" | "reask"))
+            .filter(|prompt| !matches!(prompt.name, "results" | "react" | "reask" | "left_out"))
             .map(|prompt| {
                 (prompts.render(prompt.name, &public).unwrap().text, prompts.render(prompt.name, &engine).unwrap().text)
             })

@@ -193,3 +193,51 @@ async fn an_unusable_reply_is_asked_once_more_and_a_second_ends_the_run() {
     assert!(error.starts_with("agent step 0 failed") && error.contains("not a JSON object"), "{error}");
     assert_eq!(llm.chat_requests().len(), 2, "one re-ask, not more");
 }
+
+/// Under `context_chars`, a step sends the newest tool results that fit and a note in
+/// place of each earlier one, with its call id kept; the trace keeps every result whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_results_are_left_out_to_fit_the_context() {
+    let long = "x".repeat(60);
+    let llm = support::llm(Script::in_order([
+        Reply::tool_call("echo", json!({"message": format!("first {long}")})),
+        Reply::tool_call("echo", json!({"message": format!("second {long}")})),
+        Reply::tool_call("echo", json!({"message": format!("third {long}")})),
+        Reply::text("Done."),
+    ]))
+    .await;
+    let tools = support::everything().await;
+    let mut runtime = support::runtime(&llm, tools.clone());
+    let mut prompts = flowmem_exec::exec_prompts(None).expect("templates register");
+    // Two results of about 75 characters fit in 160, three do not.
+    flowmem_exec::limit_context(&mut prompts, 160);
+    runtime.prompts = Arc::new(prompts);
+    let cfg = AgentConfig { max_steps: 5, instruction: None, guard: None };
+    let trace = run_agent(&runtime, &cfg, &input(), &RecordingObserver::default()).await;
+    tools.shutdown().await;
+    assert_eq!(trace.result.as_deref(), Some("Done."), "{trace:#?}");
+
+    let requests = llm.chat_requests();
+    let results = |i: usize| -> Vec<(String, String)> {
+        requests[i]
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| (m["tool_call_id"].as_str().unwrap().to_owned(), m["content"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    assert!(results(2).iter().all(|(_, text)| text.starts_with("Echo: ")), "two fit: {:?}", results(2));
+    let last = results(3);
+    assert_eq!(last.len(), 3, "every call keeps a result");
+    assert!(last[0].1.starts_with("(this result, ") && last[0].1.contains("left out"), "{last:?}");
+    assert!(last[1].1.starts_with("Echo: second") && last[2].1.starts_with("Echo: third"), "{last:?}");
+    let assistant_ids: Vec<String> = requests[3]
+        .messages()
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flat_map(|calls| calls.iter().map(|c| c["id"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(assistant_ids, last.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>());
+    // The trace keeps the first result whole.
+    assert!(trace.tool_calls[0].result.as_ref().unwrap().to_string().contains("first"));
+}
