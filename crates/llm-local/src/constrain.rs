@@ -174,12 +174,15 @@ fn tighten(schema: &mut Value, closable: bool) {
     let open = map.get("additionalProperties").is_some_and(|a| a == &Value::Bool(true) || a == &json!({}));
     if closable && !composed && is_type(map, "object") && open && !has(map, "patternProperties") {
         let listed = map.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
-        if !listed {
+        if listed {
+            map.insert("additionalProperties".to_owned(), Value::Bool(false));
+        } else if !has(map, "required") {
+            // Required names the key pattern might not allow are left open.
             let bound = at_least(map, "minProperties", DEFAULT_MAX_PROPERTIES);
             map.entry("maxProperties").or_insert_with(|| json!(bound));
             map.insert("patternProperties".to_owned(), json!({ FREE_FORM_KEY: free_form_value() }));
+            map.insert("additionalProperties".to_owned(), Value::Bool(false));
         }
-        map.insert("additionalProperties".to_owned(), Value::Bool(false));
     }
     if closable
         && !composed
@@ -386,6 +389,8 @@ mod tests {
         assert!(p["properties"]["payment"].get("patternProperties").is_none());
         assert_eq!(p["properties"]["many"]["maxProperties"], json!(6), "never below the lower bound");
         assert!(p["properties"]["typed"].get("maxProperties").is_none(), "a typed map is left to its schema");
+        let named = json!({"type": "object", "additionalProperties": true, "required": ["flight number"]});
+        assert_eq!(prepare(&named)["additionalProperties"], json!(true), "required names stay possible");
         assert!(valid(&schema, &flight));
     }
 
