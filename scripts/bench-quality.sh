@@ -23,7 +23,8 @@
 # Resumable: run the same command again after a kill (or `TABLE_ONLY=1` for the table of
 # what is done so far, a system in progress included). A system whose report is written
 # is not run again, and a system's interrupted evaluation continues from its journal
-# (`flowmem eval` keeps one); its wall time is the sum over the attempts.
+# (`flowmem eval` keeps one); its wall time is the sum over the attempts. Every attempt
+# uses the binary the first one built (OUT/bin/flowmem, its commit in OUT/bin/commit).
 #
 # Example: RECORDS=30 QUERIES=5 bash scripts/bench-quality.sh
 set -euo pipefail
@@ -40,10 +41,18 @@ if [ "${TABLE_ONLY:-0}" != 1 ]; then
 bash scripts/setup/00-rust.sh
 bash scripts/setup/20-mcp-servers.sh
 bash scripts/setup/30-model.sh
-cargo build -p flowmem
-# One binary for the whole run, even if the tree is rebuilt meanwhile.
+# One binary for the whole run, even if the tree is rebuilt meanwhile, and for every
+# attempt of it: a resumed run keeps the binary (and so the commit) it began with.
+# `REBUILD=1` builds the tree anew and replaces it (mixing commits within one OUT).
 mkdir -p "$out/bin"
-cp "$repo/target/debug/flowmem" "$out/bin/flowmem"
+if [ ! -x "$out/bin/flowmem" ] || [ "${REBUILD:-0}" = 1 ]; then
+  cargo build -p flowmem
+  cp "$repo/target/debug/flowmem" "$out/bin/flowmem.part"
+  mv "$out/bin/flowmem.part" "$out/bin/flowmem"
+  git -C "$repo" describe --always --dirty > "$out/bin/commit" 2>/dev/null || echo unknown > "$out/bin/commit"
+else
+  echo "==> reusing $out/bin/flowmem, built at $(cat "$out/bin/commit" 2>/dev/null || echo 'an unrecorded commit')" >&2
+fi
 flowmem="$out/bin/flowmem"
 state=(--state-key-arg state_key --reset-tool reset_state)
 
@@ -125,6 +134,8 @@ import json, os, sys, time
 out, domains, started = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
 load = open("/proc/loadavg").read().split()[:3]
 print(f"bench-quality: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load {' '.join(load)}")
+commit = open(f"{out}/bin/commit").read().strip() if os.path.exists(f"{out}/bin/commit") else "unrecorded"
+print(f"binary built at {commit}")
 print(f"embedded model, task check on; this attempt's wall {int(time.time()) - started} s; a system's wall s sums its attempts")
 systems = ["react-off", "react-context", "mined-plain", "mined-bound", "scouted-bound"]
 for domain in domains:
