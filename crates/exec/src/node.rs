@@ -16,7 +16,7 @@ use crate::event::now_ms;
 use crate::grounding::{self, Candidates, Grounding};
 use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
 use crate::prompts::{
-    CONTEXT_CHARS, CONTEXT_ITEM_CHARS, ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars,
+    CONTEXT_ITEM_CHARS, ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, newest_that_fit,
     template_items,
 };
 use crate::reask::chat_or_reask;
@@ -201,28 +201,18 @@ impl Context {
     }
 
     /// The results a prompt shows, oldest first, and how many earlier ones it leaves out:
-    /// all of them, or under [`CONTEXT_CHARS`] the newest that fit (at least one).
+    /// all of them, or under [`CONTEXT_CHARS`](crate::CONTEXT_CHARS) the newest that fit
+    /// (at least one, by [`newest_that_fit`]).
     fn shown(&self, prompts: &Prompts) -> (Vec<Arc<ContextItem>>, usize) {
-        let global = |name: &str| prompts.global(name).and_then(Value::as_u64).map(|n| n as usize);
-        let Some(budget) = global(CONTEXT_CHARS) else {
-            return (self.iter().map(|entry| entry.item.clone()).collect(), 0);
-        };
-        let per_item = global(CONTEXT_ITEM_CHARS).unwrap_or(usize::MAX);
-        let mut shown = Vec::new();
-        let mut used = 0;
-        for entry in self.iter_rev() {
-            // The label line: `- [node #n, kind] FAILED: `.
-            let cost =
-                entry.item.output.chars().take(per_item).count() + entry.item.node.len() + entry.item.kind.len() + 20;
-            if !shown.is_empty() && used + cost > budget {
-                break;
-            }
-            used += cost;
-            shown.push(entry.item.clone());
-        }
-        let omitted = self.len - shown.len();
+        let per_item =
+            prompts.global(CONTEXT_ITEM_CHARS).and_then(Value::as_u64).map_or(usize::MAX, |chars| chars as usize);
+        // An item's cost: its clipped output and its label line, `- [node #n, kind] FAILED: `.
+        let cost =
+            |item: &ContextItem| item.output.chars().take(per_item).count() + item.node.len() + item.kind.len() + 20;
+        let kept = newest_that_fit(prompts, self.iter_rev().map(|entry| cost(&entry.item))).unwrap_or(self.len);
+        let mut shown: Vec<_> = self.iter_rev().take(kept).map(|entry| entry.item.clone()).collect();
         shown.reverse();
-        (shown, omitted)
+        (shown, self.len - kept)
     }
 
     /// The latest output of node `id`, if it is in the context.

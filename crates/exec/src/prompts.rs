@@ -63,6 +63,25 @@ pub fn limit_context(prompts: &mut Prompts, chars: usize) {
     prompts.set_global(CONTEXT_CHARS, &chars);
 }
 
+/// How many of the newest results fit in the [`CONTEXT_CHARS`] budget of `prompts`:
+/// `costs` are their sizes, newest first, and the count is of an unbroken run of the
+/// newest, at least one when there is any. `None` when no budget is set (all fit).
+///
+/// The one rule the workflow executor's node contexts and the ReAct agent's
+/// conversation share.
+pub(crate) fn newest_that_fit(prompts: &Prompts, costs: impl IntoIterator<Item = usize>) -> Option<usize> {
+    let budget = prompts.global(CONTEXT_CHARS).and_then(serde_json::Value::as_u64)? as usize;
+    let (mut used, mut kept) = (0_usize, 0);
+    for cost in costs {
+        if kept > 0 && used + cost > budget {
+            break;
+        }
+        used += cost;
+        kept += 1;
+    }
+    Some(kept)
+}
+
 /// Adds the executor's templates to a shared prompt registry.
 ///
 /// # Errors
