@@ -85,12 +85,13 @@ impl Passthrough {
         }
     }
 
-    /// Posts a JSON chat-completions `body` as it is.
+    /// Posts a JSON chat-completions `body` as it is (`Bytes` are sent without a copy).
     ///
     /// # Errors
     ///
     /// When the endpoint cannot be reached or the reply's head is not read.
-    pub async fn chat(&self, body: Vec<u8>) -> Result<RawReply, PassthroughError> {
+    pub async fn chat(&self, body: impl Into<Bytes>) -> Result<RawReply, PassthroughError> {
+        let body: Bytes = body.into();
         let request = self
             .http
             .post(format!("{}{CHAT_COMPLETIONS_PATH}", self.base_url))

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -80,13 +81,14 @@ pub(crate) enum Named {
     User(String, u64),
 }
 
-/// One open conversation.
+/// One open conversation. Cheap to clone: a request takes a copy out of the lock, so
+/// its large parts (the transcript, the memory, the retrieval record) are shared.
 #[derive(Debug, Clone)]
 pub(crate) struct Open {
     pub id: String,
     pub named: Option<Named>,
     /// The transcript so far: the last request's messages, then the model's answer.
-    pub messages: Vec<Value>,
+    pub messages: Arc<Vec<Value>>,
     /// The hash of the whole transcript, for prefix matching.
     pub hash: Option<u64>,
     pub scope: Scope,
@@ -97,10 +99,10 @@ pub(crate) struct Open {
     pub shown: Vec<String>,
     pub shadow: Vec<String>,
     /// The rendered memory, injected again on every turn so the prompt stays the same.
-    pub memory_text: String,
+    pub memory_text: Arc<str>,
     /// How the first turn's workflows were retrieved: the mode and each hit's scores
     /// (memory's `Retrieval::record`), `null` when nothing was retrieved.
-    pub retrieval: Value,
+    pub retrieval: Arc<Value>,
     /// Whether to record it (privacy settings of its token and scope).
     pub record: bool,
     /// The model answered without tool calls: the conversation ends after the quiet
@@ -178,7 +180,7 @@ impl Conversations {
         conversation.answered = answer.get("tool_calls").and_then(Value::as_array).is_none_or(Vec::is_empty);
         messages.push(answer);
         conversation.hash = prefix_hashes(conversation.token_id, &messages).last().copied();
-        conversation.messages = messages;
+        conversation.messages = Arc::new(messages);
         conversation.last_activity = Instant::now();
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, id.to_owned());

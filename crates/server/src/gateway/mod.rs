@@ -199,14 +199,14 @@ fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Ope
         id: id.to_owned(),
         named: None,
         hash: prefix_hashes(token_id, &messages).last().copied(),
-        messages,
+        messages: Arc::new(messages),
         scope,
         model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
         token_id,
         shown: record_strings(record, "shown"),
         shadow: record_strings(record, "shadow"),
-        memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").to_owned(),
-        retrieval: record.get("retrieval").cloned().unwrap_or(Value::Null),
+        memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").into(),
+        retrieval: Arc::new(record.get("retrieval").cloned().unwrap_or(Value::Null)),
         record: true,
         answered: true,
         last_activity: Instant::now(),
@@ -223,8 +223,8 @@ fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
         "token_id": conversation.token_id,
         "shown": conversation.shown,
         "shadow": conversation.shadow,
-        "memory_text": conversation.memory_text,
-        "retrieval": conversation.retrieval,
+        "memory_text": &*conversation.memory_text,
+        "retrieval": &*conversation.retrieval,
         "deviations": conversation.deviations,
         "source": "gateway",
         "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -400,15 +400,15 @@ async fn start_conversation(
         deviations: Vec::new(),
         id: state.fresh_id("conv"),
         named,
-        messages: Vec::new(),
+        messages: Arc::default(),
         hash: None,
         scope,
         model: model.to_owned(),
         token_id,
         shown,
         shadow,
-        memory_text,
-        retrieval: retrieval_record,
+        memory_text: memory_text.into(),
+        retrieval: Arc::new(retrieval_record),
         record,
         answered: false,
         last_activity: Instant::now(),
@@ -497,17 +497,21 @@ async fn chat_completions(
             started
         }
     };
-    if !conversation.memory_text.is_empty() {
-        inject(&mut request, &conversation.memory_text);
-    }
     let streaming = request.get("stream").and_then(Value::as_bool) == Some(true);
+    // The client's own bytes go upstream unless memory is put into them.
+    let upstream_body = if conversation.memory_text.is_empty() {
+        body
+    } else {
+        inject(&mut request, &conversation.memory_text);
+        Bytes::from(serde_json::to_vec(&request).unwrap_or_default())
+    };
     // A conversation whose first request fails never started.
     let discard = || {
         if is_new {
             gateway.conversations().end(&conversation.id);
         }
     };
-    let reply = match gateway.upstream.chat(serde_json::to_vec(&request).unwrap_or_default()).await {
+    let reply = match gateway.upstream.chat(upstream_body).await {
         Ok(reply) => reply,
         Err(err) => {
             discard();
