@@ -12,38 +12,41 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use flowmem_exec::CallChecker;
 use flowmem_model::{Deviation, Scope};
 
-/// A message in the form used for matching: what the model and the tools said, not how
-/// a client spelled it.
-pub(crate) fn normal_form(message: &Value) -> Value {
+/// Feeds `message` to `hasher` in the form used for matching: what the model and the
+/// tools said (role, content text, each tool call's id, name and arguments, the id a
+/// tool result answers), not how a client spelled it (a `developer` role is `system`,
+/// content parts are their joined text, other fields are left out). Fed field by field,
+/// each ended by a byte no UTF-8 text holds, so no JSON is built for it.
+pub(crate) fn hash_normal_form(message: &Value, hasher: &mut impl Hasher) {
+    let text = |hasher: &mut dyn Hasher, text: &str| {
+        hasher.write(text.as_bytes());
+        hasher.write_u8(0xff);
+    };
     let role = message.get("role").and_then(Value::as_str).unwrap_or("");
-    let role = if role == "developer" { "system" } else { role };
-    let calls: Vec<Value> = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|call| {
-                    json!({
-                        "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
-                        "name": call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
-                        "arguments": call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or(""),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({
-        "role": role,
-        "content": content_text(message.get("content")),
-        "tool_calls": calls,
-        "tool_call_id": message.get("tool_call_id").and_then(Value::as_str).unwrap_or(""),
-    })
+    text(hasher, if role == "developer" { "system" } else { role });
+    match message.get("content") {
+        Some(Value::String(content)) => hasher.write(content.as_bytes()),
+        Some(Value::Array(parts)) => {
+            for part in parts.iter().filter_map(|part| part.get("text").and_then(Value::as_str)) {
+                hasher.write(part.as_bytes());
+            }
+        }
+        _ => {}
+    }
+    hasher.write_u8(0xff);
+    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    hasher.write_usize(calls.len());
+    for call in calls {
+        text(hasher, call.get("id").and_then(Value::as_str).unwrap_or(""));
+        text(hasher, call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""));
+        text(hasher, call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or(""));
+    }
+    text(hasher, message.get("tool_call_id").and_then(Value::as_str).unwrap_or(""));
 }
 
 /// The text of a message's `content`: a string, or the text parts of an array.
@@ -66,7 +69,7 @@ pub(crate) fn prefix_hashes(seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
     messages
         .iter()
         .map(|message| {
-            normal_form(message).to_string().hash(&mut hasher);
+            hash_normal_form(message, &mut hasher);
             hasher.finish()
         })
         .collect()
@@ -231,7 +234,17 @@ impl Conversations {
 mod tests {
     use serde_json::json;
 
-    use super::{normal_form, prefix_hashes};
+    use std::hash::Hasher;
+
+    use serde_json::Value;
+
+    use super::{hash_normal_form, prefix_hashes};
+
+    fn normal_hash(message: &Value) -> u64 {
+        let mut hasher = rustc_hash::FxHasher::default();
+        hash_normal_form(message, &mut hasher);
+        hasher.finish()
+    }
 
     #[test]
     fn a_resent_answer_matches_the_answer_the_model_gave() {
@@ -239,12 +252,17 @@ mod tests {
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
         let resent = json!({"role": "assistant",
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
-        assert_eq!(normal_form(&from_model), normal_form(&resent));
+        assert_eq!(normal_hash(&from_model), normal_hash(&resent));
         let parts = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
-        assert_eq!(normal_form(&parts), normal_form(&json!({"role": "user", "content": "hi"})));
+        assert_eq!(normal_hash(&parts), normal_hash(&json!({"role": "user", "content": "hi"})));
+        let developer = json!({"role": "developer", "content": "be brief"});
+        assert_eq!(normal_hash(&developer), normal_hash(&json!({"role": "system", "content": "be brief"})));
+        // Where one field ends and the next begins counts.
+        let shifted = json!({"role": "user", "content": "", "tool_call_id": "hi"});
+        assert_ne!(normal_hash(&shifted), normal_hash(&json!({"role": "user", "content": "hi"})));
         let other =
             json!({"role": "assistant", "tool_calls": [{"id": "c2", "function": {"name": "f", "arguments": "{}"}}]});
-        assert_ne!(normal_form(&from_model), normal_form(&other));
+        assert_ne!(normal_hash(&from_model), normal_hash(&other));
     }
 
     #[test]

@@ -103,10 +103,22 @@ impl QueueStore {
 
     /// Applies `writes` in order, in one transaction.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
+        // A turn's record holds the turns before it: of one conversation's writes in a
+        // batch, only the last needs storing (a busy server's batches repeat its
+        // tool-call loops).
+        let mut later = std::collections::HashSet::new();
+        let mut superseded = vec![false; writes.len()];
+        for (idx, write) in writes.iter().enumerate().rev() {
+            let id = match write {
+                Write::Open { id, .. } | Write::Queue { id, .. } => id.as_str(),
+            };
+            superseded[idx] = matches!(write, Write::Open { .. }) && !later.insert(id);
+        }
         self.db.run("storing conversations", |db| {
             let tx = db.write()?;
-            for write in writes {
+            for (write, superseded) in writes.iter().zip(superseded) {
                 match write {
+                    Write::Open { .. } if superseded => {}
                     Write::Open { id, record } => {
                         db.execute(
                             "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
@@ -383,6 +395,32 @@ mod tests {
             assert_eq!(got["result"]["stored"][0], "wf-1");
             assert!(queue.get("c1", Some(8)).unwrap().is_none(), "another token's run is not shown");
             assert!(queue.get("nope", None).unwrap().is_none());
+        }
+    }
+
+    /// A batch that holds several turns of one conversation stores its last write, on
+    /// both backends: the newest record while it is open, the queued one once it ended.
+    #[test]
+    fn a_batch_stores_each_conversations_last_write() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in crate::db::backends::new_memories(&dir) {
+            let queue = QueueStore::open(&path).unwrap();
+            let turns = |n: usize| json!({"messages": (0..n).map(|k| json!({"role": "user", "content": k})).collect::<Vec<_>>()});
+            queue
+                .apply(&[
+                    Write::Open { id: "c1".into(), record: turns(1) },
+                    Write::Open { id: "c2".into(), record: turns(1) },
+                    Write::Open { id: "c1".into(), record: turns(2) },
+                    Write::Open { id: "c2".into(), record: turns(2) },
+                    Write::Queue { id: "c2".into(), record: turns(3), outcome: None },
+                    Write::Open { id: "c1".into(), record: turns(3) },
+                ])
+                .unwrap();
+            let open = queue.open_records().unwrap();
+            assert_eq!(open.len(), 1, "{open:?}");
+            assert_eq!((open[0].0.as_str(), open[0].1["messages"].as_array().map(Vec::len)), ("c1", Some(3)));
+            let queued = queue.take_next().unwrap().expect("c2 is queued");
+            assert_eq!((queued.id.as_str(), queued.record["messages"].as_array().map(Vec::len)), ("c2", Some(3)));
         }
     }
 }
