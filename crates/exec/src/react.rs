@@ -228,8 +228,8 @@ async fn steps(
 fn fitted(sent: &[Message], prompts: &Prompts) -> Vec<Message> {
     let mut messages = sent.to_vec();
     let chars = |message: &Message| message.content.as_deref().map_or(0, |text| text.chars().count());
-    let results = || messages.iter().rev().filter(|m| m.role == Role::Tool);
-    let Some(kept) = newest_that_fit(prompts, results().map(chars)) else { return messages };
+    let newest_first = messages.iter().rev().filter(|m| m.role == Role::Tool).map(chars);
+    let Some(kept) = newest_that_fit(prompts, newest_first) else { return messages };
     // Every result before the kept run is left out: the model sees an unbroken run of
     // the newest results.
     for message in messages.iter_mut().rev().filter(|m| m.role == Role::Tool).skip(kept) {

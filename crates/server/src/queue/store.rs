@@ -101,7 +101,8 @@ impl QueueStore {
         Ok(QueueStore { db: ServerDb::open(path, "opening the learning queue", create_table)? })
     }
 
-    /// Applies `writes` in order, in one transaction.
+    /// Applies `writes` in order, in one transaction, skipping each `Open` write that a
+    /// later write of the same conversation in `writes` supersedes.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
         // A turn's record holds the turns before it: of one conversation's writes in a
         // batch, only the last needs storing (a busy server's batches repeat its
