@@ -137,7 +137,9 @@ pub(crate) fn check_calls(checker: &mut CallChecker, message: &Value) -> Vec<Dev
 /// The open conversations of the gateway.
 #[derive(Debug, Default)]
 pub(crate) struct Conversations {
-    open: HashMap<String, Open>,
+    // Boxed: a busy gateway holds tens of thousands, and growing the map moves every
+    // entry while the lock is held (a pause every request waits out).
+    open: HashMap<String, Box<Open>>,
     by_name: HashMap<Named, String>,
     by_hash: HashMap<u64, String>,
 }
@@ -152,7 +154,7 @@ impl Conversations {
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<&Open> {
-        self.open.get(id)
+        self.open.get(id).map(Box::as_ref)
     }
 
     pub(crate) fn insert(&mut self, conversation: Open) {
@@ -162,7 +164,7 @@ impl Conversations {
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, conversation.id.clone());
         }
-        self.open.insert(conversation.id.clone(), conversation);
+        self.open.insert(conversation.id.clone(), Box::new(conversation));
     }
 
     /// Records a finished turn: the request's messages and the model's answer become the
@@ -188,7 +190,7 @@ impl Conversations {
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, id.to_owned());
         }
-        Some(conversation.clone())
+        Some(Open::clone(conversation))
     }
 
     /// Marks a request on the conversation as started: it is not quiet now.
@@ -208,7 +210,7 @@ impl Conversations {
         if let Some(hash) = conversation.hash {
             self.by_hash.remove(&hash);
         }
-        Some(conversation)
+        Some(*conversation)
     }
 
     /// The ids of the conversations to end: answered and then quiet for `quiet`, or
