@@ -140,8 +140,15 @@ print(f"embedded model, task check on; this attempt's wall {int(time.time()) - s
 systems = ["react-off", "react-context", "mined-plain", "mined-bound", "scouted-bound"]
 for domain in domains:
     d = f"{out}/{domain}"
-    print(f"\n{domain}")
-    print(f"  {'system':<15} {'queries':>7} {'TC':>6} {'success':>8} {'ES':>6} {'tools/q':>8} {'LLM/q':>6} {'wall s':>7}")
+    # Tasks whose reference makes no call score TC 1.0 for a run that makes none (an
+    # agent that failed at once included), so TC is also shown over the other tasks.
+    tasks = [json.loads(line) for line in open(f"{d}/test.jsonl") if line.strip()]
+    with_calls = {str(task["id"]) for task in tasks if task.get("orchestration")}
+    def tc_with_calls(runs):
+        scored = [r["tc"] for r in runs if str(r["record_id"]) in with_calls]
+        return f"{sum(scored) / len(scored):.3f}" if scored else "-"
+    print(f"\n{domain}: {len(tasks) - len(with_calls)} of {len(tasks)} test tasks expect no tool call; 'TC calls' is TC over the other {len(with_calls)}")
+    print(f"  {'system':<15} {'queries':>7} {'TC':>6} {'TC calls':>8} {'success':>8} {'ES':>6} {'tools/q':>8} {'LLM/q':>6} {'wall s':>7}")
     for name in systems:
         path = f"{d}/{name}/report.json"
         wall_path = f"{d}/{name}/wall_secs"
@@ -155,7 +162,7 @@ for domain in domains:
                 checked = [r["task_success"] for r in runs if r.get("task_success") is not None]
                 ok = f"{sum(checked) / len(checked):.2f}" if checked else "-"
                 mean = lambda key: sum(r[key] for r in runs) / len(runs)
-                print(f"  {name:<15} {len(runs):>7} {mean('tc'):>6.3f} {ok:>8} {'-':>6} "
+                print(f"  {name:<15} {len(runs):>7} {mean('tc'):>6.3f} {tc_with_calls(runs):>8} {ok:>8} {'-':>6} "
                       f"{mean('tool_calls'):>8.1f} {mean('llm_calls'):>6.1f} {wall:>7}  (in progress: {len(runs)} of {n_test} queries)")
                 continue
             print(f"  {name:<15} (in progress: 0 of {n_test} queries)")
@@ -164,9 +171,11 @@ for domain in domains:
             print(f"  {name:<15} (not run)")
             continue
         report = json.load(open(path))
+        runs_path = f"{d}/{name}/runs.jsonl"
+        runs = [json.loads(line) for line in open(runs_path) if line.strip()] if os.path.exists(runs_path) else []
         for s in report["systems"]:
             es = "-" if s.get("mean_es") is None else f"{s['mean_es']:.3f}"
             ok = "-" if s.get("task_success_rate") is None else f"{s['task_success_rate']:.2f}"
-            print(f"  {name:<15} {s['n_records']:>7} {s['mean_tc']:>6.3f} {ok:>8} {es:>6} "
+            print(f"  {name:<15} {s['n_records']:>7} {s['mean_tc']:>6.3f} {tc_with_calls(runs):>8} {ok:>8} {es:>6} "
                   f"{s['tool_calls_per_query']:>8.1f} {s['llm_calls_per_query']:>6.1f} {wall:>7}")
 PY
