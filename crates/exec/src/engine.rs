@@ -287,6 +287,12 @@ impl<'a> RunState<'a> {
                 self.loop_decided(loop_idx, ctx, holds, None);
             }
             Condition::Judge { .. } => {
+                // A body that goes through a mined collection "for each" needs no judge.
+                if let Some((holds, why)) = node::for_each_done(self.plan, &self.query, loop_idx, &ctx) {
+                    let observation = self.control_observation(loop_idx, &ctx, Some(why));
+                    self.loop_decided(loop_idx, ctx, holds, Some(observation));
+                    return;
+                }
                 let work =
                     NodeWork { node_idx: loop_idx, iteration: self.loop_runs[loop_idx] - 1, ctx, loop_check: true };
                 self.work.push(work);
@@ -303,10 +309,12 @@ impl<'a> RunState<'a> {
         let stop = holds || runs >= *max_iterations;
         let decision = if stop { "exit" } else { "repeat" };
         let observation = observation.unwrap_or_else(|| self.control_observation(loop_idx, &ctx, None));
+        // A reason the decision came with (a "for each" loop's) follows the summary.
+        let why = observation.output.as_deref().map(|why| format!("; {why}")).unwrap_or_default();
         let observation = NodeObservation {
             iteration: runs - 1,
             output: Some(format!(
-                "{decision} after {runs} of at most {max_iterations} runs (condition {})",
+                "{decision} after {runs} of at most {max_iterations} runs (condition {}{why})",
                 if holds { "holds" } else { "does not hold" }
             )),
             ..observation

@@ -139,6 +139,10 @@ pub(crate) struct Candidates {
     /// The argument is an array whose elements are bound (`item_ids[*]`): the model
     /// picks its elements among the values, so they are always offered.
     pub elements: bool,
+    /// The values are a collection the mined logs usually took whole
+    /// ([`EachUse::is_usual`](flowmem_model::EachUse::is_usual)): in a loop, the
+    /// node goes through them "for each".
+    pub each: bool,
 }
 
 impl Candidates {
@@ -191,7 +195,9 @@ pub(crate) fn candidates(
             }
         }
         if !unique.is_empty() {
-            return Some(Candidates { arg: arg.to_owned(), source: label, values: unique, elements: false });
+            let each =
+                matches!(source.source, ValueSource::Result { .. }) && source.each.is_some_and(|each| each.is_usual());
+            return Some(Candidates { arg: arg.to_owned(), source: label, values: unique, elements: false, each });
         }
     }
     None
@@ -293,12 +299,17 @@ mod tests {
         let binding = ArgBinding {
             observed: 4,
             sources: vec![
-                BindingSource { source: ValueSource::Result { node: "absent".into(), path: "$.x".into() }, support: 3 },
+                BindingSource {
+                    source: ValueSource::Result { node: "absent".into(), path: "$.x".into() },
+                    support: 3,
+                    each: None,
+                },
                 BindingSource {
                     source: ValueSource::Result { node: "order".into(), path: "$.items[*].product_id".into() },
                     support: 2,
+                    each: None,
                 },
-                BindingSource { source: ValueSource::Constant { value: json!("c") }, support: 1 },
+                BindingSource { source: ValueSource::Constant { value: json!("c") }, support: 1, each: None },
             ],
         };
         let output = json!({"items": [{"product_id": "p1"}, {"product_id": "p1"}, {"product_id": "p2"}]}).to_string();
@@ -315,7 +326,11 @@ mod tests {
             "order_id",
             &ArgBinding {
                 observed: 1,
-                sources: vec![BindingSource { source: ValueSource::Constant { value: json!("#W1") }, support: 1 }],
+                sources: vec![BindingSource {
+                    source: ValueSource::Constant { value: json!("#W1") },
+                    support: 1,
+                    each: None,
+                }],
             },
             "q",
             &schema,
@@ -330,8 +345,10 @@ mod tests {
 
     #[test]
     fn query_spans_and_upstream_arguments_give_candidates_of_the_schema_type() {
-        let bind =
-            |source: ValueSource| ArgBinding { observed: 2, sources: vec![BindingSource { source, support: 2 }] };
+        let bind = |source: ValueSource| ArgBinding {
+            observed: 2,
+            sources: vec![BindingSource { source, support: 2, each: None }],
+        };
         let query = "I am Yusuf Rossi, zip 19122, and my orders are #W1 and #W2.";
         let schema = json!({"type": "object", "properties": {
             "order_id": {"type": "string"}, "zip": {"type": "integer"}, "first_name": {"type": "string"}}});

@@ -410,29 +410,18 @@ async fn tool_node(
     tool: &ToolNode<'_>,
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
-    // Candidates of the scalar arguments with bindings (an argument path with `[*]` or
-    // `.` in it names a part of an argument, which the model still writes).
-    let bound: Vec<Candidates> = if plan.runtime.grounding == Grounding::Bindings {
-        let schema = tool.tools.first().map_or(&Value::Null, |definition| &definition.parameters);
-        tool.bindings
-            .iter()
-            .filter_map(|(path, binding)| {
-                // A whole argument, or the elements of an array argument (`item_ids[*]`);
-                // a deeper part of an argument (`passengers[*].dob`) the model still writes.
-                let (arg, elements) = match path.strip_suffix("[*]") {
-                    Some(arg) => (arg, true),
-                    None => (path.as_str(), false),
-                };
-                if arg.contains(['[', '.']) {
-                    return None;
-                }
-                let found = grounding::candidates(arg, binding, query, schema, items)?;
-                Some(Candidates { elements, ..found })
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let mut bound = bound_candidates(plan, query, tool.tools, tool.bindings, items);
+    // In a loop gone through "for each", the next value not taken yet.
+    if judged_loop(plan, node).is_some() {
+        for found in bound.iter_mut().filter(|found| found.each && !found.elements) {
+            let unused = unused_values(found, &node.id, items);
+            if let Some(&next) = unused.first() {
+                let (next, left) = (next.clone(), unused.len());
+                found.source = format!("{}, for each: the next of {left} not taken yet", found.source);
+                found.values = vec![next];
+            }
+        }
+    }
     let fixed: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() == 1 && !found.elements).collect();
     let offered: Vec<&Candidates> = bound.iter().filter(|found| found.values.len() > 1 || found.elements).collect();
     let tools = tool.tools;
@@ -519,6 +508,88 @@ async fn tool_node(
         step.observation.grounding = observe_grounding(tool.bindings, &bound, &args);
     }
     Ok(invoke(plan, &chosen.name, args, Some(chosen.id), step).await)
+}
+
+/// The candidates of a tool node's arguments with bindings, when the run grounds by
+/// bindings: whole scalar arguments and the elements of array arguments (`item_ids[*]`).
+/// A deeper part of an argument (`passengers[*].dob`) the model still writes.
+fn bound_candidates(
+    plan: &PlanInner,
+    query: &str,
+    tools: &[flowmem_llm::ToolDefinition],
+    bindings: &[(String, flowmem_model::ArgBinding)],
+    items: &Context,
+) -> Vec<Candidates> {
+    if plan.runtime.grounding != Grounding::Bindings {
+        return Vec::new();
+    }
+    let schema = tools.first().map_or(&Value::Null, |definition| &definition.parameters);
+    bindings
+        .iter()
+        .filter_map(|(path, binding)| {
+            let (arg, elements) = match path.strip_suffix("[*]") {
+                Some(arg) => (arg, true),
+                None => (path.as_str(), false),
+            };
+            if arg.contains(['[', '.']) {
+                return None;
+            }
+            let found = grounding::candidates(arg, binding, query, schema, items)?;
+            Some(Candidates { elements, ..found })
+        })
+        .collect()
+}
+
+/// The loop a node is in, when that loop's `until` is a judge: the kind a "for each"
+/// argument ([`Candidates::each`]) takes over from.
+fn judged_loop(plan: &PlanInner, node: &PlanNode) -> Option<usize> {
+    let loop_idx = node.enclosing_loop?;
+    matches!(plan.nodes[loop_idx].op, Op::Loop { until: Condition::Judge { .. }, .. }).then_some(loop_idx)
+}
+
+/// The candidates node `node_id` has not yet called its tool with, in their order.
+fn unused_values<'c>(found: &'c Candidates, node_id: &str, items: &Context) -> Vec<&'c Value> {
+    let taken: Vec<&Value> = items
+        .iter()
+        .filter(|entry| entry.is_tool && entry.item.node == node_id)
+        .filter_map(|entry| entry.args.as_deref()?.get(&found.arg))
+        .collect();
+    found.values.iter().filter(|value| !taken.contains(value)).collect()
+}
+
+/// Whether a loop with a judge goes on, decided by data instead: when a tool node of its
+/// body has an argument gone through "for each" ([`Candidates::each`]), the loop stops
+/// exactly when no such argument has a value left that its node has not taken. `None`
+/// when the body has no such argument (the judge decides), with the reason otherwise.
+pub(crate) fn for_each_done(plan: &PlanInner, query: &str, loop_idx: usize, items: &Context) -> Option<(bool, String)> {
+    let Op::Loop { body_nodes, .. } = &plan.nodes[loop_idx].op else { return None };
+    let mut left = Vec::new();
+    let mut any = false;
+    for &node_idx in body_nodes {
+        let node = &plan.nodes[node_idx];
+        let Op::Tool { tools, bindings, .. } = &node.op else { continue };
+        if node.enclosing_loop != Some(loop_idx) {
+            continue;
+        }
+        for found in bound_candidates(plan, query, tools, bindings, items) {
+            if !found.each || found.elements {
+                continue;
+            }
+            any = true;
+            let unused = unused_values(&found, &node.id, items).len();
+            if unused > 0 {
+                left.push(format!("`{}` of {} has {unused} of {} left", found.arg, node.id, found.values.len()));
+            }
+        }
+    }
+    if !any {
+        return None;
+    }
+    Some(if left.is_empty() {
+        (true, "for each: every value taken".to_owned())
+    } else {
+        (false, format!("for each: {}", left.join("; ")))
+    })
 }
 
 /// The texts context grounding searches: the query and every successful tool result

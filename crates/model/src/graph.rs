@@ -134,6 +134,43 @@ pub struct BindingSource {
     pub source: ValueSource,
     /// How many observed values this source explained.
     pub support: u64,
+    /// For a result path over a collection (one with `[*]`): how the logs used it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<EachUse>,
+}
+
+/// How the mined logs used a collection an argument's values come from (a result path
+/// with `[*]`, such as a user's `$.reservations[*]`): in how many records, and in how
+/// many of those they called the tool with every one of its values.
+///
+/// When most did ([`EachUse::is_usual`]), the executor treats the tool's loop as "for
+/// each": every iteration takes a value not used yet, and the loop ends when none is
+/// left, with no judge.
+///
+/// ```
+/// use flowmem_model::EachUse;
+/// assert!(EachUse { records: 30, all: 19 }.is_usual());
+/// assert!(!EachUse { records: 6, all: 3 }.is_usual());
+/// assert!(!EachUse { records: 1, all: 1 }.is_usual());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EachUse {
+    /// Records in which the collection held at least two values and gave the argument
+    /// one.
+    pub records: u64,
+    /// Of those, the records in which the tool's calls took every value of the
+    /// collection.
+    pub all: u64,
+}
+
+impl EachUse {
+    /// Whether more than half of the records took every value, in at least two records
+    /// (one is no habit, as for mined constants).
+    #[must_use]
+    pub fn is_usual(&self) -> bool {
+        self.all >= 2 && 2 * self.all > self.records
+    }
 }
 
 /// Where an argument's value comes from at run time.

@@ -487,7 +487,7 @@ fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &Va
     let binding = bindings.entry(arg.to_owned()).or_insert_with(|| ArgBinding { observed: 0, sources: Vec::new() });
     binding.sources.retain(|kept| kept.source != *source);
     // Support counts what the logs showed; a source the optimizer chose has none of its own.
-    binding.sources.insert(0, BindingSource { source: source.clone(), support: 0 });
+    binding.sources.insert(0, BindingSource { source: source.clone(), support: 0, each: None });
     Ok(())
 }
 
@@ -1077,8 +1077,8 @@ mod tests {
             ArgBinding {
                 observed: 4,
                 sources: vec![
-                    BindingSource { source: ValueSource::Query { shape: None }, support: 3 },
-                    BindingSource { source: result("plan", "$.order"), support: 1 },
+                    BindingSource { source: ValueSource::Query { shape: None }, support: 3, each: None },
+                    BindingSource { source: result("plan", "$.order"), support: 1, each: None },
                 ],
             },
         );

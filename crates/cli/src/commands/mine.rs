@@ -420,8 +420,16 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
         "tool", "argument", "values", "explained"
     ))?;
     for flow in &dataflow.arguments {
-        let mut sources: Vec<String> =
-            flow.sources.iter().take(3).map(|support| format!("{} ({})", support.source, support.support)).collect();
+        let mut sources: Vec<String> = flow
+            .sources
+            .iter()
+            .take(3)
+            .map(|support| match support.each {
+                // "each": how many records took every value of the collection, of how many.
+                Some(each) => format!("{} ({}, all {}/{})", support.source, support.support, each.all, each.records),
+                None => format!("{} ({})", support.source, support.support),
+            })
+            .collect();
         if flow.sources.len() > 3 {
             sources.push(format!("+{} more", flow.sources.len() - 3));
         }

@@ -297,3 +297,89 @@ async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
     let items = observed.iter().find(|arg| arg.arg == "item_ids").unwrap();
     assert_eq!((items.candidates, items.grounded), (5, true));
 }
+
+/// A user lookup the model writes, then a loop over `get_order_details` whose `order_id`
+/// is bound to the user's `orders[*]`, with `each` evidence `all` of 3 records.
+fn for_each_graph(all: u64) -> serde_json::Value {
+    json!({
+        "name": "for-each",
+        "nodes": [
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"]},
+            {"id": "orders", "kind": "loop", "max_iterations": 6,
+             "until": {"type": "judge", "question": "Has every order been looked at?"}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": {"observed": 9, "sources": [{"from": "result", "node": "user",
+                 "path": "$.parsed_content.orders[*]", "support": 9, "each": {"records": 3, "all": all}}]}}},
+            {"id": "done", "kind": "join"}
+        ],
+        "edges": [
+            {"from": "user", "to": "orders"},
+            {"from": "orders", "to": "order", "label": "body"},
+            {"from": "order", "to": "orders", "kind": "back"},
+            {"from": "orders", "to": "done", "label": "exit"}
+        ],
+        "entry": "user",
+        "exit": "done"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_goes_through_a_collection_the_logs_usually_took_whole_with_no_model_call() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let script = Script::new()
+        .when(
+            Match::offers_tool("get_user_details"),
+            Reply::tool_call("get_user_details", json!({"user_id": "sofia_rossi_8776"})),
+        )
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W8535951"})),
+        )
+        .when(Match::wants_json(), Reply::json(json!({"choice": "yes"})));
+    let input = RunInput { id: "each-1".to_owned(), query: "I am Sofia Rossi; what did I order?".to_owned() };
+
+    // Two of three records took every order: the loop goes through all four of Sofia's,
+    // in the user's order, one each, and stops when none is left.
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(for_each_graph(2), support::runtime(&server, tools.clone()));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let orders: Vec<&serde_json::Value> = trace
+        .tool_calls
+        .iter()
+        .filter(|call| call.tool == "get_order_details")
+        .map(|call| &call.args["order_id"])
+        .collect();
+    assert_eq!(orders, [&json!("#W5918442"), &json!("#W5500815"), &json!("#W8535951"), &json!("#W2818151")]);
+    assert!(trace.tool_calls.iter().all(|call| call.error.is_none()), "{:?}", trace.tool_calls);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1, "only the user lookup asked the model: {requests:?}");
+    let decisions: Vec<&str> = trace
+        .observations
+        .iter()
+        .filter(|observation| observation.node_id == "orders")
+        .filter_map(|observation| observation.output.as_deref())
+        .filter(|output| output.starts_with("exit") || output.starts_with("repeat"))
+        .collect();
+    assert_eq!(decisions.len(), 4, "{decisions:?}");
+    assert!(decisions[0].contains("`order_id` of order has 3 of 4 left"), "{decisions:?}");
+    assert!(decisions[3].starts_with("exit after 4") && decisions[3].contains("every value taken"), "{decisions:?}");
+    let grounding = &trace.observations.iter().find(|o| o.node_id == "order").unwrap().grounding;
+    assert!(grounding[0].source.contains("for each"), "{grounding:?}");
+
+    // One of three: a judge decides, as for any loop, and the model picks the order.
+    let server = support::llm(script).await;
+    let plan = support::plan(for_each_graph(1), support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let orders: Vec<&serde_json::Value> = trace
+        .tool_calls
+        .iter()
+        .filter(|call| call.tool == "get_order_details")
+        .map(|call| &call.args["order_id"])
+        .collect();
+    assert_eq!(orders, [&json!("#W8535951")], "the judge said done after one");
+    let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Has every order been")).count();
+    assert_eq!(judged, 1);
+}

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use flowmem_model::{ArgBinding, BindingSource, NodeKind, ValueSource, WorkflowGraph};
 use serde_json::Value;
 
-use crate::dataflow::{ArgumentFlow, Dataflow, Source};
+use crate::dataflow::{ArgumentFlow, Dataflow, Source, SourceSupport};
 use crate::tree::{Operator, ProcessTree};
 
 /// How a skeleton's bindings are chosen from a [`Dataflow`].
@@ -29,23 +29,20 @@ impl BindingConfig {
 }
 
 /// The sources of `flow` that pass `cfg`'s share, most supported first.
-fn kept<'f>(flow: &'f ArgumentFlow, cfg: &BindingConfig) -> impl Iterator<Item = (&'f Source, u64)> + 'f {
+fn kept<'f>(flow: &'f ArgumentFlow, cfg: &BindingConfig) -> impl Iterator<Item = &'f SourceSupport> + 'f {
     let least = cfg.min_share * flow.observed as f64;
-    flow.sources
-        .iter()
-        .filter(move |support| support.support > 0 && support.support as f64 >= least)
-        .map(|support| (&support.source, support.support))
+    flow.sources.iter().filter(move |support| support.support > 0 && support.support as f64 >= least)
 }
 
 /// Tool → the tools whose results or arguments feed it, with the support summed.
 fn dependencies<'d>(dataflow: &'d Dataflow, cfg: &BindingConfig) -> HashMap<&'d str, HashMap<&'d str, u64>> {
     let mut res: HashMap<&str, HashMap<&str, u64>> = HashMap::new();
     for flow in &dataflow.arguments {
-        for (source, support) in kept(flow, cfg) {
-            if let Some(tool) = source.tool()
+        for kept in kept(flow, cfg) {
+            if let Some(tool) = kept.source.tool()
                 && tool != flow.tool
             {
-                *res.entry(flow.tool.as_str()).or_default().entry(tool).or_default() += support;
+                *res.entry(flow.tool.as_str()).or_default().entry(tool).or_default() += kept.support;
             }
         }
     }
@@ -169,8 +166,8 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
         let mut res = BTreeMap::new();
         for flow in dataflow.arguments.iter().filter(|flow| &flow.tool == tool) {
             let sources: Vec<BindingSource> = kept(flow, cfg)
-                .filter_map(|(source, support)| {
-                    let source = match source {
+                .filter_map(|kept| {
+                    let source = match &kept.source {
                         Source::Query => ValueSource::Query { shape: flow.query_shape },
                         Source::Constant { value } => {
                             ValueSource::Constant { value: serde_json::from_str(value).unwrap_or(Value::Null) }
@@ -182,7 +179,7 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
                             ValueSource::Argument { node: nearest(tool)?, arg: arg.clone() }
                         }
                     };
-                    Some(BindingSource { source, support })
+                    Some(BindingSource { source, support: kept.support, each: kept.each })
                 })
                 .take(cfg.max_sources)
                 .collect();

@@ -31,9 +31,9 @@
 mod bind;
 mod values;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{Record, ValueShape, canonical_json};
+use flowmem_model::{EachUse, Record, ValueShape, canonical_json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -121,6 +121,12 @@ pub struct SourceSupport {
     pub source: Source,
     /// How many values it explained.
     pub support: u64,
+    /// For a result path over a collection (with `[*]`): in how many records it held at
+    /// least two values and gave the argument one, and in how many of those the tool's
+    /// calls took every value of the collection (every element at the path, over all
+    /// calls of the source tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<EachUse>,
 }
 
 /// Where one argument value came from, in the terms of the log (tools, not graph nodes).
@@ -246,16 +252,24 @@ impl Dataflow {
 /// ```
 #[must_use]
 pub fn mine_dataflow(records: &[Record]) -> Dataflow {
-    let mut per_record: Vec<RecordFlow> = records.iter().map(mine_record).collect();
+    let (mut per_record, each): (Vec<RecordFlow>, Vec<EachFindings>) = records.iter().map(mine_record).unzip();
     mark_constants(&mut per_record);
-    aggregate(records, per_record)
+    aggregate(records, per_record, &each)
 }
 
+/// What one record says of the collections its arguments drew from: per (tool,
+/// argument) and result source over a collection of at least two values that explained
+/// one of its values, whether the argument's values in the record hold every value of
+/// the collection.
+type EachFindings = Vec<((String, String), Source, bool)>;
+
 /// The findings of one record, before constants are known.
-fn mine_record(record: &Record) -> RecordFlow {
+fn mine_record(record: &Record) -> (RecordFlow, EachFindings) {
     let query = normalise_query(&record.query);
     // Per earlier call: normalised key -> the (tool, path) sources it offers.
     let mut offered_results: HashMap<String, Vec<Source>> = HashMap::new();
+    // Per result source over a collection (a path with `[*]`): the keys it holds.
+    let mut collections: HashMap<Source, HashSet<String>> = HashMap::new();
     let mut offered_args: HashMap<String, Vec<Source>> = HashMap::new();
     let mut values = Vec::new();
     for (call_idx, call) in record.orchestration.iter().enumerate() {
@@ -287,12 +301,45 @@ fn mine_record(record: &Record) -> RecordFlow {
                 if let Some(key) = key(&value)
                     && !own.contains(&key)
                 {
-                    offer(&mut offered_results, key, Source::Result { tool: call.tool.clone(), path });
+                    let source = Source::Result { tool: call.tool.clone(), path };
+                    if let Source::Result { path, .. } = &source
+                        && path.contains("[*]")
+                    {
+                        collections.entry(source.clone()).or_default().insert(key.clone());
+                    }
+                    offer(&mut offered_results, key, source);
                 }
             }
         }
     }
-    RecordFlow { id: record.id.clone(), values }
+    let each = each_findings(&values, &collections);
+    (RecordFlow { id: record.id.clone(), values }, each)
+}
+
+/// For [`EachFindings`]: the values of an argument count whatever their sources (one
+/// also found in the query still takes its element of the collection).
+fn each_findings(values: &[ValueFlow], collections: &HashMap<Source, HashSet<String>>) -> EachFindings {
+    // Per (tool, argument): the keys of its values, and the collections that explained any.
+    type Used<'s> = (HashSet<String>, Vec<&'s Source>);
+    let mut used: BTreeMap<(String, String), Used<'_>> = BTreeMap::new();
+    for value in values {
+        let (keys, sources) = used.entry((value.tool.clone(), value.arg.clone())).or_default();
+        keys.extend(key(&value.value));
+        for source in value.sources.iter().filter(|source| collections.contains_key(*source)) {
+            if !sources.contains(&source) {
+                sources.push(source);
+            }
+        }
+    }
+    let mut res = Vec::new();
+    for (tool_arg, (keys, sources)) in used {
+        // Taking the one value of a collection of one says nothing of going through it.
+        for source in sources.into_iter().filter(|source| collections[*source].len() >= 2) {
+            let all = collections[source].is_subset(&keys);
+            res.push((tool_arg.clone(), source.clone(), all));
+        }
+    }
+    res
 }
 
 fn offer(offered: &mut HashMap<String, Vec<Source>>, key: String, source: Source) {
@@ -332,7 +379,13 @@ fn mark_constants(per_record: &mut [RecordFlow]) {
     }
 }
 
-fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
+fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindings]) -> Dataflow {
+    let mut each_counts: HashMap<(&(String, String), &Source), EachUse> = HashMap::new();
+    for (tool_arg, source, all) in each.iter().flatten() {
+        let counts = each_counts.entry((tool_arg, source)).or_insert(EachUse { records: 0, all: 0 });
+        counts.records += 1;
+        counts.all += u64::from(*all);
+    }
     let mut by_kind = KindCounts::default();
     type Counts = (BTreeMap<Source, u64>, BTreeMap<ValueShape, u64>);
     let mut flows: BTreeMap<(String, String), (ArgumentFlow, Counts)> = BTreeMap::new();
@@ -384,7 +437,14 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>) -> Dataflow {
                 .into_iter()
                 .max_by_key(|&(shape, count)| (count, std::cmp::Reverse(shape)))
                 .map(|(shape, _)| shape);
-            flow.sources = supports.into_iter().map(|(source, support)| SourceSupport { source, support }).collect();
+            let tool_arg = (flow.tool.clone(), flow.arg.clone());
+            flow.sources = supports
+                .into_iter()
+                .map(|(source, support)| {
+                    let each = each_counts.get(&(&tool_arg, &source)).copied();
+                    SourceSupport { source, support, each }
+                })
+                .collect();
             // Stable: equal supports keep the sources' own order.
             flow.sources.sort_by_key(|source| std::cmp::Reverse(source.support));
             flow

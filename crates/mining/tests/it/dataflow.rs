@@ -541,3 +541,47 @@ fn a_tool_after_a_loop_binds_to_the_loop_body() {
     );
     assert!(upstream(&graph, &order.id).contains(&user.id));
 }
+
+/// Whether the calls took every element of a collection is counted per record, from
+/// the argument's values whatever source each was credited to, and carried into the
+/// binding.
+#[test]
+fn each_counts_the_records_that_took_every_value_of_a_collection() {
+    let user = |orders: Value| call("get_user", json!({"user_id": "u1"}), Some(json!({"orders": orders})));
+    let order = |id: &str| call("get_order", json!({"order_id": id}), Some(json!({"status": "ok"})));
+    let records = records_of(vec![
+        // Every order, in two calls.
+        ("user u1", vec![user(json!(["#W1", "#W2"])), order("#W1"), order("#W2")]),
+        // Every order, though the query names one (the query is its source).
+        ("user u1 about W4", vec![user(json!(["#W3", "#W4"])), order("#W3"), order("#W4")]),
+        // One of three.
+        ("user u1", vec![user(json!(["#W5", "#W6", "#W7"])), order("#W6")]),
+        // An order from nowhere: the collection is not this argument's source here.
+        ("user u1", vec![user(json!(["#W8", "#W10"])), order("#W9")]),
+        // The one order of a collection of one: no evidence of going through it.
+        ("user u1", vec![user(json!(["#W11"])), order("#W11")]),
+    ]);
+    let flow = mine_dataflow(&records);
+    let order_id = flow.argument("get_order", "order_id").unwrap();
+    let collection = Source::Result { tool: "get_user".into(), path: "$.orders[*]".into() };
+    let support = order_id.sources.iter().find(|support| support.source == collection).unwrap();
+    assert_eq!(support.support, 5, "{order_id:?}");
+    assert_eq!(support.each, Some(flowmem_model::EachUse { records: 3, all: 2 }), "{order_id:?}");
+    assert!(support.each.unwrap().is_usual());
+    // A source that is no collection has no such count.
+    let user_id = flow.argument("get_user", "user_id").unwrap();
+    assert!(user_id.sources.iter().all(|support| support.each.is_none()), "{user_id:?}");
+
+    let tree = ProcessTree::parse("->( 'get_user', *( 'get_order', tau ) )").unwrap();
+    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let NodeKind::Tool { bindings, .. } = &graph
+        .nodes
+        .iter()
+        .find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == "get_order"))
+        .unwrap()
+        .kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(bindings["order_id"].sources[0].each, Some(flowmem_model::EachUse { records: 3, all: 2 }));
+}
