@@ -650,7 +650,9 @@ pub struct ToolsReplayArgs {
 /// Example: `flowmem mine runs.jsonl --miner imf --noise 0.2 --output skeleton > graph.json`
 ///
 /// With JSONL records, `--output dataflow` shows where every argument value comes from,
-/// and the skeleton carries those data bindings. Records that hold only the calls
+/// and the skeleton carries those data bindings. A source over a collection says `all
+/// k/n`: of the n records where it held two or more values and gave the argument one,
+/// k took every value (a loop then goes through it "for each" when k > n/2 and k ≥ 2). Records that hold only the calls
 /// (τ-bench, τ²-bench) get their results by replay through the configured tools:
 /// `flowmem mine retail.jsonl --output dataflow --config flowmem.toml --state-key-arg state_key --reset-tool reset_state`
 #[derive(Debug, Args)]
