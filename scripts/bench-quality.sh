@@ -157,7 +157,7 @@ for domain in domains:
         if not os.path.exists(path) and os.path.exists(journal):
             # An evaluation in progress: its finished runs so far, from its journal.
             runs = [json.loads(line)["run"] for line in open(journal) if '"run"' in line[:8]]
-            n_test = sum(1 for line in open(f"{d}/test.jsonl") if line.strip())
+            n_test = len(tasks)
             if runs:
                 checked = [r["task_success"] for r in runs if r.get("task_success") is not None]
                 ok = f"{sum(checked) / len(checked):.2f}" if checked else "-"
