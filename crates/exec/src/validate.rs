@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 
-use flowmem_model::{Condition, Edge, EdgeKind, NodeKind, WorkflowGraph};
+use flowmem_model::{Condition, Edge, EdgeKind, NodeKind, ValueSource, WorkflowGraph};
 
 /// A workflow graph that passed [`check`]: the only kind of graph that can be compiled
 /// and executed.
@@ -273,6 +273,18 @@ pub enum Violation {
         /// The node the binding reads from.
         source_node: String,
     },
+    /// `each` evidence on a source that is not an upstream result over a collection.
+    #[error(
+        "node `{node}`: argument `{arg}` has `each` on a {kind} source; only a result path over a collection (with `[*]`) can be gone through"
+    )]
+    EachNotACollection {
+        /// The tool node whose argument is bound.
+        node: String,
+        /// The bound argument's path.
+        arg: String,
+        /// The kind of source: `query`, `argument`, `constant`, or `result` (without `[*]`).
+        kind: &'static str,
+    },
 }
 
 impl Violation {
@@ -307,7 +319,8 @@ impl Violation {
             | Violation::StrayLabel { node, .. }
             | Violation::TemplateSyntax { node, .. }
             | Violation::UndefinedVariable { node, .. }
-            | Violation::BindingNotUpstream { node, .. } => Some(node),
+            | Violation::BindingNotUpstream { node, .. }
+            | Violation::EachNotACollection { node, .. } => Some(node),
         }
     }
 }
@@ -446,10 +459,30 @@ pub fn violations(graph: &WorkflowGraph, tools: ToolCatalog<'_>) -> Vec<Violatio
     let acyclic = check_cycles(graph, &index, &mut res);
     check_reachability(graph, &index, &mut res);
     check_loops(graph, &edges, &mut res);
+    check_each(graph, &mut res);
     if acyclic {
         check_data_reads(graph, &index, &mut res);
     }
     res
+}
+
+/// `each` evidence ([`flowmem_model::EachUse`]) only on result paths over a collection.
+fn check_each(graph: &WorkflowGraph, res: &mut Vec<Violation>) {
+    for node in &graph.nodes {
+        let NodeKind::Tool { bindings, .. } = &node.kind else { continue };
+        for (arg, binding) in bindings {
+            for source in binding.sources.iter().filter(|source| source.each.is_some()) {
+                let kind = match &source.source {
+                    ValueSource::Result { path, .. } if path.contains("[*]") => continue,
+                    ValueSource::Result { .. } => "result",
+                    ValueSource::Query { .. } => "query",
+                    ValueSource::Argument { .. } => "argument",
+                    ValueSource::Constant { .. } => "constant",
+                };
+                res.push(Violation::EachNotACollection { node: node.id.clone(), arg: arg.clone(), kind });
+            }
+        }
+    }
 }
 
 /// Each node's edges by position, so that no rule scans every edge per node.

@@ -279,6 +279,28 @@ fn bindings_must_read_from_upstream_nodes() {
 }
 
 #[test]
+fn each_evidence_belongs_on_result_paths_over_a_collection() {
+    let each = json!({"records": 3, "all": 2});
+    let over = |source: serde_json::Value| bound_graph(json!({"product_id": {"observed": 3, "sources": [source]}}));
+    let collection =
+        over(json!({"from": "result", "node": "order", "path": "$.items[*].product_id", "support": 3, "each": each}));
+    assert!(check(collection, ToolCatalog::Known(&tools())).is_ok());
+    let cases = [
+        (json!({"from": "result", "node": "order", "path": "$.product_id", "support": 3, "each": each}), "result"),
+        (json!({"from": "query", "shape": "id", "support": 3, "each": each}), "query"),
+        (json!({"from": "constant", "value": 7, "support": 3, "each": each}), "constant"),
+    ];
+    for (source, kind) in cases {
+        let found = violations(&over(source), ToolCatalog::Known(&tools()));
+        assert!(
+            matches!(&found[..], [Violation::EachNotACollection { node, arg, kind: found }] if node == "product" && arg == "product_id" && *found == kind),
+            "{found:?}"
+        );
+        assert!(found[0].to_string().contains("has `each` on a"), "{}", found[0]);
+    }
+}
+
+#[test]
 fn graph_files_without_bindings_still_load_and_keep_their_shape() {
     let legacy = json!({
         "nodes": [
