@@ -411,10 +411,17 @@ async fn tool_node(
     step: &mut Step<'_>,
 ) -> Result<Outcome, String> {
     let mut bound = bound_candidates(plan, query, tool.tools, tool.bindings, items);
-    // In a loop gone through "for each", the next value not taken yet.
+    // In a loop gone through "for each", the next value not taken yet: first those the
+    // query names (the user's own reservation, say), then the collection's order.
     if judged_loop(plan, node).is_some() {
+        let normalised = flowmem_model::normalise_text(query);
+        let named = |value: &Value| {
+            flowmem_model::value_key(value).is_some_and(|key| flowmem_model::occurs_in(&normalised, &key))
+        };
         for found in bound.iter_mut().filter(|found| found.each && !found.elements) {
-            let unused = unused_values(found, &node.id, items);
+            let mut unused = unused_values(found, &node.id, items);
+            // Stable: within each group the collection's order stays.
+            unused.sort_by_key(|value| !named(value));
             if let Some(&next) = unused.first() {
                 let (next, left) = (next.clone(), unused.len());
                 found.source = format!("{}, for each: the next of {left} not taken yet", found.source);

@@ -144,8 +144,8 @@ pub struct BindingSource {
 /// many of those they called the tool with every one of its values.
 ///
 /// When most did ([`EachUse::is_usual`]), the executor treats the tool's loop as "for
-/// each": every iteration takes a value not used yet, and the loop ends when none is
-/// left, with no judge.
+/// each": every iteration takes a value not used yet (those the query names first), and
+/// the loop ends when none is left, with no judge.
 ///
 /// ```
 /// use flowmem_model::EachUse;

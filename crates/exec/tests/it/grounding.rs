@@ -337,10 +337,14 @@ async fn a_loop_goes_through_a_collection_the_logs_usually_took_whole_with_no_mo
             Reply::tool_call("get_order_details", json!({"order_id": "#W8535951"})),
         )
         .when(Match::wants_json(), Reply::json(json!({"choice": "yes"})));
-    let input = RunInput { id: "each-1".to_owned(), query: "I am Sofia Rossi; what did I order?".to_owned() };
+    let input = RunInput {
+        id: "each-1".to_owned(),
+        query: "I am Sofia Rossi; what did I order? Order #W8535951 first.".to_owned(),
+    };
 
     // Two of three records took every order: the loop goes through all four of Sofia's,
-    // in the user's order, one each, and stops when none is left.
+    // the one the query names first, then in the user's order, one each, and stops when
+    // none is left.
     let server = support::llm(script.clone()).await;
     let plan = support::plan(for_each_graph(2), support::runtime(&server, tools.clone()));
     let trace = run(&plan, &input, &NoObserver).await;
@@ -351,7 +355,7 @@ async fn a_loop_goes_through_a_collection_the_logs_usually_took_whole_with_no_mo
         .filter(|call| call.tool == "get_order_details")
         .map(|call| &call.args["order_id"])
         .collect();
-    assert_eq!(orders, [&json!("#W5918442"), &json!("#W5500815"), &json!("#W8535951"), &json!("#W2818151")]);
+    assert_eq!(orders, [&json!("#W8535951"), &json!("#W5918442"), &json!("#W5500815"), &json!("#W2818151")]);
     assert!(trace.tool_calls.iter().all(|call| call.error.is_none()), "{:?}", trace.tool_calls);
     let requests = server.chat_requests();
     assert_eq!(requests.len(), 1, "only the user lookup asked the model: {requests:?}");
