@@ -195,8 +195,8 @@ pub(crate) fn candidates(
             }
         }
         if !unique.is_empty() {
-            let each =
-                matches!(source.source, ValueSource::Result { .. }) && source.each.is_some_and(|each| each.is_usual());
+            // `Valid(G, T)` admits `each` on result paths over a collection only.
+            let each = source.each.is_some_and(|each| each.is_usual());
             return Some(Candidates { arg: arg.to_owned(), source: label, values: unique, elements: false, each });
         }
     }

@@ -413,7 +413,7 @@ async fn tool_node(
     let mut bound = bound_candidates(plan, query, tool.tools, tool.bindings, items);
     // In a loop gone through "for each", the next value not taken yet: first those the
     // query names (the user's own reservation, say), then the collection's order.
-    if judged_loop(plan, node).is_some() {
+    if in_judged_loop(plan, node) {
         let normalised = flowmem_model::normalise_text(query);
         let named = |value: &Value| {
             flowmem_model::value_key(value).is_some_and(|key| flowmem_model::occurs_in(&normalised, &key))
@@ -547,11 +547,11 @@ fn bound_candidates(
         .collect()
 }
 
-/// The loop a node is in, when that loop's `until` is a judge: the kind a "for each"
-/// argument ([`Candidates::each`]) takes over from.
-fn judged_loop(plan: &PlanInner, node: &PlanNode) -> Option<usize> {
-    let loop_idx = node.enclosing_loop?;
-    matches!(plan.nodes[loop_idx].op, Op::Loop { until: Condition::Judge { .. }, .. }).then_some(loop_idx)
+/// Whether a node is in a loop whose `until` is a judge: the kind a "for each" argument
+/// ([`Candidates::each`]) takes over from.
+fn in_judged_loop(plan: &PlanInner, node: &PlanNode) -> bool {
+    node.enclosing_loop
+        .is_some_and(|loop_idx| matches!(plan.nodes[loop_idx].op, Op::Loop { until: Condition::Judge { .. }, .. }))
 }
 
 /// The candidates node `node_id` has not yet called its tool with, in their order.
@@ -575,7 +575,12 @@ pub(crate) fn for_each_done(plan: &PlanInner, query: &str, loop_idx: usize, item
     for &node_idx in body_nodes {
         let node = &plan.nodes[node_idx];
         let Op::Tool { tools, bindings, .. } = &node.op else { continue };
-        if node.enclosing_loop != Some(loop_idx) {
+        // Only a node with "for each" evidence needs its candidates (and its upstream
+        // results parsed) at every loop check.
+        let usual = |binding: &flowmem_model::ArgBinding| {
+            binding.sources.iter().any(|source| source.each.is_some_and(|each| each.is_usual()))
+        };
+        if node.enclosing_loop != Some(loop_idx) || !bindings.iter().any(|(_, binding)| usual(binding)) {
             continue;
         }
         for found in bound_candidates(plan, query, tools, bindings, items) {

@@ -301,10 +301,9 @@ fn mine_record(record: &Record) -> (RecordFlow, EachFindings) {
                 if let Some(key) = key(&value)
                     && !own.contains(&key)
                 {
+                    let over_collection = path.contains("[*]");
                     let source = Source::Result { tool: call.tool.clone(), path };
-                    if let Source::Result { path, .. } = &source
-                        && path.contains("[*]")
-                    {
+                    if over_collection {
                         collections.entry(source.clone()).or_default().insert(key.clone());
                     }
                     offer(&mut offered_results, key, source);
@@ -333,10 +332,12 @@ fn each_findings(values: &[ValueFlow], collections: &HashMap<Source, HashSet<Str
     }
     let mut res = Vec::new();
     for (tool_arg, (keys, sources)) in used {
-        // Taking the one value of a collection of one says nothing of going through it.
-        for source in sources.into_iter().filter(|source| collections[*source].len() >= 2) {
-            let all = collections[source].is_subset(&keys);
-            res.push((tool_arg.clone(), source.clone(), all));
+        for source in sources {
+            let collection = &collections[source];
+            // Taking the one value of a collection of one says nothing of going through it.
+            if collection.len() >= 2 {
+                res.push((tool_arg.clone(), source.clone(), collection.is_subset(&keys)));
+            }
         }
     }
     res
