@@ -652,7 +652,11 @@ pub struct ToolsReplayArgs {
 /// With JSONL records, `--output dataflow` shows where every argument value comes from,
 /// and the skeleton carries those data bindings. A source over a collection says `all
 /// k/n`: of the n records where it held two or more values and gave the argument one,
-/// k took every value (a loop then goes through it "for each" when k > n/2 and k ≥ 2). Records that hold only the calls
+/// k took every value (a loop then goes through it "for each" when k > n/2 and k ≥ 2).
+/// Each branch of that skeleton counts the records that reached it and took each route
+/// (`taken`); under `--grounding bindings` a run takes, with no judge, a route most of
+/// them took whose first tool can be grounded, and never offers one whose first tool has
+/// a required bound argument with no value. Records that hold only the calls
 /// (τ-bench, τ²-bench) get their results by replay through the configured tools:
 /// `flowmem mine retail.jsonl --output dataflow --config flowmem.toml --state-key-arg state_key --reset-tool reset_state`
 #[derive(Debug, Args)]
@@ -783,7 +787,8 @@ pub enum MineOutput {
     Mermaid,
     /// A PNML Petri net for PM4Py, ProM and other tools.
     Pnml,
-    /// The skeleton `WorkflowGraph` as JSON (with data bindings for JSONL records).
+    /// The skeleton `WorkflowGraph` as JSON (with data bindings and route counts for
+    /// JSONL records).
     Skeleton,
     /// Where every argument value of the records' calls comes from, per tool argument,
     /// with coverage (JSONL records only).

@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use flowmem_llm::{ChatModel, ChatRequest, ChatResponse, Message, Prompts, Purpose, ResponseFormat, ToolChoice};
 use flowmem_model::{
-    ArgGrounding, Condition, ContextInput, JsonObject, NodeObservation, PROMPT_RESULTS_MARKER, ToolCall, error_chain,
+    ArgGrounding, Condition, ContextInput, JsonObject, NodeObservation, PROMPT_RESULTS_MARKER, ToolCall, ValueSource,
+    error_chain,
 };
 use serde_json::{Value, json};
 
 use crate::event::now_ms;
 use crate::grounding::{self, Candidates, Grounding};
-use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, TOOL_TEMPLATE};
+use crate::plan::{JUDGE_TEMPLATE, Op, PlanInner, PlanNode, RouteEvidence, TOOL_TEMPLATE};
 use crate::prompts::{
     CONTEXT_ITEM_CHARS, ContextItem, NodePromptVars, OwnVars, RESULTS_TEMPLATE, ResultsVars, newest_that_fit,
     template_items,
@@ -278,6 +279,8 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
         ..NodeObservation::default()
     };
     let mut step = Step { observation: &mut observation, model: None, tool_call: None };
+    // Why a branch's routes were narrowed or settled by mined evidence.
+    let mut route_why = None;
     let outcome = match &node.op {
         Op::Llm { template, instruction, model } => {
             llm_node(plan, query, node, items, template, instruction.as_deref(), model.as_ref(), &mut step).await
@@ -286,8 +289,15 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
             let tool = ToolNode { tools, hints, instruction: instruction.as_deref(), bindings };
             tool_node(plan, query, node, items, &tool, &mut step).await
         }
-        Op::Branch { condition: Condition::Judge { question }, routes } => {
-            judge(plan, query, node, items, question, routes, &mut step).await.map(Outcome::Route)
+        Op::Branch { condition: Condition::Judge { question }, routes, evidence } => {
+            let routing = route_by_data(plan, query, routes, evidence, items);
+            route_why = (!routing.why.is_empty()).then(|| routing.why.join("; "));
+            match routing.decided {
+                Some(route) => Ok(Outcome::Route(route)),
+                None => {
+                    judge(plan, query, node, items, question, &routing.options, &mut step).await.map(Outcome::Route)
+                }
+            }
         }
         Op::Loop { until: Condition::Judge { question }, .. } if work.loop_check => {
             let options: Vec<String> = LOOP_OPTIONS.iter().map(|&option| option.to_owned()).collect();
@@ -306,7 +316,12 @@ pub(crate) async fn execute(plan: &PlanInner, query: &str, work: NodeWork) -> No
                 observation.error = Some(output.clone());
             }
         }
-        Ok(Outcome::Route(route)) => observation.output = Some(route.clone()),
+        Ok(Outcome::Route(route)) => {
+            observation.output = Some(match route_why {
+                Some(why) => format!("{route} ({why})"),
+                None => route.clone(),
+            });
+        }
         Ok(Outcome::LoopStop(_)) => {}
         Err(message) => observation.error = Some(message.clone()),
     }
@@ -543,6 +558,111 @@ fn bound_candidates(
             }
             let found = grounding::candidates(arg, binding, query, schema, items)?;
             Some(Candidates { elements, ..found })
+        })
+        .collect()
+}
+
+/// What mined evidence makes of a judged branch before its judge is asked
+/// ([`route_by_data`]).
+struct Routing {
+    /// The route to take with no judge, when the evidence settles it.
+    decided: Option<String>,
+    /// Otherwise, the routes the judge chooses among.
+    options: Vec<String>,
+    /// What the evidence did, for the observation; empty when it did nothing.
+    why: Vec<String>,
+}
+
+/// Routes a judged branch by the mined evidence, with bindings grounding only:
+/// - a route whose first tools all have a bound argument with no value to take (see
+///   [`ungroundable`]) is not offered;
+/// - a route that runs a tool, that more than half of the mined records reaching the
+///   branch took, and whose first tool (one of them) has a value for every bound
+///   argument, is taken with no judge;
+/// - when one route is left, it is taken with no judge.
+///
+/// A graph with no mined counts or bindings routes as before: the judge chooses among
+/// every route.
+fn route_by_data(
+    plan: &PlanInner,
+    query: &str,
+    routes: &[String],
+    evidence: &[RouteEvidence],
+    items: &Context,
+) -> Routing {
+    let all = Routing { decided: None, options: routes.to_vec(), why: Vec::new() };
+    if plan.runtime.grounding != Grounding::Bindings || evidence.is_empty() {
+        return all;
+    }
+    // Per route: the first tools with their ungroundable arguments.
+    let missing: Vec<Vec<(usize, Vec<String>)>> = evidence
+        .iter()
+        .map(|route| {
+            route.entries.iter().map(|&node_idx| (node_idx, ungroundable(plan, query, node_idx, items))).collect()
+        })
+        .collect();
+    let ready = |route_idx: usize| missing[route_idx].iter().find(|(_, args)| args.is_empty()).map(|(idx, _)| *idx);
+    let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
+    for (route_idx, route) in evidence.iter().enumerate() {
+        let Some(taken) = route.taken else { continue };
+        if 2 * taken <= total || route.passable || route.entries.is_empty() {
+            continue;
+        }
+        if let Some(node_idx) = ready(route_idx) {
+            let why =
+                format!("taken by {taken} of {total} mined records, and `{}` can be grounded", plan.nodes[node_idx].id);
+            return Routing { decided: Some(route.label.clone()), options: Vec::new(), why: vec![why] };
+        }
+    }
+    let mut options = Vec::new();
+    let mut why = Vec::new();
+    for (route_idx, route) in evidence.iter().enumerate() {
+        let blocked = !route.passable && !route.entries.is_empty() && ready(route_idx).is_none();
+        if !blocked {
+            options.push(route.label.clone());
+            continue;
+        }
+        let (node_idx, args) = &missing[route_idx][0];
+        let args: Vec<String> = args.iter().map(|arg| format!("`{arg}`")).collect();
+        why.push(format!(
+            "`{}` left out: `{}` has no value for {}",
+            route.label,
+            plan.nodes[*node_idx].id,
+            args.join(", ")
+        ));
+    }
+    match options.len() {
+        0 => all,
+        1 => {
+            why.push("the only route left".to_owned());
+            Routing { decided: options.pop(), options, why }
+        }
+        _ => Routing { decided: None, options, why },
+    }
+}
+
+/// The bound arguments of tool node `node_idx` that have no value to take now: no
+/// source of the binding gives one (an upstream result or argument that is not there,
+/// a query with no span of the shape). An argument the model may find in the query (a
+/// query source without a shape), one with no mined source, and one the schema does not
+/// require are never counted.
+fn ungroundable(plan: &PlanInner, query: &str, node_idx: usize, items: &Context) -> Vec<String> {
+    let Op::Tool { tools, bindings, .. } = &plan.nodes[node_idx].op else {
+        return Vec::new();
+    };
+    let schema = tools.first().map_or(&Value::Null, |definition| &definition.parameters);
+    let required: Option<Vec<&str>> =
+        schema.get("required").and_then(Value::as_array).map(|names| names.iter().filter_map(Value::as_str).collect());
+    bindings
+        .iter()
+        .filter_map(|(path, binding)| {
+            let arg = path.strip_suffix("[*]").unwrap_or(path);
+            let free = binding.sources.is_empty()
+                || binding.sources.iter().any(|source| matches!(source.source, ValueSource::Query { shape: None }));
+            if free || arg.contains(['[', '.']) || required.as_ref().is_some_and(|names| !names.contains(&arg)) {
+                return None;
+            }
+            grounding::candidates(arg, binding, query, schema, items).is_none().then(|| arg.to_owned())
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 //! hints), resolves named models, and precomputes the dependency order, edge lists and
 //! loop bodies, so that running a query does no graph analysis at all.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use flowmem_llm::{ChatModel, Prompts, ToolDefinition};
@@ -117,6 +117,8 @@ pub(crate) enum Op {
     Branch {
         condition: Condition,
         routes: Vec<String>,
+        /// Per route, in the order of `routes`: what the mined logs say about it.
+        evidence: Vec<RouteEvidence>,
     },
     Parallel,
     Join,
@@ -126,6 +128,22 @@ pub(crate) enum Op {
         body_nodes: Vec<usize>,
         body_edges: Vec<usize>,
     },
+}
+
+/// What the mined logs say about one route of a branch, for routing by data
+/// (`node::route_by_data`).
+#[derive(Default)]
+pub(crate) struct RouteEvidence {
+    /// The route's label.
+    pub(crate) label: String,
+    /// How many of the mined records that reached the branch took the route; `None` when
+    /// the graph has no counts for it.
+    pub(crate) taken: Option<u64>,
+    /// The tool nodes the route may run first (through nested branches and into loop
+    /// bodies).
+    pub(crate) entries: Vec<usize>,
+    /// Whether the route may run no tool at all before the routes meet again (a `skip`).
+    pub(crate) passable: bool,
 }
 
 pub(crate) struct PlanEdge {
@@ -191,7 +209,7 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
             NodeKind::Tool { hints, instruction, bindings } => {
                 compile_tool(&node.id, hints, instruction.as_ref(), bindings, &available, &runtime.prompts)?
             }
-            NodeKind::Branch { condition } => compile_branch(graph, &node.id, condition, &runtime.prompts)?,
+            NodeKind::Branch { condition, .. } => compile_branch(graph, &node.id, condition, &runtime.prompts)?,
             NodeKind::Parallel {} => ("parallel".to_owned(), Op::Parallel),
             NodeKind::Join {} => ("join".to_owned(), Op::Join),
             NodeKind::Loop { max_iterations, until } => {
@@ -211,6 +229,14 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
         });
     }
     link_edges(&mut nodes, &edges);
+    for (node_idx, node) in graph.nodes.iter().enumerate() {
+        if let NodeKind::Branch { taken, .. } = &node.kind {
+            let found = route_evidence(&nodes, &edges, node_idx, taken);
+            if let Op::Branch { evidence, .. } = &mut nodes[node_idx].op {
+                *evidence = found;
+            }
+        }
+    }
     let order = dependency_order(nodes.len(), &edges);
     Ok(Plan {
         inner: Arc::new(PlanInner {
@@ -328,7 +354,79 @@ fn compile_branch(
     }
     let routes =
         graph.outgoing(id).filter(|edge| edge.kind != EdgeKind::Back).filter_map(|edge| edge.label.clone()).collect();
-    Ok(("branch".to_owned(), Op::Branch { condition: condition.clone(), routes }))
+    Ok(("branch".to_owned(), Op::Branch { condition: condition.clone(), routes, evidence: Vec::new() }))
+}
+
+/// The evidence of each route of branch `branch_idx`, in the order of its routes.
+///
+/// A route's first tools are found by walking forward from its target over edges that
+/// are not `back` edges, into nested branches' routes and loops' bodies, stopping at tool
+/// nodes. A node that another route reaches too is past the point where the routes meet:
+/// a walk that gets there makes the route passable without a tool.
+fn route_evidence(
+    nodes: &[PlanNode],
+    edges: &[PlanEdge],
+    branch_idx: usize,
+    taken: &BTreeMap<String, u64>,
+) -> Vec<RouteEvidence> {
+    let forward = |node_idx: usize| {
+        let loop_body = matches!(nodes[node_idx].op, Op::Loop { .. });
+        nodes[node_idx].outgoing.iter().map(|&edge_idx| &edges[edge_idx]).filter(move |edge| {
+            edge.kind != EdgeKind::Back && (!loop_body || edge.label.as_deref() == Some(crate::validate::LOOP_BODY))
+        })
+    };
+    let reach = |start: usize| {
+        let mut seen = HashSet::new();
+        let mut stack = vec![start];
+        while let Some(node_idx) = stack.pop() {
+            if seen.insert(node_idx) {
+                stack.extend(
+                    nodes[node_idx]
+                        .outgoing
+                        .iter()
+                        .map(|&edge_idx| &edges[edge_idx])
+                        .filter_map(|edge| (edge.kind != EdgeKind::Back).then_some(edge.to)),
+                );
+            }
+        }
+        seen
+    };
+    let routes: Vec<&PlanEdge> = nodes[branch_idx]
+        .outgoing
+        .iter()
+        .map(|&edge_idx| &edges[edge_idx])
+        .filter(|edge| edge.kind != EdgeKind::Back && edge.label.is_some())
+        .collect();
+    routes
+        .iter()
+        .enumerate()
+        .map(|(route_idx, route)| {
+            let elsewhere: HashSet<usize> = routes
+                .iter()
+                .enumerate()
+                .filter(|&(other_idx, _)| other_idx != route_idx)
+                .flat_map(|(_, other)| reach(other.to))
+                .collect();
+            let label = route.label.clone().unwrap_or_default();
+            let mut found = RouteEvidence { taken: taken.get(&label).copied(), label, ..RouteEvidence::default() };
+            let mut seen = HashSet::new();
+            let mut stack = vec![route.to];
+            while let Some(node_idx) = stack.pop() {
+                if !seen.insert(node_idx) {
+                    continue;
+                }
+                if elsewhere.contains(&node_idx) || node_idx == branch_idx {
+                    found.passable = true;
+                } else if matches!(nodes[node_idx].op, Op::Tool { .. }) {
+                    found.entries.push(node_idx);
+                } else {
+                    stack.extend(forward(node_idx).map(|edge| edge.to));
+                }
+            }
+            found.entries.sort_unstable();
+            found
+        })
+        .collect()
 }
 
 /// A loop: its bound, its condition, and the nodes and edges of its body.

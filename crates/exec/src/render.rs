@@ -182,7 +182,7 @@ fn node_label(node: &GraphNode) -> String {
             }
             summary
         }
-        NodeKind::Branch { condition } => format!("branch: {}", condition_summary(condition)),
+        NodeKind::Branch { condition, .. } => format!("branch: {}", condition_summary(condition)),
         NodeKind::Parallel {} => "parallel".to_owned(),
         NodeKind::Join {} => "join".to_owned(),
         NodeKind::Loop { max_iterations, until } => {

@@ -159,6 +159,14 @@ pub enum Violation {
         /// The repeated label.
         label: String,
     },
+    /// A branch's mined route counts (`taken`) name a route it does not have.
+    #[error("node `{node}`: `taken` counts route `{label}`, which no edge out of the branch is labelled")]
+    TakenUnknownRoute {
+        /// The branch.
+        node: String,
+        /// The label no route has.
+        label: String,
+    },
     /// A `branch` with no outgoing route.
     #[error("node `{node}`: the branch has no outgoing route")]
     NoRoutes {
@@ -307,6 +315,7 @@ impl Violation {
             | Violation::Unreachable { node, .. }
             | Violation::UnlabelledRoute { node, .. }
             | Violation::DuplicateRoute { node, .. }
+            | Violation::TakenUnknownRoute { node, .. }
             | Violation::NoRoutes { node }
             | Violation::MissingRoute { node, .. }
             | Violation::UnreachableRoute { node, .. }
@@ -684,7 +693,7 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
         let outgoing: Vec<_> =
             edges.outgoing(graph, index, &node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
-            NodeKind::Branch { condition } => {
+            NodeKind::Branch { condition, taken } => {
                 if outgoing.is_empty() {
                     res.push(Violation::NoRoutes { node: node.id.clone() });
                     continue;
@@ -698,6 +707,9 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
                         }
                         Some(_) => {}
                     }
+                }
+                for label in taken.keys().filter(|label| !seen.contains(label.as_str())) {
+                    res.push(Violation::TakenUnknownRoute { node: node.id.clone(), label: label.clone() });
                 }
                 if let Some((labels, condition)) = condition_routes(condition) {
                     for label in labels {
@@ -905,7 +917,7 @@ pub(crate) fn node_templates(kind: &NodeKind) -> Vec<(&'static str, &str)> {
                 res.push(("instruction", text.as_str()));
             }
         }
-        NodeKind::Branch { condition } | NodeKind::Loop { until: condition, .. } => {
+        NodeKind::Branch { condition, .. } | NodeKind::Loop { until: condition, .. } => {
             if let Condition::Judge { question } = condition {
                 res.push(("question", question.as_str()));
             }

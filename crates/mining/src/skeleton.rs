@@ -20,7 +20,7 @@
 //! taken first. [`tree_to_bound_skeleton`] adds the mined data flow: data orders parallel blocks whose
 //! members feed each other, and every tool node carries its arguments' bindings.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, WorkflowGraph};
 
@@ -50,9 +50,20 @@ pub const SKELETON_MAX_ITERATIONS: u32 = 5;
 /// ```
 #[must_use]
 pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
-    let mut builder = Builder { nodes: Vec::new(), edges: Vec::new(), n_ids: 0 };
+    build_skeleton(tree, None)
+}
+
+fn build_skeleton(tree: &ProcessTree, log: Option<&EventLog>) -> WorkflowGraph {
+    let mut builder = Builder { nodes: Vec::new(), edges: Vec::new(), n_ids: 0, counting: log.is_some() };
     builder.nodes.push(node("plan", llm(LlmRole::Plan), "Parse the query into sub-tasks"));
-    let end = builder.build(tree, Open { node: "plan".into(), label: None });
+    let cases: Vec<Case> = log.map_or_else(Vec::new, |log| {
+        let names = log.activities();
+        let case = |variant: &crate::log::TraceVariant| {
+            (variant.activities.iter().map(|&id| names[id as usize].clone()).collect(), variant.count)
+        };
+        log.variants().iter().map(case).collect()
+    });
+    let end = builder.build(tree, Open { node: "plan".into(), label: None }, &cases);
     builder.nodes.push(node("synthesize", llm(LlmRole::Synthesize), "Write the final answer"));
     builder.connect(end, "synthesize");
     WorkflowGraph {
@@ -64,7 +75,13 @@ pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
     }
 }
 
-/// Builds the skeleton of `tree` with the data flow mined from the same logs.
+/// Builds the skeleton of `tree` with the control and data flow mined from the same logs:
+/// `log`, the records' tool sequences, and `dataflow`, their arguments' sources.
+///
+/// Each branch counts, per route, the cases of `log` that reached it and took the route
+/// (`taken`): those in which an activity of the route occurs, and for `skip` those in
+/// which none of the other routes' activities does. Like [`order_routes`], this is a
+/// proxy: an activity of a route may also occur elsewhere in a case.
 ///
 /// A dependency found in the data overrides a concurrency found in the control flow:
 /// members of a `+` block whose tools take values from each other's results (or
@@ -76,7 +93,7 @@ pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
 /// # Example
 ///
 /// ```
-/// use flowmem_mining::{BindingConfig, ProcessTree, mine_dataflow, tree_to_bound_skeleton};
+/// use flowmem_mining::{BindingConfig, Classifier, EventLog, ProcessTree, mine_dataflow, tree_to_bound_skeleton};
 /// use flowmem_model::{NodeKind, Record, ToolCall, ValueSource};
 /// use serde_json::json;
 ///
@@ -84,10 +101,12 @@ pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
 /// order.result = Some(json!({"items": [{"product_id": "p7"}]}));
 /// let product = ToolCall::new("get_product", json!({"product_id": "p7"}))?;
 /// let record: Record = serde_json::from_value(json!({"id": "0", "query": "Where is order W1?"}))?;
-/// let flow = mine_dataflow(&[Record { orchestration: vec![order, product], ..record }]);
+/// let records = [Record { orchestration: vec![order, product], ..record }];
+/// let log = EventLog::from_records(&records, Classifier::ToolName);
+/// let flow = mine_dataflow(&records);
 ///
 /// let tree = ProcessTree::parse("+( 'get_order', 'get_product' )")?;
-/// let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+/// let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
 /// assert!(graph.node("parallel_1").is_none(), "the data orders the block");
 /// let NodeKind::Tool { bindings, .. } = &graph.node("tool_2").unwrap().kind else { unreachable!() };
 /// let source = &bindings["product_id"].sources[0].source;
@@ -95,9 +114,14 @@ pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
-pub fn tree_to_bound_skeleton(tree: &ProcessTree, dataflow: &Dataflow, cfg: &BindingConfig) -> WorkflowGraph {
+pub fn tree_to_bound_skeleton(
+    tree: &ProcessTree,
+    log: &EventLog,
+    dataflow: &Dataflow,
+    cfg: &BindingConfig,
+) -> WorkflowGraph {
     let ordered = order_parallels(tree, dataflow, cfg);
-    let mut graph = tree_to_skeleton(&ordered);
+    let mut graph = build_skeleton(&ordered, Some(log));
     fill_bindings(&mut graph, dataflow, cfg);
     graph
 }
@@ -160,10 +184,21 @@ struct Open {
     label: Option<String>,
 }
 
+/// A group of the log's cases with the same activities: their names and how many cases.
+type Case = (BTreeSet<String>, u64);
+
+/// The cases in which an activity of `tree` occurs.
+fn cases_of(cases: &[Case], tree: &ProcessTree) -> Vec<Case> {
+    let labels = tree.labels();
+    cases.iter().filter(|(names, _)| labels.iter().any(|label| names.contains(*label))).cloned().collect()
+}
+
 struct Builder {
     nodes: Vec<GraphNode>,
     edges: Vec<Edge>,
     n_ids: usize,
+    /// Whether branches count the cases that took each route (a log was given).
+    counting: bool,
 }
 
 impl Builder {
@@ -183,7 +218,8 @@ impl Builder {
         id
     }
 
-    fn build(&mut self, tree: &ProcessTree, from: Open) -> Open {
+    /// Builds `tree` after `from`; `cases` are the log's cases that reach it.
+    fn build(&mut self, tree: &ProcessTree, from: Open, cases: &[Case]) -> Open {
         match tree {
             ProcessTree::Tau => from,
             ProcessTree::Activity { label } => {
@@ -193,7 +229,7 @@ impl Builder {
                 Open { node: id, label: None }
             }
             ProcessTree::Operator { operator: Operator::Sequence, children } => {
-                children.iter().fold(from, |open, child| self.build(child, open))
+                children.iter().fold(from, |open, child| self.build(child, open, cases))
             }
             ProcessTree::Operator { operator: Operator::Xor, children } => {
                 // The routes that do something first, `skip` last: a small judge leans
@@ -204,13 +240,25 @@ impl Builder {
                 let children = &children;
                 let routes = route_labels(children);
                 let question = format!("Which route fits the query: {}?", routes.join(" | "));
+                let route_cases: Vec<Vec<Case>> = children
+                    .iter()
+                    .map(|child| match child {
+                        ProcessTree::Tau => {
+                            let others: Vec<Vec<Case>> = children.iter().map(|other| cases_of(cases, other)).collect();
+                            let elsewhere = |case: &Case| others.iter().any(|taken| taken.contains(case));
+                            cases.iter().filter(|case| !elsewhere(case)).cloned().collect()
+                        }
+                        child => cases_of(cases, child),
+                    })
+                    .collect();
+                let taken = self.taken(&routes, &route_cases);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question } };
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken };
                 let branch = self.add(from, node(&branch, kind, "Choose one alternative"));
                 let join = self.id("join");
                 let mut ends = Vec::new();
-                for (child, route) in children.iter().zip(routes) {
-                    ends.push(self.build(child, Open { node: branch.clone(), label: Some(route) }));
+                for ((child, route), route_cases) in children.iter().zip(routes).zip(&route_cases) {
+                    ends.push(self.build(child, Open { node: branch.clone(), label: Some(route) }, route_cases));
                 }
                 self.nodes.push(node(&join, NodeKind::Join {}, "Alternatives meet"));
                 for end in ends {
@@ -224,7 +272,7 @@ impl Builder {
                 let join = self.id("join");
                 let mut ends = Vec::new();
                 for child in children {
-                    ends.push(self.build(child, Open { node: parallel.clone(), label: None }));
+                    ends.push(self.build(child, Open { node: parallel.clone(), label: None }, cases));
                 }
                 self.nodes.push(node(&join, NodeKind::Join {}, "Wait for every member"));
                 for end in ends {
@@ -237,16 +285,19 @@ impl Builder {
                 let body = children.first().unwrap_or(&tau);
                 let redo = children.get(1).unwrap_or(&tau);
                 if *redo == ProcessTree::Tau {
-                    return self.build_repeat(body, None, from);
+                    return self.build_repeat(body, None, from, cases);
                 }
-                let after_first = self.build(body, from);
+                let after_first = self.build(body, from, cases);
                 let question = format!("Must {} be retried?", describe(redo));
+                let retry_cases = cases_of(cases, redo);
+                let done_cases: Vec<Case> = cases.iter().filter(|case| !retry_cases.contains(case)).cloned().collect();
+                let taken = self.taken(&["done".to_owned(), "retry".to_owned()], &[done_cases, retry_cases.clone()]);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question } };
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken };
                 let branch = self.add(after_first, node(&branch, kind, "Decide whether to retry"));
                 let join = self.id("join");
-                let retried =
-                    self.build_repeat(redo, Some(body), Open { node: branch.clone(), label: Some("retry".into()) });
+                let open = Open { node: branch.clone(), label: Some("retry".into()) };
+                let retried = self.build_repeat(redo, Some(body), open, &retry_cases);
                 self.nodes.push(node(&join, NodeKind::Join {}, "Done or retried"));
                 self.connect(Open { node: branch, label: Some("done".into()) }, &join);
                 self.connect(retried, &join);
@@ -255,15 +306,24 @@ impl Builder {
         }
     }
 
+    /// The counts of a branch's routes, or none when no log was given.
+    fn taken(&self, routes: &[String], route_cases: &[Vec<Case>]) -> BTreeMap<String, u64> {
+        if !self.counting {
+            return BTreeMap::new();
+        }
+        let count = |cases: &Vec<Case>| cases.iter().map(|(_, count)| count).sum();
+        routes.iter().cloned().zip(route_cases.iter().map(count)).collect()
+    }
+
     /// A `loop` node whose body is `first` then `then` (when given), closed by a back edge.
-    fn build_repeat(&mut self, first: &ProcessTree, then: Option<&ProcessTree>, from: Open) -> Open {
+    fn build_repeat(&mut self, first: &ProcessTree, then: Option<&ProcessTree>, from: Open, cases: &[Case]) -> Open {
         let id = self.id("loop");
         let question = format!("Is {} done, with no further repetition needed?", describe(first));
         let kind = NodeKind::Loop { max_iterations: SKELETON_MAX_ITERATIONS, until: Condition::Judge { question } };
         let id = self.add(from, node(&id, kind, "Repeat until done"));
-        let mut end = self.build(first, Open { node: id.clone(), label: Some("body".into()) });
+        let mut end = self.build(first, Open { node: id.clone(), label: Some("body".into()) }, cases);
         if let Some(then) = then {
-            end = self.build(then, end);
+            end = self.build(then, end, cases);
         }
         self.edges.push(Edge { from: end.node, to: id.clone(), kind: EdgeKind::Back, label: end.label });
         Open { node: id, label: Some("exit".into()) }

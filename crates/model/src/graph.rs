@@ -100,6 +100,16 @@ pub enum NodeKind {
     Branch {
         /// How the route is chosen.
         condition: Condition,
+        /// How many of the mined records that reached this branch took each route, by
+        /// route label (`skip` included); empty when nothing was mined. With a judge, the
+        /// executor takes a route more than half of them took without asking, when the
+        /// route's first tool can be grounded, and never offers a route whose first tool
+        /// has a bound argument with no candidate.
+        // Left out of the JSON Schema, as `bindings` are: the edit grammar's node shape
+        // must not change.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        taken: BTreeMap<String, u64>,
     },
     /// Fans out: every outgoing edge is taken, and the members run concurrently.
     // Braces, not a unit variant: serde ignores the fields of a tagged unit variant, and

@@ -416,6 +416,28 @@ impl GraphEdit {
 }
 
 fn apply_in_place(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditProblem> {
+    apply_one(graph, edit)?;
+    forget_lost_routes(graph);
+    Ok(())
+}
+
+/// Drops the mined counts (`taken`) of routes an edit removed from their branch: they
+/// describe no route any more.
+fn forget_lost_routes(graph: &mut WorkflowGraph) {
+    let routes: std::collections::HashSet<(String, String)> = graph
+        .edges
+        .iter()
+        .filter(|edge| edge.kind != EdgeKind::Back)
+        .filter_map(|edge| Some((edge.from.clone(), edge.label.clone()?)))
+        .collect();
+    for node in &mut graph.nodes {
+        if let NodeKind::Branch { taken, .. } = &mut node.kind {
+            taken.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
+        }
+    }
+}
+
+fn apply_one(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), EditProblem> {
     match edit {
         GraphEdit::AddNode { node, after, before } => add_node(graph, node, after, before.as_deref()),
         GraphEdit::RemoveNode { id } => remove_node(graph, id),
@@ -780,7 +802,10 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
             }
             graph.nodes.push(GraphNode {
                 id: branch_id,
-                kind: NodeKind::Branch { condition: Condition::Judge { question: question.clone() } },
+                kind: NodeKind::Branch {
+                    condition: Condition::Judge { question: question.clone() },
+                    taken: std::collections::BTreeMap::new(),
+                },
                 description: None,
             });
             graph.nodes.push(alternative.clone());
@@ -847,7 +872,7 @@ fn refine_control(
             }
             Ok(())
         }
-        NodeKind::Branch { condition } => {
+        NodeKind::Branch { condition, .. } => {
             if new_bound.is_some() {
                 return Err(EditProblem::BranchBound { node: id.to_owned() });
             }
@@ -1036,6 +1061,32 @@ mod tests {
                 "t2->synth"
             ]
         );
+    }
+
+    #[test]
+    fn an_edit_that_takes_a_route_away_drops_its_mined_count() {
+        let control = ControlInsert::Branch {
+            before: "t2".into(),
+            question: "Is the order id known?".into(),
+            alternative: tool("lookup"),
+        };
+        let mut graph = apply(vec![GraphEdit::InsertControl { control }]).unwrap();
+        let counts = |graph: &WorkflowGraph| match &graph.node("branch_t2").unwrap().kind {
+            NodeKind::Branch { taken, .. } => taken.clone(),
+            _ => unreachable!(),
+        };
+        if let Some(GraphNode { kind: NodeKind::Branch { taken, .. }, .. }) =
+            graph.nodes.iter_mut().find(|node| node.id == "branch_t2")
+        {
+            taken.extend([("primary".to_owned(), 3), ("alternative".to_owned(), 1)]);
+        }
+        let kept =
+            crate::edit::apply_edit(&graph, &GraphEdit::RewritePrompt { id: "t2".into(), instruction: "x".into() })
+                .unwrap();
+        assert_eq!(counts(&kept), counts(&graph), "an edit that keeps the routes keeps the counts");
+        let edit = GraphEdit::RemoveEdge { from: "branch_t2".into(), to: "lookup".into() };
+        let removed = crate::edit::apply_edit(&graph, &edit).unwrap();
+        assert_eq!(counts(&removed), [("primary".to_owned(), 3)].into_iter().collect());
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub fn initial_workflow(records: &[Record], miner: bool, noise: f64) -> Workflow
     let log = EventLog::from_records(records, Classifier::ToolName);
     // The routes the log takes most often are offered first.
     let tree = order_routes(&discover(&log, Variant::ImF { noise }), &log);
-    tree_to_bound_skeleton(&tree, &mine_dataflow(records), &BindingConfig::skeleton())
+    tree_to_bound_skeleton(&tree, &log, &mine_dataflow(records), &BindingConfig::skeleton())
 }
 
 /// What a scout run needs besides its settings and records.

@@ -316,6 +316,7 @@ fn render(
             match dataflow {
                 Some(dataflow) => serde_json::to_value(flowmem_mining::tree_to_bound_skeleton(
                     tree,
+                    log,
                     dataflow,
                     &BindingConfig::skeleton(),
                 ))?,

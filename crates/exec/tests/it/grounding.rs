@@ -387,3 +387,106 @@ async fn a_loop_goes_through_a_collection_the_logs_usually_took_whole_with_no_mo
     let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Has every order been")).count();
     assert_eq!(judged, 1);
 }
+
+/// A user found by name and zip, then two judged branches with mined route counts:
+/// `lookup` (7 of 10 records) to `get_user_details` bound to the found id, and `orders`
+/// (6 of 10) to `get_order_details` bound to the found result's `orders[*]`, which a
+/// user id does not have.
+fn routed_graph() -> serde_json::Value {
+    let bound = |path: &str| json!({"observed": 6, "sources": [{"from": "result", "node": "find", "path": path, "support": 6}]});
+    json!({
+        "name": "routed",
+        "nodes": [
+            {"id": "find", "kind": "tool", "hints": ["find_user_id_by_name_zip"]},
+            {"id": "look", "kind": "branch", "condition": {"type": "judge", "question": "Look the user up?"},
+             "taken": {"lookup": 7, "skip": 3}},
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"],
+             "bindings": {"user_id": bound("$.parsed_content")}},
+            {"id": "looked", "kind": "join"},
+            {"id": "list", "kind": "branch", "condition": {"type": "judge", "question": "Read an order?"},
+             "taken": {"orders": 6, "skip": 4}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": bound("$.parsed_content.orders[*]")}},
+            {"id": "done", "kind": "join"}
+        ],
+        "edges": [
+            {"from": "find", "to": "look"},
+            {"from": "look", "to": "user", "label": "lookup"},
+            {"from": "look", "to": "looked", "label": "skip"},
+            {"from": "user", "to": "looked"},
+            {"from": "looked", "to": "list"},
+            {"from": "list", "to": "order", "label": "orders"},
+            {"from": "list", "to": "done", "label": "skip"},
+            {"from": "order", "to": "done"}
+        ],
+        "entry": "find",
+        "exit": "done"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mined_route_counts_and_groundability_route_a_branch_with_no_judge() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    // Asked, the judge would skip every route, and the model would invent an order id.
+    let script = Script::new()
+        .when(
+            Match::offers_tool("find_user_id_by_name_zip"),
+            Reply::tool_call(
+                "find_user_id_by_name_zip",
+                json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
+            ),
+        )
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W1"})),
+        )
+        .when(Match::wants_json(), Reply::json(json!({"choice": "skip"})));
+    let input = RunInput { id: "routed-1".to_owned(), query: "I am Yusuf Rossi, zip code 19122.".to_owned() };
+
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(routed_graph(), support::runtime(&server, tools.clone()));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let called: Vec<(&str, serde_json::Value)> = trace
+        .tool_calls
+        .iter()
+        .map(|call| (call.tool.as_str(), serde_json::Value::Object(call.args.clone())))
+        .collect();
+    assert_eq!(
+        called,
+        [
+            ("find_user_id_by_name_zip", json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"})),
+            ("get_user_details", json!({"user_id": "yusuf_rossi_9620"})),
+        ],
+        "the majority route ran with the found id, and the order route was left out"
+    );
+    assert!(trace.tool_calls.iter().all(|call| call.error.is_none()), "{:?}", trace.tool_calls);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1, "only the user search asked the model: {requests:?}");
+    let output = |id: &str| {
+        trace.observations.iter().find(|o| o.node_id == id).and_then(|o| o.output.clone()).unwrap_or_default()
+    };
+    assert!(
+        output("look").starts_with("lookup (taken by 7 of 10 mined records, and `user` can be grounded"),
+        "{}",
+        output("look")
+    );
+    assert!(
+        output("list").starts_with("skip (`orders` left out: `order` has no value for `order_id`"),
+        "{}",
+        output("list")
+    );
+
+    // Under context grounding the bindings are not used, and the judges decide as before.
+    let server = support::llm(script).await;
+    let mut runtime = support::runtime(&server, tools);
+    runtime.grounding = Grounding::Context;
+    let plan = support::plan(routed_graph(), runtime);
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let tools_called: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
+    assert_eq!(tools_called, ["find_user_id_by_name_zip"], "both judges skipped");
+    let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Question:")).count();
+    assert_eq!(judged, 2);
+}

@@ -424,3 +424,30 @@ fn a_loop_nested_in_a_loop_body_is_valid() {
     first.edges.push(serde_json::from_value(json!({"from": "outer", "to": "inner", "label": "body"})).unwrap());
     assert_eq!(violations(&first, ToolCatalog::Unchecked), Vec::<Violation>::new());
 }
+
+#[test]
+fn mined_route_counts_must_name_the_branchs_routes() {
+    let branch = |taken: serde_json::Value| {
+        graph(json!({
+            "nodes": [
+                {"id": "pick", "kind": "branch", "condition": {"type": "judge", "question": "Echo?"}, "taken": taken},
+                {"id": "t", "kind": "tool", "hints": ["echo"]},
+                {"id": "end", "kind": "join"}
+            ],
+            "edges": [
+                {"from": "pick", "to": "t", "label": "echo"},
+                {"from": "pick", "to": "end", "label": "skip"},
+                {"from": "t", "to": "end"}
+            ],
+            "entry": "pick",
+            "exit": "end"
+        }))
+    };
+    assert!(check(branch(json!({"echo": 4, "skip": 1})), ToolCatalog::Known(&tools())).is_ok());
+    let found = violations(&branch(json!({"echo": 4, "skipp": 1})), ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::TakenUnknownRoute { node, label }] if node == "pick" && label == "skipp"),
+        "{found:?}"
+    );
+    assert!(found[0].to_string().contains("`taken` counts route `skipp`"), "{}", found[0]);
+}

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use flowmem_mining::{BindingConfig, Dataflow, ProcessTree, Source, mine_dataflow, tree_to_bound_skeleton};
+use flowmem_mining::{
+    BindingConfig, Classifier, Dataflow, EventLog, ProcessTree, Source, mine_dataflow, tree_to_bound_skeleton,
+};
 use flowmem_model::{EdgeKind, NodeKind, Record, ToolCall, canonical_json};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -321,7 +323,9 @@ proptest! {
         let activities: Vec<ProcessTree> = calls.iter().map(|c| ProcessTree::activity(c.tool.clone())).collect();
         for operator in [flowmem_mining::Operator::Sequence, flowmem_mining::Operator::Parallel] {
             let tree = ProcessTree::operator(operator, activities.clone());
-            let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig { max_sources: 3, min_share: 0.0 });
+            let log = EventLog::from_records(&records, Classifier::ToolName);
+            let graph =
+                tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig { max_sources: 3, min_share: 0.0 });
             for node in &graph.nodes {
                 let NodeKind::Tool { bindings, .. } = &node.kind else { continue };
                 for binding in bindings.values() {
@@ -410,7 +414,8 @@ fn data_orders_a_parallel_block_and_binds_the_dependent_member() {
     assert!((flow.coverage - 4.0 / 6.0).abs() < 1e-9);
 
     let tree = ProcessTree::parse("+( 'get_order', 'get_product', 'get_user' )").unwrap();
-    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
     let hint = |id: &str| match &graph.node(id).unwrap().kind {
         NodeKind::Tool { hints, .. } => hints[0].clone(),
         other => panic!("{id} is {other:?}"),
@@ -528,7 +533,8 @@ fn a_tool_after_a_loop_binds_to_the_loop_body() {
     ]);
     let flow = mine_dataflow(&records);
     let tree = ProcessTree::parse("->( *( 'get_user', tau ), 'get_order' )").unwrap();
-    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
     let tool_node = |tool: &str| {
         graph.nodes.iter().find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == tool)).unwrap()
     };
@@ -573,7 +579,8 @@ fn each_counts_the_records_that_took_every_value_of_a_collection() {
     assert!(user_id.sources.iter().all(|support| support.each.is_none()), "{user_id:?}");
 
     let tree = ProcessTree::parse("->( 'get_user', *( 'get_order', tau ) )").unwrap();
-    let graph = tree_to_bound_skeleton(&tree, &flow, &BindingConfig::skeleton());
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
     let NodeKind::Tool { bindings, .. } = &graph
         .nodes
         .iter()

@@ -141,7 +141,7 @@ fn a_branch_offers_skip_last() {
         let graph = tree_to_skeleton(&ProcessTree::parse(text).unwrap());
         check_sane(&graph, &tools);
         let branch = graph.nodes.iter().find(|node| matches!(node.kind, NodeKind::Branch { .. })).unwrap();
-        let NodeKind::Branch { condition: flowmem_model::Condition::Judge { question } } = &branch.kind else {
+        let NodeKind::Branch { condition: flowmem_model::Condition::Judge { question }, .. } = &branch.kind else {
             panic!("{text}: the branch has no judge");
         };
         assert!(question.ends_with("| skip?"), "{text}: {question}");
@@ -170,4 +170,38 @@ fn a_loop_with_redo_runs_do_first_then_retries() {
     ]
     .map(|(f, t, l, k)| (f.to_owned(), t.to_owned(), l.map(str::to_owned), k));
     assert_eq!(edges, expect);
+}
+
+#[test]
+fn a_bound_skeleton_counts_the_cases_that_reached_each_branch_and_took_each_route() {
+    let mut log = EventLogBuilder::new();
+    log.push_trace(["find", "lookup"]);
+    log.push_trace(["find", "lookup"]);
+    log.push_trace(["find", "cancel", "lookup"]);
+    log.push_trace(["find"]);
+    let log = log.build();
+    // The outer route is labelled by its first activity, `cancel`, though `lookup` is
+    // what its cases have in common.
+    let tree = ProcessTree::parse("->( 'find', X( ->( X( 'cancel', tau ), 'lookup' ), tau ) )").unwrap();
+    let graph = flowmem_mining::tree_to_bound_skeleton(
+        &tree,
+        &log,
+        &flowmem_mining::mine_dataflow(&[]),
+        &flowmem_mining::BindingConfig::skeleton(),
+    );
+    let taken = |id: &str| {
+        let Some(NodeKind::Branch { taken, .. }) = graph.node(id).map(|node| &node.kind) else {
+            panic!("no branch {id}: {graph:?}")
+        };
+        taken.iter().map(|(label, count)| (label.as_str(), *count)).collect::<Vec<_>>()
+    };
+    assert_eq!(taken("branch_2"), [("cancel", 3), ("skip", 1)]);
+    // The inner branch sees only the three cases that took the outer route.
+    assert_eq!(taken("branch_4"), [("cancel", 1), ("skip", 2)]);
+    // With no log there is nothing to count.
+    let plain = tree_to_skeleton(&tree);
+    assert!(plain.nodes.iter().all(|node| match &node.kind {
+        NodeKind::Branch { taken, .. } => taken.is_empty(),
+        _ => true,
+    }));
 }
