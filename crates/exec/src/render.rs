@@ -7,7 +7,8 @@
 //! A tool node's data bindings are drawn too: a binding that reads an upstream node's
 //! result or argument is a dashed, coloured edge from that node, labelled with the
 //! argument and the path (`product_id ← $.items[*].product_id`); bindings to the query
-//! or a constant are extra lines of the node's label.
+//! or a constant are extra lines of the node's label. A branch's routes with mined counts
+//! say how many of the records that reached the branch took each (`lookup (7/10)`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -44,9 +45,9 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
             EdgeKind::Control => "-.->",
             EdgeKind::Back => "==>",
         };
-        match &edge.label {
+        match edge_label(graph, edge) {
             Some(label) => {
-                let _ = writeln!(res, "    n{from} {arrow}|\"{}\"| n{to}", mermaid_escape(label));
+                let _ = writeln!(res, "    n{from} {arrow}|\"{}\"| n{to}", mermaid_escape(&label));
             }
             None => {
                 let _ = writeln!(res, "    n{from} {arrow} n{to}");
@@ -73,6 +74,20 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
     }
     res.push_str("    classDef entry stroke-width:3px\n    classDef exit stroke-width:3px,stroke-dasharray:4\n");
     res
+}
+
+/// An edge's label as drawn: a branch route with mined counts also says how many of the
+/// records that reached the branch took it (`lookup (7/10)`).
+fn edge_label(graph: &WorkflowGraph, edge: &flowmem_model::Edge) -> Option<String> {
+    let label = edge.label.as_ref()?;
+    let Some(NodeKind::Branch { taken, .. }) = graph.node(&edge.from).map(|node| &node.kind) else {
+        return Some(label.clone());
+    };
+    let total: u64 = taken.values().sum();
+    Some(match taken.get(label) {
+        Some(count) if edge.kind != EdgeKind::Back => format!("{label} ({count}/{total})"),
+        _ => label.clone(),
+    })
 }
 
 /// Renders the graph as a Graphviz DOT `digraph`.
@@ -108,8 +123,8 @@ pub fn to_dot(graph: &WorkflowGraph) -> String {
                 attrs.push("constraint=false".to_owned());
             }
         }
-        if let Some(label) = &edge.label {
-            attrs.push(format!("label=\"{}\"", dot_escape(label)));
+        if let Some(label) = edge_label(graph, edge) {
+            attrs.push(format!("label=\"{}\"", dot_escape(&label)));
         }
         let attrs = if attrs.is_empty() { String::new() } else { format!(" [{}]", attrs.join(", ")) };
         let _ = writeln!(res, "    \"{}\" -> \"{}\"{attrs};", dot_escape(&edge.from), dot_escape(&edge.to));

@@ -91,3 +91,28 @@ fn data_bindings_are_drawn_as_dashed_edges_and_label_lines() {
     // Without bindings nothing changes: the full graph draws exactly its edges.
     assert!(!to_mermaid(&full_graph()).contains("linkStyle"));
 }
+
+#[test]
+fn mined_route_counts_are_drawn_on_the_routes() {
+    let graph: flowmem_model::WorkflowGraph = serde_json::from_value(serde_json::json!({
+        "nodes": [
+            {"id": "pick", "kind": "branch", "condition": {"type": "judge", "question": "Look up?"},
+             "taken": {"lookup": 7, "skip": 3}},
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"]},
+            {"id": "end", "kind": "join"}
+        ],
+        "edges": [
+            {"from": "pick", "to": "user", "label": "lookup"},
+            {"from": "pick", "to": "end", "label": "skip"},
+            {"from": "user", "to": "end"}
+        ],
+        "entry": "pick",
+        "exit": "end"
+    }))
+    .unwrap();
+    let mermaid = to_mermaid(&graph);
+    assert!(mermaid.contains("    n0 -->|\"lookup (7/10)\"| n1\n"), "{mermaid}");
+    assert!(mermaid.contains("    n0 -->|\"skip (3/10)\"| n2\n"), "{mermaid}");
+    let dot = to_dot(&graph);
+    assert!(dot.contains("\"pick\" -> \"user\" [label=\"lookup (7/10)\"];"), "{dot}");
+}
