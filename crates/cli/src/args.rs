@@ -252,6 +252,14 @@ pub struct EvalArgs {
     /// missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+    /// Also keep every run's trace: each system's runs are appended, as each finishes,
+    /// to DIR/traces/SYSTEM.jsonl, in the format of `flowmem run --trace` (node
+    /// observations with prompts, outputs, grounding and routing reasons; tool calls; a
+    /// closing `final` line per run). A resumed evaluation keeps appending; a run that a
+    /// kill cut short while it was being scored is run again, and its later block is the
+    /// scored one.
+    #[arg(long)]
+    pub traces: bool,
     /// Runs per record and system; the CV of ES needs at least 2.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one::<u32>)]
     pub repeat: u32,

@@ -109,6 +109,12 @@ impl ReactSystem {
     pub fn new(name: &str, runtime: Runtime, cfg: AgentConfig, isolation: Option<StateIsolation>) -> ReactSystem {
         ReactSystem { harness: Harness::new(name.to_string(), runtime, isolation), cfg, observer: Arc::new(NoObserver) }
     }
+
+    /// The system with every run's events going to `observer` (a trace writer, say).
+    #[must_use]
+    pub fn with_observer(self, observer: Arc<dyn ExecObserver>) -> ReactSystem {
+        ReactSystem { observer, ..self }
+    }
 }
 
 #[async_trait::async_trait]
@@ -153,6 +159,12 @@ impl WorkflowSystem {
             graph,
             observer: Arc::new(NoObserver),
         }
+    }
+
+    /// The system with every run's events going to `observer` (a trace writer, say).
+    #[must_use]
+    pub fn with_observer(self, observer: Arc<dyn ExecObserver>) -> WorkflowSystem {
+        WorkflowSystem { observer, ..self }
     }
 }
 

@@ -2,13 +2,16 @@
 //! score every run with `flowmem-eval`, and write and print the comparison report.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use flowmem_eval::{
     Alpha, EvalConfig, EvalJournal, EvalReport, JUDGE_ES_PROMPT, Progress, ReactSystem, ScoreConfig, System, TcConfig,
     WorkflowSystem, evaluate_resumed, render_markdown, write_report,
 };
-use flowmem_exec::{AgentConfig, TaskOracle, ToolCatalog, check, load_graph, visible_tools};
+use flowmem_exec::{
+    AgentConfig, ExecObserver, JsonlTraceWriter, TaskOracle, ToolCatalog, check, load_graph, visible_tools,
+};
 use flowmem_llm::{Accounting, CacheMode, Purpose};
 
 use crate::args::EvalArgs;
@@ -63,6 +66,7 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     session.set_grounding(args.grounding.grounding());
     let isolation = session.isolation().cloned();
 
+    let mut trace_files = TraceFiles::default();
     let mut workflow_system = None;
     if let Some((name, graph)) = graph {
         let visible = visible_tools(session.registry().as_ref(), isolation.as_ref());
@@ -71,13 +75,21 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
             .with_context(|| format!("`{}` cannot run on the configured tools", workflow.display()))?;
         // Executor calls are not cached: a repeat must be a real run, or its CV is 0.
         let executor = session.model(Purpose::Executor).await?;
-        workflow_system = Some(WorkflowSystem::new(&name, session.runtime(executor), validated, isolation.clone()));
+        let system = WorkflowSystem::new(&name, session.runtime(executor), validated, isolation.clone());
+        workflow_system = Some(match trace_files.open(args, &name)? {
+            Some(writer) => system.with_observer(writer),
+            None => system,
+        });
     }
     let mut baseline_system = None;
     if args.baseline {
         let agent = session.model(Purpose::Agent).await?;
         let cfg = AgentConfig { max_steps: args.max_steps, instruction: None, guard: None };
-        baseline_system = Some(ReactSystem::new("react", session.runtime(agent), cfg, isolation.clone()));
+        let system = ReactSystem::new("react", session.runtime(agent), cfg, isolation.clone());
+        baseline_system = Some(match trace_files.open(args, "react")? {
+            Some(writer) => system.with_observer(writer),
+            None => system,
+        });
     }
     let judge = if args.no_judge { None } else { Some(session.cached_model(Purpose::Judge).await?) };
     let checker = session.task_checker()?;
@@ -127,6 +139,9 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    drop(systems);
+    drop((workflow_system, baseline_system));
+    trace_files.finish(printer);
     let Some(report) = report else {
         session.close().await;
         printer.warn(&format!("interrupted; run the same command again to resume from `{}`", journal.path().display()));
@@ -159,6 +174,45 @@ async fn run_async(args: &EvalArgs, printer: &Printer) -> anyhow::Result<ExitSta
         files.runs.display()
     ));
     Ok(ExitStatus::Success)
+}
+
+/// The trace files of `--traces`, one per system, appended to as runs finish.
+#[derive(Default)]
+struct TraceFiles {
+    open: Vec<(std::path::PathBuf, Arc<TraceWriter>)>,
+}
+
+type TraceWriter = JsonlTraceWriter<std::fs::File>;
+
+impl TraceFiles {
+    /// The writer of `system`'s trace file, when `--traces` asks for one.
+    fn open(&mut self, args: &EvalArgs, system: &str) -> anyhow::Result<Option<Arc<dyn ExecObserver>>> {
+        if !args.traces {
+            return Ok(None);
+        }
+        let safe: String =
+            system.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+        let path = args.out.join("traces").join(format!("{safe}.jsonl"));
+        std::fs::create_dir_all(args.out.join("traces"))
+            .with_context(|| format!("cannot create `{}`", args.out.join("traces").display()))?;
+        let file = flowmem_model::open_append(&path)?;
+        let writer = Arc::new(JsonlTraceWriter::new(file));
+        self.open.push((path, writer.clone()));
+        Ok(Some(writer))
+    }
+
+    /// Flushes every file; a failed write is a warning (the report is still written).
+    fn finish(self, printer: &Printer) {
+        for (path, writer) in self.open {
+            let res = match Arc::try_unwrap(writer) {
+                Ok(writer) => writer.finish().map(drop),
+                Err(_) => Ok(()),
+            };
+            if let Err(err) = res {
+                printer.warn(&format!("writing the traces `{}`: {err}", path.display()));
+            }
+        }
+    }
 }
 
 /// What makes two evaluations the same one, for resuming: the inputs by fingerprint and

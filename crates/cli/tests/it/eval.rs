@@ -310,10 +310,23 @@ async fn eval_compares_a_workflow_with_react_the_flowscout_way() {
         "1",
         "--out",
         "out",
+        "--traces",
     ];
     let output = flowmem_scripted(&dir.path("."), &args, &server.base_url()).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
+
+    // `--traces`: each system's runs, one block per run, as `flowmem run --trace` writes.
+    let lines = |file: &str| -> Vec<Value> {
+        dir.read(&format!("out/traces/{file}")).lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    };
+    let count = |lines: &[Value], kind: &str| lines.iter().filter(|line| line["kind"] == kind).count();
+    let (workflow_lines, react_lines) = (lines("echo-then-answer.jsonl"), lines("react.jsonl"));
+    assert_eq!((count(&workflow_lines, "final"), count(&react_lines, "final")), (4, 4));
+    assert_eq!((count(&workflow_lines, "tool_call"), count(&react_lines, "tool_call")), (4, 8));
+    let said: Vec<&Value> = workflow_lines.iter().filter(|line| line["node_id"] == "say").collect();
+    assert_eq!(said.len(), 4 * 2, "a node line and a tool-call line per run: {said:?}");
+    assert!(said.iter().any(|line| line["prompt"].as_str().is_some_and(|p| p.contains("NODE-say"))), "{said:?}");
 
     let report: Value = serde_json::from_str(&dir.read("out/report.json")).unwrap();
     let system =
