@@ -26,6 +26,9 @@
 # (`flowmem eval` keeps one); its wall time is the sum over the attempts. Every attempt
 # uses the binary the first one built (OUT/bin/flowmem, its commit in OUT/bin/commit).
 #
+# Every run's trace (node by node: prompts, grounding, routing reasons) is kept in
+# OUT/DOMAIN/SYSTEM/traces/ (`flowmem eval --traces`).
+#
 # Example: RECORDS=30 QUERIES=5 bash scripts/bench-quality.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +58,10 @@ else
 fi
 flowmem="$out/bin/flowmem"
 state=(--state-key-arg state_key --reset-tool reset_state)
+# Each run's trace goes to OUT/DOMAIN/SYSTEM/traces/, when the binary can write them (a
+# resumed run may use a binary from before `--traces`).
+traces=()
+if "$flowmem" eval --help | grep -q -- '--traces'; then traces=(--traces); fi
 
 started=$(date +%s)
 for domain in $domains; do
@@ -100,7 +107,7 @@ PY
     mkdir -p "$dir/$name"
     # Each attempt adds its time to wall_secs, also when an error or Ctrl-C ends it.
     trap "echo \$(( \$(date +%s) - $t0 )) >> '$dir/$name/wall_secs'" EXIT
-    "$flowmem" eval --records "$dir/test.jsonl" --out "$dir/$name" --grounding "$grounding" --task-check "${state[@]}" "$@"
+    "$flowmem" eval --records "$dir/test.jsonl" --out "$dir/$name" --grounding "$grounding" --task-check "${state[@]}" "${traces[@]}" "$@"
     trap - EXIT
     echo $(( $(date +%s) - t0 )) >> "$dir/$name/wall_secs"
   }
