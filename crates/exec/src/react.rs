@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flowmem_llm::{ChatRequest, Message, Prompts, Purpose, Role, ToolChoice};
+use flowmem_llm::{ChatModel, ChatRequest, Message, Prompts, Purpose, Role, ToolChoice};
 use flowmem_model::{ContextInput, Deviation, NodeObservation, Trace, error_chain};
 
 use crate::engine::RunInput;
@@ -124,9 +124,11 @@ async fn steps(
             started_at_ms,
             ..NodeObservation::default()
         };
-        let mut request = ChatRequest::new(fitted(&messages, &runtime.prompts), Purpose::Agent);
+        let (fitting, kept) = fitted(&messages, &runtime.prompts, None);
+        let mut request = ChatRequest::new(fitting, Purpose::Agent);
         request.tools = tools.clone();
         request.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
+        let kept = fit_window(runtime.executor.as_ref(), &messages, &runtime.prompts, kept, &mut request, &[]);
         let reply = chat_or_reask(runtime.executor.as_ref(), &runtime.prompts, &mut request, &node_id).await;
         let mut response = match reply {
             Ok(response) => response,
@@ -145,7 +147,9 @@ async fn steps(
         if runtime.grounding == Grounding::Context {
             let off = off_context(&tools, &response.tool_calls, &query, &results);
             if let Some((tool, found)) = off.iter().find(|(_, found)| !found.is_empty()) {
-                request.messages.push(Message::user(grounding::off_context_message(tool, found)));
+                let note = [Message::user(grounding::off_context_message(tool, found))];
+                request.messages.extend(note.iter().cloned());
+                fit_window(runtime.executor.as_ref(), &messages, &runtime.prompts, kept, &mut request, &note);
                 match runtime.executor.chat(&request).await {
                     Ok(again) => {
                         observation.prompt_tokens += again.usage.prompt_tokens;
@@ -225,11 +229,15 @@ async fn steps(
 /// The note keeps its call's id, so every call still has its result; the whole
 /// conversation stays in the trace. Without it, a small model's window ended 7 of 15
 /// airline runs of the quality bench between steps 4 and 11.
-fn fitted(sent: &[Message], prompts: &Prompts) -> Vec<Message> {
+///
+/// With `at_most`, no more than that many results are kept. Returns the messages and
+/// the number of results kept whole.
+fn fitted(sent: &[Message], prompts: &Prompts, at_most: Option<usize>) -> (Vec<Message>, usize) {
     let mut messages = sent.to_vec();
     let chars = |message: &Message| message.content.as_deref().map_or(0, |text| text.chars().count());
+    let n_results = messages.iter().filter(|m| m.role == Role::Tool).count();
     let newest_first = messages.iter().rev().filter(|m| m.role == Role::Tool).map(chars);
-    let Some(kept) = newest_that_fit(prompts, newest_first) else { return messages };
+    let kept = newest_that_fit(prompts, newest_first).unwrap_or(n_results).min(at_most.unwrap_or(n_results));
     // Every result before the kept run is left out: the model sees an unbroken run of
     // the newest results.
     for message in messages.iter_mut().rev().filter(|m| m.role == Role::Tool).skip(kept) {
@@ -238,11 +246,33 @@ fn fitted(sent: &[Message], prompts: &Prompts) -> Vec<Message> {
             Ok(note) => message.content = Some(note.text),
             Err(err) => {
                 tracing::warn!("the `{LEFT_OUT_TEMPLATE}` template failed, so results are sent whole: {err}");
-                return sent.to_vec();
+                return (sent.to_vec(), n_results);
             }
         }
     }
-    messages
+    (messages, kept)
+}
+
+/// Leaves out the oldest of the `kept` results of `sent`, one at a time, while the
+/// model counts that `request` (`sent` fitted, then `tail`) does not fit its context
+/// ([`ChatModel::room`]), and returns how many are kept; a model that cannot count gets
+/// the request as it is. The characters [`fitted`] budgets are only a proxy for tokens:
+/// a small window also holds the tool definitions and the reply's budget.
+fn fit_window(
+    model: &dyn ChatModel,
+    sent: &[Message],
+    prompts: &Prompts,
+    mut kept: usize,
+    request: &mut ChatRequest,
+    tail: &[Message],
+) -> usize {
+    while kept > 0 && model.room(request).is_some_and(|room| room < 0) {
+        let (mut messages, now) = fitted(sent, prompts, Some(kept - 1));
+        messages.extend(tail.iter().cloned());
+        request.messages = messages;
+        kept = now;
+    }
+    kept
 }
 
 /// The note that stands for a tool result [`fitted`] leaves out.
@@ -289,4 +319,71 @@ fn emit(
         model: Some(runtime.executor.name().to_owned()),
         observation,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use flowmem_llm::{AssistantToolCall, ChatModel, ChatRequest, Message, Purpose, Role, ToolChoice, ToolDefinition};
+    use flowmem_llm_local::{LocalConfig, LocalModel};
+    use serde_json::json;
+
+    use crate::prompts::{exec_prompts, limit_context, limit_context_items};
+    use crate::react::{fit_window, fitted};
+
+    /// A conversation the characters budget keeps but a 4,096-token window cannot hold
+    /// (twelve long tool definitions, as τ²-bench's, and six results of digits, which
+    /// the tokenizer splits one by one) is fitted by the embedded model's own count, and
+    /// the model then answers it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_conversation_over_the_window_is_fitted_by_the_models_count() {
+        let path =
+            flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+        let mut config = LocalConfig::standard();
+        config.path = path;
+        let model = LocalModel::new(config);
+        model.load().unwrap();
+        let mut prompts = exec_prompts(None).unwrap();
+        // What `flowmem` sets for the embedded model.
+        limit_context(&mut prompts, 5_400);
+        limit_context_items(&mut prompts, 1_800);
+
+        let mut sent = vec![Message::system("You are a helpful agent."), Message::user("Where are my orders?")];
+        for call in 0..6 {
+            let id = format!("call_{call}");
+            let arguments = json!({"order_id": format!("#W{call}")}).as_object().cloned().unwrap();
+            let name = "get_order_details".to_owned();
+            sent.push(Message {
+                role: Role::Assistant,
+                content: None,
+                tool_calls: vec![AssistantToolCall { id: id.clone(), name, arguments }],
+                tool_call_id: None,
+            });
+            let result: String = (0..200).map(|n| format!("#W{:07} ", 1_000_000 + 7919 * n + call)).collect();
+            sent.push(Message::tool_result(id, &result[..1_800]));
+        }
+        let tools: Vec<ToolDefinition> = (0..12)
+            .map(|n| ToolDefinition {
+                name: format!("tool_{n}"),
+                description: "Looks up one record of the store by its id and returns every field of it, \
+                              with the items, their prices, the payment history and the fulfilments. "
+                    .repeat(4),
+                parameters: json!({"type": "object", "properties": {"id": {"type": "string", "description": "The id."}}}),
+            })
+            .collect();
+        let (messages, kept) = fitted(&sent, &prompts, None);
+        assert_eq!(kept, 3, "5,400 characters hold three results of 1,800");
+        let mut request = ChatRequest::new(messages, Purpose::Agent);
+        request.tools = tools;
+        request.tool_choice = ToolChoice::Auto;
+        let before = model.room(&request).unwrap();
+        assert!(before < 0, "the characters budget alone leaves it {before} tokens over");
+        assert!(model.chat(&request).await.is_err(), "as it stands, the window refuses it");
+
+        let kept = fit_window(&model, &sent, &prompts, kept, &mut request, &[]);
+        assert!(kept < 3, "{kept}");
+        assert!(model.room(&request).unwrap() >= 0);
+        let left_out = request.messages.iter().filter(|m| m.role == Role::Tool).count() - kept;
+        assert_eq!(left_out, 6 - kept, "every earlier result is a note, so every call keeps a result");
+        model.chat(&request).await.expect("the fitted conversation is answered");
+    }
 }

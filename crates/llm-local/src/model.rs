@@ -270,6 +270,13 @@ impl ChatModel for LocalModel {
         &self.config.name
     }
 
+    /// Counts exactly, with the model's own template and tokenizer, once the model is
+    /// loaded (`None` before: the first request loads it).
+    fn room(&self, request: &ChatRequest) -> Option<i64> {
+        let loaded = self.loaded.get()?;
+        crate::respond::room(&loaded.engine, &loaded.templates, request).ok()
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let model = self.clone();
         let request = request.clone();

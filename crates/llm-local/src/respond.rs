@@ -8,6 +8,7 @@ use flowmem_llm::{ChatRequest, Role, ToolChoice, ToolDefinition};
 use crate::constrain::prepare;
 use crate::engine::{DecodeParams, Engine, Finish, Runner, Session};
 use crate::error::LocalError;
+use crate::llama::MAX_SEQ_LEN;
 use crate::prompt::Templates;
 
 /// Tokens generated when the request sets no limit, for free text.
@@ -32,24 +33,41 @@ pub(crate) struct Reply {
 }
 
 /// Serves `request` with exclusive use of the model.
+/// The prompt tokens of `request` and the most tokens its reply may take.
+fn prompt_and_budget(
+    engine: &Engine,
+    templates: &Templates,
+    request: &ChatRequest,
+) -> Result<(Vec<u32>, usize), LocalError> {
+    let prompt = templates.render(request)?;
+    // The parts are tokenized apart, so that the system message's tokens never depend
+    // on what follows it.
+    let mut tokens = engine.tokenizer.encode(&prompt.system)?;
+    tokens.extend(engine.tokenizer.encode(&prompt.rest)?);
+    let tools = request.tool_choice != ToolChoice::None && !request.tools.is_empty();
+    let json_output = tools || request.response_format.is_some();
+    let default_max = if json_output { DEFAULT_MAX_JSON_TOKENS } else { DEFAULT_MAX_TOKENS };
+    Ok((tokens, request.max_tokens.unwrap_or(default_max) as usize))
+}
+
+/// The context tokens `request` leaves unused once its prompt and its reply's budget
+/// are counted; negative when it cannot be answered within the context.
+pub(crate) fn room(engine: &Engine, templates: &Templates, request: &ChatRequest) -> Result<i64, LocalError> {
+    let (tokens, max_tokens) = prompt_and_budget(engine, templates, request)?;
+    // The engine refuses a sequence that reaches the context's length.
+    let needed = tokens.len() + max_tokens + 1;
+    Ok(i64::try_from(MAX_SEQ_LEN).unwrap_or(i64::MAX) - i64::try_from(needed).unwrap_or(i64::MAX))
+}
+
 pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequest) -> Result<Reply, LocalError> {
     if request.messages.is_empty() {
         return Err(LocalError::Request("the conversation has no messages".to_owned()));
     }
     let tools: Vec<&ToolDefinition> =
         if request.tool_choice == ToolChoice::None { Vec::new() } else { request.tools.iter().collect() };
-    let prompt = templates.render(request)?;
-    // The parts are tokenized apart, so that the system message's tokens never depend
-    // on what follows it.
-    let mut tokens = engine.tokenizer.encode(&prompt.system)?;
-    tokens.extend(engine.tokenizer.encode(&prompt.rest)?);
-    let json_output = !tools.is_empty() || request.response_format.is_some();
-    let default_max = if json_output { DEFAULT_MAX_JSON_TOKENS } else { DEFAULT_MAX_TOKENS };
-    let params = DecodeParams {
-        max_tokens: request.max_tokens.unwrap_or(default_max) as usize,
-        temperature: request.temperature.max(0.0),
-        seed: request.seed.unwrap_or(0),
-    };
+    let (tokens, max_tokens) = prompt_and_budget(engine, templates, request)?;
+    let params =
+        DecodeParams { max_tokens, temperature: request.temperature.max(0.0), seed: request.seed.unwrap_or(0) };
     let prompt_tokens = tokens.len();
 
     engine.with_lock(|runner| {

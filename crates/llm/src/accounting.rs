@@ -193,6 +193,10 @@ impl ChatModel for AccountedModel {
         self.inner.cache_id()
     }
 
+    fn room(&self, request: &ChatRequest) -> Option<i64> {
+        self.inner.room(request)
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let res = self.inner.chat(request).await;

@@ -319,6 +319,10 @@ impl ChatModel for CachedModel {
         self.inner.cache_id()
     }
 
+    fn room(&self, request: &ChatRequest) -> Option<i64> {
+        self.inner.room(request)
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let replayable = request.temperature == 0.0 || request.seed.is_some();
         let use_cache = match self.mode {

@@ -30,6 +30,17 @@ pub trait ChatModel: Send + Sync {
     fn cache_id(&self) -> String {
         self.name().to_owned()
     }
+
+    /// How many tokens of the model's context `request` leaves unused once its prompt
+    /// and its reply's `max_tokens` (or the model's default) are counted: negative when
+    /// it does not fit, so that a caller can shorten the conversation before sending.
+    ///
+    /// Defaults to `None`, for a model that cannot count (an HTTP model, whose server
+    /// answers an over-long request with an error); the embedded model counts exactly.
+    fn room(&self, request: &ChatRequest) -> Option<i64> {
+        let _ = request;
+        None
+    }
 }
 
 /// One chat request.

@@ -53,6 +53,13 @@ impl ChatModel for TextLimitModel {
         self.inner.cache_id()
     }
 
+    fn room(&self, request: &ChatRequest) -> Option<i64> {
+        match self.limited(request) {
+            Some(limited) => self.inner.room(&limited),
+            None => self.inner.room(request),
+        }
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         match self.limited(request) {
             Some(limited) => self.inner.chat(&limited).await,

@@ -78,3 +78,20 @@ async fn missing_model_file_names_the_setup_command() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+#[test]
+fn room_counts_the_prompt_and_the_reply_budget_exactly() {
+    let Some(model) = crate::model() else { return };
+    let request = ask("Name three fruits.", 12);
+    let room = ChatModel::room(&model, &request).expect("a loaded model counts");
+    let reply = model.chat_blocking(&request).unwrap();
+    let prompt = i64::try_from(reply.response.usage.prompt_tokens).unwrap();
+    // The context is 4,096 tokens, and a sequence may not reach it.
+    assert_eq!(room, 4096 - prompt - 12 - 1);
+    // A conversation longer than the window has negative room, by as much as it is over.
+    let long = ask(&"apple banana cherry ".repeat(2000), 12);
+    let over = ChatModel::room(&model, &long).unwrap();
+    assert!(over < -1000, "{over}");
+    let error = model.chat_blocking(&long).unwrap_err();
+    assert!(matches!(error, LocalError::ContextExceeded { .. }), "{error}");
+}
