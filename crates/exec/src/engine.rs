@@ -271,7 +271,9 @@ impl<'a> RunState<'a> {
         if back.iter().any(|&edge_idx| self.edges[edge_idx] == EdgeState::Unresolved) {
             return;
         }
-        if self.trace.error.is_some() {
+        // A skipped loop's body is skipped with it, and its back edges resolve skipped:
+        // no body ran, so there is nothing to decide (its exit is skipped already).
+        if self.trace.error.is_some() || self.nodes[loop_idx] == NodeState::Skipped {
             return;
         }
         self.loop_runs[loop_idx] += 1;

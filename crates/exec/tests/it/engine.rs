@@ -244,6 +244,56 @@ async fn a_loop_stops_at_its_bound_and_a_judge_can_end_it_early() {
     assert_eq!(trace.result.as_deref(), Some("done"));
 }
 
+/// A judged loop on a route the branch did not take is skipped with its body: its judge
+/// is never asked, it records no run, and what follows its exit on that route stays
+/// skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_on_a_skipped_route_is_not_judged() {
+    let graph = json!({
+        "nodes": [
+            {"id": "pick", "kind": "branch", "condition": {"type": "judge", "question": "PICK-Q?"}},
+            {"id": "lp", "kind": "loop", "max_iterations": 3, "until": {"type": "judge", "question": "STOP-Q?"}},
+            {"id": "work", "kind": "llm", "role": "reason", "instruction": "NODE-work"},
+            {"id": "after", "kind": "llm", "role": "reason", "instruction": "NODE-after"},
+            {"id": "met", "kind": "join"},
+            {"id": "answer", "kind": "llm", "role": "synthesize", "instruction": "NODE-answer"}
+        ],
+        "edges": [
+            {"from": "pick", "to": "lp", "label": "work"},
+            {"from": "pick", "to": "met", "label": "skip"},
+            {"from": "lp", "to": "work", "label": "body"},
+            {"from": "work", "to": "lp", "kind": "back"},
+            {"from": "lp", "to": "after", "label": "exit"},
+            {"from": "after", "to": "met"},
+            {"from": "met", "to": "answer"}
+        ],
+        "entry": "pick",
+        "exit": "answer"
+    });
+    let script = Script::new()
+        .when(Match::last_user_contains("PICK-Q"), Reply::json(json!({"choice": "skip"})))
+        .when(Match::last_user_contains("STOP-Q"), Reply::json(json!({"choice": "yes"})))
+        .when(Match::last_user_contains("NODE-answer"), Reply::text("done"))
+        .otherwise(Reply::text("ran"));
+    let llm = support::llm(script).await;
+    let tools = support::everything().await;
+    let plan = support::plan(graph, support::runtime(&llm, tools.clone()));
+    let observer = RecordingObserver::default();
+    let trace = run(&plan, &input("q"), &observer).await;
+    tools.shutdown().await;
+    assert_eq!(trace.error, None, "{trace:#?}");
+    assert_eq!(trace.result.as_deref(), Some("done"));
+    let asked: Vec<String> =
+        llm.chat_requests().iter().filter_map(|r| r.last_text("user").map(str::to_owned)).collect();
+    assert_eq!(asked.len(), 2, "the branch's judge and the answer only: {asked:?}");
+    assert!(asked.iter().all(|text| !text.contains("STOP-Q")), "{asked:?}");
+    assert!(observations(&trace, "lp").is_empty(), "a skipped loop records no run: {:?}", observations(&trace, "lp"));
+    let skipped = skipped(&observer.events());
+    for node in ["lp", "work", "after"] {
+        assert!(skipped.contains(&node.to_owned()), "{node} is skipped: {skipped:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_members_overlap_in_time() {
     let delay = Duration::from_millis(400);
