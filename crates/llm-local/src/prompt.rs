@@ -2,8 +2,11 @@
 //! for SmolLM2, Gemma's turns for Gemma 3.
 //!
 //! The conversation is rendered in two parts, tokenized apart: the system message
-//! (with the tools and the response format, the part most shared across calls, so it
-//! comes first for the prefix cache) and the rest. Gemma has no system role: its system
+//! (with the tools, the part most shared across calls, so it comes first for the prefix
+//! cache) and the rest. The response format (`prompts/format.j2`) differs from call to
+//! call (a judge's options, say), so it closes the last user turn: calls that share a
+//! conversation and differ in format then share the whole prefix up to it. In the system
+//! message it made every judge prefill its whole context again. Gemma has no system role: its system
 //! message opens the first user turn, and the rest continues that turn.
 
 use minijinja::syntax::SyntaxConfig;
@@ -65,8 +68,31 @@ struct ParamView {
 struct SystemContext<'a> {
     base: &'a str,
     tools: Vec<ToolView>,
+}
+
+#[derive(Serialize)]
+struct FormatContext {
     schema: Option<String>,
     schema_keys: Vec<String>,
+}
+
+/// Ends the last user turn of `messages` with the response-format note, after a blank
+/// line; a conversation that does not end with a user turn gets the note as a user turn
+/// of its own.
+fn close_with_format(messages: &mut Vec<flowmem_llm::Message>, note: &str) {
+    if note.is_empty() {
+        return;
+    }
+    match messages.last_mut() {
+        Some(last) if last.role == Role::User => {
+            let text = last.content.get_or_insert_with(String::new);
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(note);
+        }
+        _ => messages.push(flowmem_llm::Message::user(note)),
+    }
 }
 
 #[derive(Serialize)]
@@ -101,6 +127,7 @@ impl Templates {
         env.add_template("chatml", include_str!("../prompts/chatml.j2")).expect("chatml.j2 parses");
         env.add_template("system", include_str!("../prompts/system.j2")).expect("system.j2 parses");
         env.add_template("gemma", include_str!("../prompts/gemma.j2")).expect("gemma.j2 parses");
+        env.add_template("format", include_str!("../prompts/format.j2")).expect("format.j2 parses");
         Templates { env, format }
     }
 
@@ -127,11 +154,16 @@ impl Templates {
             Some(format) => schema_for_prompt(&format.schema),
             None => (None, Vec::new()),
         };
-        let context = SystemContext { base: &base, tools, schema, schema_keys };
+        let format = FormatContext { schema, schema_keys };
+        let format =
+            self.env.get_template("format").and_then(|t| t.render(Value::from(Serde(format)))).map_err(render_err)?;
+        let context = SystemContext { base: &base, tools };
         let system_text =
             self.env.get_template("system").and_then(|t| t.render(Value::from(Serde(context)))).map_err(render_err)?;
+        let mut messages: Vec<flowmem_llm::Message> = messages.cloned().collect();
+        close_with_format(&mut messages, format.trim());
         if self.format == ChatFormat::Gemma {
-            return self.render_gemma(system_text.trim().to_owned(), messages.collect());
+            return self.render_gemma(system_text.trim().to_owned(), messages.iter().collect());
         }
 
         let chatml = self.env.get_template("chatml").map_err(render_err)?;
@@ -142,7 +174,7 @@ impl Templates {
             .map_err(render_err)?;
         let system = system.strip_suffix("<|im_start|>assistant\n").unwrap_or(&system).to_owned();
 
-        let turns = messages.map(|m| Turn { role: role_name(m.role), content: turn_content(m) }).collect();
+        let turns = messages.iter().map(|m| Turn { role: role_name(m.role), content: turn_content(m) }).collect();
         let rest = chatml.render(Value::from(Serde(ChatContext { messages: turns }))).map_err(render_err)?;
         Ok(RenderedPrompt { system, rest })
     }
@@ -434,6 +466,40 @@ mod tests {
         request.response_format = Some(flowmem_llm::ResponseFormat { name: "plan".to_owned(), schema });
         let p = Templates::new(ChatFormat::ChatMl).render(&request).unwrap();
         let sentence = format!("Answer with one JSON object with the keys {}.", keys.join(", "));
-        assert!(p.system.contains(&sentence), "{}", p.system);
+        assert!(p.rest.contains(&format!("Hi\n\n{sentence}<|im_end|>")), "{}", p.rest);
+        assert!(!p.system.contains("Answer with"), "{}", p.system);
+    }
+
+    /// Two judges over one conversation that differ only in their options share every
+    /// token up to the format note, which closes the last user turn; the system message
+    /// holds no format.
+    #[test]
+    fn the_response_format_closes_the_last_user_turn_so_calls_share_the_rest() {
+        let templates = Templates::new(ChatFormat::ChatMl);
+        let judge = |options: serde_json::Value| {
+            let mut request =
+                ChatRequest::new(vec![Message::user("Task: find the order.\nQuestion: which?")], Purpose::Other);
+            let schema = json!({"type": "object", "properties": {"choice": {"type": "string", "enum": options}}});
+            request.response_format = Some(flowmem_llm::ResponseFormat { name: "judge".to_owned(), schema });
+            templates.render(&request).unwrap()
+        };
+        let (a, b) = (judge(json!(["cancel", "skip"])), judge(json!(["return", "skip"])));
+        assert_eq!(a.system, b.system);
+        assert!(!a.system.contains("JSON Schema"), "{}", a.system);
+        let shared = a.rest.chars().zip(b.rest.chars()).take_while(|(x, y)| x == y).count();
+        let note = a.rest.find("Answer with one JSON object that satisfies").expect("the note is in the turn");
+        assert!(shared >= note, "they differ only inside the note: {shared} < {note}\n{}", a.rest);
+        assert!(
+            a.rest.starts_with("<|im_start|>user\nTask: find the order.\nQuestion: which?\n\nAnswer with"),
+            "{}",
+            a.rest
+        );
+        // A conversation that ends with a tool result gets the note as a user turn.
+        let mut request =
+            ChatRequest::new(vec![Message::user("Go."), Message::tool_result("call_1", "done")], Purpose::Other);
+        request.response_format =
+            Some(flowmem_llm::ResponseFormat { name: "x".to_owned(), schema: json!({"type": "object"}) });
+        let p = templates.render(&request).unwrap();
+        assert!(p.rest.ends_with("<|im_start|>user\nAnswer with one JSON object that satisfies this JSON Schema: {\"type\":\"object\"}<|im_end|>\n<|im_start|>assistant\n"), "{}", p.rest);
     }
 }

@@ -155,3 +155,27 @@ async fn concurrent_http_requests_share_the_cache_and_match_sequential_replies()
         assert!(cached >= 64, "{q}: {reply}");
     }
 }
+
+/// Two judges over one long context that differ only in their options (the schema of
+/// their reply): the second prefills little more than its own question and format note,
+/// because the format closes the last turn instead of opening the conversation.
+#[test]
+fn judges_that_differ_in_their_options_reuse_the_context_they_share() {
+    // A cache of its own, so that no other test's prompts are in it.
+    let Some(model) = crate::model_with_cache(384) else { return };
+    let context: String =
+        (0..40).map(|n| format!("Order #W{:07} has 2 items, shipped to Austin.\n", 5_000_000 + 37 * n)).collect();
+    let judge = |options: Value| {
+        let text = format!("Results so far:\n{context}Question: Which route fits the query?");
+        let mut request = ChatRequest::new(vec![Message::user(text)], Purpose::Executor);
+        let schema = json!({"type": "object", "properties": {"choice": {"type": "string", "enum": options}},
+            "required": ["choice"], "additionalProperties": false});
+        request.response_format = Some(flowmem_llm::ResponseFormat { name: "judge_choice".to_owned(), schema });
+        model.chat_blocking(&request).unwrap().response.usage
+    };
+    let first = judge(json!(["cancel_pending_order", "skip"]));
+    let second = judge(json!(["return_delivered_order_items", "skip"]));
+    assert!(first.prompt_tokens > 600, "{first:?}");
+    let prefilled = second.prompt_tokens - second.cached_tokens;
+    assert!(prefilled < 160, "the second judge prefilled {prefilled} of {} tokens", second.prompt_tokens);
+}
