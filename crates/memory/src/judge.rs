@@ -11,6 +11,15 @@ use crate::error::OnlineError;
 /// The `evaluate` template: the task, the run's calls and answer, the reply schema.
 pub const EVALUATE_PROMPT: EmbeddedPrompt = flowmem_llm::embedded_prompt!("evaluate");
 
+/// The longest reason the evaluator may give, in characters.
+const REASON_CHARS: u32 = 200;
+
+/// The evaluator's reply budget, in tokens. It must hold the longest reply the schema
+/// allows: a reason of [`REASON_CHARS`] plain characters (a token holds at least one)
+/// and the JSON around it. Under 400 characters and 200 tokens, the embedded model's
+/// reply could be cut before its JSON closed, and the online run failed with it.
+const REPLY_TOKENS: u32 = REASON_CHARS + 120;
+
 /// The evaluator's label `L_eval(e) ∈ {0, 1}` with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,7 +38,7 @@ impl Judgement {
             "type": "object",
             "properties": {
                 "success": {"type": "boolean"},
-                "reason": {"type": "string", "maxLength": 400}
+                "reason": {"type": "string", "maxLength": REASON_CHARS}
             },
             "required": ["success", "reason"],
             "additionalProperties": false
@@ -104,7 +113,7 @@ pub async fn judge_run(
         .map_err(|source| OnlineError::Prompt { template: EVALUATE_PROMPT.name, source })?;
     let mut request = ChatRequest::new(vec![Message::user(rendered.text)], Purpose::Judge);
     request.response_format = Some(ResponseFormat { name: "run_judgement".to_owned(), schema });
-    request.max_tokens = Some(200);
+    request.max_tokens = Some(REPLY_TOKENS);
     let response = model.chat(&request).await.map_err(OnlineError::Llm)?;
     let raw = response.content.unwrap_or_default();
     serde_json::from_str(raw.trim()).map_err(|err| OnlineError::Judge {
