@@ -219,7 +219,10 @@ pub enum Command {
     /// DIR/learning_curve.html compare cumulative success against tasks seen, with and
     /// without memory, and the steps per solved task. With `--task-check`, success is τ-bench's
     /// database check and the evaluator's agreement with it (accuracy, false-positive
-    /// rate) is reported. Every run is appended to DIR/progress.jsonl and the stream is
+    /// rate) is reported. An evaluator reply that is not a judgement (after one re-ask)
+    /// fails that run's judgement only: the run is kept with its `judge_error`, teaches
+    /// nothing, and the summary counts it. An evaluator that cannot be reached stops the
+    /// stream. Every run is appended to DIR/progress.jsonl and the stream is
     /// saved as DIR/stream.jsonl: run the same command again to resume after a kill or
     /// Ctrl-C. `--json` prints one object: `out`, `memory`, `n_resumed_runs`,
     /// `n_new_runs`, `curve` (as in learning_curve.json), `files`, `llm_calls`,

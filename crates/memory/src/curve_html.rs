@@ -43,6 +43,7 @@ pub fn render_curve_html(curve: &LearningCurve) -> String {
         }),
         n_inductions: curve.n_inductions,
         n_workflows_added: curve.n_workflows_added,
+        n_unjudged: curve.n_unjudged,
     };
     // The template is compiled in and its context is typed, so a failure is a bug here;
     // the error then stands in for the page.
@@ -73,6 +74,7 @@ struct CurveContext<'a> {
     agreement: Option<AgreementRow>,
     n_inductions: usize,
     n_workflows_added: usize,
+    n_unjudged: usize,
 }
 
 #[derive(Serialize)]
@@ -157,6 +159,7 @@ mod tests {
             agreement: None,
             n_inductions: 3,
             n_workflows_added: 2,
+            n_unjudged: 1,
         };
         let html = render_curve_html(&curve);
         assert_eq!(html.matches(r#"class="curve""#).count(), 2, "{html}");
@@ -168,6 +171,7 @@ mod tests {
         );
         assert!(html.contains("tasks seen (1 to 2)") && html.contains("Success from ground truth."));
         assert!(html.contains("<p>3 inductions added 2 workflows.</p>"));
+        assert!(html.contains("1 run had no valid judgement from the evaluator"), "{html}");
         assert!(!html.contains("Evaluator agreement"));
     }
 }

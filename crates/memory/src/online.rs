@@ -94,8 +94,13 @@ pub struct TaskRun {
     pub record_id: String,
     /// Which agent ran.
     pub arm: Arm,
-    /// The evaluator's label and reason.
+    /// The evaluator's label and reason. When the evaluator's reply was not a valid
+    /// judgement, this is a failure whose reason says so, and [`TaskRun::judge_error`]
+    /// holds the evaluator's error: the run teaches nothing.
     pub judgement: Judgement,
+    /// Why the evaluator gave no valid judgement of this run, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_error: Option<String>,
     /// Ground truth, when an oracle is configured and could check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truth: Option<bool>,
@@ -180,6 +185,11 @@ pub struct LearningCurve {
     pub n_inductions: usize,
     /// Workflows added (inserted or merged) over the stream.
     pub n_workflows_added: usize,
+    /// Runs the evaluator gave no valid judgement of ([`TaskRun::judge_error`]). They
+    /// count as failures where ground truth is missing, and are left out of
+    /// [`LearningCurve::agreement`].
+    #[serde(default)]
+    pub n_unjudged: usize,
 }
 
 /// What [`learn_online`] did.
@@ -504,12 +514,28 @@ async fn measure(
     calls: &[ToolCall],
     cfg: &OnlineConfig<'_>,
 ) -> Result<TaskRun, OnlineError> {
-    let judgement = judge_run(
+    let judged = judge_run(
         cfg.evaluator,
         cfg.prompts,
         &RunToJudge { query: &record.query, calls, answer: trace.result.as_deref(), error: trace.error.as_deref() },
     )
-    .await?;
+    .await;
+    // A reply that is not a judgement fails this run's judgement, not the stream: the
+    // run is kept, unlearned, with the reason. An evaluator that cannot be reached
+    // stops the stream, which resumes from this task.
+    let (judgement, judge_error) = match judged {
+        Ok(judgement) => (judgement, None),
+        Err(err) if is_invalid_judgement(&err) => {
+            let mut error = error_chain(&err);
+            if let OnlineError::Llm(flowmem_llm::LlmError::InvalidReply { raw, .. }) = &err {
+                let shown: String = raw.chars().take(200).collect();
+                error.push_str(&format!("; the reply: {shown:?}"));
+            }
+            tracing::warn!(record = %record.id, %error, "the evaluator gave no valid judgement; the run teaches nothing");
+            (Judgement { success: false, reason: "no valid judgement".to_owned() }, Some(error))
+        }
+        Err(err) => return Err(err),
+    };
     let (truth, oracle_error) = match cfg.oracle {
         Some(oracle) => {
             let expanded = Trace { tool_calls: calls.to_vec(), ..trace.clone() };
@@ -526,6 +552,7 @@ async fn measure(
         arm,
         success: truth.unwrap_or(judgement.success),
         judgement,
+        judge_error,
         truth,
         oracle_error,
         steps: trace.tool_calls.len(),
@@ -534,6 +561,17 @@ async fn measure(
         failed_workflow_steps: Vec::new(),
         trajectory: None,
     })
+}
+
+/// Whether `err` says the evaluator answered, but not with a judgement.
+fn is_invalid_judgement(err: &OnlineError) -> bool {
+    matches!(
+        err,
+        OnlineError::Judge { .. }
+            | OnlineError::Llm(
+                flowmem_llm::LlmError::InvalidReply { .. } | flowmem_llm::LlmError::ToolArguments { .. }
+            )
+    )
 }
 
 fn trajectory_of(record: &Record, trace: &Trace, calls: &[ToolCall]) -> Trajectory {
@@ -591,8 +629,11 @@ pub fn learning_curve(lines: &[ProgressLine]) -> LearningCurve {
     };
     let has_baseline = runs.iter().any(|run| run.arm == Arm::Baseline);
     let all_truth = !runs.is_empty() && runs.iter().all(|run| run.truth.is_some());
-    let with_truth: Vec<(bool, bool)> =
-        runs.iter().filter_map(|run| run.truth.map(|truth| (run.judgement.success, truth))).collect();
+    let with_truth: Vec<(bool, bool)> = runs
+        .iter()
+        .filter(|run| run.judge_error.is_none())
+        .filter_map(|run| run.truth.map(|truth| (run.judgement.success, truth)))
+        .collect();
     let (n_inductions, n_workflows_added) = lines.iter().fold((0, 0), |(n, w), line| match line {
         ProgressLine::Induced { added, .. } => (n + 1, w + added.len()),
         ProgressLine::Run(_) => (n, w),
@@ -604,6 +645,7 @@ pub fn learning_curve(lines: &[ProgressLine]) -> LearningCurve {
         agreement: (!with_truth.is_empty()).then(|| agreement(with_truth)),
         n_inductions,
         n_workflows_added,
+        n_unjudged: runs.iter().filter(|run| run.judge_error.is_some()).count(),
     }
 }
 

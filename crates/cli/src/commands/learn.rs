@@ -176,6 +176,12 @@ fn summary(curve: &LearningCurve) -> Vec<String> {
         ));
     }
     lines.push(format!("{} inductions added {} workflows", curve.n_inductions, curve.n_workflows_added));
+    if curve.n_unjudged > 0 {
+        lines.push(format!(
+            "{} runs had no valid judgement from the evaluator and taught nothing (each run's `judge_error` in the progress file says why)",
+            curve.n_unjudged
+        ));
+    }
     lines
 }
 

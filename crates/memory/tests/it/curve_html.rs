@@ -12,6 +12,7 @@ fn run(index: usize, arm: Arm, success: bool) -> ProgressLine {
         record_id: format!("r{index}"),
         arm,
         judgement: Judgement { success, reason: "scripted".to_owned() },
+        judge_error: None,
         truth: Some(success),
         oracle_error: None,
         success,

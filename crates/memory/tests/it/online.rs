@@ -245,6 +245,70 @@ async fn a_run_judged_a_failure_teaches_nothing() {
     }
 }
 
+/// The evaluator's first reply, and its reply to the re-ask, are not judgements; every
+/// later one approves. The stream goes on: the first run is kept, unlearned, with the
+/// reason, and the next run teaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_is_not_a_judgement_skips_that_run_and_not_the_stream() {
+    let records = [record("r1", "say hello and add one and two"), record("r2", "say hello again and add")];
+    let script = Script::new()
+        .when_seq(Match::wants_json(), [Reply::text("looks fine to me"), Reply::text("yes, it worked")])
+        .when(Match::wants_json(), Reply::json(json!({"success": true, "reason": "scripted verdict"})))
+        .when(Match::after_tool_result(), Reply::text("finished"))
+        .otherwise(Reply::tool_calls([("echo", json!({"message": "hello"})), ("get-sum", json!({"a": 1, "b": 2}))]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let llm = ScriptedLlmServer::start(script).await;
+    let out = dir.path().join("out");
+    let report = learn(&llm, &mut store, &records, &out, None).await.expect("the stream finishes");
+    assert_eq!(report.n_new_runs, 4, "two tasks, two arms");
+    assert_eq!(report.curve.n_unjudged, 1);
+    assert_eq!(report.curve.memory.n_solved, 1, "the unjudged run counts as a failure");
+
+    let lines = read_progress(&out.join("progress.jsonl")).unwrap();
+    let runs: Vec<&flowmem_memory::TaskRun> = lines
+        .iter()
+        .filter_map(|line| match line {
+            ProgressLine::Run(run) => Some(run.as_ref()),
+            ProgressLine::Induced { .. } => None,
+        })
+        .collect();
+    let first = runs.iter().find(|run| run.record_id == "r1" && run.arm == Arm::Memory).unwrap();
+    let error = first.judge_error.as_deref().expect("the reason is kept");
+    assert!(error.contains("looks fine") || error.contains("yes, it worked"), "{error}");
+    assert!(!first.judgement.success && first.trajectory.is_none());
+    assert!(
+        runs.iter().filter(|run| run.record_id != "r1" || run.arm != Arm::Memory).all(|run| run.judge_error.is_none())
+    );
+    // Only the approved memory run was induced from.
+    let induced: Vec<&Vec<String>> = lines
+        .iter()
+        .filter_map(|line| match line {
+            ProgressLine::Induced { trajectory_ids, .. } => Some(trajectory_ids),
+            ProgressLine::Run(_) => None,
+        })
+        .collect();
+    assert_eq!(induced, [&vec!["r2".to_owned()]]);
+    assert_eq!(store.count(&Scope::default()).unwrap(), 1);
+    let html = std::fs::read_to_string(out.join("learning_curve.html")).unwrap();
+    assert!(html.contains("1 run had no valid judgement from the evaluator"), "{html}");
+
+    // An evaluator that cannot be reached still stops the stream, naming it, and the same
+    // call resumes where it stopped.
+    let gone = ScriptedLlmServer::start(
+        Script::new()
+            .when(Match::wants_json(), Reply::status(401, "bad key"))
+            .when(Match::after_tool_result(), Reply::text("finished"))
+            .otherwise(Reply::tool_calls([("echo", json!({"message": "hello"}))])),
+    )
+    .await;
+    let more = [records[0].clone(), records[1].clone(), record("r3", "a third task")];
+    let other = dir.path().join("other");
+    let err = learn(&gone, &mut store, &more, &other, None).await.unwrap_err();
+    assert!(matches!(err, OnlineError::Llm(_)), "{err}");
+    assert!(read_progress(&other.join("progress.jsonl")).unwrap().is_empty(), "no run is saved unjudged");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_online_run_resumes_without_repeating_tasks() {
     let records = [
