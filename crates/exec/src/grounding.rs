@@ -11,6 +11,9 @@
 //!   strings; [`ValueShape::spans`](flowmem_model::ValueShape::spans));
 //! - a constant.
 //!
+//! Query spans are then narrowed by the words the mined values followed
+//! ([`narrow_by_anchors`]).
+//!
 //! Candidates are converted to the argument's schema type where they can be (a number
 //! span for an `integer` argument becomes a number). One candidate is used as it is;
 //! several are offered to the model as a JSON Schema `enum` on that argument; none
@@ -18,7 +21,9 @@
 
 use serde_json::Value;
 
-use flowmem_model::{ArgBinding, ValueSource, values_at};
+use flowmem_model::{Anchor, ArgBinding, ValueSource, anchor_score, values_at};
+
+use crate::node::value_text;
 
 /// What a tool node can see of the nodes upstream of it.
 pub(crate) trait Upstream {
@@ -143,6 +148,8 @@ pub(crate) struct Candidates {
     /// ([`EachUse::is_usual`](flowmem_model::EachUse::is_usual)): in a loop, the
     /// node goes through them "for each".
     pub each: bool,
+    /// For query spans: the mined anchors that narrow them ([`narrow_by_anchors`]).
+    pub anchors: Vec<Anchor>,
 }
 
 impl Candidates {
@@ -166,6 +173,7 @@ pub(crate) fn candidates(
     upstream: &dyn Upstream,
 ) -> Option<Candidates> {
     for source in &binding.sources {
+        let mut query_anchors = Vec::new();
         let (label, mut values) = match &source.source {
             ValueSource::Result { node, path } => {
                 let Some(output) = upstream.output(node) else { continue };
@@ -178,18 +186,18 @@ pub(crate) fn candidates(
                 let path = if path.starts_with('[') { format!("${path}") } else { format!("$.{path}") };
                 (format!("argument {path} of {node}"), values_at(&root, &path))
             }
-            ValueSource::Query { shape: Some(shape) } => {
+            ValueSource::Query { shape: Some(shape), anchors } => {
                 let spans = shape.spans(query).into_iter().map(Value::String).collect();
+                query_anchors.clone_from(anchors);
                 (format!("query ({shape} spans)"), spans)
             }
-            ValueSource::Query { shape: None } => continue,
+            ValueSource::Query { shape: None, .. } => continue,
             ValueSource::Constant { value } => ("constant".to_owned(), vec![value.clone()]),
         };
         values.retain(|value| !value.is_null());
-        let property = schema.get("properties").and_then(|properties| properties.get(arg));
         let mut unique: Vec<Value> = Vec::with_capacity(values.len());
         for value in values {
-            let value = property.map_or(value.clone(), |property| as_schema_type(value, property));
+            let value = as_argument_type(value, schema, arg);
             if !unique.contains(&value) {
                 unique.push(value);
             }
@@ -197,10 +205,72 @@ pub(crate) fn candidates(
         if !unique.is_empty() {
             // `Valid(G, T)` admits `each` on result paths over a collection only.
             let each = source.each.is_some_and(|each| each.is_usual());
-            return Some(Candidates { arg: arg.to_owned(), source: label, values: unique, elements: false, each });
+            return Some(Candidates {
+                arg: arg.to_owned(),
+                source: label,
+                values: unique,
+                elements: false,
+                each,
+                anchors: query_anchors,
+            });
         }
     }
     None
+}
+
+/// Narrows query-span candidates by their mined anchors
+/// ([`anchor_score`](flowmem_model::anchor_score)): of an argument's spans, only those
+/// with the highest score stay, when it is above 0. An anchor naming another argument
+/// (`{first_name}`) counts once that argument has a single value, so the pass repeats
+/// while it narrows something. Each argument is narrowed once, and never to nothing.
+pub(crate) fn narrow_by_anchors(found: &mut [Candidates], query: &str) {
+    let mut narrowed = vec![false; found.len()];
+    loop {
+        let resolved: Vec<(String, String)> = found
+            .iter()
+            .filter(|candidates| candidates.values.len() == 1 && !candidates.elements)
+            .map(|candidates| (candidates.arg.clone(), value_text(&candidates.values[0])))
+            .collect();
+        let mut changed = false;
+        for (idx, candidates) in found.iter_mut().enumerate() {
+            if narrowed[idx] || candidates.anchors.is_empty() || candidates.values.len() < 2 || candidates.elements {
+                continue;
+            }
+            let others: Vec<(&str, &str)> = resolved
+                .iter()
+                .filter(|(arg, _)| *arg != candidates.arg)
+                .map(|(arg, text)| (arg.as_str(), text.as_str()))
+                .collect();
+            let scores: Vec<u64> = candidates
+                .values
+                .iter()
+                .map(|value| anchor_score(query, &value_text(value), &candidates.anchors, &others))
+                .collect();
+            let best = scores.iter().copied().max().unwrap_or(0);
+            if best == 0 {
+                continue;
+            }
+            let before = candidates.values.len();
+            let mut kept = scores.iter().map(|score| *score == best);
+            candidates.values.retain(|_| kept.next().unwrap_or(false));
+            candidates.source =
+                format!("{}, {} of {before} by the words before them", candidates.source, candidates.values.len());
+            narrowed[idx] = true;
+            changed = true;
+        }
+        if !changed {
+            break;
+        }
+    }
+}
+
+/// `value` converted to the type that argument `arg` of a tool with parameters `schema`
+/// declares ([`as_schema_type`]); unchanged when the schema does not declare `arg`.
+pub(crate) fn as_argument_type(value: Value, schema: &Value, arg: &str) -> Value {
+    match schema.get("properties").and_then(|properties| properties.get(arg)) {
+        Some(property) => as_schema_type(value, property),
+        None => value,
+    }
 }
 
 /// `value` converted to the type `property` declares, when it converts without loss: a
@@ -353,26 +423,45 @@ mod tests {
         let schema = json!({"type": "object", "properties": {
             "order_id": {"type": "string"}, "zip": {"type": "integer"}, "first_name": {"type": "string"}}});
         let none = Seen(Vec::new());
-        let ids =
-            candidates("order_id", &bind(ValueSource::Query { shape: Some(ValueShape::Id) }), query, &schema, &none);
+        let ids = candidates(
+            "order_id",
+            &bind(ValueSource::Query { shape: Some(ValueShape::Id), anchors: Vec::new() }),
+            query,
+            &schema,
+            &none,
+        );
         assert_eq!(ids.unwrap().values, [json!("#W1"), json!("#W2")]);
-        let zip =
-            candidates("zip", &bind(ValueSource::Query { shape: Some(ValueShape::Number) }), query, &schema, &none);
+        let zip = candidates(
+            "zip",
+            &bind(ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new() }),
+            query,
+            &schema,
+            &none,
+        );
         let zip = zip.unwrap();
         assert_eq!((zip.values, zip.source.as_str()), (vec![json!(19122)], "query (number spans)"));
         let names = candidates(
             "first_name",
-            &bind(ValueSource::Query { shape: Some(ValueShape::Name) }),
+            &bind(ValueSource::Query { shape: Some(ValueShape::Name), anchors: Vec::new() }),
             query,
             &schema,
             &none,
         );
         assert_eq!(names.unwrap().values, [json!("Yusuf"), json!("Rossi")]);
-        assert!(candidates("first_name", &bind(ValueSource::Query { shape: None }), query, &schema, &none).is_none());
         assert!(
             candidates(
                 "first_name",
-                &bind(ValueSource::Query { shape: Some(ValueShape::Email) }),
+                &bind(ValueSource::Query { shape: None, anchors: Vec::new() }),
+                query,
+                &schema,
+                &none
+            )
+            .is_none()
+        );
+        assert!(
+            candidates(
+                "first_name",
+                &bind(ValueSource::Query { shape: Some(ValueShape::Email), anchors: Vec::new() }),
                 query,
                 &schema,
                 &none
@@ -387,6 +476,54 @@ mod tests {
         let items = candidates("item_ids", &bind(from_args("item_ids[*]")), query, &schema, &seen).unwrap();
         assert_eq!(items.values, [json!("1"), json!("2")]);
         assert!(candidates("order_id", &bind(from_args("order_id")), query, &schema, &none).is_none());
+    }
+
+    /// The mined words before each value pick the spans: the first name after "you
+    /// are", then the last name after the chosen first name; an argument whose anchors
+    /// precede no span keeps all of them.
+    #[test]
+    fn anchors_narrow_query_spans_and_an_anchor_naming_an_argument_waits_for_its_value() {
+        let anchor = |words: &[&str], support| flowmem_model::Anchor {
+            words: words.iter().map(|word| (*word).to_owned()).collect(),
+            support,
+        };
+        let bind = |anchors: Vec<flowmem_model::Anchor>| ArgBinding {
+            observed: 20,
+            sources: vec![BindingSource {
+                source: ValueSource::Query { shape: Some(ValueShape::Name), anchors },
+                support: 20,
+                each: None,
+            }],
+        };
+        let query = "Reason for call: Ship the lamp to Texas. Known info: You are Isabella Johansson, \
+                     and you live in Austin, Texas.";
+        let schema = json!({"type": "object", "properties": {
+            "first_name": {"type": "string"}, "last_name": {"type": "string"}, "city": {"type": "string"}}});
+        let none = Seen(Vec::new());
+        let first = bind(vec![anchor(&["you", "are"], 22), anchor(&["name", "is"], 5)]);
+        let last = bind(vec![anchor(&["{first_name}"], 24)]);
+        let city = bind(vec![anchor(&["zip", "code"], 3)]);
+        // The last name first: its anchor names the first name, which is resolved later
+        // in the same pass.
+        let mut found: Vec<super::Candidates> = [("last_name", &last), ("first_name", &first), ("city", &city)]
+            .into_iter()
+            .map(|(arg, binding)| candidates(arg, binding, query, &schema, &none).unwrap())
+            .collect();
+        let all = found[2].values.clone();
+        assert!(all.len() > 3, "{all:?}");
+        super::narrow_by_anchors(&mut found, query);
+        assert_eq!(found[1].values, [json!("Isabella")]);
+        assert_eq!(found[0].values, [json!("Johansson")]);
+        assert!(
+            found[0].source.ends_with(&format!("1 of {} by the words before them", all.len())),
+            "{}",
+            found[0].source
+        );
+        assert_eq!(found[2].values, all, "no span follows `zip code`");
+        // Without anchors nothing changes.
+        let mut plain = vec![candidates("first_name", &bind(Vec::new()), query, &schema, &none).unwrap()];
+        super::narrow_by_anchors(&mut plain, query);
+        assert_eq!(plain[0].values, all);
     }
 
     #[test]

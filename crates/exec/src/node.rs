@@ -520,8 +520,11 @@ async fn tool_node(
         return Err(message);
     }
     let mut args = chosen.arguments;
+    // The candidates were typed by the node's first tool; the chosen one's parameters
+    // decide (a node offering several tools may declare an argument differently).
+    let parameters = tools.iter().find(|tool| tool.name == chosen.name).map_or(&Value::Null, |tool| &tool.parameters);
     for found in &fixed {
-        args.insert(found.arg.clone(), found.values[0].clone());
+        args.insert(found.arg.clone(), grounding::as_argument_type(found.values[0].clone(), parameters, &found.arg));
     }
     if let Some(context) = &context {
         let off = context.off(tools, &chosen.name, &args);
@@ -546,7 +549,7 @@ fn bound_candidates(
         return Vec::new();
     }
     let schema = tools.first().map_or(&Value::Null, |definition| &definition.parameters);
-    bindings
+    let mut found: Vec<Candidates> = bindings
         .iter()
         .filter_map(|(path, binding)| {
             let (arg, elements) = match path.strip_suffix("[*]") {
@@ -559,7 +562,9 @@ fn bound_candidates(
             let found = grounding::candidates(arg, binding, query, schema, items)?;
             Some(Candidates { elements, ..found })
         })
-        .collect()
+        .collect();
+    grounding::narrow_by_anchors(&mut found, query);
+    found
 }
 
 /// What mined evidence makes of a judged branch before its judge is asked
@@ -658,7 +663,7 @@ fn ungroundable(plan: &PlanInner, query: &str, node_idx: usize, items: &Context)
         .filter_map(|(path, binding)| {
             let arg = path.strip_suffix("[*]").unwrap_or(path);
             let free = binding.sources.is_empty()
-                || binding.sources.iter().any(|source| matches!(source.source, ValueSource::Query { shape: None }));
+                || binding.sources.iter().any(|source| matches!(source.source, ValueSource::Query { shape: None, .. }));
             if free || arg.contains(['[', '.']) || required.as_ref().is_some_and(|names| !names.contains(&arg)) {
                 return None;
             }

@@ -182,11 +182,15 @@ fn node_label(node: &GraphNode) -> String {
             for (arg, binding) in bindings {
                 for source in &binding.sources {
                     match &source.source {
-                        ValueSource::Query { shape: None } => {
+                        ValueSource::Query { shape, anchors } => {
                             let _ = write!(summary, "\n{arg} ← query");
-                        }
-                        ValueSource::Query { shape: Some(shape) } => {
-                            let _ = write!(summary, "\n{arg} ← query ({shape})");
+                            let shape = shape.map(|shape| shape.to_string());
+                            // The strongest anchor says where in the query the value sits.
+                            let after = anchors.first().map(|anchor| format!("after “{}”", anchor.words.join(" ")));
+                            let notes: Vec<String> = shape.into_iter().chain(after).collect();
+                            if !notes.is_empty() {
+                                let _ = write!(summary, " ({})", notes.join(", "));
+                            }
                         }
                         ValueSource::Constant { value } => {
                             let _ = write!(summary, "\n{arg} = {value}");

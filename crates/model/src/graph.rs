@@ -190,11 +190,15 @@ impl EachUse {
 pub enum ValueSource {
     /// A span of the query. With a shape, the query's spans of that shape are the
     /// candidates ([`ValueShape::spans`](crate::ValueShape::spans)); without one, the
-    /// model finds the value in the query.
+    /// model finds the value in the query. With anchors, the spans they precede are
+    /// preferred ([`anchor_score`](crate::anchor_score)).
     Query {
         /// The shape of the mined values, if they had one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         shape: Option<crate::ValueShape>,
+        /// The words the mined values followed in their queries, most supported first.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        anchors: Vec<crate::Anchor>,
     },
     /// An upstream node's result, at a JSON path whose array indices are `[*]`
     /// (`$.items[*].product_id`; `$` is the whole result).

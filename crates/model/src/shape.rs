@@ -145,6 +145,97 @@ impl ValueShape {
     }
 }
 
+/// Words that came just before a query-sourced value in the mined records (its left
+/// context), and how many values they preceded: `you are` before a first name, `zip
+/// code` before a zip code. The executor prefers the spans these words precede
+/// ([`anchor_score`]).
+///
+/// A word `{arg}` stands for the value of the same call's argument `arg`, so a last
+/// name's anchor is `{first_name}` whatever the name is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct Anchor {
+    /// One or two words, lowercased, in query order.
+    pub words: Vec<String>,
+    /// How many mined values they preceded.
+    pub support: u64,
+}
+
+/// The longest left context an [`Anchor`] holds, in words.
+pub const ANCHOR_WORDS: usize = 2;
+
+/// The left contexts of the one-word `value`'s occurrences in `query`: for each
+/// occurrence, its previous word and its previous two words (fewer at the start),
+/// lowercased, with a leading `#` and digit grouping dropped. A word equal to the value
+/// of one of `others` (`(argument, value)`) is written `{argument}`. Distinct contexts,
+/// in order of first occurrence; none for a value of several words.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::left_contexts;
+///
+/// let query = "You are Yusuf Rossi in zip code 19122.";
+/// assert_eq!(left_contexts(query, "Rossi", &[("first_name", "Yusuf")]), [vec!["{first_name}"], vec!["are", "{first_name}"]]);
+/// assert_eq!(left_contexts(query, "19122", &[]), [vec!["code"], vec!["zip", "code"]]);
+/// ```
+#[must_use]
+pub fn left_contexts(query: &str, value: &str, others: &[(&str, &str)]) -> Vec<Vec<String>> {
+    let target = word_key(value);
+    if target.is_empty() || value.trim().contains(char::is_whitespace) {
+        return Vec::new();
+    }
+    let others: Vec<(&str, String)> = others.iter().map(|(arg, value)| (*arg, word_key(value))).collect();
+    let keys: Vec<String> = tokens(query).iter().map(|token| word_key(&token.text)).collect();
+    let words: Vec<String> = keys
+        .iter()
+        .map(|key| match others.iter().find(|(_, other)| !other.is_empty() && other == key) {
+            Some((arg, _)) => format!("{{{arg}}}"),
+            None => key.clone(),
+        })
+        .collect();
+    let mut res: Vec<Vec<String>> = Vec::new();
+    for (idx, key) in keys.iter().enumerate() {
+        if *key != target {
+            continue;
+        }
+        for n in 1..=ANCHOR_WORDS.min(idx) {
+            let context = words[idx - n..idx].to_vec();
+            if !res.contains(&context) {
+                res.push(context);
+            }
+        }
+    }
+    res
+}
+
+/// How strongly `anchors` point at `span` in `query`: the summed support of the anchors
+/// found just before one of its occurrences, with `resolved` (`(argument, value)`, the
+/// values already chosen for the call's other arguments) standing in for `{argument}`
+/// words. 0 when none is found.
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::{Anchor, anchor_score};
+///
+/// let anchors = [Anchor { words: vec!["you".into(), "are".into()], support: 22 }];
+/// let query = "Known info: You are Yusuf Rossi, living in Texas.";
+/// assert_eq!(anchor_score(query, "Yusuf", &anchors, &[]), 22);
+/// assert_eq!(anchor_score(query, "Texas", &anchors, &[]), 0);
+/// ```
+#[must_use]
+pub fn anchor_score(query: &str, span: &str, anchors: &[Anchor], resolved: &[(&str, &str)]) -> u64 {
+    let contexts = left_contexts(query, span, resolved);
+    anchors.iter().filter(|anchor| contexts.contains(&anchor.words)).map(|anchor| anchor.support).sum()
+}
+
+/// A word as anchors compare it: lowercased, without a leading `#`, a number without
+/// its digit grouping.
+fn word_key(text: &str) -> String {
+    let text = text.trim().trim_start_matches('#');
+    ungrouped_number(text).unwrap_or_else(|| text.to_lowercase())
+}
+
 /// One whitespace-separated word of a query, without its edge punctuation.
 struct Token {
     text: String,
@@ -259,6 +350,28 @@ mod tests {
         assert_eq!(ValueShape::of(&json!("Zoë")), Some(ValueShape::Name));
         assert!(ValueShape::Id.spans("commande «é1» — №7 ü2").contains(&"é1".to_owned()));
         assert_eq!(ValueShape::of(&json!("  ")), None);
+    }
+
+    #[test]
+    fn left_contexts_name_the_other_arguments_and_anchors_score_the_spans_they_precede() {
+        let query = "Known info: You are Yusuf Rossi in zipcode 19,122. Rossi's friend lives in Texas.";
+        let others = [("first_name", "yusuf"), ("zip", "19122")];
+        assert_eq!(super::left_contexts(query, "Rossi", &others), [vec!["{first_name}"], vec!["are", "{first_name}"]]);
+        assert_eq!(super::left_contexts(query, "19122", &[]), [vec!["zipcode"], vec!["in", "zipcode"]]);
+        assert_eq!(super::left_contexts(query, "Texas", &others), [vec!["in"], vec!["lives", "in"]]);
+        assert_eq!(super::left_contexts(query, "Known", &[]), Vec::<Vec<String>>::new(), "nothing before it");
+        assert!(super::left_contexts(query, "no such", &[]).is_empty());
+        let anchor = |words: &[&str], support| super::Anchor {
+            words: words.iter().map(|word| (*word).to_owned()).collect(),
+            support,
+        };
+        let anchors = [anchor(&["you", "are"], 20), anchor(&["{first_name}"], 24), anchor(&["in"], 2)];
+        assert_eq!(super::anchor_score(query, "Yusuf", &anchors, &[]), 20);
+        // `{first_name}` only stands for a first name once one is chosen.
+        assert_eq!(super::anchor_score(query, "Rossi", &anchors, &[]), 0);
+        assert_eq!(super::anchor_score(query, "Rossi", &anchors, &[("first_name", "Yusuf")]), 24);
+        assert_eq!(super::anchor_score(query, "Texas", &anchors, &[("first_name", "Yusuf")]), 2);
+        assert_eq!(super::anchor_score(query, "19122", &anchors, &[]), 0);
     }
 
     #[test]

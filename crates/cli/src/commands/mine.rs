@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use flowmem_mining::{BindingConfig, Classifier, Dataflow, EventLog, ProcessTree, Variant};
+use flowmem_mining::{BindingConfig, Classifier, Dataflow, EventLog, ProcessTree, Source, Variant};
 use flowmem_model::{Record, Trajectory};
 use serde::Serialize;
 
@@ -425,10 +425,17 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
             .sources
             .iter()
             .take(3)
-            .map(|support| match support.each {
+            .map(|support| match (support.each, &support.source) {
                 // "each": how many records took every value of the collection, of how many.
-                Some(each) => format!("{} ({}, all {}/{})", support.source, support.support, each.all, each.records),
-                None => format!("{} ({})", support.source, support.support),
+                (Some(each), _) => {
+                    format!("{} ({}, all {}/{})", support.source, support.support, each.all, each.records)
+                }
+                // The strongest anchor: the words the query values followed.
+                (None, Source::Query) if !flow.query_anchors.is_empty() => {
+                    let anchor = &flow.query_anchors[0];
+                    format!("query ({}, after “{}” {})", support.support, anchor.words.join(" "), anchor.support)
+                }
+                (None, _) => format!("{} ({})", support.source, support.support),
             })
             .collect();
         if flow.sources.len() > 3 {

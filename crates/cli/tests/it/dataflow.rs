@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{TestDir, data};
 
@@ -93,6 +93,25 @@ fn retail_task_0_binds_the_order_from_the_query_and_the_items_from_its_details()
     assert_eq!(shape_of(&flow, "find_user_id_by_name_zip", "zip"), "number");
     assert_eq!(shape_of(&flow, "find_user_id_by_email", "email"), "email");
     assert_eq!(shape_of(&flow, "get_order_details", "order_id"), "id");
+    // Task 0's query says "You are Yusuf Rossi in zip code 19122": the words before each
+    // value, the first name standing for itself before the last name.
+    let anchors = |call: usize, arg: &str| {
+        let values = flow["per_record"].as_array().unwrap().iter().find(|record| record["id"] == "0").unwrap();
+        let value =
+            values["values"].as_array().unwrap().iter().find(|value| value["call"] == call && value["arg"] == arg);
+        value.unwrap()["anchors"].clone()
+    };
+    assert_eq!(anchors(0, "first_name"), json!([["are"], ["you", "are"]]));
+    assert_eq!(anchors(0, "last_name"), json!([["{first_name}"], ["are", "{first_name}"]]));
+    assert_eq!(anchors(0, "zip"), json!([["code"], ["zip", "code"]]));
+    // Over the domain, "{first_name}" is the strongest anchor of the last name.
+    let last = flow["arguments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|flow| flow["tool"] == "find_user_id_by_name_zip" && flow["arg"] == "last_name")
+        .unwrap();
+    assert_eq!(last["query_anchors"][0]["words"], json!(["{first_name}"]), "{last}");
     // Coverage of the whole domain, reported in the note; a floor so a regression shows.
     let coverage = flow["coverage"].as_f64().unwrap();
     assert!(coverage > 0.7, "retail coverage {coverage}");

@@ -178,6 +178,43 @@ async fn query_spans_and_upstream_arguments_ground_calls_and_a_missing_value_is_
     );
 }
 
+/// The same graph, with the words the mined names followed: "you are" before the first
+/// name, the first name before the last. The find then asks the model nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mined_anchors_pick_the_names_so_the_find_asks_the_model_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = query_graph();
+    let bindings = &mut graph["nodes"][0]["bindings"];
+    bindings["first_name"]["sources"][0]["anchors"] = json!([{"words": ["you", "are"], "support": 9}]);
+    bindings["last_name"]["sources"][0]["anchors"] = json!([{"words": ["{first_name}"], "support": 9}]);
+    let script = Script::new().when(
+        Match::offers_tool("get_order_details"),
+        Reply::tool_call("get_order_details", json!({"order_id": "#W2378156"})),
+    );
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    // "Rossi" also opens the query, and "Thanks" (before a name) and "Yusuf" end it: only
+    // the words before them tell.
+    let query = "Rossi is the family name. Known info: You are Yusuf Rossi in zip code 19122. Thanks, Yusuf";
+    let input = RunInput { id: "anchors".to_owned(), query: query.to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1, "only the unbound order asked the model");
+    assert!(Match::offers_tool("get_order_details").matches(&requests[0].body));
+    let find = &trace.tool_calls[0];
+    assert_eq!((find.args["first_name"].as_str(), find.args["last_name"].as_str()), (Some("Yusuf"), Some("Rossi")));
+    assert!(find.error.is_none(), "{find:?}");
+    assert_eq!(trace.tool_calls[1].args["user_id"], "yusuf_rossi_9620");
+    let observed = trace.observations.iter().find(|observation| observation.node_id == "find").unwrap();
+    let last = observed.grounding.iter().find(|arg| arg.arg == "last_name").unwrap();
+    assert_eq!(
+        (last.source.as_str(), last.candidates, last.grounded),
+        ("query (name spans), 1 of 3 by the words before them", 1, true)
+    );
+}
+
 /// Context grounding, the same for ReAct and workflows: a call with a value found in
 /// neither the query nor an earlier result goes back to the model once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

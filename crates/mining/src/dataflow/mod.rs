@@ -33,7 +33,7 @@ mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{EachUse, Record, ValueShape, canonical_json};
+use flowmem_model::{Anchor, EachUse, Record, ValueShape, canonical_json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -47,6 +47,13 @@ pub const DATAFLOW_VERSION: u32 = 1;
 
 /// The most example values an [`ArgumentFlow`] keeps.
 const MAX_EXAMPLES: usize = 3;
+
+/// The fewest query-sourced values a left context must precede to be an anchor: one
+/// record's wording is no evidence.
+pub const MIN_ANCHOR_SUPPORT: u64 = 2;
+
+/// The most anchors an [`ArgumentFlow`] keeps.
+pub const MAX_ANCHORS: usize = 8;
 
 /// What [`mine_dataflow`] found: the `--json` document of `flowmem mine --output dataflow`.
 ///
@@ -111,6 +118,11 @@ pub struct ArgumentFlow {
     /// were: the executor offers the query's spans of this shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_shape: Option<ValueShape>,
+    /// The left contexts that preceded at least [`MIN_ANCHOR_SUPPORT`] of the values
+    /// found in the query, most supported first (at most [`MAX_ANCHORS`]): the executor
+    /// prefers the spans they precede.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_anchors: Vec<Anchor>,
 }
 
 /// A source and the number of values it explained.
@@ -211,6 +223,11 @@ pub struct ValueFlow {
     pub value: Value,
     /// Its sources, all of the strongest kind found; empty when unexplained.
     pub sources: Vec<Source>,
+    /// For a value found in the query: the left contexts of its occurrences there
+    /// ([`left_contexts`](flowmem_model::left_contexts)), the call's other query-sourced
+    /// values written `{argument}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anchors: Vec<Vec<String>>,
 }
 
 impl Dataflow {
@@ -286,8 +303,10 @@ fn mine_record(record: &Record) -> (RecordFlow, EachFindings) {
                 arg: leaf.path.clone(),
                 value: leaf.value.clone(),
                 sources,
+                anchors: Vec::new(),
             });
         }
+        add_anchors(&record.query, values.iter_mut().filter(|value| value.call == call_idx));
         // What this call offers to later calls.
         for leaf in &leaves {
             if let Some(key) = key(leaf.value) {
@@ -313,6 +332,33 @@ fn mine_record(record: &Record) -> (RecordFlow, EachFindings) {
     }
     let each = each_findings(&values, &collections);
     (RecordFlow { id: record.id.clone(), values }, each)
+}
+
+/// Fills the left contexts of one call's values found in the query, naming the call's
+/// other query-sourced values.
+fn add_anchors<'v>(query: &str, values: impl Iterator<Item = &'v mut ValueFlow>) {
+    let mut from_query: Vec<&mut ValueFlow> =
+        values.filter(|value| value.sources.first() == Some(&Source::Query)).collect();
+    let texts: Vec<(String, String)> =
+        from_query.iter().filter_map(|value| Some((value.arg.clone(), word_text(&value.value)?))).collect();
+    for value in &mut from_query {
+        let Some(text) = word_text(&value.value) else { continue };
+        let others: Vec<(&str, &str)> = texts
+            .iter()
+            .filter(|(arg, _)| *arg != value.arg)
+            .map(|(arg, text)| (arg.as_str(), text.as_str()))
+            .collect();
+        value.anchors = flowmem_model::left_contexts(query, &text, &others);
+    }
+}
+
+/// A scalar's text as a query would hold it: a string, or a number's digits.
+fn word_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
 }
 
 /// For [`EachFindings`]: the values of an argument count whatever their sources (one
@@ -388,7 +434,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
         counts.all += u64::from(*all);
     }
     let mut by_kind = KindCounts::default();
-    type Counts = (BTreeMap<Source, u64>, BTreeMap<ValueShape, u64>);
+    type Counts = (BTreeMap<Source, u64>, BTreeMap<ValueShape, u64>, Vec<Anchor>);
     let mut flows: BTreeMap<(String, String), (ArgumentFlow, Counts)> = BTreeMap::new();
     let (mut n_values, mut n_explained) = (0u64, 0u64);
     for value in per_record.iter().flat_map(|record| &record.values) {
@@ -401,18 +447,20 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
             Some(Source::Constant { .. }) => &mut by_kind.constant,
         };
         *counter += 1;
-        let (flow, (supports, shapes)) = flows.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| {
-            let flow = ArgumentFlow {
-                tool: value.tool.clone(),
-                arg: value.arg.clone(),
-                observed: 0,
-                explained: 0,
-                sources: Vec::new(),
-                examples: Vec::new(),
-                query_shape: None,
-            };
-            (flow, Default::default())
-        });
+        let (flow, (supports, shapes, anchors)) =
+            flows.entry((value.tool.clone(), value.arg.clone())).or_insert_with(|| {
+                let flow = ArgumentFlow {
+                    tool: value.tool.clone(),
+                    arg: value.arg.clone(),
+                    observed: 0,
+                    explained: 0,
+                    sources: Vec::new(),
+                    examples: Vec::new(),
+                    query_shape: None,
+                    query_anchors: Vec::new(),
+                };
+                (flow, Default::default())
+            });
         flow.observed += 1;
         if !value.sources.is_empty() {
             flow.explained += 1;
@@ -426,13 +474,24 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
         {
             *shapes.entry(shape).or_default() += 1;
         }
+        for words in &value.anchors {
+            match anchors.iter_mut().find(|anchor| &anchor.words == words) {
+                Some(anchor) => anchor.support += 1,
+                None => anchors.push(Anchor { words: words.clone(), support: 1 }),
+            }
+        }
         if flow.examples.len() < MAX_EXAMPLES && !flow.examples.contains(&value.value) {
             flow.examples.push(value.value.clone());
         }
     }
     let arguments = flows
         .into_values()
-        .map(|(mut flow, (supports, shapes))| {
+        .map(|(mut flow, (supports, shapes, mut anchors))| {
+            // Stable: equal supports keep the order they were first seen in.
+            anchors.retain(|anchor| anchor.support >= MIN_ANCHOR_SUPPORT);
+            anchors.sort_by_key(|anchor| std::cmp::Reverse(anchor.support));
+            anchors.truncate(MAX_ANCHORS);
+            flow.query_anchors = anchors;
             // The most common shape; a tie goes to the first in `ValueShape`'s order.
             flow.query_shape = shapes
                 .into_iter()

@@ -447,7 +447,11 @@ fn data_orders_a_parallel_block_and_binds_the_dependent_member() {
     let NodeKind::Tool { bindings, .. } = &order.kind else { unreachable!() };
     assert_eq!(
         bindings["order_id"].sources[0].source,
-        flowmem_model::ValueSource::Query { shape: Some(flowmem_model::ValueShape::Id) }
+        flowmem_model::ValueSource::Query {
+            shape: Some(flowmem_model::ValueShape::Id),
+            // Both queries put "order" before it.
+            anchors: vec![flowmem_model::Anchor { words: vec!["order".into()], support: 2 }]
+        }
     );
     let NodeKind::Tool { bindings, .. } = &user.kind else { unreachable!() };
     assert!(bindings.is_empty(), "unexplained arguments carry no binding: {bindings:?}");
@@ -491,6 +495,39 @@ fn query_beats_results_and_results_beat_arguments() {
     let flow = mine_dataflow(&failed);
     let token = &flow.argument("get", "token").unwrap().sources;
     assert_eq!(token[0].source, Source::Argument { tool: "log".into(), arg: "token".into() });
+}
+
+/// The words before a query-sourced value are mined as its anchors; a word that is
+/// another argument's value is named by that argument, and wording seen once is no
+/// anchor.
+#[test]
+fn the_words_before_query_values_are_mined_as_anchors() {
+    let find = |first: &str, last: &str, zip: &str| {
+        call("find_user", json!({"first_name": first, "last_name": last, "zip": zip}), None)
+    };
+    let records = records_of(vec![
+        ("Known info: You are Yusuf Rossi in zipcode 19122.", vec![find("Yusuf", "Rossi", "19122")]),
+        ("Hi. You are Mei Davis, in zipcode 80,217 (Denver).", vec![find("Mei", "Davis", "80217")]),
+        ("Your name is Ana Li and you live in Paris, 75001.", vec![find("Ana", "Li", "75001")]),
+    ]);
+    let flow = mine_dataflow(&records);
+    let anchors = |arg: &str| -> Vec<(String, u64)> {
+        flow.argument("find_user", arg)
+            .unwrap()
+            .query_anchors
+            .iter()
+            .map(|anchor| (anchor.words.join(" "), anchor.support))
+            .collect()
+    };
+    assert_eq!(anchors("first_name"), [("are".to_owned(), 2), ("you are".to_owned(), 2)]);
+    assert_eq!(anchors("last_name"), [("{first_name}".to_owned(), 3), ("are {first_name}".to_owned(), 2)]);
+    // `in zipcode` twice (digit grouping dropped); `paris` once is no anchor.
+    assert_eq!(anchors("zip"), [("zipcode".to_owned(), 2), ("in zipcode".to_owned(), 2)]);
+    let first = &flow.record("0").unwrap().values[0];
+    assert_eq!(first.anchors, [vec!["are".to_owned()], vec!["you".to_owned(), "are".to_owned()]]);
+    // The bound skeleton carries them on the query source.
+    let graph = serde_json::to_value(&flow.argument("find_user", "last_name").unwrap().query_anchors).unwrap();
+    assert_eq!(graph[0], json!({"words": ["{first_name}"], "support": 3}));
 }
 
 #[test]
