@@ -11,8 +11,9 @@
 //!   strings; [`ValueShape::spans`](flowmem_model::ValueShape::spans));
 //! - a constant.
 //!
-//! Query spans are then narrowed by the words the mined values followed
-//! ([`narrow_by_anchors`]).
+//! An argument then agrees with the upstream call another argument's values come from
+//! ([`agree_with_sources`]), and query spans are narrowed by the words the mined values
+//! followed ([`narrow_by_anchors`]).
 //!
 //! Candidates are converted to the argument's schema type where they can be (a number
 //! span for an `integer` argument becomes a number). One candidate is used as it is;
@@ -150,6 +151,8 @@ pub(crate) struct Candidates {
     pub each: bool,
     /// For query spans: the mined anchors that narrow them ([`narrow_by_anchors`]).
     pub anchors: Vec<Anchor>,
+    /// The upstream node whose latest result or call gave the values, if one did.
+    pub from_node: Option<String>,
 }
 
 impl Candidates {
@@ -174,6 +177,7 @@ pub(crate) fn candidates(
 ) -> Option<Candidates> {
     for source in &binding.sources {
         let mut query_anchors = Vec::new();
+        let from_node = source.source.node().map(str::to_owned);
         let (label, mut values) = match &source.source {
             ValueSource::Result { node, path } => {
                 let Some(output) = upstream.output(node) else { continue };
@@ -212,10 +216,42 @@ pub(crate) fn candidates(
                 elements: false,
                 each,
                 anchors: query_anchors,
+                from_node,
             });
         }
     }
     None
+}
+
+/// Makes arguments agree with the call whose result another argument comes from: when
+/// argument `B`'s values come from node `N`'s latest result (or call), and `N` was called
+/// with `K = v`, the node's own argument `K`, if it has several candidates and `v` is one
+/// of them, takes `v`. The items of an order then go with that order's id, not with
+/// another order the model might pick. Arguments a loop goes through "for each" are left
+/// to the loop.
+pub(crate) fn agree_with_sources(found: &mut [Candidates], upstream: &dyn Upstream) {
+    let sources: Vec<String> = found.iter().filter_map(|candidates| candidates.from_node.clone()).collect();
+    for node in sources {
+        let Some(args) = upstream.args(&node) else { continue };
+        for candidates in found.iter_mut() {
+            if candidates.values.len() < 2 || candidates.elements || candidates.each {
+                continue;
+            }
+            let Some(called) = args.get(&candidates.arg) else { continue };
+            let key = flowmem_model::value_key(called);
+            let Some(agreeing) =
+                candidates.values.iter().find(|value| key.is_some() && flowmem_model::value_key(value) == key).cloned()
+            else {
+                continue;
+            };
+            candidates.source = format!(
+                "{}, 1 of {}: the one `{node}` was called with, whose result gives another argument",
+                candidates.source,
+                candidates.values.len()
+            );
+            candidates.values = vec![agreeing];
+        }
+    }
 }
 
 /// Narrows query-span candidates by their mined anchors
@@ -476,6 +512,57 @@ mod tests {
         let items = candidates("item_ids", &bind(from_args("item_ids[*]")), query, &schema, &seen).unwrap();
         assert_eq!(items.values, [json!("1"), json!("2")]);
         assert!(candidates("order_id", &bind(from_args("order_id")), query, &schema, &none).is_none());
+    }
+
+    /// An order's items come from the order looked up last: the order id agrees with
+    /// that lookup, unless the lookup's id is no candidate or the id is gone through
+    /// "for each".
+    #[test]
+    fn an_argument_agrees_with_the_call_whose_result_gives_another_argument() {
+        let from = |node: &str, path: &str| ArgBinding {
+            observed: 5,
+            sources: vec![BindingSource {
+                source: ValueSource::Result { node: node.into(), path: path.into() },
+                support: 5,
+                each: None,
+            }],
+        };
+        let user = json!({"orders": ["#W1", "#W2", "#W3"]}).to_string();
+        let order = json!({"order_id": "#W2", "items": [{"item_id": "i7"}, {"item_id": "i8"}]}).to_string();
+        let schema =
+            json!({"type": "object", "properties": {"order_id": {"type": "string"}, "item_ids": {"type": "array"}}});
+        let found = |called: serde_json::Value| {
+            let seen = Seen(vec![("user", user.clone(), json!({"user_id": "u1"})), ("order", order.clone(), called)]);
+            let mut found = vec![
+                candidates("order_id", &from("user", "$.orders[*]"), "q", &schema, &seen).unwrap(),
+                super::Candidates {
+                    elements: true,
+                    ..candidates("item_ids", &from("order", "$.items[*].item_id"), "q", &schema, &seen).unwrap()
+                },
+            ];
+            super::agree_with_sources(&mut found, &seen);
+            found
+        };
+        let agreed = found(json!({"order_id": "#W2"}));
+        assert_eq!(agreed[0].values, [json!("#W2")]);
+        assert!(
+            agreed[0].source.ends_with("1 of 3: the one `order` was called with, whose result gives another argument")
+        );
+        assert_eq!(agreed[1].values, [json!("i7"), json!("i8")], "the items are left as they were");
+        // Normalised like the mined values: a lookup by `W2` agrees with `#W2`.
+        assert_eq!(found(json!({"order_id": "W2"}))[0].values, [json!("#W2")]);
+        assert_eq!(found(json!({"order_id": "#W9"}))[0].values.len(), 3, "no candidate to agree with");
+        assert_eq!(found(json!({"other": "#W2"}))[0].values.len(), 3);
+        let seen = Seen(vec![("user", user.clone(), json!({})), ("order", order.clone(), json!({"order_id": "#W2"}))]);
+        let mut each = vec![
+            super::Candidates {
+                each: true,
+                ..candidates("order_id", &from("user", "$.orders[*]"), "q", &schema, &seen).unwrap()
+            },
+            candidates("item_ids", &from("order", "$.items[*].item_id"), "q", &schema, &seen).unwrap(),
+        ];
+        super::agree_with_sources(&mut each, &seen);
+        assert_eq!(each[0].values.len(), 3, "a for-each argument is the loop's to choose");
     }
 
     /// The mined words before each value pick the spans: the first name after "you

@@ -563,6 +563,7 @@ fn bound_candidates(
             Some(Candidates { elements, ..found })
         })
         .collect();
+    grounding::agree_with_sources(&mut found, items);
     grounding::narrow_by_anchors(&mut found, query);
     found
 }

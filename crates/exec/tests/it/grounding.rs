@@ -215,6 +215,64 @@ async fn mined_anchors_pick_the_names_so_the_find_asks_the_model_nothing() {
     );
 }
 
+/// The user's orders → one order's details (the model picks which) → a return whose
+/// order id could be any of the user's orders, and whose items and payment come from the
+/// details: the order id agrees with the order looked up, with no question to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_returned_order_is_the_one_whose_items_are_returned() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let from = |node: &str, path: &str| json!({"observed": 5, "sources": [{"from": "result", "node": node, "path": path, "support": 5}]});
+    let graph = json!({
+        "name": "agreeing",
+        "nodes": [
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"],
+             "bindings": {"user_id": {"observed": 5, "sources": [{"from": "query", "shape": "id", "support": 5}]}}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": from("user", "$.parsed_content.orders[*]")}},
+            {"id": "return", "kind": "tool", "hints": ["return_delivered_order_items"],
+             "bindings": {"order_id": from("user", "$.parsed_content.orders[*]"),
+                          "item_ids[*]": from("order", "$.parsed_content.items[*].item_id"),
+                          "payment_method_id": from("order", "$.parsed_content.payment_history[*].payment_method_id")}}
+        ],
+        "edges": [{"from": "user", "to": "order"}, {"from": "order", "to": "return"}],
+        "entry": "user",
+        "exit": "return"
+    });
+    let script = Script::new()
+        .when(
+            Match::offers_tool("get_order_details"),
+            Reply::tool_call("get_order_details", json!({"order_id": "#W2378156"})),
+        )
+        .when(
+            Match::offers_tool("return_delivered_order_items"),
+            Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680"]})),
+        );
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input = RunInput { id: "agree".to_owned(), query: "I am yusuf_rossi_9620 and want a refund.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "the order lookup and the return's items");
+    let order_choice = &requests[0].body["tools"][0]["function"]["parameters"]["properties"]["order_id"]["enum"];
+    assert!(order_choice.as_array().unwrap().len() > 1, "the user has several orders: {order_choice}");
+    let asked = &requests[1].body["tools"][0]["function"]["parameters"]["properties"];
+    assert!(asked.get("order_id").is_none(), "the order id is no question: {asked}");
+    assert!(asked.get("payment_method_id").is_none(), "one payment method: {asked}");
+    let returned = trace.tool_calls.iter().find(|call| call.tool == "return_delivered_order_items").unwrap();
+    assert_eq!(returned.args["order_id"], "#W2378156");
+    assert_eq!(returned.args["item_ids"], json!(["1151293680"]));
+    let observed = trace.observations.iter().find(|observation| observation.node_id == "return").unwrap();
+    let order = observed.grounding.iter().find(|arg| arg.arg == "order_id").unwrap();
+    assert!(
+        order.source.ends_with("the one `order` was called with, whose result gives another argument"),
+        "{}",
+        order.source
+    );
+    assert_eq!((order.candidates, order.grounded), (1, true));
+}
+
 /// Context grounding, the same for ReAct and workflows: a call with a value found in
 /// neither the query nor an earlier result goes back to the model once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
