@@ -358,6 +358,12 @@ impl Runner<'_> {
                     return Ok(out);
                 }
             }
+            // At the budget no token follows, so the model need not see this step. Tokens
+            // the grammar forced may pass the budget; fed, they could pass the context,
+            // which `room` does not count on.
+            if out.tokens.len() >= params.max_tokens {
+                return Ok(out);
+            }
             let started = Instant::now();
             self.feed(&mut session, &step)?;
             out.forward_time += started.elapsed();

@@ -95,3 +95,44 @@ fn room_counts_the_prompt_and_the_reply_budget_exactly() {
     let error = model.chat_blocking(&long).unwrap_err();
     assert!(matches!(error, LocalError::ContextExceeded { .. }), "{error}");
 }
+
+/// A request with no room to spare (its prompt and budget fill the context but for the
+/// one position `room` keeps) is decoded, also when the grammar forces more tokens than
+/// the budget holds: the reply stops at the budget and never feeds past the context
+/// (which ReAct's window fitting, trusting `room`, ran into on 3 of 34 retail runs).
+#[test]
+fn a_request_with_exactly_no_room_is_answered_though_the_grammar_forces_past_its_budget() {
+    let Some(model) = crate::model() else { return };
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"enum": ["the answer is certainly yes, beyond any reasonable doubt at all"]},
+            "why": {"type": "string"}
+        },
+        "required": ["verdict", "why"],
+        "additionalProperties": false
+    });
+    let request = |words: usize, max_tokens: u32| {
+        let mut request = ask(&format!("Judge this: {}", "plain words ".repeat(words)), max_tokens);
+        request.response_format =
+            Some(flowmem_llm::ResponseFormat { name: "judgement".to_owned(), schema: schema.clone() });
+        request
+    };
+    // The longest prompt that leaves room for a budget of 4 tokens.
+    let room = |words: usize| ChatModel::room(&model, &request(words, 4)).unwrap();
+    let (mut low, mut high) = (0usize, 4000usize);
+    while low < high {
+        let mid = (low + high).div_ceil(2);
+        if room(mid) >= 0 { low = mid } else { high = mid - 1 }
+    }
+    let spare = room(low);
+    assert!((0..8).contains(&spare), "{spare}");
+    let tight = request(low, 4 + u32::try_from(spare).unwrap());
+    assert_eq!(ChatModel::room(&model, &tight).unwrap(), 0);
+    // The budget, not the context, ends the reply: a JSON reply cut short, which the
+    // caller may ask again with more room.
+    match model.chat_blocking(&tight) {
+        Err(LocalError::Truncated { text, .. }) => assert!(text.starts_with("{\"verdict\": \"the answer"), "{text}"),
+        other => panic!("expected the reply cut at its budget, got {other:?}"),
+    }
+}
