@@ -230,7 +230,12 @@ pub(crate) fn candidates(
 /// another order the model might pick. Arguments a loop goes through "for each" are left
 /// to the loop.
 pub(crate) fn agree_with_sources(found: &mut [Candidates], upstream: &dyn Upstream) {
-    let sources: Vec<String> = found.iter().filter_map(|candidates| candidates.from_node.clone()).collect();
+    let mut sources: Vec<String> = Vec::new();
+    for node in found.iter().filter_map(|candidates| candidates.from_node.as_ref()) {
+        if !sources.contains(node) {
+            sources.push(node.clone());
+        }
+    }
     for node in sources {
         let Some(args) = upstream.args(&node) else { continue };
         for candidates in found.iter_mut() {

@@ -165,7 +165,7 @@ pub const ANCHOR_WORDS: usize = 2;
 
 /// The left contexts of the one-word `value`'s occurrences in `query`: for each
 /// occurrence, its previous word and its previous two words (fewer at the start),
-/// lowercased, with a leading `#` and digit grouping dropped. A word equal to the value
+/// normalised by [`value_key`](crate::value_key). A word equal to the value
 /// of one of `others` (`(argument, value)`) is written `{argument}`. Distinct contexts,
 /// in order of first occurrence; none for a value of several words.
 ///
@@ -229,11 +229,10 @@ pub fn anchor_score(query: &str, span: &str, anchors: &[Anchor], resolved: &[(&s
     anchors.iter().filter(|anchor| contexts.contains(&anchor.words)).map(|anchor| anchor.support).sum()
 }
 
-/// A word as anchors compare it: lowercased, without a leading `#`, a number without
-/// its digit grouping.
+/// A word as anchors compare it: its [`value_key`](crate::value_key), the normalisation
+/// mining and grounding share (empty for a word with no key).
 fn word_key(text: &str) -> String {
-    let text = text.trim().trim_start_matches('#');
-    ungrouped_number(text).unwrap_or_else(|| text.to_lowercase())
+    crate::value_key(&Value::String(text.to_owned())).unwrap_or_default()
 }
 
 /// One whitespace-separated word of a query, without its edge punctuation.

@@ -340,24 +340,15 @@ fn add_anchors<'v>(query: &str, values: impl Iterator<Item = &'v mut ValueFlow>)
     let mut from_query: Vec<&mut ValueFlow> =
         values.filter(|value| value.sources.first() == Some(&Source::Query)).collect();
     let texts: Vec<(String, String)> =
-        from_query.iter().filter_map(|value| Some((value.arg.clone(), word_text(&value.value)?))).collect();
+        from_query.iter().filter_map(|value| Some((value.arg.clone(), key(&value.value)?))).collect();
     for value in &mut from_query {
-        let Some(text) = word_text(&value.value) else { continue };
+        let Some(text) = key(&value.value) else { continue };
         let others: Vec<(&str, &str)> = texts
             .iter()
             .filter(|(arg, _)| *arg != value.arg)
             .map(|(arg, text)| (arg.as_str(), text.as_str()))
             .collect();
         value.anchors = flowmem_model::left_contexts(query, &text, &others);
-    }
-}
-
-/// A scalar's text as a query would hold it: a string, or a number's digits.
-fn word_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) => Some(text.clone()),
-        Value::Number(number) => Some(number.to_string()),
-        _ => None,
     }
 }
 
