@@ -153,6 +153,10 @@ pub(crate) struct Candidates {
     pub anchors: Vec<Anchor>,
     /// The upstream node whose latest result or call gave the values, if one did.
     pub from_node: Option<String>,
+    /// The values their source held more than once, with how often (an order with two
+    /// lines of one item): an array argument takes each of these that often, and any
+    /// other value once ([`Candidates::drop_repeats`]).
+    pub repeated: Vec<(Value, usize)>,
 }
 
 impl Candidates {
@@ -163,6 +167,30 @@ impl Candidates {
             (true, _) => false,
             (false, value) => self.values.contains(value),
         }
+    }
+
+    /// For an array argument whose elements are bound: drops the elements `array`
+    /// repeats more often than the source held them (a small model may write one item
+    /// id twice), keeping the first ones. Returns how many it dropped.
+    pub(crate) fn drop_repeats(&self, array: &mut Value) -> usize {
+        let Value::Array(items) = array else { return 0 };
+        let before = items.len();
+        let mut seen: Vec<(Value, usize)> = Vec::new();
+        items.retain(|item| {
+            let allowed = self.repeated.iter().find(|(value, _)| value == item).map_or(1, |(_, times)| *times);
+            match seen.iter_mut().find(|(value, _)| value == item) {
+                Some((_, times)) if *times >= allowed => false,
+                Some((_, times)) => {
+                    *times += 1;
+                    true
+                }
+                None => {
+                    seen.push((item.clone(), 1));
+                    true
+                }
+            }
+        });
+        before - items.len()
     }
 }
 
@@ -200,10 +228,15 @@ pub(crate) fn candidates(
         };
         values.retain(|value| !value.is_null());
         let mut unique: Vec<Value> = Vec::with_capacity(values.len());
+        let mut repeated: Vec<(Value, usize)> = Vec::new();
         for value in values {
             let value = as_argument_type(value, schema, arg);
             if !unique.contains(&value) {
                 unique.push(value);
+            } else if let Some((_, times)) = repeated.iter_mut().find(|(seen, _)| *seen == value) {
+                *times += 1;
+            } else {
+                repeated.push((value, 2));
             }
         }
         if !unique.is_empty() {
@@ -217,6 +250,7 @@ pub(crate) fn candidates(
                 each,
                 anchors: query_anchors,
                 from_node,
+                repeated,
             });
         }
     }
@@ -517,6 +551,30 @@ mod tests {
         let items = candidates("item_ids", &bind(from_args("item_ids[*]")), query, &schema, &seen).unwrap();
         assert_eq!(items.values, [json!("1"), json!("2")]);
         assert!(candidates("order_id", &bind(from_args("order_id")), query, &schema, &none).is_none());
+    }
+
+    /// An array argument takes an element at most as often as its source holds it: once,
+    /// or twice for an order with two lines of one item. The first ones stay.
+    #[test]
+    fn an_array_repeats_an_element_no_more_often_than_its_source_holds_it() {
+        let binding = ArgBinding {
+            observed: 3,
+            sources: vec![BindingSource {
+                source: ValueSource::Result { node: "order".into(), path: "$.items[*].item_id".into() },
+                support: 3,
+                each: None,
+            }],
+        };
+        let order = json!({"items": [{"item_id": "i7"}, {"item_id": "i8"}, {"item_id": "i7"}]}).to_string();
+        let seen = Seen(vec![("order", order, json!({}))]);
+        let schema = json!({"type": "object", "properties": {"item_ids": {"type": "array"}}});
+        let found = candidates("item_ids", &binding, "q", &schema, &seen).unwrap();
+        assert_eq!(found.values, [json!("i7"), json!("i8")]);
+        let mut sent = json!(["i8", "i7", "i8", "i7", "i7", "i8"]);
+        assert_eq!(found.drop_repeats(&mut sent), 3);
+        assert_eq!(sent, json!(["i8", "i7", "i7"]));
+        let mut scalar = json!("i8");
+        assert_eq!(found.drop_repeats(&mut scalar), 0);
     }
 
     /// An order's items come from the order looked up last: the order id agrees with

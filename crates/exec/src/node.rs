@@ -526,6 +526,12 @@ async fn tool_node(
     for found in &fixed {
         args.insert(found.arg.clone(), grounding::as_argument_type(found.values[0].clone(), parameters, &found.arg));
     }
+    for found in bound.iter_mut().filter(|found| found.elements) {
+        let dropped = args.get_mut(&found.arg).map_or(0, |array| found.drop_repeats(array));
+        if dropped > 0 {
+            found.source = format!("{}; {dropped} repeated element(s) dropped", found.source);
+        }
+    }
     if let Some(context) = &context {
         let off = context.off(tools, &chosen.name, &args);
         step.observation.grounding = grounding::context_observation(&args, &off);

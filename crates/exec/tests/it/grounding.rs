@@ -335,7 +335,8 @@ async fn context_grounding_sends_back_a_call_with_values_from_nowhere_for_react_
 }
 
 /// An array argument whose elements are bound is offered as `items.enum`: the model picks
-/// which of the order's items to return, and the rest of the call is filled in.
+/// which of the order's items to return, and the rest of the call is filled in. An item
+/// the model writes twice, though the order holds it once, is sent once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
     let state = tempfile::tempdir().unwrap();
@@ -364,7 +365,7 @@ async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
             Match::offers_tool("return_delivered_order_items"),
             [
                 Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680", "999"]})),
-                Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680"]})),
+                Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1151293680", "1151293680"]})),
             ],
         );
     let server = support::llm(script).await;
@@ -391,6 +392,7 @@ async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
     let observed = &trace.observations.iter().find(|o| o.node_id == "return").unwrap().grounding;
     let items = observed.iter().find(|arg| arg.arg == "item_ids").unwrap();
     assert_eq!((items.candidates, items.grounded), (5, true));
+    assert!(items.source.ends_with("; 1 repeated element(s) dropped"), "{}", items.source);
 }
 
 /// A user lookup the model writes, then a loop over `get_order_details` whose `order_id`
