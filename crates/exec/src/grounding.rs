@@ -218,10 +218,15 @@ pub(crate) fn candidates(
                 let path = if path.starts_with('[') { format!("${path}") } else { format!("$.{path}") };
                 (format!("argument {path} of {node}"), values_at(&root, &path))
             }
-            ValueSource::Query { shape: Some(shape), anchors } => {
-                let spans = shape.spans(query).into_iter().map(Value::String).collect();
+            ValueSource::Query { shape: Some(shape), anchors, lengths } => {
+                let mut spans = shape.spans(query);
+                let before = spans.len();
+                let label = match lengths.and_then(|lengths| of_lengths(&mut spans, lengths)) {
+                    Some(lengths) => format!("query ({shape} spans, {} of {before} {lengths})", spans.len()),
+                    None => format!("query ({shape} spans)"),
+                };
                 query_anchors.clone_from(anchors);
-                (format!("query ({shape} spans)"), spans)
+                (label, spans.into_iter().map(Value::String).collect())
             }
             ValueSource::Query { shape: None, .. } => continue,
             ValueSource::Constant { value } => ("constant".to_owned(), vec![value.clone()]),
@@ -255,6 +260,25 @@ pub(crate) fn candidates(
         }
     }
     None
+}
+
+/// Keeps the spans as long as the mined values (`[shortest, longest]`, in characters of
+/// their keys), unless none is or all are; then says how long they were, for the label.
+fn of_lengths(spans: &mut Vec<String>, [shortest, longest]: [usize; 2]) -> Option<String> {
+    let fits = |span: &String| {
+        let length = flowmem_model::value_key(&Value::String(span.clone())).map_or(0, |key| key.chars().count());
+        (shortest..=longest).contains(&length)
+    };
+    let fitting = spans.iter().filter(|span| fits(span)).count();
+    if fitting == 0 || fitting == spans.len() {
+        return None;
+    }
+    spans.retain(fits);
+    Some(if shortest == longest {
+        format!("of the mined length {shortest}")
+    } else {
+        format!("of the mined lengths {shortest}–{longest}")
+    })
 }
 
 /// Makes arguments agree with the call whose result another argument comes from: when
@@ -488,6 +512,33 @@ mod tests {
         assert_eq!(constrained["required"], json!(["product_id"]));
     }
 
+    /// Mined lengths keep the spans as long as the mined values: the zip code, not the
+    /// item number, unless no span (or every span) has such a length.
+    #[test]
+    fn spans_of_the_mined_lengths_are_kept() {
+        let zip = |lengths| ArgBinding {
+            observed: 12,
+            sources: vec![BindingSource {
+                source: ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new(), lengths },
+                support: 12,
+                each: None,
+            }],
+        };
+        let schema = json!({"type": "object", "properties": {"zip": {"type": "string"}}});
+        let none = Seen(Vec::new());
+        let query = "Change the laptop to item 9844888101. Your zip code is 77159.";
+        let found = candidates("zip", &zip(Some([5, 5])), query, &schema, &none).unwrap();
+        assert_eq!(found.values, [json!("77159")]);
+        assert_eq!(found.source, "query (number spans, 1 of 2 of the mined length 5)");
+        let found = candidates("zip", &zip(Some([4, 6])), query, &schema, &none).unwrap();
+        assert_eq!(found.source, "query (number spans, 1 of 2 of the mined lengths 4–6)");
+        for lengths in [None, Some([3, 3]), Some([5, 10])] {
+            let found = candidates("zip", &zip(lengths), query, &schema, &none).unwrap();
+            assert_eq!(found.values, [json!("9844888101"), json!("77159")], "{lengths:?}");
+            assert_eq!(found.source, "query (number spans)");
+        }
+    }
+
     #[test]
     fn query_spans_and_upstream_arguments_give_candidates_of_the_schema_type() {
         let bind = |source: ValueSource| ArgBinding {
@@ -500,7 +551,7 @@ mod tests {
         let none = Seen(Vec::new());
         let ids = candidates(
             "order_id",
-            &bind(ValueSource::Query { shape: Some(ValueShape::Id), anchors: Vec::new() }),
+            &bind(ValueSource::Query { shape: Some(ValueShape::Id), anchors: Vec::new(), lengths: None }),
             query,
             &schema,
             &none,
@@ -508,7 +559,7 @@ mod tests {
         assert_eq!(ids.unwrap().values, [json!("#W1"), json!("#W2")]);
         let zip = candidates(
             "zip",
-            &bind(ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new() }),
+            &bind(ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new(), lengths: None }),
             query,
             &schema,
             &none,
@@ -517,7 +568,7 @@ mod tests {
         assert_eq!((zip.values, zip.source.as_str()), (vec![json!(19122)], "query (number spans)"));
         let names = candidates(
             "first_name",
-            &bind(ValueSource::Query { shape: Some(ValueShape::Name), anchors: Vec::new() }),
+            &bind(ValueSource::Query { shape: Some(ValueShape::Name), anchors: Vec::new(), lengths: None }),
             query,
             &schema,
             &none,
@@ -526,7 +577,7 @@ mod tests {
         assert!(
             candidates(
                 "first_name",
-                &bind(ValueSource::Query { shape: None, anchors: Vec::new() }),
+                &bind(ValueSource::Query { shape: None, anchors: Vec::new(), lengths: None }),
                 query,
                 &schema,
                 &none
@@ -536,7 +587,7 @@ mod tests {
         assert!(
             candidates(
                 "first_name",
-                &bind(ValueSource::Query { shape: Some(ValueShape::Email), anchors: Vec::new() }),
+                &bind(ValueSource::Query { shape: Some(ValueShape::Email), anchors: Vec::new(), lengths: None }),
                 query,
                 &schema,
                 &none
@@ -640,7 +691,7 @@ mod tests {
         let bind = |anchors: Vec<flowmem_model::Anchor>| ArgBinding {
             observed: 20,
             sources: vec![BindingSource {
-                source: ValueSource::Query { shape: Some(ValueShape::Name), anchors },
+                source: ValueSource::Query { shape: Some(ValueShape::Name), anchors, lengths: None },
                 support: 20,
                 each: None,
             }],

@@ -182,7 +182,7 @@ fn node_label(node: &GraphNode) -> String {
             for (arg, binding) in bindings {
                 for source in &binding.sources {
                     match &source.source {
-                        ValueSource::Query { shape, anchors } => {
+                        ValueSource::Query { shape, anchors, .. } => {
                             let _ = write!(summary, "\n{arg} ← query");
                             let shape = shape.map(|shape| shape.to_string());
                             // The strongest anchor says where in the query the value sits.

@@ -105,8 +105,9 @@ impl ValueShape {
     /// The distinct spans of `query` with this shape, in order of first occurrence.
     /// Numbers lose their digit grouping. A capitalised word that starts a sentence is a
     /// name only when it also occurs mid-sentence, or a name follows it (`Yusuf Rossi`)
-    /// and it is not a common sentence opener (`If Rossi calls`). Text spans are the query's quoted strings (`"…"`, `“…”`,
-    /// `` `…` ``).
+    /// and it is not a common sentence opener (`If Rossi calls`). The words of letters in
+    /// a handle are names, capitalised (`mei_kovacs_8020` gives `Mei` and `Kovacs`).
+    /// Text spans are the query's quoted strings (`"…"`, `“…”`, `` `…` ``).
     #[must_use]
     pub fn spans(self, query: &str) -> Vec<String> {
         let mut res: Vec<String> = Vec::new();
@@ -123,6 +124,16 @@ impl ValueShape {
         }
         let tokens = tokens(query);
         for (idx, token) in tokens.iter().enumerate() {
+            // A handle's words of letters are names too: `mei_kovacs_8020` holds `Mei`
+            // and `Kovacs`.
+            if self == ValueShape::Name
+                && let Some(words) = handle_words(&token.text)
+            {
+                for word in words.into_iter().filter(|word| word.chars().all(char::is_alphabetic)) {
+                    push(capitalised(word));
+                }
+                continue;
+            }
             if ValueShape::of_text(&token.text) != Some(self) {
                 continue;
             }
@@ -185,7 +196,23 @@ pub fn left_contexts(query: &str, value: &str, others: &[(&str, &str)]) -> Vec<V
         return Vec::new();
     }
     let others: Vec<(&str, String)> = others.iter().map(|(arg, value)| (*arg, word_key(value))).collect();
-    let keys: Vec<String> = tokens(query).iter().map(|token| word_key(&token.text)).collect();
+    // The words anchors read, a handle's words standing on their own (`mei_kovacs_8020`
+    // reads as `mei kovacs 8020`), and where the value occurs among them: as a word, or
+    // as a whole handle (at its first word).
+    let mut keys: Vec<String> = Vec::new();
+    let mut found: Vec<usize> = Vec::new();
+    for token in tokens(query) {
+        if word_key(&token.text) == target {
+            found.push(keys.len());
+        }
+        match handle_words(&token.text) {
+            Some(words) => keys.extend(words.into_iter().map(word_key)),
+            None => keys.push(word_key(&token.text)),
+        }
+    }
+    found.extend(keys.iter().enumerate().filter(|(_, key)| **key == target).map(|(idx, _)| idx));
+    found.sort_unstable();
+    found.dedup();
     let words: Vec<String> = keys
         .iter()
         .map(|key| match others.iter().find(|(_, other)| !other.is_empty() && other == key) {
@@ -194,10 +221,7 @@ pub fn left_contexts(query: &str, value: &str, others: &[(&str, &str)]) -> Vec<V
         })
         .collect();
     let mut res: Vec<Vec<String>> = Vec::new();
-    for (idx, key) in keys.iter().enumerate() {
-        if *key != target {
-            continue;
-        }
+    for idx in found {
         for n in 1..=ANCHOR_WORDS.min(idx) {
             let context = words[idx - n..idx].to_vec();
             if !res.contains(&context) {
@@ -313,6 +337,23 @@ fn is_id(text: &str) -> bool {
     allowed && marked && text.chars().any(char::is_alphanumeric) && !text.chars().skip(1).any(|ch| ch == '#')
 }
 
+/// The words of a handle such as a user id (`mei_kovacs_8020`): words of letters or of
+/// digits joined by single `_`, at least two of them of letters. `None` for any other
+/// token.
+fn handle_words(text: &str) -> Option<Vec<&str>> {
+    let words: Vec<&str> = text.split('_').collect();
+    let letters = |word: &&str| word.chars().all(char::is_alphabetic);
+    let digits = |word: &&str| word.chars().all(|ch| ch.is_ascii_digit());
+    let well_formed = words.iter().all(|word| !word.is_empty() && (letters(word) || digits(word)));
+    (well_formed && words.iter().filter(|word| letters(word)).count() >= 2).then_some(words)
+}
+
+/// `word` with its first letter in upper case.
+fn capitalised(word: &str) -> String {
+    let mut chars = word.chars();
+    chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
 fn is_name(text: &str) -> bool {
     text.chars().next().is_some_and(char::is_uppercase)
         && text.chars().all(|ch| ch.is_alphabetic() || matches!(ch, '-' | '\''))
@@ -386,6 +427,26 @@ mod tests {
         assert!(ValueShape::Name.spans("If it rains. You stay.").is_empty());
         assert_eq!(ValueShape::Text.spans(query), ["no longer needed"]);
         assert!(ValueShape::Text.spans("no quotes here").is_empty());
+    }
+
+    /// A handle's words of letters are names, and anchors read its words one by one: the
+    /// first name follows `you are`, the last name follows the first.
+    #[test]
+    fn a_handle_holds_names_that_anchors_read_word_by_word() {
+        let query = "Known info: You are mei_kovacs_8020 living in zipcode 28236. Pay with credit_card_12.";
+        assert_eq!(ValueShape::Name.spans(query), ["Mei", "Kovacs", "Credit", "Card"]);
+        assert_eq!(ValueShape::Id.spans(query), ["mei_kovacs_8020", "credit_card_12"]);
+        let you_are = [vec!["are".to_owned()], vec!["you".to_owned(), "are".to_owned()]];
+        assert_eq!(super::left_contexts(query, "Mei", &[]), you_are);
+        assert_eq!(super::left_contexts(query, "mei_kovacs_8020", &[]), you_are);
+        assert_eq!(
+            super::left_contexts(query, "Kovacs", &[("first_name", "Mei")]),
+            [vec!["{first_name}".to_owned()], vec!["are".to_owned(), "{first_name}".to_owned()]]
+        );
+        // Not handles: one word of letters, an empty word, other characters.
+        for text in ["paypal_9497703", "mei__kovacs", "mei_kovacs-2", "_mei_kovacs"] {
+            assert!(super::handle_words(text).is_none(), "{text}");
+        }
     }
 
     proptest::proptest! {

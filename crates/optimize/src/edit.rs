@@ -1129,7 +1129,7 @@ mod tests {
                 observed: 4,
                 sources: vec![
                     BindingSource {
-                        source: ValueSource::Query { shape: None, anchors: Vec::new() },
+                        source: ValueSource::Query { shape: None, anchors: Vec::new(), lengths: None },
                         support: 3,
                         each: None,
                     },
@@ -1148,7 +1148,10 @@ mod tests {
         let edited = apply_plan(&graph, &plan).unwrap();
         let NodeKind::Tool { bindings, .. } = &edited.node("t1").unwrap().kind else { unreachable!() };
         let sources: Vec<&ValueSource> = bindings["order_id"].sources.iter().map(|s| &s.source).collect();
-        assert_eq!(sources, [&result("plan", "$.order"), &ValueSource::Query { shape: None, anchors: Vec::new() }]);
+        assert_eq!(
+            sources,
+            [&result("plan", "$.order"), &ValueSource::Query { shape: None, anchors: Vec::new(), lengths: None }]
+        );
         assert_eq!(bindings["order_id"].observed, 4);
 
         let rebind = |node: &str, source: ValueSource| EditPlan {
@@ -1156,7 +1159,8 @@ mod tests {
             edits: vec![GraphEdit::RebindArgument { node: node.into(), arg: "order_id".into(), source }],
         };
         let err =
-            apply_plan(&graph, &rebind("plan", ValueSource::Query { shape: None, anchors: Vec::new() })).unwrap_err();
+            apply_plan(&graph, &rebind("plan", ValueSource::Query { shape: None, anchors: Vec::new(), lengths: None }))
+                .unwrap_err();
         assert_eq!(err.reason, EditProblem::NotATool { node: "plan".into() });
         let err = apply_plan(&graph, &rebind("t1", result("ghost", "$"))).unwrap_err();
         assert_eq!(err.to_string(), "edit 0 (`rebind_argument`) cannot be applied: no node `ghost`");

@@ -215,6 +215,47 @@ async fn mined_anchors_pick_the_names_so_the_find_asks_the_model_nothing() {
     );
 }
 
+/// The names in a handle (`yusuf_rossi_9620`) and a zip code of the mined length (not
+/// the item number) find the user against the real retail server with no model request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_holds_the_names_and_the_mined_length_picks_the_zip() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = query_graph();
+    // Only the find and the user's details.
+    graph["nodes"].as_array_mut().unwrap().truncate(2);
+    graph["edges"].as_array_mut().unwrap().truncate(1);
+    graph["exit"] = json!("user");
+    let bindings = &mut graph["nodes"][0]["bindings"];
+    bindings["first_name"]["sources"][0]["anchors"] = json!([{"words": ["you", "are"], "support": 9}]);
+    bindings["last_name"]["sources"][0]["anchors"] = json!([{"words": ["{first_name}"], "support": 9}]);
+    bindings["zip"]["sources"][0]["lengths"] = json!([5, 5]);
+    let server = support::llm(Script::new()).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let query = "Change the laptop to item 9844888101 for Phoenix. Known info: You are yusuf_rossi_9620 in 19122.";
+    let input = RunInput { id: "handle".to_owned(), query: query.to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert!(server.chat_requests().is_empty(), "no model request");
+    let find = &trace.tool_calls[0];
+    assert!(find.error.is_none(), "{find:?}");
+    assert_eq!(
+        (find.args["first_name"].as_str(), find.args["last_name"].as_str(), find.args["zip"].as_str()),
+        (Some("Yusuf"), Some("Rossi"), Some("19122"))
+    );
+    assert_eq!(trace.tool_calls[1].args["user_id"], "yusuf_rossi_9620");
+    let observed = &trace.observations.iter().find(|observation| observation.node_id == "find").unwrap().grounding;
+    let sources: Vec<(&str, usize)> = observed.iter().map(|arg| (arg.source.as_str(), arg.candidates)).collect();
+    assert_eq!(
+        sources,
+        [
+            ("query (name spans), 1 of 3 by the words before them", 1),
+            ("query (name spans), 1 of 3 by the words before them", 1),
+            ("query (number spans, 1 of 2 of the mined length 5)", 1)
+        ]
+    );
+}
+
 /// The user's orders → one order's details (the model picks which) → a return whose
 /// order id could be any of the user's orders, and whose items and payment come from the
 /// details: the order id agrees with the order looked up, with no question to the model.

@@ -168,9 +168,11 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
             let sources: Vec<BindingSource> = kept(flow, cfg)
                 .filter_map(|kept| {
                     let source = match &kept.source {
-                        Source::Query => {
-                            ValueSource::Query { shape: flow.query_shape, anchors: flow.query_anchors.clone() }
-                        }
+                        Source::Query => ValueSource::Query {
+                            shape: flow.query_shape,
+                            anchors: flow.query_anchors.clone(),
+                            lengths: flow.query_lengths,
+                        },
                         Source::Constant { value } => {
                             ValueSource::Constant { value: serde_json::from_str(value).unwrap_or(Value::Null) }
                         }

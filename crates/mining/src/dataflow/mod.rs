@@ -123,6 +123,10 @@ pub struct ArgumentFlow {
     /// prefers the spans they precede.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query_anchors: Vec<Anchor>,
+    /// The shortest and the longest value found in the query, in characters of its
+    /// [`value_key`](flowmem_model::value_key), if any was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_lengths: Option<[usize; 2]>,
 }
 
 /// A source and the number of values it explained.
@@ -449,6 +453,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
                     examples: Vec::new(),
                     query_shape: None,
                     query_anchors: Vec::new(),
+                    query_lengths: None,
                 };
                 (flow, Default::default())
             });
@@ -464,6 +469,12 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
             && let Some(shape) = ValueShape::of(&value.value)
         {
             *shapes.entry(shape).or_default() += 1;
+            if let Some(key) = flowmem_model::value_key(&value.value) {
+                let length = key.chars().count();
+                let [shortest, longest] = flow.query_lengths.get_or_insert([length, length]);
+                *shortest = (*shortest).min(length);
+                *longest = (*longest).max(length);
+            }
         }
         for words in &value.anchors {
             match anchors.iter_mut().find(|anchor| &anchor.words == words) {

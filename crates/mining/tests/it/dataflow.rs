@@ -450,7 +450,9 @@ fn data_orders_a_parallel_block_and_binds_the_dependent_member() {
         flowmem_model::ValueSource::Query {
             shape: Some(flowmem_model::ValueShape::Id),
             // Both queries put "order" before it.
-            anchors: vec![flowmem_model::Anchor { words: vec!["order".into()], support: 2 }]
+            anchors: vec![flowmem_model::Anchor { words: vec!["order".into()], support: 2 }],
+            // `#W1` and `W2` are keyed `w1` and `w2`.
+            lengths: Some([2, 2]),
         }
     );
     let NodeKind::Tool { bindings, .. } = &user.kind else { unreachable!() };
