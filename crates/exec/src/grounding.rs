@@ -321,9 +321,12 @@ pub(crate) fn agree_with_sources(found: &mut [Candidates], upstream: &dyn Upstre
 /// ([`anchor_score`](flowmem_model::anchor_score)): of an argument's spans, only those
 /// with the highest score stay, when it is above 0. An anchor naming another argument
 /// (`{first_name}`) counts once that argument has a single value, so the pass repeats
-/// while it narrows something. Each argument is narrowed once, and never to nothing.
+/// while it narrows something. When no pass narrows anything, arguments an anchor joins
+/// are paired ([`pair_by_anchors`]) and the passes go on. Each argument is narrowed once
+/// by its anchors and once by pairing, and never to nothing.
 pub(crate) fn narrow_by_anchors(found: &mut [Candidates], query: &str) {
     let mut narrowed = vec![false; found.len()];
+    let mut paired = vec![false; found.len()];
     loop {
         let resolved: Vec<(String, String)> = found
             .iter()
@@ -357,10 +360,74 @@ pub(crate) fn narrow_by_anchors(found: &mut [Candidates], query: &str) {
             narrowed[idx] = true;
             changed = true;
         }
-        if !changed {
+        if !changed && !pair_by_anchors(found, query, &mut paired) {
             break;
         }
     }
+}
+
+/// Pairs two arguments that an anchor joins: when argument `B`'s anchors name argument
+/// `A` (a last name's `{first_name}`) and either has several spans, `A` keeps the spans
+/// that a span of `B` follows as the anchors say, and `B` the spans that follow one of
+/// `A`'s. In "a guy called Noah Patel, back to Seattle", the first name is `Noah`, not
+/// `Seattle`, though no anchor of its own points at it. Narrows one pair at a time;
+/// `false` when no pair narrows anything.
+fn pair_by_anchors(found: &mut [Candidates], query: &str, paired: &mut [bool]) -> bool {
+    for b_idx in 0..found.len() {
+        for a_idx in (0..found.len()).filter(|&a_idx| a_idx != b_idx) {
+            let (a, b) = (&found[a_idx], &found[b_idx]);
+            let placeholder = format!("{{{}}}", a.arg);
+            let anchors: Vec<Anchor> =
+                b.anchors.iter().filter(|anchor| anchor.words.contains(&placeholder)).cloned().collect();
+            let open = |idx: usize| !paired[idx] && found[idx].values.len() > 1;
+            let (a_open, b_open) = (open(a_idx), open(b_idx));
+            if anchors.is_empty() || !(a_open || b_open) || a.elements || b.elements {
+                continue;
+            }
+            let a_texts: Vec<String> = a.values.iter().map(value_text).collect();
+            let b_texts: Vec<String> = b.values.iter().map(value_text).collect();
+            let joined: Vec<(usize, usize)> = (0..a_texts.len())
+                .flat_map(|a_pos| (0..b_texts.len()).map(move |b_pos| (a_pos, b_pos)))
+                .filter(|&(a_pos, b_pos)| {
+                    anchor_score(query, &b_texts[b_pos], &anchors, &[(a.arg.as_str(), a_texts[a_pos].as_str())]) > 0
+                })
+                .collect();
+            if joined.is_empty() {
+                continue;
+            }
+            let a_arg = a.arg.clone();
+            let b_arg = b.arg.clone();
+            let mut changed = false;
+            for (idx, is_open, mut keep, why) in [
+                (
+                    a_idx,
+                    a_open,
+                    joined.iter().map(|pair| pair.0).collect::<Vec<_>>(),
+                    format!("with a `{b_arg}` after them"),
+                ),
+                (b_idx, b_open, joined.iter().map(|pair| pair.1).collect(), format!("after a `{a_arg}`")),
+            ] {
+                keep.sort_unstable();
+                keep.dedup();
+                let candidates = &mut found[idx];
+                if !is_open || keep.len() >= candidates.values.len() {
+                    continue;
+                }
+                let before = candidates.values.len();
+                let mut pos = 0..;
+                candidates.values.retain(|_| pos.next().is_some_and(|pos| keep.contains(&pos)));
+                candidates.source =
+                    format!("{}, {} of {before} {why} by the mined words", candidates.source, candidates.values.len());
+                changed = true;
+            }
+            if changed {
+                paired[a_idx] = true;
+                paired[b_idx] = true;
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// `value` converted to the type that argument `arg` of a tool with parameters `schema`
@@ -725,6 +792,29 @@ mod tests {
         let mut plain = vec![candidates("first_name", &bind(Vec::new()), query, &schema, &none).unwrap()];
         super::narrow_by_anchors(&mut plain, query);
         assert_eq!(plain[0].values, all);
+
+        // No anchor of its own points at the first name, but the last name's anchor
+        // joins them: the first names a last name follows, and the last names after them.
+        let query = "You ordered hiking items for Seattle. Known info: You are an interesting guy called \
+                     Noah Patel, living in the Big Apple in 10108.";
+        let mut found: Vec<super::Candidates> = [("first_name", &first), ("last_name", &last)]
+            .into_iter()
+            .map(|(arg, binding)| candidates(arg, binding, query, &schema, &none).unwrap())
+            .collect();
+        let all = found[0].values.len();
+        assert_eq!(all, 5, "{:?}", found[0].values);
+        super::narrow_by_anchors(&mut found, query);
+        assert_eq!(found[0].values, [json!("Noah"), json!("Big")]);
+        assert_eq!(found[1].values, [json!("Patel"), json!("Apple")]);
+        assert!(found[0].source.ends_with("2 of 5 with a `last_name` after them by the mined words"));
+        assert!(found[1].source.ends_with("2 of 5 after a `first_name` by the mined words"));
+        // Without the joining anchor, nothing pairs them.
+        let mut unjoined: Vec<super::Candidates> = [("first_name", &first), ("last_name", &city)]
+            .into_iter()
+            .map(|(arg, binding)| candidates(arg, binding, query, &schema, &none).unwrap())
+            .collect();
+        super::narrow_by_anchors(&mut unjoined, query);
+        assert_eq!((unjoined[0].values.len(), unjoined[1].values.len()), (5, 5));
     }
 
     #[test]
