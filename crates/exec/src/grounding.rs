@@ -160,10 +160,11 @@ pub(crate) struct Candidates {
 }
 
 impl Candidates {
-    /// Whether `value` (the argument as sent) is made of the candidates.
+    /// Whether `value` (the argument as sent) is made of the candidates: one of them, or
+    /// for an array whose elements are bound, a non-empty array of them.
     pub(crate) fn admits(&self, value: &Value) -> bool {
         match (self.elements, value) {
-            (true, Value::Array(items)) => items.iter().all(|item| self.values.contains(item)),
+            (true, Value::Array(items)) => !items.is_empty() && items.iter().all(|item| self.values.contains(item)),
             (true, _) => false,
             (false, value) => self.values.contains(value),
         }
@@ -465,8 +466,10 @@ fn as_schema_type(value: Value, property: &Value) -> Value {
 }
 
 /// `schema` (a tool's parameters) with each argument of `fixed` removed (the executor
-/// fills it) and each argument of `offered` limited to its candidates (an array
-/// argument's elements, through `items`).
+/// fills it) and each argument of `offered` limited to its candidates. An array
+/// argument's elements are limited through `items`, and the array holds at least one
+/// (an empty one grounds nothing) and at most as many as the source holds, repeats
+/// included, unless the schema's own bounds are tighter.
 pub(crate) fn constrained_schema(schema: &Value, fixed: &[&Candidates], offered: &[&Candidates]) -> Value {
     let mut schema = schema.clone();
     if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
@@ -482,6 +485,13 @@ pub(crate) fn constrained_schema(schema: &Value, fixed: &[&Candidates], offered:
                 let items = property.entry("items").or_insert_with(|| Value::Object(serde_json::Map::new()));
                 if let Some(items) = items.as_object_mut() {
                     items.insert("enum".to_owned(), enumerated);
+                }
+                let least = property.entry("minItems").or_insert_with(|| Value::from(1)).as_u64().unwrap_or(1);
+                let repeats: usize = candidates.repeated.iter().map(|(_, times)| times.saturating_sub(1)).sum();
+                // Never below the schema's own minimum: that would admit no array at all.
+                let most = ((candidates.values.len() + repeats) as u64).max(least);
+                if property.get("maxItems").and_then(Value::as_u64).is_none_or(|max| max > most) {
+                    property.insert("maxItems".to_owned(), Value::from(most));
                 }
             } else {
                 property.insert("enum".to_owned(), enumerated);
@@ -693,6 +703,21 @@ mod tests {
         assert_eq!(sent, json!(["i8", "i7", "i7"]));
         let mut scalar = json!("i8");
         assert_eq!(found.drop_repeats(&mut scalar), 0);
+
+        // The array the model may write: one element at least, three at most (`i7`
+        // twice), unless the schema bounds it more tightly; empty, it grounds nothing.
+        let elements = super::Candidates { elements: true, ..found };
+        let bounds = |property: serde_json::Value| {
+            let schema = json!({"type": "object", "properties": {"item_ids": property}});
+            let constrained = constrained_schema(&schema, &[], &[&elements]);
+            let item_ids = &constrained["properties"]["item_ids"];
+            assert_eq!(item_ids["items"]["enum"], json!(["i7", "i8"]));
+            (item_ids["minItems"].clone(), item_ids["maxItems"].clone())
+        };
+        assert_eq!(bounds(json!({"type": "array"})), (json!(1), json!(3)));
+        assert_eq!(bounds(json!({"type": "array", "maxItems": 2})), (json!(1), json!(2)));
+        assert_eq!(bounds(json!({"type": "array", "minItems": 4})), (json!(4), json!(4)));
+        assert!(!elements.admits(&json!([])) && elements.admits(&json!(["i8"])));
     }
 
     /// An order's items come from the order looked up last: the order id agrees with

@@ -484,10 +484,14 @@ async fn tool_node(
             offered.iter().find(|found| chosen.arguments.get(&found.arg).is_some_and(|v| !found.admits(v)))
     {
         let listed: Vec<String> = stray.values.iter().map(Value::to_string).collect();
-        let what = if stray.elements { "Each element of " } else { "" };
+        let empty = chosen.arguments.get(&stray.arg).is_some_and(|sent| sent.as_array().is_some_and(Vec::is_empty));
+        let rule = match (stray.elements, empty) {
+            (true, true) => format!("`{}` needs at least one of", stray.arg),
+            (true, false) => format!("Each element of `{}` must be one of", stray.arg),
+            (false, _) => format!("`{}` must be one of", stray.arg),
+        };
         request.messages.push(Message::user(format!(
-            "{what} `{}` must be one of the values the earlier results hold: {}. Call the tool again with them.",
-            stray.arg,
+            "{rule} the values the earlier results hold: {}. Call the tool again with them.",
             listed.join(", ")
         )));
         response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;

@@ -419,6 +419,8 @@ async fn the_elements_of_a_bound_array_argument_are_offered_as_an_items_enum() {
     let parameters = &requests[1].body["tools"][0]["function"]["parameters"];
     let offered = &parameters["properties"]["item_ids"]["items"]["enum"];
     assert_eq!(offered, &json!(["4202497723", "4602305039", "1151293680", "4983901480", "9408160950"]), "{parameters}");
+    let item_ids = &parameters["properties"]["item_ids"];
+    assert_eq!((&item_ids["minItems"], &item_ids["maxItems"]), (&json!(1), &json!(5)), "one to all five items");
     assert!(
         parameters["properties"].get("order_id").is_none()
             && parameters["properties"].get("payment_method_id").is_none()
