@@ -263,23 +263,23 @@ pub(crate) fn candidates(
     None
 }
 
-/// Keeps the spans as long as the mined values (`[shortest, longest]`, in characters of
-/// their keys), unless none is or all are; then says how long they were, for the label.
+/// When every mined value had one length (`[5, 5]`, a zip code; in characters of their
+/// keys), keeps the spans of that length, unless none or all have it; then says so, for
+/// the label. A range of lengths (names of 3 to 8 letters) narrows nothing: a longer
+/// name than any mined is still a name.
 fn of_lengths(spans: &mut Vec<String>, [shortest, longest]: [usize; 2]) -> Option<String> {
+    if shortest != longest {
+        return None;
+    }
     let fits = |span: &String| {
-        let length = flowmem_model::value_key(&Value::String(span.clone())).map_or(0, |key| key.chars().count());
-        (shortest..=longest).contains(&length)
+        flowmem_model::value_key(&Value::String(span.clone())).is_some_and(|key| key.chars().count() == shortest)
     };
     let fitting = spans.iter().filter(|span| fits(span)).count();
     if fitting == 0 || fitting == spans.len() {
         return None;
     }
     spans.retain(fits);
-    Some(if shortest == longest {
-        format!("of the mined length {shortest}")
-    } else {
-        format!("of the mined lengths {shortest}–{longest}")
-    })
+    Some(format!("of the mined length {shortest}"))
 }
 
 /// Makes arguments agree with the call whose result another argument comes from: when
@@ -589,8 +589,8 @@ mod tests {
         assert_eq!(constrained["required"], json!(["product_id"]));
     }
 
-    /// Mined lengths keep the spans as long as the mined values: the zip code, not the
-    /// item number, unless no span (or every span) has such a length.
+    /// A mined length keeps the spans as long as every mined value was: the zip code, not
+    /// the item number, unless no span (or every span) has it. A range narrows nothing.
     #[test]
     fn spans_of_the_mined_lengths_are_kept() {
         let zip = |lengths| ArgBinding {
@@ -607,9 +607,7 @@ mod tests {
         let found = candidates("zip", &zip(Some([5, 5])), query, &schema, &none).unwrap();
         assert_eq!(found.values, [json!("77159")]);
         assert_eq!(found.source, "query (number spans, 1 of 2 of the mined length 5)");
-        let found = candidates("zip", &zip(Some([4, 6])), query, &schema, &none).unwrap();
-        assert_eq!(found.source, "query (number spans, 1 of 2 of the mined lengths 4–6)");
-        for lengths in [None, Some([3, 3]), Some([5, 10])] {
+        for lengths in [None, Some([3, 3]), Some([4, 6]), Some([5, 10])] {
             let found = candidates("zip", &zip(lengths), query, &schema, &none).unwrap();
             assert_eq!(found.values, [json!("9844888101"), json!("77159")], "{lengths:?}");
             assert_eq!(found.source, "query (number spans)");

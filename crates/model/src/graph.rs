@@ -191,8 +191,8 @@ pub enum ValueSource {
     /// A span of the query. With a shape, the query's spans of that shape are the
     /// candidates ([`ValueShape::spans`](crate::ValueShape::spans)); without one, the
     /// model finds the value in the query. With anchors, the spans they precede are
-    /// preferred ([`anchor_score`](crate::anchor_score)); with lengths, the spans as long
-    /// as the mined values.
+    /// preferred ([`anchor_score`](crate::anchor_score)); with one mined length, the spans
+    /// of that length.
     Query {
         /// The shape of the mined values, if they had one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -201,8 +201,8 @@ pub enum ValueSource {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         anchors: Vec<crate::Anchor>,
         /// The shortest and the longest mined value, in characters of its
-        /// [`value_key`](crate::value_key) (a zip code: `[5, 5]`): spans of another
-        /// length are offered only when no span has one of these lengths.
+        /// [`value_key`](crate::value_key). When they are equal (a zip code: `[5, 5]`),
+        /// spans of another length are offered only when no span has that length.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lengths: Option<[usize; 2]>,
     },

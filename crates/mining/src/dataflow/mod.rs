@@ -124,7 +124,7 @@ pub struct ArgumentFlow {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub query_anchors: Vec<Anchor>,
     /// The shortest and the longest value found in the query, in characters of its
-    /// [`value_key`](flowmem_model::value_key), if any was.
+    /// [`value_key`](flowmem_model::value_key), when at least two were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_lengths: Option<[usize; 2]>,
 }
@@ -494,6 +494,10 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
             anchors.sort_by_key(|anchor| std::cmp::Reverse(anchor.support));
             anchors.truncate(MAX_ANCHORS);
             flow.query_anchors = anchors;
+            // One value says nothing of how long the others are.
+            if shapes.values().sum::<u64>() < 2 {
+                flow.query_lengths = None;
+            }
             // The most common shape; a tie goes to the first in `ValueShape`'s order.
             flow.query_shape = shapes
                 .into_iter()
