@@ -530,6 +530,14 @@ fn the_words_before_query_values_are_mined_as_anchors() {
     // The bound skeleton carries them on the query source.
     let graph = serde_json::to_value(&flow.argument("find_user", "last_name").unwrap().query_anchors).unwrap();
     assert_eq!(graph[0], json!({"words": ["{first_name}"], "support": 3}));
+    // The lengths of the values found in the query (`80,217` as `80217`); one value
+    // gives none.
+    let lengths = |records: &[flowmem_model::Record], arg: &str| {
+        mine_dataflow(records).argument("find_user", arg).unwrap().query_lengths
+    };
+    assert_eq!(lengths(&records, "zip"), Some([5, 5]));
+    assert_eq!(lengths(&records, "last_name"), Some([2, 5]));
+    assert_eq!(lengths(&records[..1], "zip"), None);
 }
 
 #[test]
