@@ -664,9 +664,10 @@ pub struct ToolsReplayArgs {
 /// and the skeleton carries those data bindings. A source over a collection says `all
 /// k/n`: of the n records where it held two or more values and gave the argument one,
 /// k took every value (a loop then goes through it "for each" when k > n/2 and k ≥ 2).
-/// A query source says which words its values followed most often (`after “you are”
-/// 22`; a word `{first_name}` is that argument's value): at run time, of the query's
-/// spans, the ones those words precede are kept. Each branch of that skeleton counts the records that reached it and took each route
+/// A query source says how long its values were (`5 chars`, or a range) and which words
+/// they followed most often (`after “you are” 22`; a word `{first_name}` is that
+/// argument's value): at run time, of the query's spans, those of the one length every
+/// value had, and then the ones those words precede, are kept. Each branch of that skeleton counts the records that reached it and took each route
 /// (`taken`); under `--grounding bindings` a run takes, with no judge, a route most of
 /// them took whose first tool can be grounded, and never offers one whose first tool has
 /// a required bound argument with no value. Records that hold only the calls

@@ -182,12 +182,16 @@ fn node_label(node: &GraphNode) -> String {
             for (arg, binding) in bindings {
                 for source in &binding.sources {
                     match &source.source {
-                        ValueSource::Query { shape, anchors, .. } => {
+                        ValueSource::Query { shape, anchors, lengths } => {
                             let _ = write!(summary, "\n{arg} ← query");
                             let shape = shape.map(|shape| shape.to_string());
+                            // A length every mined value had narrows the spans.
+                            let length = lengths
+                                .filter(|[shortest, longest]| shortest == longest)
+                                .map(|[length, _]| format!("{length} characters"));
                             // The strongest anchor says where in the query the value sits.
                             let after = anchors.first().map(|anchor| format!("after “{}”", anchor.words.join(" ")));
-                            let notes: Vec<String> = shape.into_iter().chain(after).collect();
+                            let notes: Vec<String> = shape.into_iter().chain(length).chain(after).collect();
                             if !notes.is_empty() {
                                 let _ = write!(summary, " ({})", notes.join(", "));
                             }

@@ -431,9 +431,18 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
                     format!("{} ({}, all {}/{})", support.source, support.support, each.all, each.records)
                 }
                 // The strongest anchor: the words the query values followed.
-                (None, Source::Query) if !flow.query_anchors.is_empty() => {
-                    let anchor = &flow.query_anchors[0];
-                    format!("query ({}, after “{}” {})", support.support, anchor.words.join(" "), anchor.support)
+                (None, Source::Query) if !flow.query_anchors.is_empty() || flow.query_lengths.is_some() => {
+                    let mut notes = vec![support.support.to_string()];
+                    // The one length every value had, or the range.
+                    match flow.query_lengths {
+                        Some([shortest, longest]) if shortest == longest => notes.push(format!("{shortest} chars")),
+                        Some([shortest, longest]) => notes.push(format!("{shortest}–{longest} chars")),
+                        None => {}
+                    }
+                    if let Some(anchor) = flow.query_anchors.first() {
+                        notes.push(format!("after “{}” {}", anchor.words.join(" "), anchor.support));
+                    }
+                    format!("query ({})", notes.join(", "))
                 }
                 (None, _) => format!("{} ({})", support.source, support.support),
             })
