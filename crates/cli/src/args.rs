@@ -667,7 +667,11 @@ pub struct ToolsReplayArgs {
 /// A query source says how long its values were (`5 chars`, or a range) and which words
 /// they followed most often (`after “you are” 22`; a word `{first_name}` is that
 /// argument's value): at run time, of the query's spans, those of the one length every
-/// value had, and then the ones those words precede, are kept. Each branch of that skeleton counts the records that reached it and took each route
+/// value had, and then the ones those words precede, are kept. `only if get_order_details
+/// $.parsed_content.status = "delivered" (11)` is a precondition: every value was, as the
+/// latest earlier result describing it said (11 distinct values, and chance would rarely
+/// agree so); at run time a candidate a result describes otherwise is not offered.
+/// Each branch of that skeleton counts the records that reached it and took each route
 /// (`taken`); under `--grounding bindings` a run takes, with no judge, a route most of
 /// them took whose first tool can be grounded, and never offers one whose first tool has
 /// a required bound argument with no value. Records that hold only the calls

@@ -11,7 +11,10 @@
 //!   strings; [`ValueShape::spans`](flowmem_model::ValueShape::spans));
 //! - a constant.
 //!
-//! An argument then agrees with the upstream call another argument's values come from
+//! Candidates an upstream result describes as failing one of the binding's mined
+//! preconditions ([`Precondition`](flowmem_model::Precondition): an order to return must
+//! be delivered) are dropped ([`meet_preconditions`]); when none is left, the next source
+//! is tried. An argument then agrees with the upstream call another argument's values come from
 //! ([`agree_with_sources`]), and query spans are narrowed by the words the mined values
 //! followed ([`narrow_by_anchors`]).
 //!
@@ -22,7 +25,7 @@
 
 use serde_json::Value;
 
-use flowmem_model::{Anchor, ArgBinding, ValueSource, anchor_score, values_at};
+use flowmem_model::{Anchor, ArgBinding, Precondition, ValueSource, anchor_score, values_at};
 
 use crate::node::value_text;
 
@@ -32,6 +35,31 @@ pub(crate) trait Upstream {
     fn output(&self, id: &str) -> Option<&str>;
     /// The arguments of node `id`'s latest tool call.
     fn args(&self, id: &str) -> Option<&serde_json::Map<String, Value>>;
+    /// Every successful output of node `id` with the arguments of its call, newest first
+    /// (a loop's node has one per iteration).
+    fn calls(&self, id: &str) -> Vec<(&str, Option<&serde_json::Map<String, Value>>)>;
+}
+
+/// An upstream view in which node `node`'s latest call is one given call of it.
+struct Pinned<'u> {
+    upstream: &'u dyn Upstream,
+    node: &'u str,
+    output: &'u str,
+    args: Option<&'u serde_json::Map<String, Value>>,
+}
+
+impl Upstream for Pinned<'_> {
+    fn output(&self, id: &str) -> Option<&str> {
+        if id == self.node { Some(self.output) } else { self.upstream.output(id) }
+    }
+
+    fn args(&self, id: &str) -> Option<&serde_json::Map<String, Value>> {
+        if id == self.node { self.args } else { self.upstream.args(id) }
+    }
+
+    fn calls(&self, id: &str) -> Vec<(&str, Option<&serde_json::Map<String, Value>>)> {
+        if id == self.node { vec![(self.output, self.args)] } else { self.upstream.calls(id) }
+    }
 }
 
 /// How a run grounds tool arguments.
@@ -245,6 +273,10 @@ pub(crate) fn candidates(
                 repeated.push((value, 2));
             }
         }
+        let label = match meet_preconditions(&mut unique, &binding.requires, upstream) {
+            Some(why) => format!("{label}, {why}"),
+            None => label,
+        };
         if !unique.is_empty() {
             // `Valid(G, T)` admits `each` on result paths over a collection only.
             let each = source.each.is_some_and(|each| each.is_usual());
@@ -261,6 +293,35 @@ pub(crate) fn candidates(
         }
     }
     None
+}
+
+/// Drops the candidates that a successful result of a precondition's node describes (the
+/// newest such result) as not meeting it. Says what it dropped, for the label, when it
+/// dropped anything.
+fn meet_preconditions(values: &mut Vec<Value>, requires: &[Precondition], upstream: &dyn Upstream) -> Option<String> {
+    let mut why = Vec::new();
+    for precondition in requires {
+        let results: Vec<Value> = upstream
+            .calls(&precondition.node)
+            .into_iter()
+            .filter_map(|(output, _)| serde_json::from_str(output).ok())
+            .collect();
+        if results.is_empty() {
+            continue;
+        }
+        let before = values.len();
+        values.retain(|value| results.iter().find_map(|result| precondition.check(result, value)).unwrap_or(true));
+        if values.len() < before {
+            why.push(format!(
+                "{} of {before} dropped: {} {} is not {}",
+                before - values.len(),
+                precondition.node,
+                precondition.field,
+                precondition.value
+            ));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// When every mined value had one length (`[5, 5]`, a zip code; in characters of their
@@ -283,12 +344,21 @@ fn of_lengths(spans: &mut Vec<String>, [shortest, longest]: [usize; 2]) -> Optio
 }
 
 /// Makes arguments agree with the call whose result another argument comes from: when
-/// argument `B`'s values come from node `N`'s latest result (or call), and `N` was called
-/// with `K = v`, the node's own argument `K`, if it has several candidates and `v` is one
-/// of them, takes `v`. The items of an order then go with that order's id, not with
-/// another order the model might pick. Arguments a loop goes through "for each" are left
-/// to the loop.
-pub(crate) fn agree_with_sources(found: &mut [Candidates], upstream: &dyn Upstream) {
+/// argument `B`'s values come from node `N`'s result (or call), and a call of `N` was
+/// given `K = v` where `v` is one of the node's own candidates for `K`, then `K` takes
+/// `v`, for the newest such call. The items of an order then go with that order's id,
+/// not with another order the model might pick.
+///
+/// When that call is not `N`'s latest (a loop looked up every order, and the one order
+/// that meets the return's preconditions was not the last), the arguments whose values
+/// come from `N` are taken again from that call ([`Upstream::pinned`] through
+/// `rebuild`), so the items are that order's. Arguments a loop goes through "for each"
+/// are left to the loop.
+pub(crate) fn agree_with_sources(
+    found: &mut [Candidates],
+    upstream: &dyn Upstream,
+    rebuild: &dyn Fn(&str, &dyn Upstream) -> Option<Candidates>,
+) {
     let mut sources: Vec<String> = Vec::new();
     for node in found.iter().filter_map(|candidates| candidates.from_node.as_ref()) {
         if !sources.contains(node) {
@@ -296,24 +366,46 @@ pub(crate) fn agree_with_sources(found: &mut [Candidates], upstream: &dyn Upstre
         }
     }
     for node in sources {
-        let Some(args) = upstream.args(&node) else { continue };
-        for candidates in found.iter_mut() {
-            if candidates.values.len() < 2 || candidates.elements || candidates.each {
+        let calls = upstream.calls(&node);
+        for k in 0..found.len() {
+            let candidates = &found[k];
+            if candidates.values.is_empty()
+                || candidates.elements
+                || candidates.each
+                || candidates.from_node.as_deref() == Some(node.as_str())
+            {
                 continue;
             }
-            let Some(called) = args.get(&candidates.arg) else { continue };
-            let key = flowmem_model::value_key(called);
-            let Some(agreeing) =
-                candidates.values.iter().find(|value| key.is_some() && flowmem_model::value_key(value) == key).cloned()
-            else {
+            let agreeing = calls.iter().enumerate().find_map(|(call_idx, (_, args))| {
+                let key = flowmem_model::value_key(args.as_ref()?.get(&candidates.arg)?)?;
+                let value =
+                    candidates.values.iter().find(|value| flowmem_model::value_key(value).as_ref() == Some(&key))?;
+                Some((call_idx, value.clone()))
+            });
+            let Some((call_idx, value)) = agreeing else { continue };
+            if call_idx == 0 && candidates.values.len() < 2 {
                 continue;
-            };
-            candidates.source = format!(
-                "{}, 1 of {}: the one `{node}` was called with, whose result gives another argument",
-                candidates.source,
-                candidates.values.len()
+            }
+            let (output, args) = calls[call_idx];
+            let n = found[k].values.len();
+            let which = if call_idx == 0 { "the one" } else { "an earlier one" };
+            found[k].source = format!(
+                "{}, 1 of {n}: {which} `{node}` was called with, whose result gives another argument",
+                found[k].source
             );
-            candidates.values = vec![agreeing];
+            found[k].values = vec![value];
+            if call_idx == 0 {
+                continue;
+            }
+            let settled = found[k].arg.clone();
+            let pinned = Pinned { upstream, node: &node, output, args };
+            for other in found.iter_mut().filter(|other| other.from_node.as_deref() == Some(node.as_str())) {
+                if let Some(again) = rebuild(&other.arg, &pinned) {
+                    let source = format!("{} (its call with that `{settled}`)", again.source);
+                    *other = Candidates { source, ..again };
+                }
+            }
+            break;
         }
     }
 }
@@ -534,6 +626,9 @@ mod tests {
         fn args(&self, id: &str) -> Option<&serde_json::Map<String, serde_json::Value>> {
             self.0.iter().find(|seen| seen.0 == id).and_then(|seen| seen.2.as_object())
         }
+        fn calls(&self, id: &str) -> Vec<(&str, Option<&serde_json::Map<String, serde_json::Value>>)> {
+            self.0.iter().filter(|seen| seen.0 == id).map(|seen| (seen.1.as_str(), seen.2.as_object())).collect()
+        }
     }
 
     fn string_schema(arg: &str) -> serde_json::Value {
@@ -543,6 +638,7 @@ mod tests {
     #[test]
     fn the_first_source_with_values_gives_deduplicated_candidates() {
         let binding = ArgBinding {
+            requires: Vec::new(),
             observed: 4,
             sources: vec![
                 BindingSource {
@@ -571,6 +667,7 @@ mod tests {
         let fixed = candidates(
             "order_id",
             &ArgBinding {
+                requires: Vec::new(),
                 observed: 1,
                 sources: vec![BindingSource {
                     source: ValueSource::Constant { value: json!("#W1") },
@@ -594,6 +691,7 @@ mod tests {
     #[test]
     fn spans_of_the_mined_lengths_are_kept() {
         let zip = |lengths| ArgBinding {
+            requires: Vec::new(),
             observed: 12,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new(), lengths },
@@ -617,6 +715,7 @@ mod tests {
     #[test]
     fn query_spans_and_upstream_arguments_give_candidates_of_the_schema_type() {
         let bind = |source: ValueSource| ArgBinding {
+            requires: Vec::new(),
             observed: 2,
             sources: vec![BindingSource { source, support: 2, each: None }],
         };
@@ -684,6 +783,7 @@ mod tests {
     #[test]
     fn an_array_repeats_an_element_no_more_often_than_its_source_holds_it() {
         let binding = ArgBinding {
+            requires: Vec::new(),
             observed: 3,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: "order".into(), path: "$.items[*].item_id".into() },
@@ -724,6 +824,7 @@ mod tests {
     #[test]
     fn an_argument_agrees_with_the_call_whose_result_gives_another_argument() {
         let from = |node: &str, path: &str| ArgBinding {
+            requires: Vec::new(),
             observed: 5,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: node.into(), path: path.into() },
@@ -744,7 +845,7 @@ mod tests {
                     ..candidates("item_ids", &from("order", "$.items[*].item_id"), "q", &schema, &seen).unwrap()
                 },
             ];
-            super::agree_with_sources(&mut found, &seen);
+            super::agree_with_sources(&mut found, &seen, &|_: &str, _: &dyn Upstream| None);
             found
         };
         let agreed = found(json!({"order_id": "#W2"}));
@@ -765,7 +866,7 @@ mod tests {
             },
             candidates("item_ids", &from("order", "$.items[*].item_id"), "q", &schema, &seen).unwrap(),
         ];
-        super::agree_with_sources(&mut each, &seen);
+        super::agree_with_sources(&mut each, &seen, &|_: &str, _: &dyn Upstream| None);
         assert_eq!(each[0].values.len(), 3, "a for-each argument is the loop's to choose");
     }
 
@@ -779,6 +880,7 @@ mod tests {
             support,
         };
         let bind = |anchors: Vec<flowmem_model::Anchor>| ArgBinding {
+            requires: Vec::new(),
             observed: 20,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Name), anchors, lengths: None },

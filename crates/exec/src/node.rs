@@ -230,6 +230,13 @@ impl grounding::Upstream for Context {
     fn args(&self, id: &str) -> Option<&JsonObject> {
         self.iter_rev().find(|entry| entry.item.node == id).and_then(|entry| entry.args.as_deref())
     }
+
+    fn calls(&self, id: &str) -> Vec<(&str, Option<&JsonObject>)> {
+        self.iter_rev()
+            .filter(|entry| entry.item.node == id && !entry.item.failed)
+            .map(|entry| (entry.item.output.as_str(), entry.args.as_deref()))
+            .collect()
+    }
 }
 
 /// A node ready to run in a task.
@@ -559,21 +566,24 @@ fn bound_candidates(
         return Vec::new();
     }
     let schema = tools.first().map_or(&Value::Null, |definition| &definition.parameters);
-    let mut found: Vec<Candidates> = bindings
-        .iter()
-        .filter_map(|(path, binding)| {
-            let (arg, elements) = match path.strip_suffix("[*]") {
-                Some(arg) => (arg, true),
-                None => (path.as_str(), false),
-            };
-            if arg.contains(['[', '.']) {
-                return None;
-            }
-            let found = grounding::candidates(arg, binding, query, schema, items)?;
-            Some(Candidates { elements, ..found })
-        })
-        .collect();
-    grounding::agree_with_sources(&mut found, items);
+    // An argument's candidates as `upstream` gives them.
+    let of = |path: &str, binding: &flowmem_model::ArgBinding, upstream: &dyn grounding::Upstream| {
+        let (arg, elements) = match path.strip_suffix("[*]") {
+            Some(arg) => (arg, true),
+            None => (path, false),
+        };
+        if arg.contains(['[', '.']) {
+            return None;
+        }
+        let found = grounding::candidates(arg, binding, query, schema, upstream)?;
+        Some(Candidates { elements, ..found })
+    };
+    let mut found: Vec<Candidates> = bindings.iter().filter_map(|(path, binding)| of(path, binding, items)).collect();
+    let rebuild = |arg: &str, upstream: &dyn grounding::Upstream| {
+        let (path, binding) = bindings.iter().find(|(path, _)| path.strip_suffix("[*]").unwrap_or(path) == arg)?;
+        of(path, binding, upstream)
+    };
+    grounding::agree_with_sources(&mut found, items, &rebuild);
     grounding::narrow_by_anchors(&mut found, query);
     found
 }

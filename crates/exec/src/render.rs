@@ -202,6 +202,10 @@ fn node_label(node: &GraphNode) -> String {
                         ValueSource::Result { .. } | ValueSource::Argument { .. } => {}
                     }
                 }
+                for required in &binding.requires {
+                    let _ =
+                        write!(summary, "\n{arg} only if {} {} = {}", required.node, required.field, required.value);
+                }
             }
             summary
         }

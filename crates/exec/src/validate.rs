@@ -271,7 +271,8 @@ pub enum Violation {
         /// The unknown variable.
         variable: String,
     },
-    /// A data binding reads from a node that is not upstream of the bound node.
+    /// A data binding (one of its sources, or a precondition) reads from a node that is
+    /// not upstream of the bound node.
     #[error("node `{node}`: argument `{arg}` is bound to `{source_node}`, which is not an upstream node")]
     BindingNotUpstream {
         /// The tool node whose argument is bound.
@@ -976,7 +977,8 @@ fn check_data_reads(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Viol
             continue;
         };
         for (arg, binding) in bindings {
-            for source_node in binding.sources.iter().filter_map(|source| source.source.node()) {
+            let preconditions = binding.requires.iter().map(|precondition| precondition.node.as_str());
+            for source_node in binding.sources.iter().filter_map(|source| source.source.node()).chain(preconditions) {
                 pairs.push(index.get(source_node).map(|&of| (node_idx, of)));
                 reads.push(Read::Binding { node_idx, arg: arg.clone(), source_node: source_node.to_owned() });
             }

@@ -60,8 +60,8 @@ pub use crate::conformance::{
     precision, token_replay,
 };
 pub use crate::dataflow::{
-    ArgumentFlow, BindingConfig, DATAFLOW_VERSION, Dataflow, KindCounts, MAX_ANCHORS, MIN_ANCHOR_SUPPORT, RecordFlow,
-    Source, SourceSupport, ValueFlow, mine_dataflow,
+    ArgumentFlow, BindingConfig, DATAFLOW_VERSION, Dataflow, KindCounts, MAX_ANCHORS, MAX_CHANCE, MIN_ANCHOR_SUPPORT,
+    MIN_PRECONDITION_SUPPORT, MinedPrecondition, RecordFlow, Source, SourceSupport, ValueFlow, mine_dataflow,
 };
 pub use crate::dfg::{Dfg, discover_dfg};
 pub use crate::error::MiningError;

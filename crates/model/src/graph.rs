@@ -134,6 +134,72 @@ pub struct ArgBinding {
     pub observed: u64,
     /// The sources, most supported first.
     pub sources: Vec<BindingSource>,
+    /// What every mined value of the argument was, as an upstream result describing it
+    /// showed: a candidate such a result describes otherwise is not offered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Precondition>,
+}
+
+/// A condition every mined value of an argument met, read from an upstream result that
+/// describes the value (decision mining, on the argument's values): the order an item
+/// return names was, each time, one whose `get_order_details` result said
+/// `$.status` = `"delivered"`.
+///
+/// At run time a candidate that a result of `node` describes (its value stands at `key`)
+/// is kept only when that result's `field` holds `value`. A candidate no result
+/// describes is kept: nothing is known of it. A route whose first tool then has no
+/// candidate left for the argument is not offered.
+///
+/// ```
+/// use flowmem_model::Precondition;
+/// use serde_json::json;
+///
+/// let delivered = Precondition {
+///     node: "get_order".into(),
+///     key: "$.order_id".into(),
+///     field: "$.status".into(),
+///     value: json!("delivered"),
+///     support: 14,
+/// };
+/// let result = json!({"order_id": "#W1", "status": "pending"});
+/// assert_eq!(delivered.check(&result, &json!("#W1")), Some(false));
+/// assert_eq!(delivered.check(&result, &json!("#W2")), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Precondition {
+    /// The upstream node whose results describe the value.
+    pub node: String,
+    /// The JSON path in such a result where the described value stands
+    /// (`$.order_id`); it has no `[*]`.
+    pub key: String,
+    /// The JSON path of the field the condition reads (`$.status`); it has no `[*]`.
+    pub field: String,
+    /// The value the field held every time.
+    pub value: Value,
+    /// How many distinct mined values it was read for.
+    pub support: u64,
+}
+
+impl Precondition {
+    /// Whether `result` (one of `node`'s results) says `candidate` meets the condition:
+    /// `None` when the result does not describe `candidate` (nothing at `key` with the
+    /// same [`value_key`](crate::value_key)), otherwise whether `field` holds `value`
+    /// (compared by their keys, so `"Delivered"` meets `"delivered"`).
+    #[must_use]
+    pub fn check(&self, result: &Value, candidate: &Value) -> Option<bool> {
+        let described = crate::values_at(result, &self.key);
+        let key = crate::value_key(candidate)?;
+        if !described.iter().any(|value| crate::value_key(value).as_ref() == Some(&key)) {
+            return None;
+        }
+        let wanted = crate::value_key(&self.value);
+        let meets = |held: &Value| match &wanted {
+            Some(wanted) => crate::value_key(held).as_ref() == Some(wanted),
+            None => *held == self.value,
+        };
+        Some(crate::values_at(result, &self.field).iter().any(meets))
+    }
 }
 
 /// One source of an argument's value and how many observed values it explained.

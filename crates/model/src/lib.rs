@@ -60,7 +60,7 @@ pub use crate::error_text::error_chain;
 pub use crate::fs::{AtomicFile, WriteError, open_append, write_atomic, write_json_atomic, write_text_atomic};
 pub use crate::graph::{
     ArgBinding, BindingSource, Condition, EachUse, Edge, EdgeKind, GraphDiff, GraphNode, LlmRole, NodeKind,
-    ValueSource, WorkflowGraph,
+    Precondition, ValueSource, WorkflowGraph,
 };
 pub use crate::import::{
     Duplicate, DuplicateIds, ImportError, ImportFormat, Imported, Location, MAX_SPAN_BYTES, OtlpAttribute, OtlpBatch,

@@ -506,7 +506,11 @@ fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &Va
     let NodeKind::Tool { bindings, .. } = &mut node_mut(graph, node)?.kind else {
         return Err(EditProblem::NotATool { node: node.to_owned() });
     };
-    let binding = bindings.entry(arg.to_owned()).or_insert_with(|| ArgBinding { observed: 0, sources: Vec::new() });
+    let binding = bindings.entry(arg.to_owned()).or_insert_with(|| ArgBinding {
+        observed: 0,
+        sources: Vec::new(),
+        requires: Vec::new(),
+    });
     binding.sources.retain(|kept| kept.source != *source);
     // Support counts what the logs showed; a source the optimizer chose has none of its own.
     binding.sources.insert(0, BindingSource { source: source.clone(), support: 0, each: None });
@@ -1135,6 +1139,7 @@ mod tests {
                     },
                     BindingSource { source: result("plan", "$.order"), support: 1, each: None },
                 ],
+                requires: Vec::new(),
             },
         );
         let plan = EditPlan {

@@ -453,6 +453,13 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
         if sources.is_empty() {
             sources.push("unexplained".into());
         }
+        // What every value was: `only if get_order_details $.parsed_content.status = "delivered" (11)`.
+        for required in &flow.requires {
+            sources.push(format!(
+                "only if {} {} = {} ({})",
+                required.tool, required.field, required.value, required.support
+            ));
+        }
         printer.result(&format!(
             "{:<tool_width$}  {:<arg_width$}  {:>6}  {:>8.1}%  {}",
             flow.tool,

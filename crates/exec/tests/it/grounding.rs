@@ -630,3 +630,111 @@ async fn mined_route_counts_and_groundability_route_a_branch_with_no_judge() {
     let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Question:")).count();
     assert_eq!(judged, 2);
 }
+
+/// Sofia's orders looked up one by one, then a judged branch to a return whose order id
+/// comes from her orders and must meet a mined precondition on the lookup's result:
+/// its `status` is `status`. Her items and payment come from the lookup.
+fn precondition_graph(status: &str) -> serde_json::Value {
+    let from = |node: &str, path: &str, each: bool| {
+        let mut source = json!({"from": "result", "node": node, "path": path, "support": 9});
+        if each {
+            source["each"] = json!({"records": 3, "all": 3});
+        }
+        source
+    };
+    json!({
+        "name": "preconditions",
+        "nodes": [
+            {"id": "user", "kind": "tool", "hints": ["get_user_details"],
+             "bindings": {"user_id": {"observed": 9, "sources": [{"from": "query", "shape": "id", "support": 9}]}}},
+            {"id": "orders", "kind": "loop", "max_iterations": 6,
+             "until": {"type": "judge", "question": "Has every order been looked at?"}},
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": {"observed": 9, "sources": [from("user", "$.parsed_content.orders[*]", true)]}}},
+            {"id": "act", "kind": "branch", "condition": {"type": "judge", "question": "Return something?"},
+             "taken": {"return": 6, "skip": 4}},
+            {"id": "return", "kind": "tool", "hints": ["return_delivered_order_items"],
+             "bindings": {
+                 "order_id": {"observed": 9, "sources": [from("user", "$.parsed_content.orders[*]", false)],
+                     "requires": [{"node": "order", "key": "$.parsed_content.order_id",
+                                   "field": "$.parsed_content.status", "value": status, "support": 9}]},
+                 "item_ids[*]": {"observed": 9, "sources": [from("order", "$.parsed_content.items[*].item_id", false)]},
+                 "payment_method_id": {"observed": 9,
+                     "sources": [from("order", "$.parsed_content.payment_history[*].payment_method_id", false)]}}},
+            {"id": "done", "kind": "join"}
+        ],
+        "edges": [
+            {"from": "user", "to": "orders"},
+            {"from": "orders", "to": "order", "label": "body"},
+            {"from": "order", "to": "orders", "kind": "back"},
+            {"from": "orders", "to": "act", "label": "exit"},
+            {"from": "act", "to": "return", "label": "return"},
+            {"from": "act", "to": "done", "label": "skip"},
+            {"from": "return", "to": "done"}
+        ],
+        "entry": "user",
+        "exit": "done"
+    })
+}
+
+/// The order a return names must be delivered, as the mined precondition says: of
+/// Sofia's four orders only #W8535951 is, though the loop looked it up first and three
+/// pending orders after it. The return takes that order, with no question, and its
+/// items and payment come from that order's lookup, not the latest. When no order meets
+/// the precondition, the return route is left out, with no judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mined_precondition_picks_the_delivered_order_and_leaves_out_a_route_none_meets() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let script = Script::new()
+        .when(
+            Match::offers_tool("return_delivered_order_items"),
+            Reply::tool_call("return_delivered_order_items", json!({"item_ids": ["1304426904"]})),
+        )
+        // Asked, a judge would stop the loop at once and skip the return.
+        .when(Match::wants_json(), Reply::json(json!({"choice": "skip"})));
+    let input =
+        RunInput { id: "pre-1".to_owned(), query: "I am sofia_rossi_8776; what I got arrived broken.".to_owned() };
+
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(precondition_graph("delivered"), support::runtime(&server, tools.clone()));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let looked: Vec<&serde_json::Value> = trace
+        .tool_calls
+        .iter()
+        .filter(|call| call.tool == "get_order_details")
+        .map(|call| &call.args["order_id"])
+        .collect();
+    assert_eq!(looked.len(), 4, "every order looked up: {looked:?}");
+    assert_ne!(looked[3], &json!("#W8535951"), "the delivered order is not the latest lookup");
+    let returned = trace.tool_calls.iter().find(|call| call.tool == "return_delivered_order_items").unwrap();
+    assert!(returned.error.is_none(), "the server accepted the return: {:?}", returned.error);
+    assert_eq!(returned.args["order_id"], "#W8535951");
+    assert_eq!(returned.args["item_ids"], json!(["1304426904"]));
+    assert_eq!(returned.args["payment_method_id"], "credit_card_5051208");
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1, "only the items were asked: {requests:?}");
+    let items = &requests[0].body["tools"][0]["function"]["parameters"]["properties"]["item_ids"]["items"]["enum"];
+    assert_eq!(items, &json!(["1304426904"]), "the delivered order's items are offered");
+    let grounding = &trace.observations.iter().find(|o| o.node_id == "return").unwrap().grounding;
+    let order = grounding.iter().find(|arg| arg.arg == "order_id").unwrap();
+    assert!(
+        order.source.contains("3 of 4 dropped: order $.parsed_content.status is not \"delivered\""),
+        "{}",
+        order.source
+    );
+    let items = grounding.iter().find(|arg| arg.arg == "item_ids").unwrap();
+    assert!(items.source.contains("its call with that `order_id`"), "{}", items.source);
+
+    // No order of hers is processed: the return route is not offered, and the branch
+    // skips it with no judge.
+    let server = support::llm(script).await;
+    let plan = support::plan(precondition_graph("processed"), support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert!(trace.tool_calls.iter().all(|call| call.tool != "return_delivered_order_items"), "{:?}", trace.tool_calls);
+    let act = trace.observations.iter().find(|o| o.node_id == "act").and_then(|o| o.output.clone()).unwrap();
+    assert!(act.starts_with("skip (`return` left out: `return` has no value for `order_id`"), "{act}");
+    assert!(server.chat_requests().is_empty(), "{:?}", server.chat_requests());
+}

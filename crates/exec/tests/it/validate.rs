@@ -278,6 +278,22 @@ fn bindings_must_read_from_upstream_nodes() {
     assert_eq!(found[0].node(), Some("product"));
 }
 
+/// A precondition reads the results of its node, so that node must be upstream too.
+#[test]
+fn a_precondition_reads_an_upstream_node() {
+    let requiring = |node: &str| {
+        bound_graph(json!({"product_id": {"observed": 3,
+            "sources": [{"from": "result", "node": "order", "path": "$.items[*].product_id", "support": 3}],
+            "requires": [{"node": node, "key": "$.order_id", "field": "$.status", "value": "delivered", "support": 3}]}}))
+    };
+    assert!(check(requiring("order"), ToolCatalog::Known(&tools())).is_ok());
+    let found = violations(&requiring("answer"), ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::BindingNotUpstream { node, source_node, .. }] if node == "product" && source_node == "answer"),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn each_evidence_belongs_on_result_paths_over_a_collection() {
     let each = json!({"records": 3, "all": 2});

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{ArgBinding, BindingSource, NodeKind, ValueSource, WorkflowGraph};
+use flowmem_model::{ArgBinding, BindingSource, NodeKind, Precondition, ValueSource, WorkflowGraph};
 use serde_json::Value;
 
 use crate::dataflow::{ArgumentFlow, Dataflow, Source, SourceSupport};
@@ -187,8 +187,21 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
                 })
                 .take(cfg.max_sources)
                 .collect();
+            let requires = flow
+                .requires
+                .iter()
+                .filter_map(|mined| {
+                    Some(Precondition {
+                        node: nearest(&mined.tool)?,
+                        key: mined.key.clone(),
+                        field: mined.field.clone(),
+                        value: mined.value.clone(),
+                        support: mined.support,
+                    })
+                })
+                .collect();
             if !sources.is_empty() {
-                res.insert(flow.arg.clone(), ArgBinding { observed: flow.observed, sources });
+                res.insert(flow.arg.clone(), ArgBinding { observed: flow.observed, sources, requires });
             }
         }
         *bindings = res;

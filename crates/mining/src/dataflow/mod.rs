@@ -27,8 +27,17 @@
 //! distribution of sources with support counts ([`ArgumentFlow`]). Mining is pure: calls
 //! without results (τ-bench and τ²-bench tasks record only the calls) simply offer no
 //! result sources, so the caller replays such logs through the real tools first.
+//!
+//! Mining also reads what each argument's values always *were* ([`MinedPrecondition`]):
+//! a result describes a value that stands at one of its paths without `[*]`, and its
+//! other such fields are facts about the value. A fact every value of the argument had
+//! (the latest earlier description of each), for at least [`MIN_PRECONDITION_SUPPORT`]
+//! distinct values, and that chance explains poorly (a share `p` of the describing
+//! tool's results hold it, so `n` values agree by chance with `p^n` ≤ [`MAX_CHANCE`]),
+//! is a precondition: τ² retail returns only orders whose lookup said `delivered`.
 
 mod bind;
+mod preconditions;
 mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -39,6 +48,7 @@ use serde_json::Value;
 
 pub use crate::dataflow::bind::BindingConfig;
 pub(crate) use crate::dataflow::bind::{fill_bindings, order_parallels};
+pub use crate::dataflow::preconditions::{MAX_CHANCE, MIN_PRECONDITION_SUPPORT, MinedPrecondition};
 use crate::dataflow::values::{argument_leaves, result_leaves};
 use flowmem_model::{normalise_text as normalise_query, occurs_in as find_in_query, value_key as key};
 
@@ -127,6 +137,11 @@ pub struct ArgumentFlow {
     /// [`value_key`](flowmem_model::value_key), when at least two were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_lengths: Option<[usize; 2]>,
+    /// What every value was, as earlier results describing it showed (`get_order_details`
+    /// → `$.status` = `"delivered"`), most supported first
+    /// ([`MinedPrecondition`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<MinedPrecondition>,
 }
 
 /// A source and the number of values it explained.
@@ -275,7 +290,12 @@ impl Dataflow {
 pub fn mine_dataflow(records: &[Record]) -> Dataflow {
     let (mut per_record, each): (Vec<RecordFlow>, Vec<EachFindings>) = records.iter().map(mine_record).unzip();
     mark_constants(&mut per_record);
-    aggregate(records, per_record, &each)
+    let mut dataflow = aggregate(records, per_record, &each);
+    let mut requires = preconditions::mine_preconditions(records);
+    for flow in &mut dataflow.arguments {
+        flow.requires = requires.remove(&(flow.tool.clone(), flow.arg.clone())).unwrap_or_default();
+    }
+    dataflow
 }
 
 /// What one record says of the collections its arguments drew from: per (tool,
@@ -454,6 +474,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
                     query_shape: None,
                     query_anchors: Vec::new(),
                     query_lengths: None,
+                    requires: Vec::new(),
                 };
                 (flow, Default::default())
             });

@@ -639,3 +639,70 @@ fn each_counts_the_records_that_took_every_value_of_a_collection() {
     };
     assert_eq!(bindings["order_id"].sources[0].each, Some(flowmem_model::EachUse { records: 3, all: 2 }));
 }
+
+/// Decision mining on values: every returned order was delivered, as the order's
+/// lookup said, while the looked-up orders were of several statuses; the precondition
+/// comes out, is bound to the lookup's node, and a field every order holds alike or a
+/// fact read for one value only is none.
+#[test]
+fn what_every_value_was_is_mined_as_a_precondition() {
+    let order = |id: &str, status: &str| {
+        call(
+            "get_order",
+            json!({"order_id": id}),
+            Some(json!({"order_id": id, "status": status, "country": "USA", "items": [{"id": "i1"}]})),
+        )
+    };
+    let ret = |id: &str| call("return_items", json!({"order_id": id}), Some(json!("ok")));
+    let records = records_of(vec![
+        ("return", vec![order("#W1", "pending"), order("#W2", "delivered"), ret("#W2")]),
+        ("return", vec![order("#W3", "delivered"), order("#W4", "cancelled"), ret("#W3")]),
+        ("return", vec![order("#W5", "pending"), order("#W6", "delivered"), ret("#W6")]),
+        ("return", vec![order("#W7", "pending"), order("#W8", "delivered"), ret("#W8"), ret("#W8")]),
+        ("cancel", vec![order("#W9", "pending"), call("cancel", json!({"order_id": "#W9"}), Some(json!("ok")))]),
+    ]);
+    let flow = mine_dataflow(&records);
+    let requires = &flow.argument("return_items", "order_id").unwrap().requires;
+    assert_eq!(requires.len(), 1, "{requires:?}");
+    let found = &requires[0];
+    assert_eq!(
+        (found.tool.as_str(), found.key.as_str(), found.field.as_str(), &found.value),
+        ("get_order", "$.order_id", "$.status", &json!("delivered"))
+    );
+    assert_eq!(found.support, 4, "four distinct orders; #W8 returned twice counts once");
+    // One cancel is no evidence, and `get_order`'s own order ids vary in status.
+    assert!(flow.argument("cancel", "order_id").unwrap().requires.is_empty());
+    assert!(flow.argument("get_order", "order_id").unwrap().requires.is_empty());
+
+    let tree = ProcessTree::parse("->( *( 'get_order', tau ), 'return_items' )").unwrap();
+    let log = EventLog::from_records(&records[..4], Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+    let node = |tool: &str| {
+        graph.nodes.iter().find(|n| matches!(&n.kind, NodeKind::Tool { hints, .. } if hints[0] == tool)).unwrap()
+    };
+    let NodeKind::Tool { bindings, .. } = &node("return_items").kind else { unreachable!() };
+    let bound = &bindings["order_id"].requires;
+    assert_eq!(bound.len(), 1, "{bindings:?}");
+    assert_eq!((bound[0].node.as_str(), &bound[0].value), (node("get_order").id.as_str(), &json!("delivered")));
+}
+
+/// Three readings that chance explains are no precondition: when nine in ten looked-up
+/// orders were delivered, three delivered returns say little.
+#[test]
+fn a_precondition_chance_explains_is_not_mined() {
+    let order = |id: &str, status: &str| {
+        call("get_order", json!({"order_id": id}), Some(json!({"order_id": id, "status": status})))
+    };
+    let ret = |id: &str| call("return_items", json!({"order_id": id}), Some(json!("ok")));
+    let mut logs = Vec::new();
+    for idx in 0..3 {
+        let id = format!("#R{idx}");
+        logs.push(("return", vec![order(&id, "delivered"), ret(&id)]));
+    }
+    let statuses: Vec<(String, &str)> =
+        (0..10).map(|idx| (format!("#L{idx}"), if idx == 0 { "pending" } else { "delivered" })).collect();
+    logs.push(("look", statuses.iter().map(|(id, status)| order(id, status)).collect()));
+    let flow = mine_dataflow(&records_of(logs));
+    // 12 of 13 results say delivered: (12/13)^3 ≈ 0.79, far above 5%.
+    assert!(flow.argument("return_items", "order_id").unwrap().requires.is_empty());
+}
