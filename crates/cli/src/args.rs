@@ -671,6 +671,10 @@ pub struct ToolsReplayArgs {
 /// $.parsed_content.status = "delivered" (11)` is a precondition: every value was, as the
 /// latest earlier result describing it said (11 distinct values, and chance would rarely
 /// agree so); at run time a candidate a result describes otherwise is not offered.
+/// `cues: exchange_delivered_order_items needs “exchange”` says that every query (nearly;
+/// at least 90 %) of the records calling the tool held the word, which chance would
+/// rarely do: at run time a route of such tools whose query holds none of their words is
+/// not offered.
 /// Each branch of that skeleton counts the records that reached it and took each route
 /// (`taken`); under `--grounding bindings` a run takes, with no judge, a route most of
 /// them took whose first tool can be grounded, and never offers one whose first tool has

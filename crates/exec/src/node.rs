@@ -600,6 +600,8 @@ struct Routing {
 }
 
 /// Routes a judged branch by the mined evidence, with bindings grounding only:
+/// - a route with mined cues (words one of which the mined queries that took it nearly
+///   always held) is not offered when the query holds none of them;
 /// - a route whose first tools all have a bound argument with no value to take (see
 ///   [`ungroundable`]) is not offered;
 /// - a route that runs a tool, that more than half of the mined records reaching the
@@ -628,10 +630,12 @@ fn route_by_data(
         })
         .collect();
     let ready = |route_idx: usize| missing[route_idx].iter().find(|(_, args)| args.is_empty()).map(|(idx, _)| *idx);
+    let words = flowmem_model::query_words(query);
+    let unasked = |route: &RouteEvidence| !route.cues.is_empty() && !route.cues.iter().any(|cue| words.contains(cue));
     let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
     for (route_idx, route) in evidence.iter().enumerate() {
         let Some(taken) = route.taken else { continue };
-        if 2 * taken <= total || route.passable || route.entries.is_empty() {
+        if 2 * taken <= total || route.passable || route.entries.is_empty() || unasked(route) {
             continue;
         }
         if let Some(node_idx) = ready(route_idx) {
@@ -643,6 +647,11 @@ fn route_by_data(
     let mut options = Vec::new();
     let mut why = Vec::new();
     for (route_idx, route) in evidence.iter().enumerate() {
+        if unasked(route) {
+            let cues: Vec<String> = route.cues.iter().map(|cue| format!("“{cue}”")).collect();
+            why.push(format!("`{}` left out: the query says none of {}", route.label, cues.join(", ")));
+            continue;
+        }
         let blocked = !route.passable && !route.entries.is_empty() && ready(route_idx).is_none();
         if !blocked {
             options.push(route.label.clone());

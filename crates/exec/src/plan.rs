@@ -144,6 +144,9 @@ pub(crate) struct RouteEvidence {
     pub(crate) entries: Vec<usize>,
     /// Whether the route may run no tool at all before the routes meet again (a `skip`).
     pub(crate) passable: bool,
+    /// The words one of which the query must hold for the route to be offered; empty
+    /// when any query may take it.
+    pub(crate) cues: Vec<String>,
 }
 
 pub(crate) struct PlanEdge {
@@ -230,8 +233,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
     }
     link_edges(&mut nodes, &edges);
     for (node_idx, node) in graph.nodes.iter().enumerate() {
-        if let NodeKind::Branch { taken, .. } = &node.kind {
-            let found = route_evidence(&nodes, &edges, node_idx, taken);
+        if let NodeKind::Branch { taken, cues, .. } = &node.kind {
+            let found = route_evidence(&nodes, &edges, node_idx, taken, cues);
             if let Op::Branch { evidence, .. } = &mut nodes[node_idx].op {
                 *evidence = found;
             }
@@ -368,6 +371,7 @@ fn route_evidence(
     edges: &[PlanEdge],
     branch_idx: usize,
     taken: &BTreeMap<String, u64>,
+    cues: &BTreeMap<String, Vec<String>>,
 ) -> Vec<RouteEvidence> {
     let forward = |node_idx: usize| {
         let loop_body = matches!(nodes[node_idx].op, Op::Loop { .. });
@@ -408,7 +412,12 @@ fn route_evidence(
                 .flat_map(|(_, other)| reach(other.to))
                 .collect();
             let label = route.label.clone().unwrap_or_default();
-            let mut found = RouteEvidence { taken: taken.get(&label).copied(), label, ..RouteEvidence::default() };
+            let mut found = RouteEvidence {
+                taken: taken.get(&label).copied(),
+                cues: cues.get(&label).cloned().unwrap_or_default(),
+                label,
+                ..RouteEvidence::default()
+            };
             let mut seen = HashSet::new();
             let mut stack = vec![route.to];
             while let Some(node_idx) = stack.pop() {

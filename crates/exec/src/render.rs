@@ -77,17 +77,23 @@ pub fn to_mermaid(graph: &WorkflowGraph) -> String {
 }
 
 /// An edge's label as drawn: a branch route with mined counts also says how many of the
-/// records that reached the branch took it (`lookup (7/10)`).
+/// records that reached the branch took it (`lookup (7/10)`), and with mined cues the
+/// words its query needs (`return (14/32, needs “return”)`).
 fn edge_label(graph: &WorkflowGraph, edge: &flowmem_model::Edge) -> Option<String> {
     let label = edge.label.as_ref()?;
-    let Some(NodeKind::Branch { taken, .. }) = graph.node(&edge.from).map(|node| &node.kind) else {
+    let Some(NodeKind::Branch { taken, cues, .. }) = graph.node(&edge.from).map(|node| &node.kind) else {
         return Some(label.clone());
     };
+    if edge.kind == EdgeKind::Back {
+        return Some(label.clone());
+    }
     let total: u64 = taken.values().sum();
-    Some(match taken.get(label) {
-        Some(count) if edge.kind != EdgeKind::Back => format!("{label} ({count}/{total})"),
-        _ => label.clone(),
-    })
+    let mut notes: Vec<String> = taken.get(label).map(|count| format!("{count}/{total}")).into_iter().collect();
+    if let Some(words) = cues.get(label) {
+        let words: Vec<String> = words.iter().map(|word| format!("“{word}”")).collect();
+        notes.push(format!("needs {}", words.join(" or ")));
+    }
+    Some(if notes.is_empty() { label.clone() } else { format!("{label} ({})", notes.join(", ")) })
 }
 
 /// Renders the graph as a Graphviz DOT `digraph`.

@@ -167,6 +167,14 @@ pub enum Violation {
         /// The label no route has.
         label: String,
     },
+    /// A branch's mined route cues (`cues`) name a route it does not have.
+    #[error("node `{node}`: `cues` name route `{label}`, which no edge out of the branch is labelled")]
+    CuesUnknownRoute {
+        /// The branch.
+        node: String,
+        /// The label no route has.
+        label: String,
+    },
     /// A `branch` with no outgoing route.
     #[error("node `{node}`: the branch has no outgoing route")]
     NoRoutes {
@@ -317,6 +325,7 @@ impl Violation {
             | Violation::UnlabelledRoute { node, .. }
             | Violation::DuplicateRoute { node, .. }
             | Violation::TakenUnknownRoute { node, .. }
+            | Violation::CuesUnknownRoute { node, .. }
             | Violation::NoRoutes { node }
             | Violation::MissingRoute { node, .. }
             | Violation::UnreachableRoute { node, .. }
@@ -694,7 +703,7 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
         let outgoing: Vec<_> =
             edges.outgoing(graph, index, &node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
-            NodeKind::Branch { condition, taken } => {
+            NodeKind::Branch { condition, taken, cues } => {
                 if outgoing.is_empty() {
                     res.push(Violation::NoRoutes { node: node.id.clone() });
                     continue;
@@ -711,6 +720,9 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
                 }
                 for label in taken.keys().filter(|label| !seen.contains(label.as_str())) {
                     res.push(Violation::TakenUnknownRoute { node: node.id.clone(), label: label.clone() });
+                }
+                for label in cues.keys().filter(|label| !seen.contains(label.as_str())) {
+                    res.push(Violation::CuesUnknownRoute { node: node.id.clone(), label: label.clone() });
                 }
                 if let Some((labels, condition)) = condition_routes(condition) {
                     for label in labels {

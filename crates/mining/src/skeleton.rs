@@ -50,11 +50,12 @@ pub const SKELETON_MAX_ITERATIONS: u32 = 5;
 /// ```
 #[must_use]
 pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
-    build_skeleton(tree, None)
+    build_skeleton(tree, None, &BTreeMap::new())
 }
 
-fn build_skeleton(tree: &ProcessTree, log: Option<&EventLog>) -> WorkflowGraph {
-    let mut builder = Builder { nodes: Vec::new(), edges: Vec::new(), n_ids: 0, counting: log.is_some() };
+fn build_skeleton(tree: &ProcessTree, log: Option<&EventLog>, cues: &BTreeMap<String, Vec<String>>) -> WorkflowGraph {
+    let mut builder =
+        Builder { nodes: Vec::new(), edges: Vec::new(), n_ids: 0, counting: log.is_some(), cues: cues.clone() };
     builder.nodes.push(node("plan", llm(LlmRole::Plan), "Parse the query into sub-tasks"));
     let cases: Vec<Case> = log.map_or_else(Vec::new, |log| {
         let names = log.activities();
@@ -121,7 +122,7 @@ pub fn tree_to_bound_skeleton(
     cfg: &BindingConfig,
 ) -> WorkflowGraph {
     let ordered = order_parallels(tree, dataflow, cfg);
-    let mut graph = build_skeleton(&ordered, Some(log));
+    let mut graph = build_skeleton(&ordered, Some(log), &dataflow.cues);
     fill_bindings(&mut graph, dataflow, cfg);
     graph
 }
@@ -199,6 +200,8 @@ struct Builder {
     n_ids: usize,
     /// Whether branches count the cases that took each route (a log was given).
     counting: bool,
+    /// Per tool, its mined query cues ([`Dataflow::cues`]).
+    cues: BTreeMap<String, Vec<String>>,
 }
 
 impl Builder {
@@ -252,8 +255,9 @@ impl Builder {
                     })
                     .collect();
                 let taken = self.taken(&routes, &route_cases);
+                let cues = self.route_cues(children, &routes);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken };
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues };
                 let branch = self.add(from, node(&branch, kind, "Choose one alternative"));
                 let join = self.id("join");
                 let mut ends = Vec::new();
@@ -293,7 +297,7 @@ impl Builder {
                 let done_cases: Vec<Case> = cases.iter().filter(|case| !retry_cases.contains(case)).cloned().collect();
                 let taken = self.taken(&["done".to_owned(), "retry".to_owned()], &[done_cases, retry_cases.clone()]);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken };
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues: BTreeMap::new() };
                 let branch = self.add(after_first, node(&branch, kind, "Decide whether to retry"));
                 let join = self.id("join");
                 let open = Open { node: branch.clone(), label: Some("retry".into()) };
@@ -304,6 +308,21 @@ impl Builder {
                 Open { node: join, label: None }
             }
         }
+    }
+
+    /// The cues of a branch's routes: a route whose every tool has cues has them all (its
+    /// query needs one of them); a route with a tool without cues, and `skip`, have none.
+    fn route_cues(&self, children: &[ProcessTree], routes: &[String]) -> BTreeMap<String, Vec<String>> {
+        let mut res = BTreeMap::new();
+        for (child, route) in children.iter().zip(routes) {
+            let labels = child.labels();
+            if labels.is_empty() || !labels.iter().all(|label| self.cues.contains_key(*label)) {
+                continue;
+            }
+            let words: BTreeSet<String> = labels.iter().flat_map(|label| self.cues[*label].iter().cloned()).collect();
+            res.insert(route.clone(), words.into_iter().collect());
+        }
+        res
     }
 
     /// The counts of a branch's routes, or none when no log was given.

@@ -110,6 +110,14 @@ pub enum NodeKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         #[schemars(skip)]
         taken: BTreeMap<String, u64>,
+        /// Per route label, the words one of which the queries of the mined records that
+        /// took the route nearly always held ([`query_words`](crate::query_words)): `return`
+        /// for a route that returns items. Under bindings grounding a judged branch does
+        /// not offer a route whose query holds none of its cues. A route without cues is
+        /// always offered.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        cues: BTreeMap<String, Vec<String>>,
     },
     /// Fans out: every outgoing edge is taken, and the members run concurrently.
     // Braces, not a unit variant: serde ignores the fields of a tagged unit variant, and

@@ -72,7 +72,7 @@ pub use crate::json_path::values_at;
 pub use crate::jsonl::{JsonlError, read_items, read_jsonl, read_records, read_trajectories, write_jsonl_atomic};
 pub use crate::record::Record;
 pub use crate::secrets::{MIN_SECRET_CHARS, REDACTED, StreamRedactor, redact, redact_value, register_secret};
-pub use crate::shape::{ANCHOR_WORDS, Anchor, ValueShape, anchor_score, left_contexts};
+pub use crate::shape::{ANCHOR_WORDS, Anchor, ValueShape, anchor_score, left_contexts, query_words};
 pub use crate::stats::{Stats, ToolCount, ToolTransition, stats};
 pub use crate::suggest::{nearest, unknown_field, with_suggestion};
 pub use crate::trace::{

@@ -253,6 +253,22 @@ pub fn anchor_score(query: &str, span: &str, anchors: &[Anchor], resolved: &[(&s
     anchors.iter().filter(|anchor| contexts.contains(&anchor.words)).map(|anchor| anchor.support).sum()
 }
 
+/// The words of `query` as route cues compare them: lowercased runs of letters and
+/// digits (`exchange/return` is two words).
+///
+/// # Example
+///
+/// ```
+/// use flowmem_model::query_words;
+///
+/// let words = query_words("You want to Exchange/return order #W123.");
+/// assert!(words.contains("exchange") && words.contains("return") && words.contains("w123"));
+/// ```
+#[must_use]
+pub fn query_words(query: &str) -> std::collections::BTreeSet<String> {
+    query.split(|ch: char| !ch.is_alphanumeric()).filter(|word| !word.is_empty()).map(str::to_lowercase).collect()
+}
+
 /// A word as anchors compare it: its [`value_key`](crate::value_key), the normalisation
 /// mining and grounding share (empty for a word with no key).
 fn word_key(text: &str) -> String {

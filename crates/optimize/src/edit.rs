@@ -421,8 +421,8 @@ fn apply_in_place(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), Edi
     Ok(())
 }
 
-/// Drops the mined counts (`taken`) of routes an edit removed from their branch: they
-/// describe no route any more.
+/// Drops the mined counts (`taken`) and cues of routes an edit removed from their
+/// branch: they describe no route any more.
 fn forget_lost_routes(graph: &mut WorkflowGraph) {
     let routes: std::collections::HashSet<(String, String)> = graph
         .edges
@@ -431,8 +431,9 @@ fn forget_lost_routes(graph: &mut WorkflowGraph) {
         .filter_map(|edge| Some((edge.from.clone(), edge.label.clone()?)))
         .collect();
     for node in &mut graph.nodes {
-        if let NodeKind::Branch { taken, .. } = &mut node.kind {
+        if let NodeKind::Branch { taken, cues, .. } = &mut node.kind {
             taken.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
+            cues.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
         }
     }
 }
@@ -809,6 +810,7 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
                 kind: NodeKind::Branch {
                     condition: Condition::Judge { question: question.clone() },
                     taken: std::collections::BTreeMap::new(),
+                    cues: std::collections::BTreeMap::new(),
                 },
                 description: None,
             });

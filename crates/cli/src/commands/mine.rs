@@ -483,6 +483,18 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
         dataflow.calls_with_results,
         dataflow.calls,
     ))?;
+    // The tools the queries had to ask for by name: `cues: exchange_delivered_order_items needs “exchange”`.
+    if !dataflow.cues.is_empty() {
+        let cues: Vec<String> = dataflow
+            .cues
+            .iter()
+            .map(|(tool, words)| {
+                let words: Vec<String> = words.iter().map(|word| format!("“{word}”")).collect();
+                format!("{tool} needs {}", words.join(" or "))
+            })
+            .collect();
+        printer.result(&format!("cues: {}", cues.join("; ")))?;
+    }
     Ok(())
 }
 

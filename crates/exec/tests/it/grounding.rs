@@ -738,3 +738,43 @@ async fn a_mined_precondition_picks_the_delivered_order_and_leaves_out_a_route_n
     assert!(act.starts_with("skip (`return` left out: `return` has no value for `order_id`"), "{act}");
     assert!(server.chat_requests().is_empty(), "{:?}", server.chat_requests());
 }
+
+/// Mined query cues leave a route out: the `lookup` route, taken by most mined records
+/// and groundable, is not taken when the mined queries that took it all said `details`
+/// and this one does not; a query that says it takes the route as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_whose_cue_the_query_lacks_is_left_out() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = routed_graph();
+    graph["nodes"][1]["cues"] = json!({"lookup": ["details"]});
+    let script = Script::new()
+        .when(
+            Match::offers_tool("find_user_id_by_name_zip"),
+            Reply::tool_call(
+                "find_user_id_by_name_zip",
+                json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
+            ),
+        )
+        .when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})));
+    let tools_called = |trace: &flowmem_model::Trace| -> Vec<String> {
+        trace.tool_calls.iter().map(|call| call.tool.clone()).collect()
+    };
+
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(graph.clone(), support::runtime(&server, tools.clone()));
+    let input = RunInput { id: "cue-1".to_owned(), query: "I am Yusuf Rossi, zip code 19122.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip"], "the judge, asked, would have looked the user up");
+    let look = trace.observations.iter().find(|o| o.node_id == "look").and_then(|o| o.output.clone()).unwrap();
+    assert!(look.starts_with("skip (`lookup` left out: the query says none of “details”"), "{look}");
+
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input =
+        RunInput { id: "cue-2".to_owned(), query: "I am Yusuf Rossi, zip code 19122. My Details, please.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip", "get_user_details"]);
+}

@@ -2,7 +2,7 @@
 //! with its node.
 
 use flowmem_exec::{ToolCatalog, Violation, check, violations};
-use flowmem_model::WorkflowGraph;
+use flowmem_model::{NodeKind, WorkflowGraph};
 use serde_json::json;
 
 fn graph(value: serde_json::Value) -> WorkflowGraph {
@@ -466,4 +466,17 @@ fn mined_route_counts_must_name_the_branchs_routes() {
         "{found:?}"
     );
     assert!(found[0].to_string().contains("`taken` counts route `skipp`"), "{}", found[0]);
+
+    // Mined cues, likewise.
+    let mut cued = branch(json!({"echo": 4, "skip": 1}));
+    let NodeKind::Branch { cues, .. } = &mut cued.nodes[0].kind else { unreachable!() };
+    cues.insert("echo".into(), vec!["repeat".into()]);
+    assert!(check(cued.clone(), ToolCatalog::Known(&tools())).is_ok());
+    let NodeKind::Branch { cues, .. } = &mut cued.nodes[0].kind else { unreachable!() };
+    cues.insert("ech".into(), vec!["repeat".into()]);
+    let found = violations(&cued, ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::CuesUnknownRoute { node, label }] if node == "pick" && label == "ech"),
+        "{found:?}"
+    );
 }

@@ -35,8 +35,12 @@
 //! distinct values, and that chance explains poorly (a share `p` of the describing
 //! tool's results hold it, so `n` values agree by chance with `p^n` ≤ [`MAX_CHANCE`]),
 //! is a precondition: τ² retail returns only orders whose lookup said `delivered`.
+//!
+//! And it reads which words a tool's queries always held (`cues`): τ² retail exchanged
+//! items only when the query said `exchange`.
 
 mod bind;
+mod cues;
 mod preconditions;
 mod values;
 
@@ -48,6 +52,7 @@ use serde_json::Value;
 
 pub use crate::dataflow::bind::BindingConfig;
 pub(crate) use crate::dataflow::bind::{fill_bindings, order_parallels};
+pub use crate::dataflow::cues::{CUE_MAX_SHARE, CUE_RECALL, MAX_CUE_CHANCE, MIN_CUE_RECORDS};
 pub use crate::dataflow::preconditions::{MAX_CHANCE, MIN_PRECONDITION_SUPPORT, MinedPrecondition};
 use crate::dataflow::values::{argument_leaves, result_leaves};
 use flowmem_model::{normalise_text as normalise_query, occurs_in as find_in_query, value_key as key};
@@ -92,6 +97,11 @@ pub struct Dataflow {
     pub arguments: Vec<ArgumentFlow>,
     /// What each record's values come from, in input order.
     pub per_record: Vec<RecordFlow>,
+    /// Per tool, the words without which the records' queries never called it (see
+    /// [`MIN_CUE_RECORDS`], [`CUE_RECALL`], [`CUE_MAX_SHARE`], [`MAX_CUE_CHANCE`]): the skeleton's branches
+    /// carry them as their routes' cues.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cues: BTreeMap<String, Vec<String>>,
 }
 
 /// How many values each kind of source explained.
@@ -295,6 +305,7 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
     for flow in &mut dataflow.arguments {
         flow.requires = requires.remove(&(flow.tool.clone(), flow.arg.clone())).unwrap_or_default();
     }
+    dataflow.cues = cues::mine_cues(records);
     dataflow
 }
 
@@ -552,5 +563,6 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
         by_kind,
         arguments,
         per_record,
+        cues: BTreeMap::new(),
     }
 }

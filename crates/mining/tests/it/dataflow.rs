@@ -706,3 +706,44 @@ fn a_precondition_chance_explains_is_not_mined() {
     // 12 of 13 results say delivered: (12/13)^3 ≈ 0.79, far above 5%.
     assert!(flow.argument("return_items", "order_id").unwrap().requires.is_empty());
 }
+
+/// Decision mining on queries: a tool the logs called only when the query said
+/// `exchange` gets that cue (9 of 23 queries hold it: 9 of 9 by chance has probability
+/// (9/23)^9 ≈ 0.0002), a word every query holds is none, and a tool called in fewer than
+/// five records has none; the skeleton's branch carries the cue on its route.
+#[test]
+fn words_without_which_a_tool_was_never_called_are_its_cues() {
+    let exchange = || call("exchange", json!({"order_id": "#W1"}), Some(json!("ok")));
+    let cancel = || call("cancel", json!({"order_id": "#W1"}), Some(json!("ok")));
+    let look = || call("get_order", json!({"order_id": "#W1"}), Some(json!({"status": "delivered"})));
+    let mut logs = Vec::new();
+    for idx in 0..9 {
+        // The cue in every exchange query, in its several spellings of case and punctuation.
+        let query = ["Please EXCHANGE my lamp.", "exchange/return the kettle", "I want to exchange it"][idx % 3];
+        logs.push((query, vec![look(), exchange()]));
+    }
+    for _ in 0..4 {
+        logs.push(("Please cancel it, my order", vec![look(), cancel()]));
+    }
+    for _ in 0..10 {
+        logs.push(("Please tell me about my order", vec![look()]));
+    }
+    let records = records_of(logs);
+    let flow = mine_dataflow(&records);
+    assert_eq!(flow.cues.get("exchange"), Some(&vec!["exchange".to_owned()]), "{:?}", flow.cues);
+    assert!(!flow.cues.contains_key("cancel"), "four records are too few: {:?}", flow.cues);
+    assert!(!flow.cues.contains_key("get_order"), "`please` is in every query: {:?}", flow.cues);
+
+    let tree = ProcessTree::parse("->( 'get_order', X( 'exchange', 'cancel', tau ) )").unwrap();
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+    let cues = graph
+        .nodes
+        .iter()
+        .find_map(|node| match &node.kind {
+            NodeKind::Branch { cues, .. } => Some(cues.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(cues.into_iter().collect::<Vec<_>>(), [("exchange".to_owned(), vec!["exchange".to_owned()])]);
+}
