@@ -564,19 +564,23 @@ fn routed_graph() -> serde_json::Value {
     })
 }
 
+/// A script in which the model looks Yusuf Rossi up by name and zip.
+fn finds_yusuf() -> Script {
+    Script::new().when(
+        Match::offers_tool("find_user_id_by_name_zip"),
+        Reply::tool_call(
+            "find_user_id_by_name_zip",
+            json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
+        ),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mined_route_counts_and_groundability_route_a_branch_with_no_judge() {
     let state = tempfile::tempdir().unwrap();
     let tools = support::retail(state.path()).await;
     // Asked, the judge would skip every route, and the model would invent an order id.
-    let script = Script::new()
-        .when(
-            Match::offers_tool("find_user_id_by_name_zip"),
-            Reply::tool_call(
-                "find_user_id_by_name_zip",
-                json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
-            ),
-        )
+    let script = finds_yusuf()
         .when(
             Match::offers_tool("get_order_details"),
             Reply::tool_call("get_order_details", json!({"order_id": "#W1"})),
@@ -748,15 +752,7 @@ async fn a_route_whose_cue_the_query_lacks_is_left_out() {
     let tools = support::retail(state.path()).await;
     let mut graph = routed_graph();
     graph["nodes"][1]["cues"] = json!({"lookup": ["details"]});
-    let script = Script::new()
-        .when(
-            Match::offers_tool("find_user_id_by_name_zip"),
-            Reply::tool_call(
-                "find_user_id_by_name_zip",
-                json!({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
-            ),
-        )
-        .when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})));
+    let script = finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})));
     let tools_called = |trace: &flowmem_model::Trace| -> Vec<String> {
         trace.tool_calls.iter().map(|call| call.tool.clone()).collect()
     };
