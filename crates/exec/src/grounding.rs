@@ -14,7 +14,7 @@
 //! Candidates an upstream result describes as failing one of the binding's mined
 //! preconditions ([`Precondition`](flowmem_model::Precondition): an order to return must
 //! be delivered) are dropped ([`meet_preconditions`]); when none is left, the next source
-//! is tried. An argument then agrees with the upstream call another argument's values come from
+//! is tried, and its candidates must then be described as meeting them. An argument then agrees with the upstream call another argument's values come from
 //! ([`agree_with_sources`]), and query spans are narrowed by the words the mined values
 //! followed ([`narrow_by_anchors`]).
 //!
@@ -232,6 +232,7 @@ pub(crate) fn candidates(
     schema: &Value,
     upstream: &dyn Upstream,
 ) -> Option<Candidates> {
+    let mut emptied = false;
     for source in &binding.sources {
         let mut query_anchors = Vec::new();
         let from_node = source.source.node().map(str::to_owned);
@@ -273,10 +274,15 @@ pub(crate) fn candidates(
                 repeated.push((value, 2));
             }
         }
-        let label = match meet_preconditions(&mut unique, &binding.requires, upstream) {
+        let before = unique.len();
+        let label = match meet_preconditions(&mut unique, &binding.requires, upstream, emptied) {
             Some(why) => format!("{label}, {why}"),
             None => label,
         };
+        // A source whose values the preconditions all dropped said what the value cannot
+        // be; a weaker source's value must then be known to meet them (a user id the
+        // query holds is no pending order).
+        emptied |= before > 0 && unique.is_empty();
         if !unique.is_empty() {
             // `Valid(G, T)` admits `each` on result paths over a collection only.
             let each = source.each.is_some_and(|each| each.is_usual());
@@ -296,9 +302,14 @@ pub(crate) fn candidates(
 }
 
 /// Drops the candidates that a successful result of a precondition's node describes (the
-/// newest such result) as not meeting it. Says what it dropped, for the label, when it
-/// dropped anything.
-fn meet_preconditions(values: &mut Vec<Value>, requires: &[Precondition], upstream: &dyn Upstream) -> Option<String> {
+/// newest such result) as not meeting it; when `strict`, also those no result describes.
+/// Says what it dropped, for the label, when it dropped anything.
+fn meet_preconditions(
+    values: &mut Vec<Value>,
+    requires: &[Precondition],
+    upstream: &dyn Upstream,
+    strict: bool,
+) -> Option<String> {
     let mut why = Vec::new();
     for precondition in requires {
         let results: Vec<Value> = upstream
@@ -310,10 +321,11 @@ fn meet_preconditions(values: &mut Vec<Value>, requires: &[Precondition], upstre
             continue;
         }
         let before = values.len();
-        values.retain(|value| results.iter().find_map(|result| precondition.check(result, value)).unwrap_or(true));
+        values.retain(|value| results.iter().find_map(|result| precondition.check(result, value)).unwrap_or(!strict));
         if values.len() < before {
+            let unknown = if strict { ", or is not known" } else { "" };
             why.push(format!(
-                "{} of {before} dropped: {} {} is not {}",
+                "{} of {before} dropped: {} {} is not {}{unknown}",
                 before - values.len(),
                 precondition.node,
                 precondition.field,
@@ -633,6 +645,55 @@ mod tests {
 
     fn string_schema(arg: &str) -> serde_json::Value {
         json!({"type": "object", "properties": {arg: {"type": "string"}}})
+    }
+
+    /// Of the user's orders none is pending, so the modification's order id must not come
+    /// from the query's other ids unless a lookup says that order is pending.
+    #[test]
+    fn after_preconditions_empty_a_source_a_weaker_one_must_be_known_to_meet_them() {
+        let binding = ArgBinding {
+            observed: 9,
+            sources: vec![
+                BindingSource {
+                    source: ValueSource::Result { node: "user".into(), path: "$.orders[*]".into() },
+                    support: 5,
+                    each: None,
+                },
+                BindingSource {
+                    source: ValueSource::Query { shape: Some(ValueShape::Id), anchors: Vec::new(), lengths: None },
+                    support: 2,
+                    each: None,
+                },
+            ],
+            requires: vec![flowmem_model::Precondition {
+                node: "order".into(),
+                key: "$.order_id".into(),
+                field: "$.status".into(),
+                value: json!("pending"),
+                support: 8,
+            }],
+        };
+        let order = |id: &str, status: &str| json!({"order_id": id, "status": status}).to_string();
+        let seen = Seen(vec![
+            ("user", json!({"orders": ["#W1", "#W2"]}).to_string(), json!({})),
+            ("order", order("#W2", "delivered"), json!({"order_id": "#W2"})),
+            ("order", order("#W1", "delivered"), json!({"order_id": "#W1"})),
+            ("order", order("#W9", "pending"), json!({"order_id": "#W9"})),
+        ]);
+        let schema = string_schema("order_id");
+        let found =
+            candidates("order_id", &binding, "I am mia_garcia_4516 and order #W9 is mine", &schema, &seen).unwrap();
+        assert_eq!(found.values, [json!("#W9")], "{}", found.source);
+        assert!(found.source.contains("is not \"pending\", or is not known"), "{}", found.source);
+        assert!(candidates("order_id", &binding, "I am mia_garcia_4516", &schema, &seen).is_none());
+        // A pending order of the user's is taken from the first source, as before.
+        let seen = Seen(vec![
+            ("user", json!({"orders": ["#W1", "#W2"]}).to_string(), json!({})),
+            ("order", order("#W2", "pending"), json!({"order_id": "#W2"})),
+            ("order", order("#W1", "delivered"), json!({"order_id": "#W1"})),
+        ]);
+        let found = candidates("order_id", &binding, "I am mia_garcia_4516", &schema, &seen).unwrap();
+        assert_eq!(found.values, [json!("#W2")]);
     }
 
     #[test]
