@@ -671,6 +671,8 @@ pub struct ToolsReplayArgs {
 /// $.parsed_content.status = "delivered" (11)` is a precondition: every value was, as the
 /// latest earlier result describing it said (11 distinct values, and chance would rarely
 /// agree so); at run time a candidate a result describes otherwise is not offered.
+/// `as many as `item_ids`` marks an array the calls always sent at the length of another:
+/// a reply of two lengths is asked again once with both held to one.
 /// `cues: exchange_delivered_order_items needs “exchange”` says that every query (nearly;
 /// at least 90 %) of the records calling the tool held the word, which chance would
 /// rarely do: at run time a route of such tools whose query holds none of their words is

@@ -608,6 +608,44 @@ pub(crate) fn constrained_schema(schema: &Value, fixed: &[&Candidates], offered:
     schema
 }
 
+/// The first pair of array arguments in `args` that the mined calls always sent at one
+/// length ([`ArgBinding::same_length_as`]) and that `args` sends at two: the two names and
+/// the length to hold both to (the shorter, unless it is 0).
+pub(crate) fn unequal_lengths(
+    bindings: &[(String, ArgBinding)],
+    args: &serde_json::Map<String, Value>,
+) -> Option<(String, String, usize)> {
+    bindings.iter().find_map(|(path, binding)| {
+        let a = path.strip_suffix("[*]")?;
+        let b = binding.same_length_as.as_deref()?;
+        let (a_len, b_len) = (args.get(a)?.as_array()?.len(), args.get(b)?.as_array()?.len());
+        let length = if a_len.min(b_len) == 0 { a_len.max(b_len) } else { a_len.min(b_len) };
+        (a_len != b_len).then(|| (a.to_owned(), b.to_owned(), length))
+    })
+}
+
+/// `schema` with array properties `names` held to `length` elements (`minItems` =
+/// `maxItems`), or to the least `maxItems` they already have when that is smaller.
+/// Returns the schema and the length it holds them to.
+pub(crate) fn hold_to_length(schema: &Value, names: &[&str], length: usize) -> (Value, usize) {
+    let mut schema = schema.clone();
+    let property = |schema: &Value, name: &str| schema.get("properties").and_then(|p| p.get(name)).cloned();
+    let cap = names
+        .iter()
+        .filter_map(|name| property(&schema, name)?.get("maxItems")?.as_u64())
+        .min()
+        .map_or(length, |cap| length.min(cap as usize));
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for name in names {
+            if let Some(property) = properties.get_mut(*name).and_then(Value::as_object_mut) {
+                property.insert("minItems".to_owned(), Value::from(cap));
+                property.insert("maxItems".to_owned(), Value::from(cap));
+            }
+        }
+    }
+    (schema, cap)
+}
+
 /// The required parameters of a tool schema.
 pub(crate) fn required(schema: &Value) -> Vec<String> {
     schema
@@ -672,6 +710,7 @@ mod tests {
                 value: json!("pending"),
                 support: 8,
             }],
+            same_length_as: None,
         };
         let order = |id: &str, status: &str| json!({"order_id": id, "status": status}).to_string();
         let seen = Seen(vec![
@@ -700,6 +739,7 @@ mod tests {
     fn the_first_source_with_values_gives_deduplicated_candidates() {
         let binding = ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 4,
             sources: vec![
                 BindingSource {
@@ -729,6 +769,7 @@ mod tests {
             "order_id",
             &ArgBinding {
                 requires: Vec::new(),
+                same_length_as: None,
                 observed: 1,
                 sources: vec![BindingSource {
                     source: ValueSource::Constant { value: json!("#W1") },
@@ -753,6 +794,7 @@ mod tests {
     fn spans_of_the_mined_lengths_are_kept() {
         let zip = |lengths| ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 12,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new(), lengths },
@@ -777,6 +819,7 @@ mod tests {
     fn query_spans_and_upstream_arguments_give_candidates_of_the_schema_type() {
         let bind = |source: ValueSource| ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 2,
             sources: vec![BindingSource { source, support: 2, each: None }],
         };
@@ -845,6 +888,7 @@ mod tests {
     fn an_array_repeats_an_element_no_more_often_than_its_source_holds_it() {
         let binding = ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 3,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: "order".into(), path: "$.items[*].item_id".into() },
@@ -886,6 +930,7 @@ mod tests {
     fn an_argument_agrees_with_the_call_whose_result_gives_another_argument() {
         let from = |node: &str, path: &str| ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 5,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: node.into(), path: path.into() },
@@ -942,6 +987,7 @@ mod tests {
         };
         let bind = |anchors: Vec<flowmem_model::Anchor>| ArgBinding {
             requires: Vec::new(),
+            same_length_as: None,
             observed: 20,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Name), anchors, lengths: None },

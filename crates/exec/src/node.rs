@@ -503,6 +503,26 @@ async fn tool_node(
         )));
         response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     }
+    // Arrays the mined calls always sent at one length (as many new items as old ones):
+    // a reply that breaks this is asked again once, both held to one length.
+    if let Some(chosen) = response.tool_calls.first()
+        && let Some((a, b, length)) = grounding::unequal_lengths(tool.bindings, &chosen.arguments)
+    {
+        let mut held = length;
+        request.tools = request
+            .tools
+            .iter()
+            .map(|definition| {
+                let (parameters, cap) = grounding::hold_to_length(&definition.parameters, &[&a, &b], length);
+                held = cap;
+                flowmem_llm::ToolDefinition { parameters, ..definition.clone() }
+            })
+            .collect();
+        request.messages.push(Message::user(format!(
+            "`{a}` and `{b}` must have the same number of elements: {held} each. Call the tool again."
+        )));
+        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+    }
     // Context grounding: a call with values from nowhere is sent back once.
     let context = (plan.runtime.grounding == Grounding::Context).then(|| ContextTexts::of(query, items));
     if let (Some(context), Some(chosen)) = (&context, response.tool_calls.first()) {
@@ -541,6 +561,21 @@ async fn tool_node(
         let dropped = args.get_mut(&found.arg).map_or(0, |array| found.drop_repeats(array));
         if dropped > 0 {
             found.source = format!("{}; {dropped} repeated element(s) dropped", found.source);
+        }
+    }
+    // Still of two lengths (a backend that ignores the schema): the longer is cut.
+    if let Some((a, b, length)) = grounding::unequal_lengths(tool.bindings, &args) {
+        for name in [&a, &b] {
+            let Some(Value::Array(items)) = args.get_mut(name) else { continue };
+            let cut = items.len().saturating_sub(length);
+            items.truncate(length);
+            if let Some(found) = bound.iter_mut().find(|found| &found.arg == name).filter(|_| cut > 0) {
+                found.source = format!(
+                    "{}; {cut} element(s) cut to the length of `{}`",
+                    found.source,
+                    if *name == a { &b } else { &a }
+                );
+            }
         }
     }
     if let Some(context) = &context {

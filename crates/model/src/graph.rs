@@ -146,6 +146,11 @@ pub struct ArgBinding {
     /// showed: a candidate such a result describes otherwise is not offered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<Precondition>,
+    /// For an array argument (`new_item_ids[*]`): the other array argument of the call
+    /// that had as many elements in every mined call (`item_ids`). A reply that breaks
+    /// this is asked again once with both arrays held to one length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_length_as: Option<String>,
 }
 
 /// A condition every mined value of an argument met, read from an upstream result that

@@ -511,6 +511,7 @@ fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &Va
         observed: 0,
         sources: Vec::new(),
         requires: Vec::new(),
+        same_length_as: None,
     });
     binding.sources.retain(|kept| kept.source != *source);
     // Support counts what the logs showed; a source the optimizer chose has none of its own.
@@ -1142,6 +1143,7 @@ mod tests {
                     BindingSource { source: result("plan", "$.order"), support: 1, each: None },
                 ],
                 requires: Vec::new(),
+                same_length_as: None,
             },
         );
         let plan = EditPlan {

@@ -453,6 +453,9 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
         if sources.is_empty() {
             sources.push("unexplained".into());
         }
+        if let Some(other) = &flow.same_length_as {
+            sources.push(format!("as many as `{other}`"));
+        }
         // What every value was: `only if get_order_details $.parsed_content.status = "delivered" (11)`.
         for required in &flow.requires {
             sources.push(format!(

@@ -774,3 +774,70 @@ async fn a_route_whose_cue_the_query_lacks_is_left_out() {
     assert!(trace.error.is_none(), "{:?}", trace.error);
     assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip", "get_user_details"]);
 }
+
+/// An order's lookup, then an exchange whose `item_ids` the mined calls always sent at
+/// the length of `new_item_ids`.
+fn same_length_graph() -> serde_json::Value {
+    let from = |path: &str| json!({"from": "result", "node": "order", "path": path, "support": 9});
+    json!({
+        "name": "same-length",
+        "nodes": [
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": {"observed": 9, "sources": [{"from": "query", "shape": "id", "support": 9}]}}},
+            {"id": "swap", "kind": "tool", "hints": ["exchange_delivered_order_items"],
+             "bindings": {
+                 "order_id": {"observed": 9, "sources": [{"from": "argument", "node": "order", "arg": "order_id", "support": 9}]},
+                 "item_ids[*]": {"observed": 9, "sources": [from("$.parsed_content.items[*].item_id")],
+                                 "same_length_as": "new_item_ids"},
+                 "payment_method_id": {"observed": 9, "sources": [from("$.parsed_content.payment_history[*].payment_method_id")]}}}
+        ],
+        "edges": [{"from": "order", "to": "swap"}],
+        "entry": "order",
+        "exit": "swap"
+    })
+}
+
+/// A reply with one old item and two new ones breaks the mined equal lengths: it is asked
+/// again with both arrays held to one element, and the answer goes through. A backend
+/// that answers with two new items again gets the longer array cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrays_the_logs_sent_at_one_length_are_held_to_one_length() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let reply = |new: serde_json::Value| {
+        Reply::tool_call("exchange_delivered_order_items", json!({"item_ids": ["1304426904"], "new_item_ids": new}))
+    };
+    let input = RunInput { id: "len-1".to_owned(), query: "Exchange the vacuum from order #W8535951.".to_owned() };
+
+    let script = Script::new().when_seq(
+        Match::offers_tool("exchange_delivered_order_items"),
+        [reply(json!(["4602305039", "1345513440"])), reply(json!(["4602305039"]))],
+    );
+    let server = support::llm(script).await;
+    let plan = support::plan(same_length_graph(), support::runtime(&server, tools.clone()));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "asked once more");
+    let properties = &requests[1].body["tools"][0]["function"]["parameters"]["properties"];
+    for name in ["item_ids", "new_item_ids"] {
+        assert_eq!((&properties[name]["minItems"], &properties[name]["maxItems"]), (&json!(1), &json!(1)), "{name}");
+    }
+    let last = requests[1].body["messages"].as_array().unwrap().last().unwrap().to_string();
+    assert!(last.contains("must have the same number of elements: 1 each"), "{last}");
+    let swapped = trace.tool_calls.iter().find(|call| call.tool == "exchange_delivered_order_items").unwrap();
+    assert!(swapped.error.is_none(), "{:?}", swapped.error);
+    assert_eq!(swapped.args["new_item_ids"], json!(["4602305039"]));
+
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let script = Script::new()
+        .when(Match::offers_tool("exchange_delivered_order_items"), reply(json!(["4602305039", "1345513440"])));
+    let server = support::llm(script).await;
+    let plan = support::plan(same_length_graph(), support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let swapped = trace.tool_calls.iter().find(|call| call.tool == "exchange_delivered_order_items").unwrap();
+    assert_eq!(swapped.args["new_item_ids"], json!(["4602305039"]), "cut to the length of `item_ids`");
+    assert!(swapped.error.is_none(), "{:?}", swapped.error);
+}

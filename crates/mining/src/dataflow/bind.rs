@@ -201,7 +201,8 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
                 })
                 .collect();
             if !sources.is_empty() {
-                res.insert(flow.arg.clone(), ArgBinding { observed: flow.observed, sources, requires });
+                let same_length_as = flow.same_length_as.clone();
+                res.insert(flow.arg.clone(), ArgBinding { observed: flow.observed, sources, requires, same_length_as });
             }
         }
         *bindings = res;

@@ -152,6 +152,11 @@ pub struct ArgumentFlow {
     /// ([`MinedPrecondition`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<MinedPrecondition>,
+    /// For the elements of an array argument (`new_item_ids[*]`): the other array
+    /// argument of the tool (`item_ids`) that had as many elements in every call holding
+    /// both, at least [`MIN_SAME_LENGTH_CALLS`] of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_length_as: Option<String>,
 }
 
 /// A source and the number of values it explained.
@@ -306,7 +311,43 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
         flow.requires = requires.remove(&(flow.tool.clone(), flow.arg.clone())).unwrap_or_default();
     }
     dataflow.cues = cues::mine_cues(records);
+    let same_lengths = same_lengths(records);
+    for flow in &mut dataflow.arguments {
+        flow.same_length_as = same_lengths.get(&(flow.tool.clone(), flow.arg.clone())).cloned();
+    }
     dataflow
+}
+
+/// The fewest calls holding two array arguments that must have had equal lengths for
+/// [`ArgumentFlow::same_length_as`].
+pub const MIN_SAME_LENGTH_CALLS: usize = 3;
+
+/// Per (tool, `name[*]`): the tool's other top-level array argument that had as many
+/// elements in every call holding both, in at least [`MIN_SAME_LENGTH_CALLS`] calls (the
+/// first such, by name).
+fn same_lengths(records: &[Record]) -> HashMap<(String, String), String> {
+    // Per (tool, array a, array b), a < b: calls holding both, and those of equal length.
+    let mut pairs: BTreeMap<(String, String, String), (usize, usize)> = BTreeMap::new();
+    for call in records.iter().flat_map(|record| &record.orchestration) {
+        let arrays: Vec<(&String, usize)> =
+            call.args.iter().filter_map(|(name, value)| Some((name, value.as_array()?.len()))).collect();
+        for (idx, &(a, a_len)) in arrays.iter().enumerate() {
+            for &(b, b_len) in &arrays[idx + 1..] {
+                let (a, b) = if a < b { (a, b) } else { (b, a) };
+                let counts = pairs.entry((call.tool.clone(), a.clone(), b.clone())).or_default();
+                counts.0 += 1;
+                counts.1 += usize::from(a_len == b_len);
+            }
+        }
+    }
+    let mut res = HashMap::new();
+    for ((tool, a, b), (both, equal)) in pairs {
+        if both >= MIN_SAME_LENGTH_CALLS && equal == both {
+            res.entry((tool.clone(), format!("{a}[*]"))).or_insert_with(|| b.clone());
+            res.entry((tool, format!("{b}[*]"))).or_insert(a);
+        }
+    }
+    res
 }
 
 /// What one record says of the collections its arguments drew from: per (tool,
@@ -486,6 +527,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
                     query_anchors: Vec::new(),
                     query_lengths: None,
                     requires: Vec::new(),
+                    same_length_as: None,
                 };
                 (flow, Default::default())
             });

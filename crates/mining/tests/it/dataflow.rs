@@ -747,3 +747,24 @@ fn words_without_which_a_tool_was_never_called_are_its_cues() {
         .unwrap();
     assert_eq!(cues.into_iter().collect::<Vec<_>>(), [("exchange".to_owned(), vec!["exchange".to_owned()])]);
 }
+
+/// Two array arguments sent at one length in every call holding both (three at least)
+/// name each other; a pair that once differed, or seen twice only, does not.
+#[test]
+fn array_arguments_always_sent_at_one_length_name_each_other() {
+    let swap = |old: Value, new: Value, extra: Value| {
+        call("exchange", json!({"item_ids": old, "new_item_ids": new, "notes": extra}), Some(json!("ok")))
+    };
+    let records = records_of(vec![
+        ("a", vec![swap(json!(["1"]), json!(["2"]), json!(["x", "y"]))]),
+        ("b", vec![swap(json!(["3", "4"]), json!(["5", "6"]), json!(["z", "w"]))]),
+        ("c", vec![swap(json!(["7"]), json!(["8"]), json!(["v", "u"]))]),
+    ]);
+    let flow = mine_dataflow(&records);
+    let same = |arg: &str| flow.argument("exchange", arg).unwrap().same_length_as.clone();
+    assert_eq!(same("item_ids[*]").as_deref(), Some("new_item_ids"));
+    assert_eq!(same("new_item_ids[*]").as_deref(), Some("item_ids"));
+    assert_eq!(same("notes[*]"), None, "`notes` had two elements against one in two calls");
+    let flow = mine_dataflow(&records[..2]);
+    assert_eq!(flow.argument("exchange", "item_ids[*]").unwrap().same_length_as, None, "two calls are too few");
+}
