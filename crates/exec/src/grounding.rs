@@ -14,7 +14,8 @@
 //! Candidates an upstream result describes as failing one of the binding's mined
 //! preconditions ([`Precondition`](flowmem_model::Precondition): an order to return must
 //! be delivered) are dropped ([`meet_preconditions`]); when none is left, the next source
-//! is tried, and its candidates must then be described as meeting them. An argument then agrees with the upstream call another argument's values come from
+//! is tried, and its candidates must then be described as meeting them. An argument then
+//! agrees with the upstream call another argument's values come from
 //! ([`agree_with_sources`]), and query spans are narrowed by the words the mined values
 //! followed ([`narrow_by_anchors`]).
 //!
@@ -363,8 +364,8 @@ fn of_lengths(spans: &mut Vec<String>, [shortest, longest]: [usize; 2]) -> Optio
 ///
 /// When that call is not `N`'s latest (a loop looked up every order, and the one order
 /// that meets the return's preconditions was not the last), the arguments whose values
-/// come from `N` are taken again from that call ([`Upstream::pinned`] through
-/// `rebuild`), so the items are that order's. Arguments a loop goes through "for each"
+/// come from `N` are taken again from that call (`rebuild` over a [`Pinned`] view), so
+/// the items are that order's. Arguments a loop goes through "for each"
 /// are left to the loop.
 pub(crate) fn agree_with_sources(
     found: &mut [Candidates],

@@ -504,8 +504,10 @@ async fn tool_node(
         response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     }
     // Arrays the mined calls always sent at one length (as many new items as old ones):
-    // a reply that breaks this is asked again once, both held to one length.
-    if let Some(chosen) = response.tool_calls.first()
+    // a reply that breaks this is asked again once, both held to one length (a binding,
+    // so under bindings grounding only).
+    let by_bindings = plan.runtime.grounding == Grounding::Bindings;
+    if let Some(chosen) = response.tool_calls.first().filter(|_| by_bindings)
         && let Some((a, b, length)) = grounding::unequal_lengths(tool.bindings, &chosen.arguments)
     {
         let mut held = length;
@@ -564,7 +566,7 @@ async fn tool_node(
         }
     }
     // Still of two lengths (a backend that ignores the schema): the longer is cut.
-    if let Some((a, b, length)) = grounding::unequal_lengths(tool.bindings, &args) {
+    if let Some((a, b, length)) = grounding::unequal_lengths(tool.bindings, &args).filter(|_| by_bindings) {
         for name in [&a, &b] {
             let Some(Value::Array(items)) = args.get_mut(name) else { continue };
             let cut = items.len().saturating_sub(length);
