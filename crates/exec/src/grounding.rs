@@ -313,11 +313,7 @@ fn meet_preconditions(
 ) -> Option<String> {
     let mut why = Vec::new();
     for precondition in requires {
-        let results: Vec<Value> = upstream
-            .calls(&precondition.node)
-            .into_iter()
-            .filter_map(|(output, _)| serde_json::from_str(output).ok())
-            .collect();
+        let results = results_of(upstream, &precondition.node);
         if results.is_empty() {
             continue;
         }
@@ -421,6 +417,97 @@ pub(crate) fn agree_with_sources(
             break;
         }
     }
+}
+
+/// Offers the elements of an array argument paired with another array argument
+/// ([`ArgBinding::paired_with`]: a new item is a variant of the old item's product) from
+/// every result of the pairing's node that holds one of the other argument's candidates
+/// at the pairing's path, not only from the node's latest result: the variants of the
+/// order's products, whichever lookup found them. Candidates no such result holds are
+/// dropped; when no result holds any of the other's candidates, nothing changes.
+pub(crate) fn pair_elements(
+    found: &mut [Candidates],
+    bindings: &[(String, ArgBinding)],
+    schema: &Value,
+    upstream: &dyn Upstream,
+) {
+    for (path, binding) in bindings {
+        let (Some(arg), Some(pairing)) = (path.strip_suffix("[*]"), &binding.paired_with) else { continue };
+        let Some(partner) = found.iter().find(|other| other.arg == pairing.arg).map(|other| other.values.clone())
+        else {
+            continue;
+        };
+        let Some(own) = found
+            .iter_mut()
+            .find(|own| own.arg == arg && own.elements && own.from_node.as_deref() == Some(pairing.node.as_str()))
+        else {
+            continue;
+        };
+        let results = results_of(upstream, &pairing.node);
+        let mut values: Vec<Value> = Vec::new();
+        for value in partner.iter().flat_map(|value| pairing.partners(&results, value)) {
+            let value = as_argument_type(value, schema, arg);
+            if !values.contains(&value) {
+                values.push(value);
+            }
+        }
+        if values.is_empty() || values == own.values {
+            continue;
+        }
+        own.source = format!(
+            "{}; {} value(s) beside one of `{}`'s in a result of {} at {}",
+            own.source,
+            values.len(),
+            pairing.arg,
+            pairing.node,
+            pairing.path
+        );
+        own.values = values;
+    }
+}
+
+/// An array argument whose elements do not all stand beside the other array's, as
+/// [`unpaired`] finds it.
+pub(crate) struct Unpaired {
+    /// The argument (`new_item_ids`).
+    pub arg: String,
+    /// The array it is paired with (`item_ids`).
+    pub other: String,
+    /// Per index whose element does not fit: the values that would.
+    pub wrong: Vec<(usize, Vec<Value>)>,
+}
+
+/// The first array argument of `args` whose elements are paired with another's
+/// ([`ArgBinding::paired_with`]) and whose element `i` does not stand beside the other's
+/// element `i` in any result of the pairing's node. An element whose partner no result
+/// holds is not judged.
+pub(crate) fn unpaired(
+    bindings: &[(String, ArgBinding)],
+    args: &serde_json::Map<String, Value>,
+    upstream: &dyn Upstream,
+) -> Option<Unpaired> {
+    bindings.iter().find_map(|(path, binding)| {
+        let (arg, pairing) = (path.strip_suffix("[*]")?, binding.paired_with.as_ref()?);
+        let (own, other) = (args.get(arg)?.as_array()?, args.get(&pairing.arg)?.as_array()?);
+        let results = results_of(upstream, &pairing.node);
+        let key = |value: &Value| flowmem_model::value_key(value);
+        let wrong: Vec<(usize, Vec<Value>)> = own
+            .iter()
+            .zip(other)
+            .enumerate()
+            .filter_map(|(idx, (element, partner))| {
+                let allowed = pairing.partners(&results, partner);
+                let fits = allowed.iter().any(|value| key(value).is_some() && key(value) == key(element));
+                (!allowed.is_empty() && !fits).then_some((idx, allowed))
+            })
+            .collect();
+        (!wrong.is_empty()).then(|| Unpaired { arg: arg.to_owned(), other: pairing.arg.clone(), wrong })
+    })
+}
+
+/// Every successful result of node `id`, parsed, newest first.
+fn results_of(upstream: &dyn Upstream, id: &str) -> Vec<Value> {
+    upstream.calls(id).into_iter().filter_map(|(output, _)| serde_json::from_str(output).ok()).collect()
 }
 
 /// Narrows query-span candidates by their mined anchors
@@ -647,6 +734,20 @@ pub(crate) fn hold_to_length(schema: &Value, names: &[&str], length: usize) -> (
     (schema, cap)
 }
 
+/// `schema` with the elements of array property `name` held to `values` (an `enum` on
+/// its `items`).
+pub(crate) fn elements_among(schema: &Value, name: &str, values: &[Value]) -> Value {
+    let mut schema = schema.clone();
+    let property = schema.get_mut("properties").and_then(|properties| properties.get_mut(name));
+    if let Some(property) = property.and_then(Value::as_object_mut) {
+        let items = property.entry("items").or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(items) = items.as_object_mut() {
+            items.insert("enum".to_owned(), Value::Array(values.to_vec()));
+        }
+    }
+    schema
+}
+
 /// The required parameters of a tool schema.
 pub(crate) fn required(schema: &Value) -> Vec<String> {
     schema
@@ -712,6 +813,7 @@ mod tests {
                 support: 8,
             }],
             same_length_as: None,
+            paired_with: None,
         };
         let order = |id: &str, status: &str| json!({"order_id": id, "status": status}).to_string();
         let seen = Seen(vec![
@@ -741,6 +843,7 @@ mod tests {
         let binding = ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 4,
             sources: vec![
                 BindingSource {
@@ -771,6 +874,7 @@ mod tests {
             &ArgBinding {
                 requires: Vec::new(),
                 same_length_as: None,
+                paired_with: None,
                 observed: 1,
                 sources: vec![BindingSource {
                     source: ValueSource::Constant { value: json!("#W1") },
@@ -796,6 +900,7 @@ mod tests {
         let zip = |lengths| ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 12,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Number), anchors: Vec::new(), lengths },
@@ -821,6 +926,7 @@ mod tests {
         let bind = |source: ValueSource| ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 2,
             sources: vec![BindingSource { source, support: 2, each: None }],
         };
@@ -890,6 +996,7 @@ mod tests {
         let binding = ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 3,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: "order".into(), path: "$.items[*].item_id".into() },
@@ -932,6 +1039,7 @@ mod tests {
         let from = |node: &str, path: &str| ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 5,
             sources: vec![BindingSource {
                 source: ValueSource::Result { node: node.into(), path: path.into() },
@@ -989,6 +1097,7 @@ mod tests {
         let bind = |anchors: Vec<flowmem_model::Anchor>| ArgBinding {
             requires: Vec::new(),
             same_length_as: None,
+            paired_with: None,
             observed: 20,
             sources: vec![BindingSource {
                 source: ValueSource::Query { shape: Some(ValueShape::Name), anchors, lengths: None },

@@ -525,6 +525,37 @@ async fn tool_node(
         )));
         response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
     }
+    // Arrays whose elements the mined calls always sent in pairs from one result (a new
+    // item of the old item's product): a reply that breaks this is asked again once, told
+    // the values that fit; an array of one element is held to them.
+    if let Some(chosen) = response.tool_calls.first().filter(|_| by_bindings)
+        && let Some(grounding::Unpaired { arg: a, other: b, wrong }) =
+            grounding::unpaired(tool.bindings, &chosen.arguments, items)
+    {
+        let whole = chosen.arguments.get(&a).and_then(Value::as_array).is_some_and(|array| array.len() == 1);
+        if whole && let Some((_, allowed)) = wrong.first() {
+            request.tools = request
+                .tools
+                .iter()
+                .map(|definition| flowmem_llm::ToolDefinition {
+                    parameters: grounding::elements_among(&definition.parameters, &a, allowed),
+                    ..definition.clone()
+                })
+                .collect();
+        }
+        let told: Vec<String> = wrong
+            .iter()
+            .map(|(idx, allowed)| {
+                let listed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+                format!("element {idx} of `{a}` must be one of {}", listed.join(", "))
+            })
+            .collect();
+        request.messages.push(Message::user(format!(
+            "Each element of `{a}` goes with the element of `{b}` at the same position: {}. Call the tool again.",
+            told.join("; ")
+        )));
+        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+    }
     // Context grounding: a call with values from nowhere is sent back once.
     let context = (plan.runtime.grounding == Grounding::Context).then(|| ContextTexts::of(query, items));
     if let (Some(context), Some(chosen)) = (&context, response.tool_calls.first()) {
@@ -621,6 +652,7 @@ fn bound_candidates(
         of(path, binding, upstream)
     };
     grounding::agree_with_sources(&mut found, items, &rebuild);
+    grounding::pair_elements(&mut found, bindings, schema, items);
     grounding::narrow_by_anchors(&mut found, query);
     found
 }

@@ -212,6 +212,9 @@ fn node_label(node: &GraphNode) -> String {
                     let _ =
                         write!(summary, "\n{arg} only if {} {} = {}", required.node, required.field, required.value);
                 }
+                if let Some(pairing) = &binding.paired_with {
+                    let _ = write!(summary, "\n{arg} beside `{}` in one {} result", pairing.arg, pairing.node);
+                }
             }
             summary
         }

@@ -279,8 +279,8 @@ pub enum Violation {
         /// The unknown variable.
         variable: String,
     },
-    /// A data binding (one of its sources, or a precondition) reads from a node that is
-    /// not upstream of the bound node.
+    /// A data binding (one of its sources, a precondition or a pairing) reads from a node
+    /// that is not upstream of the bound node.
     #[error("node `{node}`: argument `{arg}` is bound to `{source_node}`, which is not an upstream node")]
     BindingNotUpstream {
         /// The tool node whose argument is bound.
@@ -990,7 +990,9 @@ fn check_data_reads(graph: &WorkflowGraph, index: &Index<'_>, res: &mut Vec<Viol
         };
         for (arg, binding) in bindings {
             let preconditions = binding.requires.iter().map(|precondition| precondition.node.as_str());
-            for source_node in binding.sources.iter().filter_map(|source| source.source.node()).chain(preconditions) {
+            let pairing = binding.paired_with.iter().map(|pairing| pairing.node.as_str());
+            let sources = binding.sources.iter().filter_map(|source| source.source.node());
+            for source_node in sources.chain(preconditions).chain(pairing) {
                 pairs.push(index.get(source_node).map(|&of| (node_idx, of)));
                 reads.push(Read::Binding { node_idx, arg: arg.clone(), source_node: source_node.to_owned() });
             }

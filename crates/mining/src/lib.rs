@@ -62,7 +62,7 @@ pub use crate::conformance::{
 pub use crate::dataflow::{
     ArgumentFlow, BindingConfig, CUE_MAX_SHARE, CUE_RECALL, DATAFLOW_VERSION, Dataflow, KindCounts, MAX_ANCHORS,
     MAX_CHANCE, MAX_CUE_CHANCE, MIN_ANCHOR_SUPPORT, MIN_CUE_RECORDS, MIN_PRECONDITION_SUPPORT, MIN_SAME_LENGTH_CALLS,
-    MinedPrecondition, RecordFlow, Source, SourceSupport, ValueFlow, mine_dataflow,
+    MinedPairing, MinedPrecondition, RecordFlow, Source, SourceSupport, ValueFlow, mine_dataflow,
 };
 pub use crate::dfg::{Dfg, discover_dfg};
 pub use crate::error::MiningError;

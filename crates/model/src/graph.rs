@@ -151,6 +151,71 @@ pub struct ArgBinding {
     /// this is asked again once with both arrays held to one length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_length_as: Option<String>,
+    /// For an array argument whose elements come from a collection in `node`'s results
+    /// (`new_item_ids[*]`, a product's variants): the mined calls always sent element `i`
+    /// beside element `i` of another array argument, in one result of that node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_with: Option<Pairing>,
+}
+
+/// Two array arguments whose elements went in pairs through one upstream result, in every
+/// mined call: τ² retail exchanges an item only for a variant of the same product, so
+/// `item_ids[i]` and `new_item_ids[i]` stand in one `get_product_details` result at
+/// `$.variants[*].item_id`.
+///
+/// At run time the elements are offered from the results of `node` that hold one of the
+/// other array's candidates at `path`, and a call whose element `i` does not stand beside
+/// the other array's element `i` in one such result is asked again once.
+///
+/// ```
+/// use flowmem_model::Pairing;
+/// use serde_json::json;
+///
+/// let pairing = Pairing {
+///     arg: "item_ids".into(),
+///     node: "product".into(),
+///     path: "$.variants[*].item_id".into(),
+///     support: 9,
+/// };
+/// let lamp = json!({"variants": [{"item_id": "1"}, {"item_id": "2"}]});
+/// let desk = json!({"variants": [{"item_id": "7"}, {"item_id": "8"}]});
+/// let results = [lamp, desk];
+/// assert_eq!(pairing.partners(&results, &json!("1")), vec![json!("1"), json!("2")]);
+/// assert!(pairing.partners(&results, &json!("5")).is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pairing {
+    /// The other array argument (`item_ids`).
+    pub arg: String,
+    /// The upstream node whose results held both elements.
+    pub node: String,
+    /// Where both stood in such a result; it has a `[*]`.
+    pub path: String,
+    /// How many mined calls paired every element so.
+    pub support: u64,
+}
+
+impl Pairing {
+    /// The values at `path` of those `results` (of `node`) that hold `partner` there
+    /// (compared by [`value_key`](crate::value_key)), without repeats, in order: what an
+    /// element may be beside `partner`.
+    #[must_use]
+    pub fn partners(&self, results: &[Value], partner: &Value) -> Vec<Value> {
+        let Some(wanted) = crate::value_key(partner) else { return Vec::new() };
+        let mut res: Vec<Value> = Vec::new();
+        for result in results {
+            let values = crate::values_at(result, &self.path);
+            if values.iter().any(|value| crate::value_key(value).as_ref() == Some(&wanted)) {
+                for value in values {
+                    if !res.contains(&value) {
+                        res.push(value);
+                    }
+                }
+            }
+        }
+        res
+    }
 }
 
 /// A condition every mined value of an argument met, read from an upstream result that

@@ -59,7 +59,7 @@ pub use crate::canonical::{canonical_eq, canonical_json};
 pub use crate::error_text::error_chain;
 pub use crate::fs::{AtomicFile, WriteError, open_append, write_atomic, write_json_atomic, write_text_atomic};
 pub use crate::graph::{
-    ArgBinding, BindingSource, Condition, EachUse, Edge, EdgeKind, GraphDiff, GraphNode, LlmRole, NodeKind,
+    ArgBinding, BindingSource, Condition, EachUse, Edge, EdgeKind, GraphDiff, GraphNode, LlmRole, NodeKind, Pairing,
     Precondition, ValueSource, WorkflowGraph,
 };
 pub use crate::import::{

@@ -512,6 +512,7 @@ fn rebind_argument(graph: &mut WorkflowGraph, node: &str, arg: &str, source: &Va
         sources: Vec::new(),
         requires: Vec::new(),
         same_length_as: None,
+        paired_with: None,
     });
     binding.sources.retain(|kept| kept.source != *source);
     // Support counts what the logs showed; a source the optimizer chose has none of its own.
@@ -1144,6 +1145,7 @@ mod tests {
                 ],
                 requires: Vec::new(),
                 same_length_as: None,
+                paired_with: None,
             },
         );
         let plan = EditPlan {

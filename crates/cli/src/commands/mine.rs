@@ -456,6 +456,12 @@ fn print_dataflow(printer: &Printer, dataflow: &Dataflow) -> anyhow::Result<()> 
         if let Some(other) = &flow.same_length_as {
             sources.push(format!("as many as `{other}`"));
         }
+        if let Some(pairing) = &flow.paired_with {
+            sources.push(format!(
+                "each beside `{}`'s in one {} result at {} ({})",
+                pairing.arg, pairing.tool, pairing.path, pairing.support
+            ));
+        }
         // What every value was: `only if get_order_details $.parsed_content.status = "delivered" (11)`.
         for required in &flow.requires {
             sources.push(format!(

@@ -3,7 +3,7 @@
 //! the model's imagination.
 
 use flowmem_exec::{AgentConfig, Grounding, NoObserver, RunInput, run, run_agent};
-use flowmem_testsupport::{Match, Reply, Script};
+use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
 use serde_json::json;
 
 use crate::support;
@@ -840,4 +840,112 @@ async fn arrays_the_logs_sent_at_one_length_are_held_to_one_length() {
     let swapped = trace.tool_calls.iter().find(|call| call.tool == "exchange_delivered_order_items").unwrap();
     assert_eq!(swapped.args["new_item_ids"], json!(["4602305039"]), "cut to the length of `item_ids`");
     assert!(swapped.error.is_none(), "{:?}", swapped.error);
+}
+
+/// An order's lookup, a loop over product lookups the model asks for, and an exchange
+/// whose new items the mined calls always took beside the old ones in one product lookup
+/// (`paired_with`); `paired` false leaves the pairing out.
+fn paired_graph(paired: bool) -> serde_json::Value {
+    let from = |node: &str, path: &str| json!({"from": "result", "node": node, "path": path, "support": 9});
+    let mut new_items = json!({"observed": 9, "sources": [from("prod", "$.parsed_content.variants[*].item_id")]});
+    if paired {
+        new_items["paired_with"] =
+            json!({"arg": "item_ids", "node": "prod", "path": "$.parsed_content.variants[*].item_id", "support": 7});
+    }
+    json!({
+        "name": "paired",
+        "nodes": [
+            {"id": "order", "kind": "tool", "hints": ["get_order_details"],
+             "bindings": {"order_id": {"observed": 9, "sources": [{"from": "query", "shape": "id", "support": 9}]}}},
+            {"id": "prods", "kind": "loop", "max_iterations": 4,
+             "until": {"type": "judge", "question": "Has every product been looked up?"}},
+            {"id": "prod", "kind": "tool", "hints": ["get_product_details"]},
+            {"id": "swap", "kind": "tool", "hints": ["exchange_delivered_order_items"],
+             "bindings": {
+                 "order_id": {"observed": 9, "sources": [{"from": "argument", "node": "order", "arg": "order_id", "support": 9}]},
+                 "item_ids[*]": {"observed": 9, "sources": [from("order", "$.parsed_content.items[*].item_id")]},
+                 "new_item_ids[*]": new_items,
+                 "payment_method_id": {"observed": 9,
+                     "sources": [from("order", "$.parsed_content.payment_history[*].payment_method_id")]}}}
+        ],
+        "edges": [
+            {"from": "order", "to": "prods"},
+            {"from": "prods", "to": "prod", "label": "body"},
+            {"from": "prod", "to": "prods", "kind": "back"},
+            {"from": "prods", "to": "swap", "label": "exit"}
+        ],
+        "entry": "order",
+        "exit": "swap"
+    })
+}
+
+/// Amelia's delivered order #W9077205 holds a jigsaw puzzle and a dumbbell set; the loop
+/// looks up the puzzle, the dumbbells and last a vacuum cleaner. The new items are
+/// offered from the lookups that hold an old item (the puzzle's and the dumbbells'
+/// variants), not from the latest (the vacuum's); a reply that swaps the two new items
+/// is asked again, told which fits where, and the exchange then goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_items_are_variants_of_the_old_items_products() {
+    let (puzzle, dumbbells, vacuum) = ("1808611083", "7233192239", "1762337868");
+    let (old, new) = (json!(["9370300555", "3877338112"]), json!(["4068787148", "2444431651"]));
+    let swap = |new: &serde_json::Value| {
+        Reply::tool_call("exchange_delivered_order_items", json!({"item_ids": old, "new_item_ids": new}))
+    };
+    let lookup = |id: &str| Reply::tool_call("get_product_details", json!({"product_id": id}));
+    let done = |answer: &str| Reply::json(json!({"choice": answer}));
+    let script = |replies: Vec<Reply>| {
+        Script::new()
+            .when_seq(Match::offers_tool("get_product_details"), [lookup(puzzle), lookup(dumbbells), lookup(vacuum)])
+            .when_seq(Match::wants_json(), [done("no"), done("no"), done("yes")])
+            .when_seq(Match::offers_tool("exchange_delivered_order_items"), replies)
+    };
+    let input = RunInput { id: "pair-1".to_owned(), query: "Exchange the items of order #W9077205.".to_owned() };
+    let offered = |request: &serde_json::Value| -> Vec<String> {
+        let items = &request["tools"][0]["function"]["parameters"]["properties"]["new_item_ids"]["items"]["enum"];
+        items.as_array().unwrap().iter().map(|value| value.as_str().unwrap().to_owned()).collect()
+    };
+    let exchange_requests = |server: &ScriptedLlmServer| -> Vec<serde_json::Value> {
+        let requests = server.chat_requests();
+        requests
+            .iter()
+            .filter(|request| request.body.to_string().contains("exchange_delivered_order_items"))
+            .map(|request| request.body.clone())
+            .collect()
+    };
+
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let server = support::llm(script(vec![swap(&json!(["2444431651", "4068787148"])), swap(&new)])).await;
+    let plan = support::plan(paired_graph(true), support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let products: Vec<&serde_json::Value> = trace
+        .tool_calls
+        .iter()
+        .filter(|call| call.tool == "get_product_details")
+        .map(|c| &c.args["product_id"])
+        .collect();
+    assert_eq!(products, [puzzle, dumbbells, vacuum]);
+    let requests = exchange_requests(&server);
+    assert_eq!(requests.len(), 2, "asked once more");
+    let first = offered(&requests[0]);
+    assert!(first.contains(&"4068787148".to_owned()) && first.contains(&"2444431651".to_owned()), "{first:?}");
+    assert!(!first.contains(&"4602305039".to_owned()), "no vacuum: {first:?}");
+    let told = requests[1]["messages"].as_array().unwrap().last().unwrap().to_string();
+    assert!(told.contains("element 0 of `new_item_ids` must be one of") && told.contains("4068787148"), "{told}");
+    let exchanged = trace.tool_calls.iter().find(|call| call.tool == "exchange_delivered_order_items").unwrap();
+    assert!(exchanged.error.is_none(), "{:?}", exchanged.error);
+    assert_eq!(exchanged.args["new_item_ids"], new);
+    let grounding = &trace.observations.iter().find(|o| o.node_id == "swap").unwrap().grounding;
+    assert!(grounding.iter().any(|g| g.source.contains("beside one of `item_ids`'s")), "{grounding:?}");
+
+    // Without the pairing the new items are the latest lookup's: the vacuum's variants
+    // (and the reply, outside them, is sent back once).
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let server = support::llm(script(vec![swap(&new), swap(&new)])).await;
+    let plan = support::plan(paired_graph(false), support::runtime(&server, tools));
+    run(&plan, &input, &NoObserver).await;
+    let first = offered(&exchange_requests(&server)[0]);
+    assert!(first.contains(&"4602305039".to_owned()) && !first.contains(&"4068787148".to_owned()), "{first:?}");
 }

@@ -294,6 +294,22 @@ fn a_precondition_reads_an_upstream_node() {
     );
 }
 
+/// A pairing reads the results of its node, so that node must be upstream too.
+#[test]
+fn a_pairing_reads_an_upstream_node() {
+    let pairing = |node: &str| {
+        bound_graph(json!({"product_id": {"observed": 3,
+            "sources": [{"from": "result", "node": "order", "path": "$.items[*].product_id", "support": 3}],
+            "paired_with": {"arg": "item_ids", "node": node, "path": "$.items[*].product_id", "support": 3}}}))
+    };
+    assert!(check(pairing("order"), ToolCatalog::Known(&tools())).is_ok());
+    let found = violations(&pairing("answer"), ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::BindingNotUpstream { node, source_node, .. }] if node == "product" && source_node == "answer"),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn each_evidence_belongs_on_result_paths_over_a_collection() {
     let each = json!({"records": 3, "all": 2});

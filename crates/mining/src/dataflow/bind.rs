@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{ArgBinding, BindingSource, NodeKind, Precondition, ValueSource, WorkflowGraph};
+use flowmem_model::{ArgBinding, BindingSource, NodeKind, Pairing, Precondition, ValueSource, WorkflowGraph};
 use serde_json::Value;
 
 use crate::dataflow::{ArgumentFlow, Dataflow, Source, SourceSupport};
@@ -202,7 +202,16 @@ pub(crate) fn fill_bindings(graph: &mut WorkflowGraph, dataflow: &Dataflow, cfg:
                 .collect();
             if !sources.is_empty() {
                 let same_length_as = flow.same_length_as.clone();
-                res.insert(flow.arg.clone(), ArgBinding { observed: flow.observed, sources, requires, same_length_as });
+                let paired_with = flow.paired_with.as_ref().and_then(|mined| {
+                    Some(Pairing {
+                        arg: mined.arg.clone(),
+                        node: nearest(&mined.tool)?,
+                        path: mined.path.clone(),
+                        support: mined.support,
+                    })
+                });
+                let binding = ArgBinding { observed: flow.observed, sources, requires, same_length_as, paired_with };
+                res.insert(flow.arg.clone(), binding);
             }
         }
         *bindings = res;

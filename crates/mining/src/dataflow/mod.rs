@@ -157,6 +157,28 @@ pub struct ArgumentFlow {
     /// both, at least [`MIN_SAME_LENGTH_CALLS`] of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_length_as: Option<String>,
+    /// For the elements of an array argument (`new_item_ids[*]`): the other array argument
+    /// whose element of the same index stood beside each of its elements in one earlier
+    /// result, at one path, in every call holding both ([`MinedPairing`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_with: Option<MinedPairing>,
+}
+
+/// Two array arguments whose elements go in pairs through one result: in every mined call
+/// holding both (at least [`MIN_SAME_LENGTH_CALLS`]), element `i` of each stood at `path`
+/// in one earlier result of `tool`. τ² retail exchanges an item only for a variant of the
+/// same product: `item_ids[i]` and `new_item_ids[i]` are both in one
+/// `get_product_details` result's `variants[*].item_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MinedPairing {
+    /// The other array argument (`item_ids`).
+    pub arg: String,
+    /// The tool whose results held both elements.
+    pub tool: String,
+    /// Where both stood in such a result (`$.parsed_content.variants[*].item_id`).
+    pub path: String,
+    /// How many calls paired every element so.
+    pub support: u64,
 }
 
 /// A source and the number of values it explained.
@@ -315,6 +337,10 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
     for flow in &mut dataflow.arguments {
         flow.same_length_as = same_lengths.get(&(flow.tool.clone(), flow.arg.clone())).cloned();
     }
+    let mut pairings = pairings(records);
+    for flow in &mut dataflow.arguments {
+        flow.paired_with = pairings.remove(&(flow.tool.clone(), flow.arg.clone()));
+    }
     dataflow
 }
 
@@ -346,6 +372,90 @@ fn same_lengths(records: &[Record]) -> HashMap<(String, String), String> {
             res.entry((tool.clone(), format!("{a}[*]"))).or_insert_with(|| b.clone());
             res.entry((tool, format!("{b}[*]"))).or_insert(a);
         }
+    }
+    res
+}
+
+/// Per (tool, `name[*]`): the [`MinedPairing`] of the array argument, for both arrays of
+/// each pair of one tool. A call holding both at one length *tests* a (result tool, path)
+/// when every element of both stood at that path in some earlier result of that tool,
+/// and *pairs* there when each element `i` of one stood beside element `i` of the other in
+/// one such result. A pairing is mined when at least [`MIN_SAME_LENGTH_CALLS`] calls
+/// tested it and every one paired (the best supported, then the first by name). Calls
+/// without such results say nothing: τ² reference solutions often skip the lookups.
+fn pairings(records: &[Record]) -> HashMap<(String, String), MinedPairing> {
+    /// (tool, array a, array b, result tool, path), a < b.
+    type Place = (String, String, String, String, String);
+    // Per place: the calls that tested it and those of them that paired.
+    let mut counts: BTreeMap<Place, (u64, u64)> = BTreeMap::new();
+    for record in records {
+        // Each earlier successful result's keys per path.
+        let mut seen: Vec<(&str, HashMap<String, HashSet<String>>)> = Vec::new();
+        for call in &record.orchestration {
+            let arrays: Vec<(&String, &Vec<Value>)> =
+                call.args.iter().filter_map(|(name, value)| Some((name, value.as_array()?))).collect();
+            for (idx, &(a, a_items)) in arrays.iter().enumerate() {
+                for &(b, b_items) in &arrays[idx + 1..] {
+                    if a_items.len() != b_items.len() || a_items.is_empty() {
+                        continue;
+                    }
+                    let (a, b) = if a < b { (a, b) } else { (b, a) };
+                    let keys: Option<Vec<(String, String)>> =
+                        a_items.iter().zip(b_items).map(|(x, y)| Some((key(x)?, key(y)?))).collect();
+                    let Some(keys) = keys else { continue };
+                    // The (result tool, path)s every element stood at, and whether each pair
+                    // stood there in one result.
+                    let mut places: BTreeMap<(&str, &str), (bool, bool)> = BTreeMap::new();
+                    for (tool, paths) in &seen {
+                        for path in paths.keys() {
+                            places.entry((tool, path.as_str())).or_insert((true, true));
+                        }
+                    }
+                    for ((tool, path), (tested, paired)) in &mut places {
+                        let results = || {
+                            seen.iter()
+                                .filter(|(seen_tool, _)| seen_tool == tool)
+                                .filter_map(|(_, paths)| paths.get(*path))
+                        };
+                        for (x, y) in &keys {
+                            let held = |value: &String| results().any(|keys| keys.contains(value));
+                            *tested &= held(x) && held(y);
+                            *paired &= results().any(|keys| keys.contains(x) && keys.contains(y));
+                        }
+                    }
+                    for ((tool, path), (tested, paired)) in places.into_iter().filter(|(_, (tested, _))| *tested) {
+                        let entry = (call.tool.clone(), a.clone(), b.clone(), tool.to_owned(), path.to_owned());
+                        let counts = counts.entry(entry).or_default();
+                        counts.0 += u64::from(tested);
+                        counts.1 += u64::from(paired);
+                    }
+                }
+            }
+            if call.error.is_none()
+                && let Some(result) = &call.result
+            {
+                let mut paths: HashMap<String, HashSet<String>> = HashMap::new();
+                for (path, value) in result_leaves(result) {
+                    if let Some(value) = key(&value) {
+                        paths.entry(path).or_default().insert(value);
+                    }
+                }
+                seen.push((call.tool.as_str(), paths));
+            }
+        }
+    }
+    let mut best: Vec<(Place, u64)> = counts
+        .into_iter()
+        .filter(|(_, (tested, paired))| *tested >= MIN_SAME_LENGTH_CALLS as u64 && paired == tested)
+        .map(|(entry, (_, paired))| (entry, paired))
+        .collect();
+    best.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    let mut res: HashMap<(String, String), MinedPairing> = HashMap::new();
+    for ((tool, a, b, result_tool, path), support) in best {
+        let pairing =
+            |arg: &str| MinedPairing { arg: arg.to_owned(), tool: result_tool.clone(), path: path.clone(), support };
+        res.entry((tool.clone(), format!("{a}[*]"))).or_insert_with(|| pairing(&b));
+        res.entry((tool, format!("{b}[*]"))).or_insert_with(|| pairing(&a));
     }
     res
 }
@@ -528,6 +638,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
                     query_lengths: None,
                     requires: Vec::new(),
                     same_length_as: None,
+                    paired_with: None,
                 };
                 (flow, Default::default())
             });

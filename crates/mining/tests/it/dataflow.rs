@@ -768,3 +768,60 @@ fn array_arguments_always_sent_at_one_length_name_each_other() {
     let flow = mine_dataflow(&records[..2]);
     assert_eq!(flow.argument("exchange", "item_ids[*]").unwrap().same_length_as, None, "two calls are too few");
 }
+
+/// Elements of two arrays that stood side by side in one earlier result, in every call
+/// (a new item is a variant of the old item's product), are mined as a pairing and bound
+/// to the node of that tool; a call that took a variant of another product breaks it.
+#[test]
+fn array_elements_from_one_result_each_are_paired() {
+    let product = |id: &str, variants: &[&str]| {
+        let variants: serde_json::Map<String, Value> =
+            variants.iter().map(|item| ((*item).to_owned(), json!({"item_id": item, "available": true}))).collect();
+        call("get_product", json!({"product_id": id}), Some(json!({"product_id": id, "variants": variants})))
+    };
+    let swap =
+        |old: Value, new: Value| call("exchange", json!({"item_ids": old, "new_item_ids": new}), Some(json!("ok")));
+    let lamp = || product("lamp", &["11", "12", "13"]);
+    let desk = || product("desk", &["21", "22"]);
+    let mut logs = vec![
+        ("a", vec![lamp(), desk(), swap(json!(["11"]), json!(["12"]))]),
+        ("b", vec![desk(), lamp(), swap(json!(["21", "13"]), json!(["22", "11"]))]),
+        ("c", vec![lamp(), swap(json!(["13"]), json!(["12"]))]),
+    ];
+    let flow = mine_dataflow(&records_of(logs.clone()));
+    let paired = flow.argument("exchange", "new_item_ids[*]").unwrap().paired_with.clone().unwrap();
+    assert_eq!((paired.arg.as_str(), paired.tool.as_str()), ("item_ids", "get_product"));
+    assert_eq!((paired.path.as_str(), paired.support), ("$.variants[*].item_id", 3));
+    assert_eq!(flow.argument("exchange", "item_ids[*]").unwrap().paired_with.as_ref().unwrap().arg, "new_item_ids");
+
+    let tree = ProcessTree::parse("->( 'get_product', 'exchange' )").unwrap();
+    let records = records_of(logs.clone());
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+    let bound = graph
+        .nodes
+        .iter()
+        .find_map(|node| match &node.kind {
+            NodeKind::Tool { bindings, hints, .. } if hints == &["exchange"] => {
+                bindings.get("new_item_ids[*]").cloned()
+            }
+            _ => None,
+        })
+        .unwrap();
+    let pairing = bound.paired_with.unwrap();
+    assert_eq!(pairing.arg, "item_ids");
+    let product_node = graph
+        .nodes
+        .iter()
+        .find(|node| matches!(&node.kind, NodeKind::Tool { hints, .. } if hints == &["get_product"]))
+        .unwrap();
+    assert_eq!(pairing.node, product_node.id);
+
+    // One exchange for a variant of another product: no pairing is left.
+    logs.push(("d", vec![lamp(), desk(), swap(json!(["11"]), json!(["21"]))]));
+    let flow = mine_dataflow(&records_of(logs.clone()));
+    assert_eq!(flow.argument("exchange", "new_item_ids[*]").unwrap().paired_with, None);
+    // Two calls are too few.
+    let flow = mine_dataflow(&records_of(logs[..2].to_vec()));
+    assert_eq!(flow.argument("exchange", "new_item_ids[*]").unwrap().paired_with, None);
+}
