@@ -159,14 +159,15 @@ pub struct ArgumentFlow {
     pub same_length_as: Option<String>,
     /// For the elements of an array argument (`new_item_ids[*]`): the other array argument
     /// whose element of the same index stood beside each of its elements in one earlier
-    /// result, at one path, in every call holding both ([`MinedPairing`]).
+    /// result, at one path, in every call that could show it ([`MinedPairing`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paired_with: Option<MinedPairing>,
 }
 
 /// Two array arguments whose elements go in pairs through one result: in every mined call
-/// holding both (at least [`MIN_SAME_LENGTH_CALLS`]), element `i` of each stood at `path`
-/// in one earlier result of `tool`. τ² retail exchanges an item only for a variant of the
+/// holding both whose earlier results of `tool` held all their elements at `path` (at
+/// least [`MIN_SAME_LENGTH_CALLS`] such calls), element `i` of each stood there in one
+/// result. τ² retail exchanges an item only for a variant of the
 /// same product: `item_ids[i]` and `new_item_ids[i]` are both in one
 /// `get_product_details` result's `variants[*].item_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
