@@ -358,6 +358,27 @@ impl Step<'_> {
         self.observation.completion_tokens += response.usage.completion_tokens;
         Ok(response)
     }
+
+    /// Asks again after `previous` with the message the caller added last to `request`.
+    /// A re-ask that fails (its message pushes the request past the model's window, say)
+    /// keeps `previous`, drops that message and logs why: asking again is a repair, and
+    /// the first answer stands without it.
+    async fn reask(
+        &mut self,
+        model: &dyn ChatModel,
+        prompts: &Prompts,
+        request: &mut ChatRequest,
+        previous: ChatResponse,
+    ) -> ChatResponse {
+        match self.chat(model, prompts, request).await {
+            Ok(response) => response,
+            Err(err) => {
+                request.messages.pop();
+                tracing::warn!(node = %self.observation.node_id, error = %err, "asking again failed; the first answer stands");
+                previous
+            }
+        }
+    }
 }
 
 /// Renders a node's instruction (or question) against the query and upstream outputs.
@@ -501,7 +522,7 @@ async fn tool_node(
             "{rule} the values the earlier results hold: {}. Call the tool again with them.",
             listed.join(", ")
         )));
-        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+        response = step.reask(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request, response).await;
     }
     // Arrays the mined calls always sent at one length (as many new items as old ones):
     // a reply that breaks this is asked again once, both held to one length (a binding,
@@ -523,7 +544,7 @@ async fn tool_node(
         request.messages.push(Message::user(format!(
             "`{a}` and `{b}` must have the same number of elements: {held} each. Call the tool again."
         )));
-        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+        response = step.reask(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request, response).await;
     }
     // Arrays whose elements the mined calls always sent in pairs from one result (a new
     // item of the old item's product): a reply that breaks this is asked again once, told
@@ -554,7 +575,7 @@ async fn tool_node(
             "Each element of `{a}` goes with the element of `{b}` at the same position: {}. Call the tool again.",
             told.join("; ")
         )));
-        response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+        response = step.reask(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request, response).await;
     }
     // Context grounding: a call with values from nowhere is sent back once.
     let context = (plan.runtime.grounding == Grounding::Context).then(|| ContextTexts::of(query, items));
@@ -562,7 +583,7 @@ async fn tool_node(
         let off = context.off(tools, &chosen.name, &chosen.arguments);
         if !off.is_empty() {
             request.messages.push(Message::user(grounding::off_context_message(&chosen.name, &off)));
-            response = step.chat(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request).await?;
+            response = step.reask(plan.runtime.executor.as_ref(), &plan.runtime.prompts, &mut request, response).await;
         }
     }
     let Some(chosen) = response.tool_calls.into_iter().next() else {

@@ -939,6 +939,18 @@ async fn new_items_are_variants_of_the_old_items_products() {
     let grounding = &trace.observations.iter().find(|o| o.node_id == "swap").unwrap().grounding;
     assert!(grounding.iter().any(|g| g.source.contains("beside one of `item_ids`'s")), "{grounding:?}");
 
+    // A re-ask that fails (here the script has no second reply; in the bench, a message
+    // that pushed the request past the model's window) leaves the first answer standing.
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let server = support::llm(script(vec![swap(&json!(["2444431651", "4068787148"]))])).await;
+    let plan = support::plan(paired_graph(true), support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(exchange_requests(&server).len(), 2);
+    let exchanged = trace.tool_calls.iter().find(|call| call.tool == "exchange_delivered_order_items").unwrap();
+    assert_eq!(exchanged.args["new_item_ids"], json!(["2444431651", "4068787148"]));
+
     // Without the pairing the new items are the latest lookup's: the vacuum's variants
     // (and the reply, outside them, is sent back once).
     let state = tempfile::tempdir().unwrap();
