@@ -477,10 +477,10 @@ pub(crate) struct Unpaired {
     pub wrong: Vec<(usize, Vec<Value>)>,
 }
 
-/// The first array argument of `args` whose elements are paired with another's
-/// ([`ArgBinding::paired_with`]) and whose element `i` does not stand beside the other's
-/// element `i` in any result of the pairing's node. An element whose partner no result
-/// holds is not judged.
+/// The first array argument of `args` whose elements come first from the results of the
+/// node they are paired through ([`ArgBinding::paired_with`]) and whose element `i` does
+/// not stand beside the other array's element `i` in any of those results. An element
+/// whose partner no result holds is not judged.
 pub(crate) fn unpaired(
     bindings: &[(String, ArgBinding)],
     args: &serde_json::Map<String, Value>,
@@ -488,6 +488,11 @@ pub(crate) fn unpaired(
 ) -> Option<Unpaired> {
     bindings.iter().find_map(|(path, binding)| {
         let (arg, pairing) = (path.strip_suffix("[*]")?, binding.paired_with.as_ref()?);
+        // Mining pairs both arrays; the one judged is the one whose values come from the
+        // pairing's results (the new items, not the old ones the order holds).
+        if binding.sources.first().and_then(|source| source.source.node()) != Some(pairing.node.as_str()) {
+            return None;
+        }
         let (own, other) = (args.get(arg)?.as_array()?, args.get(&pairing.arg)?.as_array()?);
         let results = results_of(upstream, &pairing.node);
         let key = |value: &Value| flowmem_model::value_key(value);

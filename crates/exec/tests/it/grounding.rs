@@ -848,9 +848,12 @@ async fn arrays_the_logs_sent_at_one_length_are_held_to_one_length() {
 fn paired_graph(paired: bool) -> serde_json::Value {
     let from = |node: &str, path: &str| json!({"from": "result", "node": node, "path": path, "support": 9});
     let mut new_items = json!({"observed": 9, "sources": [from("prod", "$.parsed_content.variants[*].item_id")]});
+    let mut old_items = json!({"observed": 9, "sources": [from("order", "$.parsed_content.items[*].item_id")]});
     if paired {
-        new_items["paired_with"] =
-            json!({"arg": "item_ids", "node": "prod", "path": "$.parsed_content.variants[*].item_id", "support": 7});
+        // Mining pairs both ways; only the new items come from the product lookups.
+        let pairing = |arg: &str| json!({"arg": arg, "node": "prod", "path": "$.parsed_content.variants[*].item_id", "support": 7});
+        new_items["paired_with"] = pairing("item_ids");
+        old_items["paired_with"] = pairing("new_item_ids");
     }
     json!({
         "name": "paired",
@@ -863,7 +866,7 @@ fn paired_graph(paired: bool) -> serde_json::Value {
             {"id": "swap", "kind": "tool", "hints": ["exchange_delivered_order_items"],
              "bindings": {
                  "order_id": {"observed": 9, "sources": [{"from": "argument", "node": "order", "arg": "order_id", "support": 9}]},
-                 "item_ids[*]": {"observed": 9, "sources": [from("order", "$.parsed_content.items[*].item_id")]},
+                 "item_ids[*]": old_items,
                  "new_item_ids[*]": new_items,
                  "payment_method_id": {"observed": 9,
                      "sources": [from("order", "$.parsed_content.payment_history[*].payment_method_id")]}}}
