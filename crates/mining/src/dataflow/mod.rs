@@ -167,9 +167,9 @@ pub struct ArgumentFlow {
 /// Two array arguments whose elements go in pairs through one result: in every mined call
 /// holding both whose earlier results of `tool` held all their elements at `path` (at
 /// least [`MIN_SAME_LENGTH_CALLS`] such calls), element `i` of each stood there in one
-/// result. τ² retail exchanges an item only for a variant of the
-/// same product: `item_ids[i]` and `new_item_ids[i]` are both in one
-/// `get_product_details` result's `variants[*].item_id`.
+/// result. τ² retail exchanges an item only for a variant of the same product:
+/// `item_ids[i]` and `new_item_ids[i]` are both in one `get_product_details` result's
+/// `variants[*].item_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MinedPairing {
     /// The other array argument (`item_ids`).
@@ -424,10 +424,10 @@ fn pairings(records: &[Record]) -> HashMap<(String, String), MinedPairing> {
                             *paired &= results().any(|keys| keys.contains(x) && keys.contains(y));
                         }
                     }
-                    for ((tool, path), (tested, paired)) in places.into_iter().filter(|(_, (tested, _))| *tested) {
+                    for ((tool, path), (_, paired)) in places.into_iter().filter(|(_, (tested, _))| *tested) {
                         let entry = (call.tool.clone(), a.clone(), b.clone(), tool.to_owned(), path.to_owned());
                         let counts = counts.entry(entry).or_default();
-                        counts.0 += u64::from(tested);
+                        counts.0 += 1;
                         counts.1 += u64::from(paired);
                     }
                 }
