@@ -495,14 +495,14 @@ pub(crate) fn unpaired(
         }
         let (own, other) = (args.get(arg)?.as_array()?, args.get(&pairing.arg)?.as_array()?);
         let results = results_of(upstream, &pairing.node);
-        let key = |value: &Value| flowmem_model::value_key(value);
         let wrong: Vec<(usize, Vec<Value>)> = own
             .iter()
             .zip(other)
             .enumerate()
             .filter_map(|(idx, (element, partner))| {
                 let allowed = pairing.partners(&results, partner);
-                let fits = allowed.iter().any(|value| key(value).is_some() && key(value) == key(element));
+                let sent = flowmem_model::value_key(element);
+                let fits = sent.is_some() && allowed.iter().any(|value| flowmem_model::value_key(value) == sent);
                 (!allowed.is_empty() && !fits).then_some((idx, allowed))
             })
             .collect();

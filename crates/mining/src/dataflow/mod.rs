@@ -46,7 +46,7 @@ mod values;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use flowmem_model::{Anchor, EachUse, Record, ValueShape, canonical_json};
+use flowmem_model::{Anchor, EachUse, Record, ToolCall, ValueShape, canonical_json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -389,7 +389,10 @@ fn pairings(records: &[Record]) -> HashMap<(String, String), MinedPairing> {
     type Place = (String, String, String, String, String);
     // Per place: the calls that tested it and those of them that paired.
     let mut counts: BTreeMap<Place, (u64, u64)> = BTreeMap::new();
-    for record in records {
+    let two_arrays = |call: &ToolCall| call.args.values().filter(|value| value.is_array()).count() >= 2;
+    // Only records with a call of two array arguments can pair; the others' results are
+    // not walked.
+    for record in records.iter().filter(|record| record.orchestration.iter().any(two_arrays)) {
         // Each earlier successful result's keys per path.
         let mut seen: Vec<(&str, HashMap<String, HashSet<String>>)> = Vec::new();
         for call in &record.orchestration {
