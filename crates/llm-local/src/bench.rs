@@ -158,7 +158,8 @@ pub fn time_constraint(
 
         let matcher = engine.constrainer.matcher(prepare(schema), "the benchmark schema")?;
         let started = Instant::now();
-        let constrained = runner.decode(session.clone(), params, Some(matcher))?;
+        let constrained =
+            runner.decode(session.clone(), params, Some(matcher), &std::sync::atomic::AtomicBool::new(false))?;
         let constrained_time = started.elapsed();
 
         let started = Instant::now();

@@ -100,4 +100,8 @@ pub enum LocalError {
     /// The model thread panicked or was cancelled.
     #[error("the model worker stopped: {0}")]
     Worker(String),
+    /// The caller stopped waiting (it dropped the request's future: a client that went
+    /// away, a timeout, Ctrl-C), so the model stopped before the reply was complete.
+    #[error("the request was cancelled before the model finished it")]
+    Cancelled,
 }

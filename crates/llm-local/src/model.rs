@@ -1,7 +1,7 @@
 //! [`LocalModel`]: the embedded model behind [`ChatModel`], loaded once per process.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -212,9 +212,15 @@ impl LocalModel {
     /// schema cannot be compiled or constrained output was cut by `max_tokens`;
     /// [`LocalError::Inference`] when a forward pass fails.
     pub fn chat_blocking(&self, request: &ChatRequest) -> Result<LocalReply, LocalError> {
+        self.answer(request, &AtomicBool::new(false))
+    }
+
+    /// [`LocalModel::chat_blocking`] that stops with [`LocalError::Cancelled`] once
+    /// `cancel` is set: before the prompt is prefilled and before each token.
+    fn answer(&self, request: &ChatRequest, cancel: &AtomicBool) -> Result<LocalReply, LocalError> {
         let started = Instant::now();
         let loaded = self.loaded()?;
-        let reply = respond(&loaded.engine, &loaded.templates, request)?;
+        let reply = respond(&loaded.engine, &loaded.templates, request, cancel)?;
         let usage = Usage {
             prompt_tokens: reply.prompt_tokens as u64,
             completion_tokens: reply.completion_tokens as u64,
@@ -277,16 +283,33 @@ impl ChatModel for LocalModel {
         crate::respond::room(&loaded.engine, &loaded.templates, request).ok()
     }
 
+    /// The model runs on a blocking thread. Dropping the returned future (a client that
+    /// went away, a timeout, Ctrl-C) stops it: a request still waiting for the model is
+    /// never prefilled, and one being decoded stops at the next token, so the model is
+    /// free for the next request and a process can exit at once.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let model = self.clone();
         let request = request.clone();
         let name = self.config.name.clone();
-        let joined = tokio::task::spawn_blocking(move || model.chat_blocking(&request)).await;
+        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+        let flag = Arc::clone(&cancel.0);
+        let joined = tokio::task::spawn_blocking(move || model.answer(&request, &flag)).await;
+        drop(cancel);
         match joined {
             Ok(Ok(reply)) => Ok(reply.response),
             Ok(Err(e)) => Err(to_llm_error(&name, e)),
             Err(e) => Err(to_llm_error(&name, LocalError::Worker(e.to_string()))),
         }
+    }
+}
+
+/// Sets its flag when dropped: the future of [`LocalModel::chat`] holds it, so the
+/// blocking work learns when nobody waits for it any longer.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

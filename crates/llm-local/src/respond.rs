@@ -1,6 +1,8 @@
 //! One chat request, start to finish, on the model thread: render, tokenize, prefill,
 //! pick a tool, decode (constrained when the reply must be JSON), and parse.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Map, Value, json};
 
 use flowmem_llm::{ChatRequest, Role, ToolChoice, ToolDefinition};
@@ -59,7 +61,15 @@ pub(crate) fn room(engine: &Engine, templates: &Templates, request: &ChatRequest
     Ok(i64::try_from(MAX_SEQ_LEN).unwrap_or(i64::MAX) - i64::try_from(needed).unwrap_or(i64::MAX))
 }
 
-pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequest) -> Result<Reply, LocalError> {
+/// Answers `request`, or stops with [`LocalError::Cancelled`] once `cancel` is set:
+/// before the prompt is prefilled (a request that waited for the model while its caller
+/// went away costs nothing) and before each generated token.
+pub(crate) fn respond(
+    engine: &Engine,
+    templates: &Templates,
+    request: &ChatRequest,
+    cancel: &AtomicBool,
+) -> Result<Reply, LocalError> {
     if request.messages.is_empty() {
         return Err(LocalError::Request("the conversation has no messages".to_owned()));
     }
@@ -71,13 +81,16 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
     let prompt_tokens = tokens.len();
 
     engine.with_lock(|runner| {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(LocalError::Cancelled);
+        }
         let started = runner.start(&tokens)?;
         let (session, cached_tokens) = (started.session, started.reused);
         if !tools.is_empty() {
             let tool = choose_tool(engine, runner, &session, &tools, request)?;
             let schema = tool_call_schema(tool);
             let matcher = engine.constrainer.matcher(schema, &format!("tool `{}`", tool.name))?;
-            let decoded = runner.decode(session, params, Some(matcher))?;
+            let decoded = runner.decode(session, params, Some(matcher), cancel)?;
             let text = engine.tokenizer.decode(&decoded.tokens);
             let value = parse_json(&text, decoded.finish, params.max_tokens)?;
             let arguments = match value.get("arguments") {
@@ -101,7 +114,7 @@ pub(crate) fn respond(engine: &Engine, templates: &Templates, request: &ChatRequ
             None => None,
         };
         let constrained = matcher.is_some();
-        let decoded = runner.decode(session, params, matcher)?;
+        let decoded = runner.decode(session, params, matcher, cancel)?;
         let text = engine.tokenizer.decode(&decoded.tokens);
         if constrained {
             parse_json(&text, decoded.finish, params.max_tokens)?;

@@ -179,3 +179,46 @@ fn judges_that_differ_in_their_options_reuse_the_context_they_share() {
     let prefilled = second.prompt_tokens - second.cached_tokens;
     assert!(prefilled < 160, "the second judge prefilled {prefilled} of {} tokens", second.prompt_tokens);
 }
+
+/// A request whose caller stops waiting while another request holds the model is never
+/// prefilled: the model's whole work is the other request's.
+#[test]
+fn a_request_dropped_while_it_waits_for_the_model_is_never_prefilled() {
+    use flowmem_llm::ChatModel;
+    // A cache bound of its own: no other test's requests touch these counters.
+    let Some(model) = crate::model_with_cache(24) else { return };
+    let before = model.prefix_cache_stats().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let holder = runtime.block_on(async {
+        let mut long = ChatRequest::new(
+            vec![Message::user("Tell a long story about a lighthouse keeper and the storm of the century.")],
+            Purpose::Agent,
+        );
+        long.max_tokens = Some(96);
+        let holder = {
+            let model = model.clone();
+            tokio::spawn(async move { model.chat(&long).await })
+        };
+        // The holder has the model once its prompt is counted as prefilled.
+        while model.prefix_cache_stats().unwrap().prefilled_tokens == before.prefilled_tokens {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let waiting = ChatRequest::new(
+            vec![Message::user("An unrelated question: which volcanoes of Iceland erupted in the last century?")],
+            Purpose::Agent,
+        );
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(1), model.chat(&waiting)).await;
+        assert!(gave_up.is_err(), "the model is busy with the holder, so the second request cannot be answered yet");
+        holder.await.unwrap().expect("the holder is answered")
+    });
+    // Dropping the runtime waits for its blocking threads: the dropped request's thread
+    // has taken the model and given it back by now.
+    drop(runtime);
+    let after = model.prefix_cache_stats().unwrap();
+    assert_eq!(
+        after.prefilled_tokens - before.prefilled_tokens,
+        holder.usage.prompt_tokens - holder.usage.cached_tokens,
+        "only the holder's prompt was prefilled"
+    );
+    assert_eq!(after.hits + after.misses - before.hits - before.misses, 1, "one request reached the model");
+}
