@@ -505,29 +505,29 @@ mod tests {
         check_cached_prefixes(&path, "<bos><start_of_turn>user\n");
     }
 
+    /// The default model's file, or `None` (saying why) when it is missing outside CI.
     #[allow(clippy::print_stderr, reason = "a skipped test says why")]
-    #[test]
-    fn cached_prefixes_give_bit_identical_logits() {
+    fn default_model() -> Option<std::path::PathBuf> {
         let path = crate::model::default_model_path();
         if !path.is_file() {
             assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
             eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
-            return;
+            return None;
         }
+        Some(path)
+    }
+
+    #[test]
+    fn cached_prefixes_give_bit_identical_logits() {
+        let Some(path) = default_model() else { return };
         check_cached_prefixes(&path, "<|im_start|>user\n");
     }
 
     /// Decoding reads the cancel flag before each token: set, it makes no token and says
     /// the request was cancelled; unset, decoding runs.
-    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
     #[test]
     fn a_set_cancel_flag_stops_decoding_before_the_next_token() {
-        let path = crate::model::default_model_path();
-        if !path.is_file() {
-            assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
-            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
-            return;
-        }
+        let Some(path) = default_model() else { return };
         let engine = Engine::load(&path, Precision::F32, 0).unwrap();
         let prompt = engine.tokenizer.encode("<|im_start|>user\nCount from one to five hundred.<|im_end|>\n").unwrap();
         let params = DecodeParams { max_tokens: 4, temperature: 0.0, seed: 0 };
