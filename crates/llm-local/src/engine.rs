@@ -455,7 +455,7 @@ fn log_softmax_at(logits: &[f32], t: u32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A GGUF of an architecture we cannot run is refused with its name and the file's.
@@ -507,7 +507,7 @@ mod tests {
 
     /// The default model's file, or `None` (saying why) when it is missing outside CI.
     #[allow(clippy::print_stderr, reason = "a skipped test says why")]
-    fn default_model() -> Option<std::path::PathBuf> {
+    pub(crate) fn default_model() -> Option<std::path::PathBuf> {
         let path = crate::model::default_model_path();
         if !path.is_file() {
             assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");

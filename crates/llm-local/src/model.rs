@@ -355,3 +355,37 @@ fn next_call_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     format!("call_{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowmem_llm::{Message, Purpose};
+
+    /// The guard `chat`'s future holds sets its flag when dropped.
+    #[test]
+    fn a_dropped_guard_sets_its_flag() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let guard = CancelOnDrop(Arc::clone(&flag));
+        assert!(!flag.load(Ordering::Relaxed));
+        drop(guard);
+        assert!(flag.load(Ordering::Relaxed));
+    }
+
+    /// A request whose flag is set when it reaches the model (its caller stopped waiting
+    /// while another request held the model) is never prefilled; an unset flag answers.
+    #[test]
+    fn a_cancelled_request_is_never_prefilled() {
+        let Some(path) = crate::engine::tests::default_model() else { return };
+        // A cache bound of its own: no other test's requests touch these counters.
+        let model = LocalModel::new(LocalConfig { path, prefix_cache_mb: 24, ..LocalConfig::standard() });
+        let mut request = ChatRequest::new(vec![Message::user("Which volcanoes of Iceland erupted?")], Purpose::Agent);
+        request.max_tokens = Some(4);
+        let cancelled = model.answer(&request, &AtomicBool::new(true));
+        assert!(matches!(cancelled, Err(LocalError::Cancelled)), "{cancelled:?}");
+        let stats = model.prefix_cache_stats().unwrap();
+        assert_eq!((stats.hits, stats.misses, stats.prefilled_tokens), (0, 0, 0), "{stats:?}");
+        let answered = model.answer(&request, &AtomicBool::new(false)).unwrap().response;
+        let stats = model.prefix_cache_stats().unwrap();
+        assert_eq!(stats.prefilled_tokens, answered.usage.prompt_tokens, "{stats:?}");
+    }
+}
