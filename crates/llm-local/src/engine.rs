@@ -455,7 +455,7 @@ fn log_softmax_at(logits: &[f32], t: u32) -> f32 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// A GGUF of an architecture we cannot run is refused with its name and the file's.
@@ -505,21 +505,9 @@ pub(crate) mod tests {
         check_cached_prefixes(&path, "<bos><start_of_turn>user\n");
     }
 
-    /// The default model's file, or `None` (saying why) when it is missing outside CI.
-    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
-    pub(crate) fn default_model() -> Option<std::path::PathBuf> {
-        let path = crate::model::default_model_path();
-        if !path.is_file() {
-            assert!(std::env::var_os("CI").is_none(), "the model file is missing under CI");
-            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
-            return None;
-        }
-        Some(path)
-    }
-
     #[test]
     fn cached_prefixes_give_bit_identical_logits() {
-        let Some(path) = default_model() else { return };
+        let Some(path) = crate::model::default_path_for_tests() else { return };
         check_cached_prefixes(&path, "<|im_start|>user\n");
     }
 
@@ -527,7 +515,7 @@ pub(crate) mod tests {
     /// the request was cancelled; unset, decoding runs.
     #[test]
     fn a_set_cancel_flag_stops_decoding_before_the_next_token() {
-        let Some(path) = default_model() else { return };
+        let Some(path) = crate::model::default_path_for_tests() else { return };
         let engine = Engine::load(&path, Precision::F32, 0).unwrap();
         let prompt = engine.tokenizer.encode("<|im_start|>user\nCount from one to five hundred.<|im_end|>\n").unwrap();
         let params = DecodeParams { max_tokens: 4, temperature: 0.0, seed: 0 };

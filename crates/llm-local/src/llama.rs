@@ -449,14 +449,9 @@ mod reference {
 
     /// Our forward pass against candle's `quantized_llama` on the same file: prefill,
     /// then token-by-token decoding, then a cloned cache continuing independently.
-    #[allow(clippy::print_stderr, reason = "a skipped test says why")]
     #[test]
     fn logits_match_candle_quantized_llama() {
-        let path = crate::model::default_model_path();
-        if !path.is_file() {
-            eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::SETUP_COMMAND);
-            return;
-        }
+        let Some(path) = crate::model::default_path_for_tests() else { return };
         let device = Device::Cpu;
         let mut file = File::open(&path).unwrap();
         let content = gguf_file::Content::read(&mut file).unwrap();

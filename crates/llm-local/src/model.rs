@@ -48,17 +48,27 @@ pub(crate) fn model_dir() -> PathBuf {
     }
 }
 
-/// The Gemma 3 model file's path for crate tests, or `None` (with a message naming the
+/// The default model file's path for crate tests, or `None` (with a message naming the
 /// setup command) when it is absent; under CI a missing file fails the test instead.
 #[cfg(test)]
-#[allow(clippy::print_stderr, reason = "a skipped test says why")]
+pub(crate) fn default_path_for_tests() -> Option<PathBuf> {
+    present_for_tests(default_model_path(), crate::SETUP_COMMAND)
+}
+
+/// The Gemma 3 model file's path for crate tests, as [`default_path_for_tests`].
+#[cfg(test)]
 pub(crate) fn gemma_path_for_tests() -> Option<PathBuf> {
-    let path = gemma_model_path();
+    present_for_tests(gemma_model_path(), crate::error::GEMMA_SETUP_COMMAND)
+}
+
+#[cfg(test)]
+#[allow(clippy::print_stderr, reason = "a skipped test says why")]
+fn present_for_tests(path: PathBuf, setup: &str) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path);
     }
     assert!(std::env::var_os("CI").is_none(), "model file `{}` is missing under CI", path.display());
-    eprintln!("SKIPPED: model file `{}` is missing; run `{}`", path.display(), crate::error::GEMMA_SETUP_COMMAND);
+    eprintln!("SKIPPED: model file `{}` is missing; run `{setup}`", path.display());
     None
 }
 
@@ -375,7 +385,7 @@ mod tests {
     /// while another request held the model) is never prefilled; an unset flag answers.
     #[test]
     fn a_cancelled_request_is_never_prefilled() {
-        let Some(path) = crate::engine::tests::default_model() else { return };
+        let Some(path) = default_path_for_tests() else { return };
         // A cache bound of its own: no other test's requests touch these counters.
         let model = LocalModel::new(LocalConfig { path, prefix_cache_mb: 24, ..LocalConfig::standard() });
         let mut request = ChatRequest::new(vec![Message::user("Which volcanoes of Iceland erupted?")], Purpose::Agent);
