@@ -694,9 +694,12 @@ struct Routing {
 ///   always held) is not offered when the query holds none of them;
 /// - a route whose first tools all have a bound argument with no value to take (see
 ///   [`ungroundable`]) is not offered;
-/// - a route that runs a tool, that more than half of the mined records reaching the
-///   branch took, and whose first tool (one of them) has a value for every bound
-///   argument, is taken with no judge;
+/// - a branch mined with its queries' words (`nearest`) takes, with no judge, the route
+///   most of the nearest mined queries took among those of the routes still offered
+///   ([`nearest_route`](flowmem_model::nearest_route));
+/// - a route that more than half of the mined records reaching the branch took is taken
+///   with no judge, when it runs no tool (a `skip`) or its first tool (one of them) has a
+///   value for every bound argument;
 /// - when one route is left, it is taken with no judge.
 ///
 /// A graph with no mined counts or bindings routes as before: the judge chooses among
@@ -722,18 +725,7 @@ fn route_by_data(
     let ready = |route_idx: usize| missing[route_idx].iter().find(|(_, args)| args.is_empty()).map(|(idx, _)| *idx);
     let words = flowmem_model::query_words(query);
     let unasked = |route: &RouteEvidence| !route.cues.is_empty() && !route.cues.iter().any(|cue| words.contains(cue));
-    let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
-    for (route_idx, route) in evidence.iter().enumerate() {
-        let Some(taken) = route.taken else { continue };
-        if 2 * taken <= total || route.passable || route.entries.is_empty() || unasked(route) {
-            continue;
-        }
-        if let Some(node_idx) = ready(route_idx) {
-            let why =
-                format!("taken by {taken} of {total} mined records, and `{}` can be grounded", plan.nodes[node_idx].id);
-            return Routing { decided: Some(route.label.clone()), options: Vec::new(), why: vec![why] };
-        }
-    }
+    let runs_no_tool = |route: &RouteEvidence| route.passable || route.entries.is_empty();
     let mut options = Vec::new();
     let mut why = Vec::new();
     for (route_idx, route) in evidence.iter().enumerate() {
@@ -742,8 +734,7 @@ fn route_by_data(
             why.push(format!("`{}` left out: the query says none of {}", route.label, cues.join(", ")));
             continue;
         }
-        let blocked = !route.passable && !route.entries.is_empty() && ready(route_idx).is_none();
-        if !blocked {
+        if runs_no_tool(route) || ready(route_idx).is_some() {
             options.push(route.label.clone());
             continue;
         }
@@ -756,12 +747,35 @@ fn route_by_data(
             args.join(", ")
         ));
     }
+    if options.is_empty() {
+        return all;
+    }
+    let decided = |label: &str, mut why: Vec<String>, reason: String| {
+        why.push(reason);
+        Routing { decided: Some(label.to_owned()), options: Vec::new(), why }
+    };
+    let decision_words = flowmem_model::decision_words(query);
+    let examples = evidence
+        .iter()
+        .filter(|route| options.contains(&route.label))
+        .flat_map(|route| route.nearest.iter().map(move |example| (route.label.as_str(), &example[..])));
+    if let Some(vote) = flowmem_model::nearest_route(&decision_words, examples) {
+        let reason = format!("taken by {} of the {} nearest mined queries", vote.votes, vote.of);
+        return decided(vote.route, why, reason);
+    }
+    let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
+    for (route_idx, route) in evidence.iter().enumerate().filter(|(_, route)| options.contains(&route.label)) {
+        let Some(taken) = route.taken.filter(|&taken| 2 * taken > total) else { continue };
+        let reason = match ready(route_idx) {
+            Some(node_idx) if !runs_no_tool(route) => {
+                format!("taken by {taken} of {total} mined records, and `{}` can be grounded", plan.nodes[node_idx].id)
+            }
+            _ => format!("taken by {taken} of {total} mined records"),
+        };
+        return decided(&route.label, why, reason);
+    }
     match options.len() {
-        0 => all,
-        1 => {
-            why.push("the only route left".to_owned());
-            Routing { decided: options.pop(), options, why }
-        }
+        1 => decided(&options[0].clone(), why, "the only route left".to_owned()),
         _ => Routing { decided: None, options, why },
     }
 }

@@ -147,6 +147,9 @@ pub(crate) struct RouteEvidence {
     /// The words one of which the query must hold for the route to be offered; empty
     /// when any query may take it.
     pub(crate) cues: Vec<String>,
+    /// The words of each mined query that took the route, when the branch is decided by
+    /// the nearest of them; empty otherwise.
+    pub(crate) nearest: Vec<Vec<String>>,
 }
 
 pub(crate) struct PlanEdge {
@@ -233,8 +236,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
     }
     link_edges(&mut nodes, &edges);
     for (node_idx, node) in graph.nodes.iter().enumerate() {
-        if let NodeKind::Branch { taken, cues, .. } = &node.kind {
-            let found = route_evidence(&nodes, &edges, node_idx, taken, cues);
+        if let NodeKind::Branch { taken, cues, nearest, .. } = &node.kind {
+            let found = route_evidence(&nodes, &edges, node_idx, taken, cues, nearest, &graph.queries);
             if let Op::Branch { evidence, .. } = &mut nodes[node_idx].op {
                 *evidence = found;
             }
@@ -372,6 +375,8 @@ fn route_evidence(
     branch_idx: usize,
     taken: &BTreeMap<String, u64>,
     cues: &BTreeMap<String, Vec<String>>,
+    nearest: &BTreeMap<String, Vec<usize>>,
+    queries: &[Vec<String>],
 ) -> Vec<RouteEvidence> {
     let forward = |node_idx: usize| {
         let loop_body = matches!(nodes[node_idx].op, Op::Loop { .. });
@@ -415,6 +420,13 @@ fn route_evidence(
             let mut found = RouteEvidence {
                 taken: taken.get(&label).copied(),
                 cues: cues.get(&label).cloned().unwrap_or_default(),
+                // Validation refused indices out of range; `get` keeps a plan safe anyway.
+                nearest: nearest
+                    .get(&label)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|&idx| queries.get(idx).cloned())
+                    .collect(),
                 label,
                 ..RouteEvidence::default()
             };

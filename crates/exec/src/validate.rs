@@ -159,21 +159,28 @@ pub enum Violation {
         /// The repeated label.
         label: String,
     },
-    /// A branch's mined route counts (`taken`) name a route it does not have.
-    #[error("node `{node}`: `taken` counts route `{label}`, which no edge out of the branch is labelled")]
-    TakenUnknownRoute {
+    /// A branch's mined evidence (`taken`, `cues` or `nearest`) names a route it does not
+    /// have.
+    #[error("node `{node}`: `{field}` names route `{label}`, which no edge out of the branch is labelled")]
+    MinedUnknownRoute {
         /// The branch.
         node: String,
+        /// The field: `taken`, `cues` or `nearest`.
+        field: &'static str,
         /// The label no route has.
         label: String,
     },
-    /// A branch's mined route cues (`cues`) name a route it does not have.
-    #[error("node `{node}`: `cues` name route `{label}`, which no edge out of the branch is labelled")]
-    CuesUnknownRoute {
+    /// A branch's `nearest` names a mined query the graph's `queries` do not hold.
+    #[error("node `{node}`: `nearest` names query {index} for route `{label}`, but the graph holds {queries} queries")]
+    NearestUnknownQuery {
         /// The branch.
         node: String,
-        /// The label no route has.
+        /// The route.
         label: String,
+        /// The index out of range.
+        index: usize,
+        /// How many queries the graph holds.
+        queries: usize,
     },
     /// A `branch` with no outgoing route.
     #[error("node `{node}`: the branch has no outgoing route")]
@@ -324,8 +331,8 @@ impl Violation {
             | Violation::Unreachable { node, .. }
             | Violation::UnlabelledRoute { node, .. }
             | Violation::DuplicateRoute { node, .. }
-            | Violation::TakenUnknownRoute { node, .. }
-            | Violation::CuesUnknownRoute { node, .. }
+            | Violation::MinedUnknownRoute { node, .. }
+            | Violation::NearestUnknownQuery { node, .. }
             | Violation::NoRoutes { node }
             | Violation::MissingRoute { node, .. }
             | Violation::UnreachableRoute { node, .. }
@@ -703,7 +710,7 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
         let outgoing: Vec<_> =
             edges.outgoing(graph, index, &node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
-            NodeKind::Branch { condition, taken, cues } => {
+            NodeKind::Branch { condition, taken, cues, nearest } => {
                 if outgoing.is_empty() {
                     res.push(Violation::NoRoutes { node: node.id.clone() });
                     continue;
@@ -718,11 +725,25 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
                         Some(_) => {}
                     }
                 }
-                for label in taken.keys().filter(|label| !seen.contains(label.as_str())) {
-                    res.push(Violation::TakenUnknownRoute { node: node.id.clone(), label: label.clone() });
+                let mined = [
+                    ("taken", taken.keys().collect::<Vec<_>>()),
+                    ("cues", cues.keys().collect()),
+                    ("nearest", nearest.keys().collect()),
+                ];
+                for (field, labels) in mined {
+                    for label in labels.into_iter().filter(|label| !seen.contains(label.as_str())) {
+                        res.push(Violation::MinedUnknownRoute { node: node.id.clone(), field, label: label.clone() });
+                    }
                 }
-                for label in cues.keys().filter(|label| !seen.contains(label.as_str())) {
-                    res.push(Violation::CuesUnknownRoute { node: node.id.clone(), label: label.clone() });
+                for (label, indices) in nearest {
+                    for &index in indices.iter().filter(|&&index| index >= graph.queries.len()) {
+                        res.push(Violation::NearestUnknownQuery {
+                            node: node.id.clone(),
+                            label: label.clone(),
+                            index,
+                            queries: graph.queries.len(),
+                        });
+                    }
                 }
                 if let Some((labels, condition)) = condition_routes(condition) {
                     for label in labels {

@@ -308,6 +308,7 @@ pub fn to_graph(workflow: &Workflow) -> WorkflowGraph {
         edges,
         entry: "plan".to_owned(),
         exit: "synthesize".to_owned(),
+        queries: Vec::new(),
     }
 }
 

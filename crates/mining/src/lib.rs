@@ -71,7 +71,8 @@ pub use crate::petri::{Arc, PetriNet, Transition, tree_to_petri_net};
 pub use crate::pnml::{parse_pnml, read_pnml};
 pub use crate::render::{tree_to_dot, tree_to_mermaid};
 pub use crate::skeleton::{
-    GraphShapeError, SKELETON_MAX_ITERATIONS, order_routes, skeleton_to_tree, tree_to_bound_skeleton, tree_to_skeleton,
+    GraphShapeError, MIN_NEAREST_RECORDS, SKELETON_MAX_ITERATIONS, order_routes, skeleton_to_tree,
+    tree_to_bound_skeleton, tree_to_skeleton,
 };
 pub use crate::tree::{Operator, ProcessTree, TreeParseError};
 pub use crate::variants::{Variant, discover};

@@ -5,9 +5,9 @@
 //! - an activity becomes a tool node hinted with the activity (use
 //!   [`Classifier::ToolName`](crate::Classifier) so that activities are tool names);
 //! - `->` chains its children with ordered edges;
-//! - `X` becomes a `branch` node (an LLM judge picks the route) with one labelled route
-//!   per child, all meeting at a `join`; a `tau` child is a direct route to the join,
-//!   named `skip` and offered last;
+//! - `X` becomes a `branch` node (an LLM judge picks the route, unless the mined evidence
+//!   it carries settles it) with one labelled route per child, all meeting at a `join`; a
+//!   `tau` child is a direct route to the join, named `skip` and offered last;
 //! - `+` becomes a `parallel` node whose children run concurrently and meet at a `join`;
 //! - `*( do, redo )` means `do (redo do)*`. When `redo` is `tau` it is a `loop` node whose
 //!   `body` is `do`, closed by a `back` edge: the body runs at least once and repeats
@@ -27,6 +27,10 @@ use flowmem_model::{Condition, Edge, EdgeKind, GraphNode, LlmRole, NodeKind, Wor
 use crate::dataflow::{BindingConfig, Dataflow, fill_bindings, order_parallels};
 use crate::log::EventLog;
 use crate::tree::{Operator, ProcessTree};
+
+/// The fewest mined records reaching a branch for it to be decided by the nearest of
+/// their queries.
+pub const MIN_NEAREST_RECORDS: usize = 6;
 
 /// The most body runs a mined loop allows.
 pub const SKELETON_MAX_ITERATIONS: u32 = 5;
@@ -50,20 +54,39 @@ pub const SKELETON_MAX_ITERATIONS: u32 = 5;
 /// ```
 #[must_use]
 pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
-    build_skeleton(tree, None, &BTreeMap::new())
+    build_skeleton(tree, None, &[], &BTreeMap::new())
 }
 
-fn build_skeleton(tree: &ProcessTree, log: Option<&EventLog>, cues: &BTreeMap<String, Vec<String>>) -> WorkflowGraph {
-    let mut builder =
-        Builder { nodes: Vec::new(), edges: Vec::new(), n_ids: 0, counting: log.is_some(), cues: cues.clone() };
+/// The cases of `log`, one per variant with its count and no query words.
+fn log_cases(log: &EventLog) -> Vec<Case> {
+    let names = log.activities();
+    let case = |variant: &crate::log::TraceVariant| Case {
+        names: variant.activities.iter().map(|&id| names[id as usize].clone()).collect(),
+        count: variant.count,
+        record: None,
+    };
+    log.variants().iter().map(case).collect()
+}
+
+/// `queries` are the [`decision_words`](flowmem_model::decision_words) of the records
+/// that `cases` name (empty for cases without records).
+fn build_skeleton(
+    tree: &ProcessTree,
+    cases: Option<Vec<Case>>,
+    queries: &[Vec<String>],
+    cues: &BTreeMap<String, Vec<String>>,
+) -> WorkflowGraph {
+    let mut builder = Builder {
+        nodes: Vec::new(),
+        edges: Vec::new(),
+        n_ids: 0,
+        counting: cases.is_some(),
+        cues: cues.clone(),
+        queries,
+        decided_by_nearest: false,
+    };
     builder.nodes.push(node("plan", llm(LlmRole::Plan), "Parse the query into sub-tasks"));
-    let cases: Vec<Case> = log.map_or_else(Vec::new, |log| {
-        let names = log.activities();
-        let case = |variant: &crate::log::TraceVariant| {
-            (variant.activities.iter().map(|&id| names[id as usize].clone()).collect(), variant.count)
-        };
-        log.variants().iter().map(case).collect()
-    });
+    let cases = cases.unwrap_or_default();
     let end = builder.build(tree, Open { node: "plan".into(), label: None }, &cases);
     builder.nodes.push(node("synthesize", llm(LlmRole::Synthesize), "Write the final answer"));
     builder.connect(end, "synthesize");
@@ -73,16 +96,24 @@ fn build_skeleton(tree: &ProcessTree, log: Option<&EventLog>, cues: &BTreeMap<St
         edges: builder.edges,
         entry: "plan".into(),
         exit: "synthesize".into(),
+        queries: if builder.decided_by_nearest { queries.to_vec() } else { Vec::new() },
     }
 }
 
 /// Builds the skeleton of `tree` with the control and data flow mined from the same logs:
 /// `log`, the records' tool sequences, and `dataflow`, their arguments' sources.
 ///
-/// Each branch counts, per route, the cases of `log` that reached it and took the route
+/// Each branch counts, per route, the cases that reached it and took the route
 /// (`taken`): those in which an activity of the route occurs, and for `skip` those in
 /// which none of the other routes' activities does. Like [`order_routes`], this is a
-/// proxy: an activity of a route may also occur elsewhere in a case.
+/// proxy: an activity of a route may also occur elsewhere in a case. The cases are the
+/// records `dataflow` was mined from (`log` is used only for a dataflow without them,
+/// such as a deserialised one), so a branch also knows which records' queries took each
+/// route: when, leaving each of them out in turn, the route most of its
+/// [`NEAREST_VOTES`](flowmem_model::NEAREST_VOTES) nearest queries took is right for more
+/// than half and more often than the most taken route (with at least
+/// [`MIN_NEAREST_RECORDS`] records), the branch keeps them (`nearest`, indices into the
+/// graph's `queries`) and its description says how often they were right.
 ///
 /// A dependency found in the data overrides a concurrency found in the control flow:
 /// members of a `+` block whose tools take values from each other's results (or
@@ -122,7 +153,18 @@ pub fn tree_to_bound_skeleton(
     cfg: &BindingConfig,
 ) -> WorkflowGraph {
     let ordered = order_parallels(tree, dataflow, cfg);
-    let mut graph = build_skeleton(&ordered, Some(log), &dataflow.cues);
+    let cases = if dataflow.cases.is_empty() {
+        log_cases(log)
+    } else {
+        let case = |(record, (names, _)): (usize, &(BTreeSet<String>, Vec<String>))| Case {
+            names: names.clone(),
+            count: 1,
+            record: Some(record),
+        };
+        dataflow.cases.iter().enumerate().map(case).collect()
+    };
+    let queries: Vec<Vec<String>> = dataflow.cases.iter().map(|(_, words)| words.clone()).collect();
+    let mut graph = build_skeleton(&ordered, Some(cases), &queries, &dataflow.cues);
     fill_bindings(&mut graph, dataflow, cfg);
     graph
 }
@@ -185,16 +227,25 @@ struct Open {
     label: Option<String>,
 }
 
-/// A group of the log's cases with the same activities: their names and how many cases.
-type Case = (BTreeSet<String>, u64);
+/// A group of the log's cases with the same activities: a variant of the log, or one
+/// mined record.
+#[derive(Clone, PartialEq)]
+struct Case {
+    /// The activities.
+    names: BTreeSet<String>,
+    /// How many cases.
+    count: u64,
+    /// The record's index, for one record.
+    record: Option<usize>,
+}
 
 /// The cases in which an activity of `tree` occurs.
 fn cases_of(cases: &[Case], tree: &ProcessTree) -> Vec<Case> {
     let labels = tree.labels();
-    cases.iter().filter(|(names, _)| labels.iter().any(|label| names.contains(*label))).cloned().collect()
+    cases.iter().filter(|case| labels.iter().any(|label| case.names.contains(*label))).cloned().collect()
 }
 
-struct Builder {
+struct Builder<'a> {
     nodes: Vec<GraphNode>,
     edges: Vec<Edge>,
     n_ids: usize,
@@ -202,9 +253,13 @@ struct Builder {
     counting: bool,
     /// Per tool, its mined query cues ([`Dataflow::cues`]).
     cues: BTreeMap<String, Vec<String>>,
+    /// The records' query words, by record index.
+    queries: &'a [Vec<String>],
+    /// Whether a branch is decided by the nearest queries (the graph then keeps them).
+    decided_by_nearest: bool,
 }
 
-impl Builder {
+impl Builder<'_> {
     fn id(&mut self, kind: &str) -> String {
         self.n_ids += 1;
         format!("{kind}_{}", self.n_ids)
@@ -256,9 +311,10 @@ impl Builder {
                     .collect();
                 let taken = self.taken(&routes, &route_cases);
                 let cues = self.route_cues(children, &routes);
+                let (nearest, why) = self.nearest(&routes, &route_cases);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues };
-                let branch = self.add(from, node(&branch, kind, "Choose one alternative"));
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues, nearest };
+                let branch = self.add(from, node(&branch, kind, &format!("Choose one alternative{why}")));
                 let join = self.id("join");
                 let mut ends = Vec::new();
                 for ((child, route), route_cases) in children.iter().zip(routes).zip(&route_cases) {
@@ -295,10 +351,18 @@ impl Builder {
                 let question = format!("Must {} be retried?", describe(redo));
                 let retry_cases = cases_of(cases, redo);
                 let done_cases: Vec<Case> = cases.iter().filter(|case| !retry_cases.contains(case)).cloned().collect();
-                let taken = self.taken(&["done".to_owned(), "retry".to_owned()], &[done_cases, retry_cases.clone()]);
+                let routes = ["done".to_owned(), "retry".to_owned()];
+                let route_cases = [done_cases, retry_cases.clone()];
+                let taken = self.taken(&routes, &route_cases);
+                let (nearest, why) = self.nearest(&routes, &route_cases);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues: BTreeMap::new() };
-                let branch = self.add(after_first, node(&branch, kind, "Decide whether to retry"));
+                let kind = NodeKind::Branch {
+                    condition: Condition::Judge { question },
+                    taken,
+                    cues: BTreeMap::new(),
+                    nearest,
+                };
+                let branch = self.add(after_first, node(&branch, kind, &format!("Decide whether to retry{why}")));
                 let join = self.id("join");
                 let open = Open { node: branch.clone(), label: Some("retry".into()) };
                 let retried = self.build_repeat(redo, Some(body), open, &retry_cases);
@@ -325,12 +389,63 @@ impl Builder {
         res
     }
 
+    /// A branch's mined queries per route, for deciding it by the nearest of them
+    /// ([`nearest_route`](flowmem_model::nearest_route)), with a note for its description;
+    /// none unless, leaving each record that reached the branch out in turn, the route of
+    /// its nearest was right for more than half of them and more often than the route
+    /// most of the others took. Needs [`MIN_NEAREST_RECORDS`] records.
+    fn nearest(&mut self, routes: &[String], route_cases: &[Vec<Case>]) -> (BTreeMap<String, Vec<usize>>, String) {
+        let examples: Vec<(&str, usize)> = routes
+            .iter()
+            .zip(route_cases)
+            .flat_map(|(route, cases)| cases.iter().filter_map(|case| Some((route.as_str(), case.record?))))
+            .collect();
+        let none = (BTreeMap::new(), String::new());
+        if examples.len() < MIN_NEAREST_RECORDS {
+            return none;
+        }
+        let queries = self.queries;
+        let (mut by_nearest, mut by_most) = (0, 0);
+        for (held, &(route, record)) in examples.iter().enumerate() {
+            let others =
+                || examples.iter().enumerate().filter(move |&(idx, _)| idx != held).map(|(_, example)| *example);
+            let near = others().map(|(route, other)| (route, &queries[other][..]));
+            if flowmem_model::nearest_route(&queries[record], near).is_some_and(|vote| vote.route == route) {
+                by_nearest += 1;
+            }
+            let mut counts: Vec<(&str, usize)> = routes.iter().map(|route| (route.as_str(), 0)).collect();
+            for (taken, _) in others() {
+                if let Some(entry) = counts.iter_mut().find(|(label, _)| *label == taken) {
+                    entry.1 += 1;
+                }
+            }
+            // The first of the most taken: `max_by_key` would keep the last.
+            let most = counts.iter().fold(counts[0], |best, &entry| if entry.1 > best.1 { entry } else { best });
+            if most.0 == route {
+                by_most += 1;
+            }
+        }
+        if 2 * by_nearest <= examples.len() || by_nearest <= by_most {
+            return none;
+        }
+        self.decided_by_nearest = true;
+        let why = format!(
+            "; by the nearest mined queries (right for {by_nearest} of {} records left out in turn, the most taken route for {by_most})",
+            examples.len()
+        );
+        let mut res: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (route, record) in examples {
+            res.entry(route.to_owned()).or_default().push(record);
+        }
+        (res, why)
+    }
+
     /// The counts of a branch's routes, or none when no log was given.
     fn taken(&self, routes: &[String], route_cases: &[Vec<Case>]) -> BTreeMap<String, u64> {
         if !self.counting {
             return BTreeMap::new();
         }
-        let count = |cases: &Vec<Case>| cases.iter().map(|(_, count)| count).sum();
+        let count = |cases: &Vec<Case>| cases.iter().map(|case| case.count).sum();
         routes.iter().cloned().zip(route_cases.iter().map(count)).collect()
     }
 

@@ -48,6 +48,13 @@ pub struct WorkflowGraph {
     pub entry: String,
     /// The id of the node whose output is the final result.
     pub exit: String,
+    /// The [`decision_words`](crate::decision_words) of the mined queries, which
+    /// branches decided by the nearest of them (`nearest`) name by index; empty when no
+    /// branch is.
+    // Left out of the JSON Schema, as a branch's `nearest` is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(skip)]
+    pub queries: Vec<Vec<String>>,
 }
 
 /// One node of a workflow graph.
@@ -118,6 +125,16 @@ pub enum NodeKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         #[schemars(skip)]
         cues: BTreeMap<String, Vec<String>>,
+        /// Per route label, the mined queries that took the route, as indices into the
+        /// graph's `queries`; present only where mining found, leaving each record out in
+        /// turn, that the route most of its [`NEAREST_VOTES`](crate::NEAREST_VOTES) nearest
+        /// took was right for more than half of the records and more often than the most
+        /// taken route. Under bindings grounding the executor then takes the route of the
+        /// nearest ([`nearest_route`](crate::nearest_route)) among those it may offer, with
+        /// no judge.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        nearest: BTreeMap<String, Vec<usize>>,
     },
     /// Fans out: every outgoing edge is taken, and the members run concurrently.
     // Braces, not a unit variant: serde ignores the fields of a tagged unit variant, and

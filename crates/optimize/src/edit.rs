@@ -421,8 +421,8 @@ fn apply_in_place(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), Edi
     Ok(())
 }
 
-/// Drops the mined counts (`taken`) and cues of routes an edit removed from their
-/// branch: they describe no route any more.
+/// Drops the mined counts (`taken`), cues and nearest queries' examples of routes an edit
+/// removed from their branch: they describe no route any more.
 fn forget_lost_routes(graph: &mut WorkflowGraph) {
     let routes: std::collections::HashSet<(String, String)> = graph
         .edges
@@ -431,9 +431,10 @@ fn forget_lost_routes(graph: &mut WorkflowGraph) {
         .filter_map(|edge| Some((edge.from.clone(), edge.label.clone()?)))
         .collect();
     for node in &mut graph.nodes {
-        if let NodeKind::Branch { taken, cues, .. } = &mut node.kind {
+        if let NodeKind::Branch { taken, cues, nearest, .. } = &mut node.kind {
             taken.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
             cues.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
+            nearest.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
         }
     }
 }
@@ -813,6 +814,7 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
                     condition: Condition::Judge { question: question.clone() },
                     taken: std::collections::BTreeMap::new(),
                     cues: std::collections::BTreeMap::new(),
+                    nearest: std::collections::BTreeMap::new(),
                 },
                 description: None,
             });
@@ -981,6 +983,7 @@ mod tests {
                 .collect(),
             entry: "plan".into(),
             exit: "synth".into(),
+            queries: Vec::new(),
         }
     }
 

@@ -775,6 +775,81 @@ async fn a_route_whose_cue_the_query_lacks_is_left_out() {
     assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip", "get_user_details"]);
 }
 
+/// A `skip` more than half of the mined records took is taken with no judge, as a tool
+/// route would be: the judge, asked, would take the lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_most_mined_records_took_is_taken_with_no_judge() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = routed_graph();
+    graph["nodes"][1]["taken"] = json!({"lookup": 3, "skip": 7});
+    let server = support::llm(finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})))).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input = RunInput { id: "skip-1".to_owned(), query: "I am Yusuf Rossi, zip code 19122.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let called: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
+    assert_eq!(called, ["find_user_id_by_name_zip"]);
+    let look = trace.observations.iter().find(|o| o.node_id == "look").and_then(|o| o.output.clone()).unwrap();
+    assert_eq!(look, "skip (taken by 7 of 10 mined records)");
+    assert_eq!(server.chat_requests().len(), 1, "only the user search asked the model");
+}
+
+/// A branch mined with its queries' words goes the way the nearest mined queries went,
+/// with no judge, even against the most taken route: of the `look` branch's mined
+/// queries, those that asked about a status skipped the lookup, and this one asks about a
+/// status. A query that asks for details takes the lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nearest_mined_queries_decide_a_branch() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = routed_graph();
+    let words = |text: &str| flowmem_model::decision_words(text);
+    graph["queries"] = json!([
+        words("show my account details"),
+        words("my details and address please"),
+        words("what details do you hold"),
+        words("what is the status of my order"),
+        words("order status please"),
+    ]);
+    graph["nodes"][1]["nearest"] = json!({"lookup": [0, 1, 2], "skip": [3, 4]});
+    // Asked, the judge would take the lookup.
+    let script = finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})));
+    let tools_called = |trace: &flowmem_model::Trace| -> Vec<String> {
+        trace.tool_calls.iter().map(|call| call.tool.clone()).collect()
+    };
+    let output = |trace: &flowmem_model::Trace, id: &str| {
+        trace.observations.iter().find(|o| o.node_id == id).and_then(|o| o.output.clone()).unwrap_or_default()
+    };
+
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(graph.clone(), support::runtime(&server, tools.clone()));
+    let input =
+        RunInput { id: "near-1".to_owned(), query: "I am Yusuf Rossi, zip 19122. What is my order status?".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip"], "the lookup, taken by 7 of 10, was skipped");
+    assert!(
+        output(&trace, "look").starts_with("skip (taken by 2 of the 3 nearest mined queries"),
+        "{}",
+        output(&trace, "look")
+    );
+    assert_eq!(server.chat_requests().len(), 1, "only the user search asked the model");
+
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input = RunInput { id: "near-2".to_owned(), query: "I am Yusuf Rossi, zip 19122. Show my details.".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(tools_called(&trace), ["find_user_id_by_name_zip", "get_user_details"]);
+    assert!(
+        output(&trace, "look").starts_with("lookup (taken by 3 of the 3 nearest mined queries"),
+        "{}",
+        output(&trace, "look")
+    );
+    assert_eq!(server.chat_requests().len(), 1, "no judge was asked");
+}
+
 /// An order's lookup, then an exchange whose `item_ids` the mined calls always sent at
 /// the length of `new_item_ids`.
 fn same_length_graph() -> serde_json::Value {

@@ -478,10 +478,10 @@ fn mined_route_counts_must_name_the_branchs_routes() {
     assert!(check(branch(json!({"echo": 4, "skip": 1})), ToolCatalog::Known(&tools())).is_ok());
     let found = violations(&branch(json!({"echo": 4, "skipp": 1})), ToolCatalog::Known(&tools()));
     assert!(
-        matches!(&found[..], [Violation::TakenUnknownRoute { node, label }] if node == "pick" && label == "skipp"),
+        matches!(&found[..], [Violation::MinedUnknownRoute { node, field: "taken", label }] if node == "pick" && label == "skipp"),
         "{found:?}"
     );
-    assert!(found[0].to_string().contains("`taken` counts route `skipp`"), "{}", found[0]);
+    assert!(found[0].to_string().contains("`taken` names route `skipp`"), "{}", found[0]);
 
     // Mined cues, likewise.
     let mut cued = branch(json!({"echo": 4, "skip": 1}));
@@ -492,7 +492,28 @@ fn mined_route_counts_must_name_the_branchs_routes() {
     cues.insert("ech".into(), vec!["repeat".into()]);
     let found = violations(&cued, ToolCatalog::Known(&tools()));
     assert!(
-        matches!(&found[..], [Violation::CuesUnknownRoute { node, label }] if node == "pick" && label == "ech"),
+        matches!(&found[..], [Violation::MinedUnknownRoute { node, field: "cues", label }] if node == "pick" && label == "ech"),
+        "{found:?}"
+    );
+
+    // And the nearest mined queries: their routes, and their indices into `queries`.
+    let mut near = branch(json!({"echo": 4, "skip": 1}));
+    near.queries = vec![vec!["repeat".into()], vec!["nothing".into()]];
+    let NodeKind::Branch { nearest, .. } = &mut near.nodes[0].kind else { unreachable!() };
+    nearest.extend([("echo".to_owned(), vec![0]), ("skip".to_owned(), vec![1])]);
+    assert!(check(near.clone(), ToolCatalog::Known(&tools())).is_ok());
+    let mut beyond = near.clone();
+    beyond.queries.pop();
+    let found = violations(&beyond, ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::NearestUnknownQuery { node, label, index: 1, queries: 1 }] if node == "pick" && label == "skip"),
+        "{found:?}"
+    );
+    let NodeKind::Branch { nearest, .. } = &mut near.nodes[0].kind else { unreachable!() };
+    nearest.insert("eko".into(), vec![0]);
+    let found = violations(&near, ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::MinedUnknownRoute { node, field: "nearest", label }] if node == "pick" && label == "eko"),
         "{found:?}"
     );
 }

@@ -5,16 +5,15 @@
 //! of all the records' queries do (a word nearly every query holds says nothing by its
 //! absence), and chance explains it poorly: if a share `p` of all queries hold the word,
 //! the probability that `k` or more of the tool's `n` queries hold it anyway (the
-//! binomial tail) is at most [`MAX_CUE_CHANCE`]. Words are [`query_words`] of letters
-//! only, at least three long. (On τ²-bench airline's 25 training records no word passes:
-//! `that` held in 10 of 10 reservation lookups, and the held-out records show it was
+//! binomial tail) is at most [`MAX_CUE_CHANCE`]. Words are [`decision_words`]. (On
+//! τ²-bench airline's 25 training records no word passes: `that` held in 10 of 10 reservation lookups, and the held-out records show it was
 //! chance.) On τ²-bench retail, `exchange` is the cue of
 //! `exchange_delivered_order_items`, `return` of `return_delivered_order_items` and
 //! `cancel` of `cancel_pending_order`; a query with none of them did not call the tool.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flowmem_model::{Record, query_words};
+use flowmem_model::{Record, decision_words};
 
 /// The fewest records calling a tool for its cues to be mined.
 pub const MIN_CUE_RECORDS: usize = 5;
@@ -30,15 +29,8 @@ pub const CUE_MAX_SHARE: f64 = 0.7;
 
 /// Per tool, its cue words, sorted; tools without cues are left out.
 pub(crate) fn mine_cues(records: &[Record]) -> BTreeMap<String, Vec<String>> {
-    let words: Vec<BTreeSet<String>> = records
-        .iter()
-        .map(|record| {
-            query_words(&record.query)
-                .into_iter()
-                .filter(|word| word.chars().count() >= 3 && word.chars().all(char::is_alphabetic))
-                .collect()
-        })
-        .collect();
+    let words: Vec<BTreeSet<String>> =
+        records.iter().map(|record| decision_words(&record.query).into_iter().collect()).collect();
     let mut share: BTreeMap<&str, usize> = BTreeMap::new();
     for word in words.iter().flatten() {
         *share.entry(word).or_default() += 1;

@@ -44,7 +44,7 @@ mod cues;
 mod preconditions;
 mod values;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use flowmem_model::{Anchor, EachUse, Record, ToolCall, ValueShape, canonical_json};
 use serde::{Deserialize, Serialize};
@@ -102,6 +102,12 @@ pub struct Dataflow {
     /// carry them as their routes' cues.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cues: BTreeMap<String, Vec<String>>,
+    /// Per record, in input order: the tools its log called and its query's
+    /// [`decision_words`](flowmem_model::decision_words). The skeleton decides branches by
+    /// them ([`tree_to_bound_skeleton`](crate::tree_to_bound_skeleton)); not part of the
+    /// document.
+    #[serde(skip)]
+    pub(crate) cases: Vec<(BTreeSet<String>, Vec<String>)>,
 }
 
 /// How many values each kind of source explained.
@@ -334,6 +340,13 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
         flow.requires = requires.remove(&(flow.tool.clone(), flow.arg.clone())).unwrap_or_default();
     }
     dataflow.cues = cues::mine_cues(records);
+    dataflow.cases = records
+        .iter()
+        .map(|record| {
+            let tools = record.orchestration.iter().map(|call| call.tool.clone()).collect();
+            (tools, flowmem_model::decision_words(&record.query))
+        })
+        .collect();
     let same_lengths = same_lengths(records);
     for flow in &mut dataflow.arguments {
         flow.same_length_as = same_lengths.get(&(flow.tool.clone(), flow.arg.clone())).cloned();
@@ -721,5 +734,6 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
         arguments,
         per_record,
         cues: BTreeMap::new(),
+        cases: Vec::new(),
     }
 }

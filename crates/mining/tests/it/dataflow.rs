@@ -748,6 +748,57 @@ fn words_without_which_a_tool_was_never_called_are_its_cues() {
     assert_eq!(cues.into_iter().collect::<Vec<_>>(), [("exchange".to_owned(), vec!["exchange".to_owned()])]);
 }
 
+/// Decision mining on queries, by their nearest: a refund the logs made when the query
+/// said `broken` or `damaged` (neither word in nine of ten refund queries, so no cue),
+/// and skipped for queries about tracking. Left out in turn, each record's five nearest
+/// name its route (18 of 18), where the most taken route, `skip`, is right for 10: the
+/// branch keeps its mined queries by route, and the graph their words. When the words
+/// say nothing (every query the same), the branch keeps none.
+#[test]
+fn a_branch_whose_nearest_mined_queries_name_its_route_keeps_them() {
+    let look = || call("get_order", json!({"order_id": "#W1"}), Some(json!({"status": "delivered"})));
+    let refund = || call("refund", json!({"order_id": "#W1"}), Some(json!("ok")));
+    let mut logs = Vec::new();
+    for query in ["My lamp arrived broken", "The kettle came damaged"] {
+        for _ in 0..4 {
+            logs.push((query, vec![look(), refund()]));
+        }
+    }
+    for query in ["Where is my parcel today", "Track the parcel please"] {
+        for _ in 0..5 {
+            logs.push((query, vec![look()]));
+        }
+    }
+    let records = records_of(logs);
+    let tree = ProcessTree::parse("->( 'get_order', X( 'refund', tau ) )").unwrap();
+    let branch = |records: &[Record]| {
+        let flow = mine_dataflow(records);
+        assert!(flow.cues.is_empty(), "{:?}", flow.cues);
+        let log = EventLog::from_records(records, Classifier::ToolName);
+        let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+        let node = graph.nodes.iter().find(|node| matches!(node.kind, NodeKind::Branch { .. })).unwrap().clone();
+        (graph, node)
+    };
+    let (graph, node) = branch(&records);
+    let NodeKind::Branch { nearest, .. } = &node.kind else { unreachable!() };
+    assert_eq!(nearest["refund"], [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(nearest["skip"], [8, 9, 10, 11, 12, 13, 14, 15, 16, 17]);
+    assert_eq!(graph.queries.len(), 18);
+    assert_eq!(graph.queries[0], ["arrived", "broken", "lamp"]);
+    let description = node.description.unwrap();
+    assert!(
+        description.contains("right for 18 of 18 records left out in turn, the most taken route for 10"),
+        "{description}"
+    );
+
+    let same: Vec<Record> =
+        records.into_iter().map(|record| Record { query: "Please help with my order".to_owned(), ..record }).collect();
+    let (graph, node) = branch(&same);
+    let NodeKind::Branch { nearest, .. } = &node.kind else { unreachable!() };
+    assert!(nearest.is_empty(), "{nearest:?}");
+    assert!(graph.queries.is_empty());
+}
+
 /// Two array arguments sent at one length in every call holding both (three at least)
 /// name each other; a pair that once differed, or seen twice only, does not.
 #[test]

@@ -27,6 +27,7 @@ fn g0() -> WorkflowGraph {
         edges: vec![Edge { from: "plan".into(), to: "synth".into(), kind: EdgeKind::Data, label: None }],
         entry: "plan".into(),
         exit: "synth".into(),
+        queries: Vec::new(),
     }
 }
 
@@ -457,6 +458,7 @@ fn chain_of_four() -> WorkflowGraph {
         edges: vec![edge("plan", "t1"), edge("t1", "t2"), edge("t2", "synth")],
         entry: "plan".into(),
         exit: "synth".into(),
+        queries: Vec::new(),
     }
 }
 
