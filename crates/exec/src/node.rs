@@ -699,7 +699,9 @@ struct Routing {
 ///   ([`nearest_route`](flowmem_model::nearest_route));
 /// - a route that more than half of the mined records reaching the branch took is taken
 ///   with no judge, when it runs no tool (a `skip`) or its first tool (one of them) has a
-///   value for every bound argument;
+///   value for every bound argument, unless another route offered has cues (the query
+///   then holds one: it is of the few queries the cue singles out, which the counts over
+///   all of them say nothing about);
 /// - when one route is left, it is taken with no judge.
 ///
 /// A graph with no mined counts or bindings routes as before: the judge chooses among
@@ -763,9 +765,21 @@ fn route_by_data(
         let reason = format!("taken by {} of the {} nearest mined queries", vote.votes, vote.of);
         return decided(vote.route, why, reason);
     }
+    // A route offered with cues has one in the query: the counts are over every mined
+    // query, and this one is of the few the cue singles out, so they say nothing of it.
+    let cued = |label: &str| {
+        evidence.iter().any(|other| other.label != label && options.contains(&other.label) && !other.cues.is_empty())
+    };
     let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
     for (route_idx, route) in evidence.iter().enumerate().filter(|(_, route)| options.contains(&route.label)) {
         let Some(taken) = route.taken.filter(|&taken| 2 * taken > total) else { continue };
+        if cued(&route.label) {
+            why.push(format!(
+                "`{}` not taken for its {taken} of {total} mined records: the query holds another route's cue",
+                route.label
+            ));
+            continue;
+        }
         let reason = match ready(route_idx) {
             Some(node_idx) if !runs_no_tool(route) => {
                 format!("taken by {taken} of {total} mined records, and `{}` can be grounded", plan.nodes[node_idx].id)

@@ -776,7 +776,8 @@ async fn a_route_whose_cue_the_query_lacks_is_left_out() {
 }
 
 /// A `skip` more than half of the mined records took is taken with no judge, as a tool
-/// route would be: the judge, asked, would take the lookup.
+/// route would be: the judge, asked, would take the lookup. Not when the query holds
+/// the other route's cue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skip_most_mined_records_took_is_taken_with_no_judge() {
     let state = tempfile::tempdir().unwrap();
@@ -784,7 +785,7 @@ async fn a_skip_most_mined_records_took_is_taken_with_no_judge() {
     let mut graph = routed_graph();
     graph["nodes"][1]["taken"] = json!({"lookup": 3, "skip": 7});
     let server = support::llm(finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})))).await;
-    let plan = support::plan(graph, support::runtime(&server, tools));
+    let plan = support::plan(graph.clone(), support::runtime(&server, tools.clone()));
     let input = RunInput { id: "skip-1".to_owned(), query: "I am Yusuf Rossi, zip code 19122.".to_owned() };
     let trace = run(&plan, &input, &NoObserver).await;
     assert!(trace.error.is_none(), "{:?}", trace.error);
@@ -793,6 +794,22 @@ async fn a_skip_most_mined_records_took_is_taken_with_no_judge() {
     let look = trace.observations.iter().find(|o| o.node_id == "look").and_then(|o| o.output.clone()).unwrap();
     assert_eq!(look, "skip (taken by 7 of 10 mined records)");
     assert_eq!(server.chat_requests().len(), 1, "only the user search asked the model");
+
+    // When the query holds the lookup's cue, the counts say nothing of it: the judge is
+    // asked, and takes the lookup.
+    graph["nodes"][1]["cues"] = json!({"lookup": ["details"]});
+    let server = support::llm(finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "lookup"})))).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let input = RunInput { id: "skip-2".to_owned(), query: "I am Yusuf Rossi, zip code 19122. My details?".to_owned() };
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    let called: Vec<&str> = trace.tool_calls.iter().map(|call| call.tool.as_str()).collect();
+    assert_eq!(called, ["find_user_id_by_name_zip", "get_user_details"]);
+    let look = trace.observations.iter().find(|o| o.node_id == "look").and_then(|o| o.output.clone()).unwrap();
+    assert!(
+        look.starts_with("lookup (`skip` not taken for its 7 of 10 mined records: the query holds another route's cue"),
+        "{look}"
+    );
 }
 
 /// A branch mined with its queries' words goes the way the nearest mined queries went,
