@@ -109,9 +109,9 @@ pub enum NodeKind {
         condition: Condition,
         /// How many of the mined records that reached this branch took each route, by
         /// route label (`skip` included); empty when nothing was mined. With a judge, the
-        /// executor takes a route more than half of them took without asking, when the
-        /// route's first tool can be grounded, and never offers a route whose first tool
-        /// has a bound argument with no candidate.
+        /// executor takes a route more than half of them took without asking, when it runs
+        /// no tool or its first tool can be grounded, and no other route offered has cues;
+        /// it never offers a route whose first tool has a bound argument with no candidate.
         // Left out of the JSON Schema, as `bindings` are: the edit grammar's node shape
         // must not change.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
