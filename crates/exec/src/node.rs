@@ -789,7 +789,7 @@ fn route_by_data(
         return decided(&route.label, why, reason);
     }
     match options.len() {
-        1 => decided(&options[0].clone(), why, "the only route left".to_owned()),
+        1 => decided(&options[0], why, "the only route left".to_owned()),
         _ => Routing { decided: None, options, why },
     }
 }

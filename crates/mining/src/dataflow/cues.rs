@@ -5,15 +5,14 @@
 //! of all the records' queries do (a word nearly every query holds says nothing by its
 //! absence), and chance explains it poorly: if a share `p` of all queries hold the word,
 //! the probability that `k` or more of the tool's `n` queries hold it anyway (the
-//! binomial tail) is at most [`MAX_CUE_CHANCE`]. Words are [`decision_words`]. (On
-//! τ²-bench airline's 25 training records no word passes: `that` held in 10 of 10 reservation lookups, and the held-out records show it was
-//! chance.) On τ²-bench retail, `exchange` is the cue of
+//! binomial tail) is at most [`MAX_CUE_CHANCE`]. Words are
+//! [`decision_words`](flowmem_model::decision_words). (On τ²-bench airline's 25 training
+//! records no word passes: `that` held in 10 of 10 reservation lookups, and the held-out
+//! records show it was chance.) On τ²-bench retail, `exchange` is the cue of
 //! `exchange_delivered_order_items`, `return` of `return_delivered_order_items` and
 //! `cancel` of `cancel_pending_order`; a query with none of them did not call the tool.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use flowmem_model::{Record, decision_words};
 
 /// The fewest records calling a tool for its cues to be mined.
 pub const MIN_CUE_RECORDS: usize = 5;
@@ -27,17 +26,16 @@ pub const CUE_RECALL: f64 = 0.9;
 /// The largest share of all records whose queries may hold a cue.
 pub const CUE_MAX_SHARE: f64 = 0.7;
 
-/// Per tool, its cue words, sorted; tools without cues are left out.
-pub(crate) fn mine_cues(records: &[Record]) -> BTreeMap<String, Vec<String>> {
-    let words: Vec<BTreeSet<String>> =
-        records.iter().map(|record| decision_words(&record.query).into_iter().collect()).collect();
+/// Per tool, its cue words, sorted; tools without cues are left out. `cases` are the
+/// records' tools and query words ([`Dataflow::cases`](crate::Dataflow)).
+pub(crate) fn mine_cues(cases: &[(BTreeSet<String>, Vec<String>)]) -> BTreeMap<String, Vec<String>> {
+    let words: Vec<&Vec<String>> = cases.iter().map(|(_, words)| words).collect();
     let mut share: BTreeMap<&str, usize> = BTreeMap::new();
-    for word in words.iter().flatten() {
+    for word in words.iter().copied().flatten() {
         *share.entry(word).or_default() += 1;
     }
     let mut callers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (record_idx, record) in records.iter().enumerate() {
-        let tools: BTreeSet<&str> = record.orchestration.iter().map(|call| call.tool.as_str()).collect();
+    for (record_idx, (tools, _)) in cases.iter().enumerate() {
         for tool in tools {
             callers.entry(tool).or_default().push(record_idx);
         }
@@ -48,13 +46,13 @@ pub(crate) fn mine_cues(records: &[Record]) -> BTreeMap<String, Vec<String>> {
             continue;
         }
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-        for word in calling.iter().flat_map(|&record_idx| &words[record_idx]) {
+        for word in calling.iter().flat_map(|&record_idx| words[record_idx].iter()) {
             *held.entry(word).or_default() += 1;
         }
         let cues: Vec<String> = held
             .into_iter()
             .filter(|&(word, count)| {
-                let p = share[word] as f64 / records.len() as f64;
+                let p = share[word] as f64 / cases.len() as f64;
                 count as f64 >= CUE_RECALL * calling.len() as f64
                     && p <= CUE_MAX_SHARE
                     && binomial_tail(calling.len(), count, p) <= MAX_CUE_CHANCE

@@ -339,7 +339,6 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
     for flow in &mut dataflow.arguments {
         flow.requires = requires.remove(&(flow.tool.clone(), flow.arg.clone())).unwrap_or_default();
     }
-    dataflow.cues = cues::mine_cues(records);
     dataflow.cases = records
         .iter()
         .map(|record| {
@@ -347,6 +346,7 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
             (tools, flowmem_model::decision_words(&record.query))
         })
         .collect();
+    dataflow.cues = cues::mine_cues(&dataflow.cases);
     let same_lengths = same_lengths(records);
     for flow in &mut dataflow.arguments {
         flow.same_length_as = same_lengths.get(&(flow.tool.clone(), flow.arg.clone())).cloned();
