@@ -15,7 +15,10 @@
 //! that CPU.
 //!
 //! Run: `cargo bench -p flowmem --bench gateway_latency`. `LATENCY_REQUESTS` sets the
-//! requests per configuration (default 2,000), `LATENCY_WORKFLOWS` the memory size.
+//! requests per configuration (default 2,000), `LATENCY_WORKFLOWS` the memory size. To
+//! compare two builds or settings, `LATENCY_FLOWMEM` names another `flowmem` binary to
+//! run as the gateways and `LATENCY_CONFIG` a `flowmem.toml` for them (for instance
+//! `[gateway] record = false`, to see what recording costs).
 
 #![allow(clippy::print_stdout, missing_docs)]
 
@@ -52,7 +55,8 @@ fn load_average() -> String {
 /// `flowmem serve` with the gateway in front of `upstream`; returns the process and
 /// its `/v1` URL.
 fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flowmem"));
+    let binary = std::env::var("LATENCY_FLOWMEM").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flowmem").to_owned());
+    let mut command = Command::new(binary);
     command
         .args(["serve", "--memory"])
         .arg(memory)
@@ -63,6 +67,9 @@ fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
         .env("OPENAI_BASE_URL", upstream)
         .env("FLOWMEM_MODEL", "scripted-model")
         .env_remove("FLOWMEM_CONFIG");
+    if let Ok(config) = std::env::var("LATENCY_CONFIG") {
+        command.env("FLOWMEM_CONFIG", config);
+    }
     let started = spawn_listening(command, "listening on ", Duration::from_secs(60));
     (started.child, started.address.trim_end_matches("/mcp").to_owned() + "/v1")
 }

@@ -17,6 +17,13 @@ use crate::args::{Cli, Command};
 use crate::commands::ExitStatus;
 use crate::printer::{ErrorReport, Printer};
 
+/// mimalloc rather than the system allocator: a request through `flowmem serve` makes
+/// many small, short-lived allocations (JSON values, rows, rendered text), and glibc's
+/// malloc and free took about a sixth of the gateway's CPU
+/// (`bench/runs/2026-12-05-vm/gateway_allocator.txt` has the A/B).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
