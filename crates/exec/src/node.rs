@@ -697,6 +697,10 @@ struct Routing {
 /// - a branch mined with its queries' words (`nearest`) takes, with no judge, the route
 ///   most of the nearest mined queries took among those of the routes still offered
 ///   ([`nearest_route`](flowmem_model::nearest_route));
+/// - when one route offered has cues (the query holds one), and more than half of the
+///   mined queries that reached the branch holding one of them took it (`cued`), it is
+///   taken with no judge; with two such routes, the query's cues disagree and the rules
+///   below go on;
 /// - a route that more than half of the mined records reaching the branch took is taken
 ///   with no judge, when it runs no tool (a `skip`) or its first tool (one of them) has a
 ///   value for every bound argument, unless another route offered has cues (the query
@@ -764,6 +768,15 @@ fn route_by_data(
     if let Some(vote) = flowmem_model::nearest_route(&decision_words, examples) {
         let reason = format!("taken by {} of the {} nearest mined queries", vote.votes, vote.of);
         return decided(vote.route, why, reason);
+    }
+    // A route offered with cues has one in the query (the others were left out above).
+    let cued_routes: Vec<&RouteEvidence> =
+        evidence.iter().filter(|route| !route.cues.is_empty() && options.contains(&route.label)).collect();
+    if let [route] = cued_routes[..]
+        && let Some((took, held)) = route.cued.filter(|&(took, held)| 2 * took > held)
+    {
+        let reason = format!("taken by {took} of the {held} mined queries that held its cue");
+        return decided(&route.label, why, reason);
     }
     // A route offered with cues has one in the query: the counts are over every mined
     // query, and this one is of the few the cue singles out, so they say nothing of it.

@@ -147,6 +147,9 @@ pub(crate) struct RouteEvidence {
     /// The words one of which the query must hold for the route to be offered; empty
     /// when any query may take it.
     pub(crate) cues: Vec<String>,
+    /// Of the mined queries that reached the branch holding one of `cues`: how many took
+    /// the route, and how many there were; `None` when nothing was mined.
+    pub(crate) cued: Option<(u64, u64)>,
     /// The words of each mined query that took the route, when the branch is decided by
     /// the nearest of them; empty otherwise.
     pub(crate) nearest: Vec<Vec<String>>,
@@ -236,8 +239,8 @@ pub fn compile(graph: &ValidatedGraph, runtime: Runtime) -> Result<Plan, Compile
     }
     link_edges(&mut nodes, &edges);
     for (node_idx, node) in graph.nodes.iter().enumerate() {
-        if let NodeKind::Branch { taken, cues, nearest, .. } = &node.kind {
-            let found = route_evidence(&nodes, &edges, node_idx, taken, cues, nearest, &graph.queries);
+        if matches!(node.kind, NodeKind::Branch { .. }) {
+            let found = route_evidence(&nodes, &edges, node_idx, &node.kind, &graph.queries);
             if let Op::Branch { evidence, .. } = &mut nodes[node_idx].op {
                 *evidence = found;
             }
@@ -373,11 +376,10 @@ fn route_evidence(
     nodes: &[PlanNode],
     edges: &[PlanEdge],
     branch_idx: usize,
-    taken: &BTreeMap<String, u64>,
-    cues: &BTreeMap<String, Vec<String>>,
-    nearest: &BTreeMap<String, Vec<usize>>,
+    kind: &NodeKind,
     queries: &[Vec<String>],
 ) -> Vec<RouteEvidence> {
+    let NodeKind::Branch { taken, cues, nearest, cued, .. } = kind else { return Vec::new() };
     let forward = |node_idx: usize| {
         let loop_body = matches!(nodes[node_idx].op, Op::Loop { .. });
         nodes[node_idx].outgoing.iter().map(|&edge_idx| &edges[edge_idx]).filter(move |edge| {
@@ -420,6 +422,7 @@ fn route_evidence(
             let mut found = RouteEvidence {
                 taken: taken.get(&label).copied(),
                 cues: cues.get(&label).cloned().unwrap_or_default(),
+                cued: cued.get(&label).map(|&[took, held]| (took, held)),
                 // Validation refused indices out of range; `get` keeps a plan safe anyway.
                 nearest: nearest
                     .get(&label)

@@ -159,16 +159,31 @@ pub enum Violation {
         /// The repeated label.
         label: String,
     },
-    /// A branch's mined evidence (`taken`, `cues` or `nearest`) names a route it does not
+    /// A branch's mined evidence (`taken`, `cues`, `nearest` or `cued`) names a route it does not
     /// have.
     #[error("node `{node}`: `{field}` names route `{label}`, which no edge out of the branch is labelled")]
     MinedUnknownRoute {
         /// The branch.
         node: String,
-        /// The field: `taken`, `cues` or `nearest`.
+        /// The field: `taken`, `cues`, `nearest` or `cued`.
         field: &'static str,
         /// The label no route has.
         label: String,
+    },
+    /// A branch's `cued` counts for a route are not `[took, held]` with `took` at most
+    /// `held` and `held` at least 1.
+    #[error(
+        "node `{node}`: `cued` for route `{label}` says {took} of {held} mined queries took it; expected [took, held] with 0 ≤ took ≤ held and held ≥ 1"
+    )]
+    CuedCounts {
+        /// The branch.
+        node: String,
+        /// The route.
+        label: String,
+        /// The queries holding a cue that took the route, as written.
+        took: u64,
+        /// The queries holding a cue, as written.
+        held: u64,
     },
     /// A branch's `nearest` names a mined query the graph's `queries` do not hold.
     #[error("node `{node}`: `nearest` names query {index} for route `{label}`, but the graph holds {queries} queries")]
@@ -333,6 +348,7 @@ impl Violation {
             | Violation::DuplicateRoute { node, .. }
             | Violation::MinedUnknownRoute { node, .. }
             | Violation::NearestUnknownQuery { node, .. }
+            | Violation::CuedCounts { node, .. }
             | Violation::NoRoutes { node }
             | Violation::MissingRoute { node, .. }
             | Violation::UnreachableRoute { node, .. }
@@ -710,7 +726,7 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
         let outgoing: Vec<_> =
             edges.outgoing(graph, index, &node.id).filter(|edge| edge.kind != EdgeKind::Back).collect();
         match &node.kind {
-            NodeKind::Branch { condition, taken, cues, nearest } => {
+            NodeKind::Branch { condition, taken, cues, nearest, cued } => {
                 if outgoing.is_empty() {
                     res.push(Violation::NoRoutes { node: node.id.clone() });
                     continue;
@@ -729,10 +745,16 @@ fn check_labels(graph: &WorkflowGraph, index: &Index<'_>, edges: &EdgesByNode, r
                     ("taken", taken.keys().collect::<Vec<_>>()),
                     ("cues", cues.keys().collect()),
                     ("nearest", nearest.keys().collect()),
+                    ("cued", cued.keys().collect()),
                 ];
                 for (field, labels) in mined {
                     for label in labels.into_iter().filter(|label| !seen.contains(label.as_str())) {
                         res.push(Violation::MinedUnknownRoute { node: node.id.clone(), field, label: label.clone() });
+                    }
+                }
+                for (label, &[took, held]) in cued {
+                    if took > held || held == 0 {
+                        res.push(Violation::CuedCounts { node: node.id.clone(), label: label.clone(), took, held });
                     }
                 }
                 for (label, indices) in nearest {

@@ -312,9 +312,10 @@ impl Builder<'_> {
                 let taken = self.taken(&routes, &route_cases);
                 let cues = self.route_cues(children, &routes);
                 let (nearest, why) = self.nearest(&routes, &route_cases);
+                let (cued, cued_why) = self.cued(&routes, &route_cases, &cues);
                 let branch = self.id("branch");
-                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues, nearest };
-                let branch = self.add(from, node(&branch, kind, &format!("Choose one alternative{why}")));
+                let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues, nearest, cued };
+                let branch = self.add(from, node(&branch, kind, &format!("Choose one alternative{why}{cued_why}")));
                 let join = self.id("join");
                 let mut ends = Vec::new();
                 for ((child, route), route_cases) in children.iter().zip(routes).zip(&route_cases) {
@@ -361,6 +362,7 @@ impl Builder<'_> {
                     taken,
                     cues: BTreeMap::new(),
                     nearest,
+                    cued: BTreeMap::new(),
                 };
                 let branch = self.add(after_first, node(&branch, kind, &format!("Decide whether to retry{why}")));
                 let join = self.id("join");
@@ -437,6 +439,45 @@ impl Builder<'_> {
         for (route, record) in examples {
             res.entry(route.to_owned()).or_default().push(record);
         }
+        (res, why)
+    }
+
+    /// Per route with `cues`, of the mined records reaching the branch whose query holds
+    /// one of them: how many took the route, and how many there were; with a note for
+    /// the branch's description. Routes no such query reached are left out.
+    fn cued(
+        &self,
+        routes: &[String],
+        route_cases: &[Vec<Case>],
+        cues: &BTreeMap<String, Vec<String>>,
+    ) -> (BTreeMap<String, [u64; 2]>, String) {
+        // (route index, record index) of each record reaching the branch, per route it took.
+        let records: Vec<(usize, usize)> = route_cases
+            .iter()
+            .enumerate()
+            .flat_map(|(route_idx, cases)| cases.iter().filter_map(move |case| Some((route_idx, case.record?))))
+            .collect();
+        let mut res = BTreeMap::new();
+        let mut notes = Vec::new();
+        for (route_idx, route) in routes.iter().enumerate() {
+            let Some(words) = cues.get(route) else { continue };
+            let holds = |record: usize| self.queries[record].iter().any(|word| words.contains(word));
+            let mut holding: Vec<usize> =
+                records.iter().filter(|(_, record)| holds(*record)).map(|(_, r)| *r).collect();
+            holding.sort_unstable();
+            holding.dedup();
+            if holding.is_empty() {
+                continue;
+            }
+            let took = records.iter().filter(|&&(idx, record)| idx == route_idx && holds(record)).count();
+            notes.push(format!("`{route}` {took} of {}", holding.len()));
+            res.insert(route.clone(), [took as u64, holding.len() as u64]);
+        }
+        let why = if notes.is_empty() {
+            String::new()
+        } else {
+            format!("; of the mined queries holding a route's cue, took it: {}", notes.join(", "))
+        };
         (res, why)
     }
 

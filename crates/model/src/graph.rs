@@ -125,6 +125,15 @@ pub enum NodeKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         #[schemars(skip)]
         cues: BTreeMap<String, Vec<String>>,
+        /// Per route label with `cues`: of the mined records that reached this branch with
+        /// a query holding one of the route's cues, how many took the route, and how many
+        /// there were (`[took, held]`). Under bindings grounding a judged branch whose query
+        /// holds the cues of one route offered, and of no other, takes that route with no
+        /// judge when more than half took it (`exchange` held by 25 of τ²-bench retail's
+        /// mined queries, 16 of which exchanged).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        cued: BTreeMap<String, [u64; 2]>,
         /// Per route label, the mined queries that took the route, as indices into the
         /// graph's `queries`; present only where mining found, leaving each record out in
         /// turn, that the route most of its [`NEAREST_VOTES`](crate::NEAREST_VOTES) nearest

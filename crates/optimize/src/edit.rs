@@ -421,7 +421,7 @@ fn apply_in_place(graph: &mut WorkflowGraph, edit: &GraphEdit) -> Result<(), Edi
     Ok(())
 }
 
-/// Drops the mined counts (`taken`), cues and nearest queries' examples of routes an edit
+/// Drops the mined counts (`taken`, `cued`), cues and nearest queries' examples of routes an edit
 /// removed from their branch: they describe no route any more.
 fn forget_lost_routes(graph: &mut WorkflowGraph) {
     let routes: std::collections::HashSet<(String, String)> = graph
@@ -431,10 +431,11 @@ fn forget_lost_routes(graph: &mut WorkflowGraph) {
         .filter_map(|edge| Some((edge.from.clone(), edge.label.clone()?)))
         .collect();
     for node in &mut graph.nodes {
-        if let NodeKind::Branch { taken, cues, nearest, .. } = &mut node.kind {
+        if let NodeKind::Branch { taken, cues, nearest, cued, .. } = &mut node.kind {
             taken.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
             cues.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
             nearest.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
+            cued.retain(|label, _| routes.contains(&(node.id.clone(), label.clone())));
         }
     }
 }
@@ -815,6 +816,7 @@ fn insert_control(graph: &mut WorkflowGraph, control: &ControlInsert) -> Result<
                     taken: std::collections::BTreeMap::new(),
                     cues: std::collections::BTreeMap::new(),
                     nearest: std::collections::BTreeMap::new(),
+                    cued: std::collections::BTreeMap::new(),
                 },
                 description: None,
             });

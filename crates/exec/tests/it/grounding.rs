@@ -812,6 +812,49 @@ async fn a_skip_most_mined_records_took_is_taken_with_no_judge() {
     );
 }
 
+/// A route whose cue the query holds is taken with no judge when more than half of the
+/// mined queries that reached the branch holding its cue took it (`cued`): the judge,
+/// asked, would skip, as most mined records did. With half or fewer, the judge is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_most_queries_holding_its_cue_took_is_taken_with_no_judge() {
+    let state = tempfile::tempdir().unwrap();
+    let tools = support::retail(state.path()).await;
+    let mut graph = routed_graph();
+    graph["nodes"][1]["taken"] = json!({"lookup": 3, "skip": 7});
+    graph["nodes"][1]["cues"] = json!({"lookup": ["details"]});
+    graph["nodes"][1]["cued"] = json!({"lookup": [3, 4]});
+    let script = finds_yusuf().when(Match::wants_json(), Reply::json(json!({"choice": "skip"})));
+    let input = RunInput { id: "cued-1".to_owned(), query: "I am Yusuf Rossi, zip code 19122. My details?".to_owned() };
+    let called = |trace: &flowmem_model::Trace| -> Vec<String> {
+        trace.tool_calls.iter().map(|call| call.tool.clone()).collect()
+    };
+    let look = |trace: &flowmem_model::Trace| {
+        trace.observations.iter().find(|o| o.node_id == "look").and_then(|o| o.output.clone()).unwrap_or_default()
+    };
+
+    let server = support::llm(script.clone()).await;
+    let plan = support::plan(graph.clone(), support::runtime(&server, tools.clone()));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(called(&trace), ["find_user_id_by_name_zip", "get_user_details"]);
+    assert!(
+        look(&trace).starts_with("lookup (taken by 3 of the 4 mined queries that held its cue"),
+        "{}",
+        look(&trace)
+    );
+    let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Question:")).count();
+    assert_eq!(judged, 0, "no judge was asked at `look`");
+
+    graph["nodes"][1]["cued"] = json!({"lookup": [2, 4]});
+    let server = support::llm(script).await;
+    let plan = support::plan(graph, support::runtime(&server, tools));
+    let trace = run(&plan, &input, &NoObserver).await;
+    assert!(trace.error.is_none(), "{:?}", trace.error);
+    assert_eq!(called(&trace), ["find_user_id_by_name_zip"], "the judge was asked and skipped");
+    let judged = server.chat_requests().iter().filter(|r| r.body.to_string().contains("Question:")).count();
+    assert_eq!(judged, 1, "the judge was asked at `look` only: {:?}", server.chat_requests());
+}
+
 /// A branch mined with its queries' words goes the way the nearest mined queries went,
 /// with no judge, even against the most taken route: of the `look` branch's mined
 /// queries, those that asked about a status skipped the lookup, and this one asks about a

@@ -516,4 +516,27 @@ fn mined_route_counts_must_name_the_branchs_routes() {
         matches!(&found[..], [Violation::MinedUnknownRoute { node, field: "nearest", label }] if node == "pick" && label == "eko"),
         "{found:?}"
     );
+
+    // And the counts of the queries holding a route's cue: a route it has, at most as
+    // many took it as held a cue, and at least one held one.
+    let with_cued = |label: &str, counts: [u64; 2]| {
+        let mut graph = branch(json!({"echo": 4, "skip": 1}));
+        let NodeKind::Branch { cued, .. } = &mut graph.nodes[0].kind else { unreachable!() };
+        cued.insert(label.into(), counts);
+        graph
+    };
+    assert!(check(with_cued("echo", [3, 4]), ToolCatalog::Known(&tools())).is_ok());
+    let found = violations(&with_cued("eco", [3, 4]), ToolCatalog::Known(&tools()));
+    assert!(
+        matches!(&found[..], [Violation::MinedUnknownRoute { node, field: "cued", label }] if node == "pick" && label == "eco"),
+        "{found:?}"
+    );
+    for counts in [[5, 4], [0, 0]] {
+        let found = violations(&with_cued("echo", counts), ToolCatalog::Known(&tools()));
+        assert!(
+            matches!(&found[..], [Violation::CuedCounts { node, label, took, held }] if node == "pick" && label == "echo" && [*took, *held] == counts),
+            "{found:?}"
+        );
+        assert!(found[0].to_string().contains("`cued` for route `echo`"), "{}", found[0]);
+    }
 }

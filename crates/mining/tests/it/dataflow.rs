@@ -748,6 +748,44 @@ fn words_without_which_a_tool_was_never_called_are_its_cues() {
     assert_eq!(cues.into_iter().collect::<Vec<_>>(), [("exchange".to_owned(), vec!["exchange".to_owned()])]);
 }
 
+/// Of the mined queries that reached a branch holding a route's cue, how many took the
+/// route: nine exchange queries exchanged, two more that said `exchange` only asked
+/// about the order, so the branch's `cued` is 9 of 11 (and its description says so).
+#[test]
+fn a_branch_counts_the_queries_holding_a_routes_cue_that_took_it() {
+    let exchange = || call("exchange", json!({"order_id": "#W1"}), Some(json!("ok")));
+    let look = || call("get_order", json!({"order_id": "#W1"}), Some(json!({"status": "delivered"})));
+    let mut logs = Vec::new();
+    for idx in 0..9 {
+        let query = ["I want to exchange my lamp", "Please exchange the kettle", "An exchange for the mug"][idx % 3];
+        logs.push((query, vec![look(), exchange()]));
+    }
+    for _ in 0..2 {
+        logs.push(("Can I exchange it later? Where is my order", vec![look()]));
+    }
+    for _ in 0..16 {
+        logs.push(("Where is my order", vec![look()]));
+    }
+    let records = records_of(logs);
+    let flow = mine_dataflow(&records);
+    assert_eq!(flow.cues.get("exchange"), Some(&vec!["exchange".to_owned()]), "{:?}", flow.cues);
+    let tree = ProcessTree::parse("->( 'get_order', X( 'exchange', tau ) )").unwrap();
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+    let node = graph.nodes.iter().find(|node| matches!(node.kind, NodeKind::Branch { .. })).unwrap();
+    let NodeKind::Branch { cued, .. } = &node.kind else { unreachable!() };
+    assert_eq!(cued.iter().collect::<Vec<_>>(), [(&"exchange".to_owned(), &[9, 11])]);
+    let description = node.description.clone().unwrap();
+    assert!(description.contains("holding a route's cue, took it: `exchange` 9 of 11"), "{description}");
+
+    // Without a dataflow's records (a skeleton from the tree alone) nothing is counted.
+    let plain = flowmem_mining::tree_to_skeleton(&tree);
+    assert!(plain.nodes.iter().all(|node| match &node.kind {
+        NodeKind::Branch { cued, .. } => cued.is_empty(),
+        _ => true,
+    }));
+}
+
 /// Decision mining on queries, by their nearest: a refund the logs made when the query
 /// said `broken` or `damaged` (neither word in nine of ten refund queries, so no cue),
 /// and skipped for queries about tracking. Left out in turn, each record's five nearest
