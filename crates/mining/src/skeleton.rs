@@ -54,7 +54,7 @@ pub const SKELETON_MAX_ITERATIONS: u32 = 5;
 /// ```
 #[must_use]
 pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
-    build_skeleton(tree, None, &[], &BTreeMap::new())
+    build_skeleton(tree, None, &[], &BTreeMap::new(), &Gaps::default())
 }
 
 /// The cases of `log`, one per variant with its count and no query words.
@@ -68,6 +68,15 @@ fn log_cases(log: &EventLog) -> Vec<Case> {
     log.variants().iter().map(case).collect()
 }
 
+/// What the mined data flow says of the records' logs that omit steps.
+#[derive(Default)]
+struct Gaps {
+    /// Per tool, the tools its results or arguments fed ([`Dataflow`]'s `feeds`).
+    feeds: BTreeMap<String, BTreeSet<String>>,
+    /// Per record, the tools it lacked ([`Dataflow`]'s `lacking`).
+    lacking: Vec<BTreeSet<String>>,
+}
+
 /// `queries` are the [`decision_words`](flowmem_model::decision_words) of the records
 /// that `cases` name (empty for cases without records).
 fn build_skeleton(
@@ -75,6 +84,7 @@ fn build_skeleton(
     cases: Option<Vec<Case>>,
     queries: &[Vec<String>],
     cues: &BTreeMap<String, Vec<String>>,
+    gaps: &Gaps,
 ) -> WorkflowGraph {
     let mut builder = Builder {
         nodes: Vec::new(),
@@ -83,6 +93,7 @@ fn build_skeleton(
         counting: cases.is_some(),
         cues: cues.clone(),
         queries,
+        gaps,
         decided_by_nearest: false,
     };
     builder.nodes.push(node("plan", llm(LlmRole::Plan), "Parse the query into sub-tasks"));
@@ -114,6 +125,12 @@ fn build_skeleton(
 /// than half and more often than the most taken route (with at least
 /// [`MIN_NEAREST_RECORDS`] records), the branch keeps them (`nearest`, indices into the
 /// graph's `queries`) and its description says how often they were right.
+///
+/// A record that took no route of a branch is left out of its evidence when its log
+/// omits steps a route leads to: a value its log holds with no source came, in the other
+/// records, from a tool the route's tools feed, which it did not call (τ²-bench's
+/// reference logs often hold a task's writes without the lookups their values came
+/// from; such a record's skip is a gap in the log, not a decision).
 ///
 /// A dependency found in the data overrides a concurrency found in the control flow:
 /// members of a `+` block whose tools take values from each other's results (or
@@ -164,7 +181,8 @@ pub fn tree_to_bound_skeleton(
         dataflow.cases.iter().enumerate().map(case).collect()
     };
     let queries: Vec<Vec<String>> = dataflow.cases.iter().map(|(_, words)| words.clone()).collect();
-    let mut graph = build_skeleton(&ordered, Some(cases), &queries, &dataflow.cues);
+    let gaps = Gaps { feeds: dataflow.feeds.clone(), lacking: dataflow.lacking.clone() };
+    let mut graph = build_skeleton(&ordered, Some(cases), &queries, &dataflow.cues, &gaps);
     fill_bindings(&mut graph, dataflow, cfg);
     graph
 }
@@ -255,6 +273,8 @@ struct Builder<'a> {
     cues: BTreeMap<String, Vec<String>>,
     /// The records' query words, by record index.
     queries: &'a [Vec<String>],
+    /// The records whose logs omit steps, and where the steps lead.
+    gaps: &'a Gaps,
     /// Whether a branch is decided by the nearest queries (the graph then keeps them).
     decided_by_nearest: bool,
 }
@@ -298,24 +318,37 @@ impl Builder<'_> {
                 let children = &children;
                 let routes = route_labels(children);
                 let question = format!("Which route fits the query: {}?", routes.join(" | "));
+                let mut gapped = 0;
                 let route_cases: Vec<Vec<Case>> = children
                     .iter()
                     .map(|child| match child {
                         ProcessTree::Tau => {
                             let others: Vec<Vec<Case>> = children.iter().map(|other| cases_of(cases, other)).collect();
                             let elsewhere = |case: &Case| others.iter().any(|taken| taken.contains(case));
-                            cases.iter().filter(|case| !elsewhere(case)).cloned().collect()
+                            let skipped: Vec<Case> = cases.iter().filter(|case| !elsewhere(case)).cloned().collect();
+                            let (gaps, kept): (Vec<Case>, Vec<Case>) =
+                                skipped.into_iter().partition(|case| self.skipped_with_a_gap(case, children));
+                            gapped = gaps.len();
+                            kept
                         }
                         child => cases_of(cases, child),
                     })
                     .collect();
+                let gap_why = if gapped == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        "; {gapped} records that took no route are left out: values their logs hold with no source came, in other records, from tools a route leads to"
+                    )
+                };
                 let taken = self.taken(&routes, &route_cases);
                 let cues = self.route_cues(children, &routes);
                 let (nearest, why) = self.nearest(&routes, &route_cases);
                 let (cued, cued_why) = self.cued(&routes, &route_cases, &cues);
                 let branch = self.id("branch");
                 let kind = NodeKind::Branch { condition: Condition::Judge { question }, taken, cues, nearest, cued };
-                let branch = self.add(from, node(&branch, kind, &format!("Choose one alternative{why}{cued_why}")));
+                let description = format!("Choose one alternative{gap_why}{why}{cued_why}");
+                let branch = self.add(from, node(&branch, kind, &description));
                 let join = self.id("join");
                 let mut ends = Vec::new();
                 for ((child, route), route_cases) in children.iter().zip(routes).zip(&route_cases) {
@@ -440,6 +473,40 @@ impl Builder<'_> {
             res.entry(route.to_owned()).or_default().push(record);
         }
         (res, why)
+    }
+
+    /// Whether `case`, a record that took no route of a branch whose routes are
+    /// `children`, has a log that omits steps a route leads to: walking the data flow
+    /// (`feeds`, provider to provided) from a route's tools through tools the record did
+    /// not call reaches a tool it lacked (the provider, in other records, of a value its
+    /// log holds with no source). A route's tool the record lacks is not enough by itself:
+    /// the record may not have wanted it (τ²-bench airline's bookings took their flights
+    /// from a cancellation's result, and a booking without one is not a skipped cancel).
+    /// Such a record says nothing of the branch: τ²-bench's reference logs often hold the
+    /// writes of a task without the lookups its values came from.
+    fn skipped_with_a_gap(&self, case: &Case, children: &[ProcessTree]) -> bool {
+        let Some(lacking) = case.record.and_then(|record| self.gaps.lacking.get(record)) else { return false };
+        if lacking.is_empty() {
+            return false;
+        }
+        let mut stack: Vec<&str> =
+            children.iter().flat_map(ProcessTree::labels).filter(|tool| !case.names.contains(*tool)).collect();
+        let mut seen = BTreeSet::new();
+        while let Some(tool) = stack.pop() {
+            if !seen.insert(tool) {
+                continue;
+            }
+            // Only a tool the route's tools feed: a record lacking a route's own tool may
+            // simply not have wanted it.
+            let fed = self.gaps.feeds.get(tool).into_iter().flatten();
+            for next in fed.map(String::as_str).filter(|next| !case.names.contains(*next)) {
+                if lacking.contains(next) {
+                    return true;
+                }
+                stack.push(next);
+            }
+        }
+        false
     }
 
     /// Per route with `cues`, of the mined records reaching the branch whose query holds

@@ -108,6 +108,15 @@ pub struct Dataflow {
     /// document.
     #[serde(skip)]
     pub(crate) cases: Vec<(BTreeSet<String>, Vec<String>)>,
+    /// Per tool, the tools whose arguments' values its results most often gave (it is
+    /// their provider). Not part of the document.
+    #[serde(skip)]
+    pub(crate) feeds: BTreeMap<String, BTreeSet<String>>,
+    /// Per record, in input order: the tools it did not call that, in the other records,
+    /// provided values its log holds with no source (a log that omits a lookup). Not part
+    /// of the document.
+    #[serde(skip)]
+    pub(crate) lacking: Vec<BTreeSet<String>>,
 }
 
 /// How many values each kind of source explained.
@@ -347,6 +356,8 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
         })
         .collect();
     dataflow.cues = cues::mine_cues(&dataflow.cases);
+    dataflow.feeds = feeds(&dataflow.arguments);
+    dataflow.lacking = lacking(&dataflow);
     let same_lengths = same_lengths(records);
     for flow in &mut dataflow.arguments {
         flow.same_length_as = same_lengths.get(&(flow.tool.clone(), flow.arg.clone())).cloned();
@@ -356,6 +367,55 @@ pub fn mine_dataflow(records: &[Record]) -> Dataflow {
         flow.paired_with = pairings.remove(&(flow.tool.clone(), flow.arg.clone()));
     }
     dataflow
+}
+
+/// The fewest values a result source must have given an argument for its tool to count
+/// as the argument's provider ([`Dataflow`]'s `feeds` and `lacking`).
+const MIN_PROVIDER_SUPPORT: u64 = 2;
+
+/// The tools whose results are the best supported source of `argument`'s values (at
+/// least [`MIN_PROVIDER_SUPPORT`]): its providers. An argument source is no provider: a
+/// call repeating an earlier call's argument took nothing from it the query did not give.
+fn providers(argument: &ArgumentFlow) -> impl Iterator<Item = &str> {
+    let results = || {
+        argument.sources.iter().filter_map(|found| match &found.source {
+            Source::Result { tool, .. } if *tool != argument.tool => Some((tool.as_str(), found.support)),
+            _ => None,
+        })
+    };
+    let best = results().map(|(_, support)| support).max().unwrap_or(0).max(MIN_PROVIDER_SUPPORT);
+    results().filter(move |&(_, support)| support == best).map(|(tool, _)| tool)
+}
+
+/// Per tool, the tools it is a provider of ([`providers`]).
+fn feeds(arguments: &[ArgumentFlow]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut res: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for argument in arguments {
+        for tool in providers(argument) {
+            res.entry(tool.to_owned()).or_default().insert(argument.tool.clone());
+        }
+    }
+    res
+}
+
+/// Per record: the tools it did not call that are, in the other records, providers
+/// ([`providers`]) of a value its log holds with no source.
+fn lacking(dataflow: &Dataflow) -> Vec<BTreeSet<String>> {
+    dataflow
+        .per_record
+        .iter()
+        .zip(&dataflow.cases)
+        .map(|(flow, (called, _))| {
+            flow.values
+                .iter()
+                .filter(|value| value.sources.is_empty())
+                .filter_map(|value| dataflow.argument(&value.tool, &value.arg))
+                .flat_map(providers)
+                .filter(|&tool| !called.contains(tool))
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
 }
 
 /// The fewest calls holding two array arguments that must have had equal lengths for
@@ -735,5 +795,7 @@ fn aggregate(records: &[Record], per_record: Vec<RecordFlow>, each: &[EachFindin
         per_record,
         cues: BTreeMap::new(),
         cases: Vec::new(),
+        feeds: BTreeMap::new(),
+        lacking: Vec::new(),
     }
 }

@@ -786,6 +786,53 @@ fn a_branch_counts_the_queries_holding_a_routes_cue_that_took_it() {
     }));
 }
 
+/// A record whose log omits the lookups a branch's route makes says nothing of the
+/// branch: six records find the user, list her orders and cancel one; four cancel with
+/// no lookup (their order ids come from nowhere in their logs, where the other records
+/// took them from the order list, which the user lookup feeds); four do nothing. The
+/// lookup branch counts 6 against the 4 that did nothing, not against 8, and says why.
+#[test]
+fn records_whose_logs_omit_a_routes_lookups_are_left_out_of_the_branch() {
+    let mut logs: Vec<(String, Vec<ToolCall>)> = Vec::new();
+    for idx in 0..6 {
+        let user = format!("u{idx}");
+        let order = format!("#W{idx}");
+        logs.push((
+            format!("I am user {idx}, cancel my order"),
+            vec![
+                call("find_user", json!({"name": format!("name{idx}")}), Some(json!({"user_id": user}))),
+                call("get_orders", json!({"user_id": user}), Some(json!({"orders": [order]}))),
+                call("cancel", json!({"order_id": order}), Some(json!("ok"))),
+            ],
+        ));
+    }
+    for idx in 10..14 {
+        logs.push((
+            format!("Cancel an order for me {idx}"),
+            vec![call("cancel", json!({"order_id": format!("#W{idx}")}), Some(json!("ok")))],
+        ));
+    }
+    for _ in 0..4 {
+        logs.push(("What are your opening hours".to_owned(), Vec::new()));
+    }
+    let records = records_of(logs.iter().map(|(query, calls)| (query.as_str(), calls.clone())).collect());
+    let flow = mine_dataflow(&records);
+    let tree = ProcessTree::parse("->( X( ->( 'find_user', 'get_orders' ), tau ), X( 'cancel', tau ) )").unwrap();
+    let log = EventLog::from_records(&records, Classifier::ToolName);
+    let graph = tree_to_bound_skeleton(&tree, &log, &flow, &BindingConfig::skeleton());
+    let branches: Vec<_> = graph.nodes.iter().filter(|node| matches!(node.kind, NodeKind::Branch { .. })).collect();
+    let NodeKind::Branch { taken, .. } = &branches[0].kind else { unreachable!() };
+    assert_eq!(
+        taken.iter().map(|(route, n)| (route.as_str(), *n)).collect::<Vec<_>>(),
+        [("find_user", 6), ("skip", 4)]
+    );
+    let description = branches[0].description.clone().unwrap();
+    assert!(description.contains("4 records that took no route are left out"), "{description}");
+    // The cancel branch has no lookup to lack: the four that did nothing count.
+    let NodeKind::Branch { taken, .. } = &branches[1].kind else { unreachable!() };
+    assert_eq!(taken.iter().map(|(route, n)| (route.as_str(), *n)).collect::<Vec<_>>(), [("cancel", 10), ("skip", 4)]);
+}
+
 /// Decision mining on queries, by their nearest: a refund the logs made when the query
 /// said `broken` or `damaged` (neither word in nine of ten refund queries, so no cue),
 /// and skipped for queries about tracking. Left out in turn, each record's five nearest
