@@ -54,7 +54,8 @@ pub const SKELETON_MAX_ITERATIONS: u32 = 5;
 /// ```
 #[must_use]
 pub fn tree_to_skeleton(tree: &ProcessTree) -> WorkflowGraph {
-    build_skeleton(tree, None, &[], &BTreeMap::new(), &Gaps::default())
+    let gaps = Gaps { feeds: &BTreeMap::new(), lacking: &[] };
+    build_skeleton(tree, None, &[], &BTreeMap::new(), &gaps)
 }
 
 /// The cases of `log`, one per variant with its count and no query words.
@@ -69,12 +70,11 @@ fn log_cases(log: &EventLog) -> Vec<Case> {
 }
 
 /// What the mined data flow says of the records' logs that omit steps.
-#[derive(Default)]
-struct Gaps {
-    /// Per tool, the tools its results or arguments fed ([`Dataflow`]'s `feeds`).
-    feeds: BTreeMap<String, BTreeSet<String>>,
-    /// Per record, the tools it lacked ([`Dataflow`]'s `lacking`).
-    lacking: Vec<BTreeSet<String>>,
+struct Gaps<'a> {
+    /// Per tool, the tools it is a provider of ([`Dataflow`]'s `feeds`).
+    feeds: &'a BTreeMap<String, BTreeSet<String>>,
+    /// Per record, the providers it lacked ([`Dataflow`]'s `lacking`).
+    lacking: &'a [BTreeSet<String>],
 }
 
 /// `queries` are the [`decision_words`](flowmem_model::decision_words) of the records
@@ -84,7 +84,7 @@ fn build_skeleton(
     cases: Option<Vec<Case>>,
     queries: &[Vec<String>],
     cues: &BTreeMap<String, Vec<String>>,
-    gaps: &Gaps,
+    gaps: &Gaps<'_>,
 ) -> WorkflowGraph {
     let mut builder = Builder {
         nodes: Vec::new(),
@@ -181,7 +181,7 @@ pub fn tree_to_bound_skeleton(
         dataflow.cases.iter().enumerate().map(case).collect()
     };
     let queries: Vec<Vec<String>> = dataflow.cases.iter().map(|(_, words)| words.clone()).collect();
-    let gaps = Gaps { feeds: dataflow.feeds.clone(), lacking: dataflow.lacking.clone() };
+    let gaps = Gaps { feeds: &dataflow.feeds, lacking: &dataflow.lacking };
     let mut graph = build_skeleton(&ordered, Some(cases), &queries, &dataflow.cues, &gaps);
     fill_bindings(&mut graph, dataflow, cfg);
     graph
@@ -274,7 +274,7 @@ struct Builder<'a> {
     /// The records' query words, by record index.
     queries: &'a [Vec<String>],
     /// The records whose logs omit steps, and where the steps lead.
-    gaps: &'a Gaps,
+    gaps: &'a Gaps<'a>,
     /// Whether a branch is decided by the nearest queries (the graph then keeps them).
     decided_by_nearest: bool,
 }
