@@ -780,13 +780,13 @@ fn route_by_data(
     }
     // A route offered with cues has one in the query: the counts are over every mined
     // query, and this one is of the few the cue singles out, so they say nothing of it.
-    let cued = |label: &str| {
+    let another_has_cues = |label: &str| {
         evidence.iter().any(|other| other.label != label && options.contains(&other.label) && !other.cues.is_empty())
     };
     let total: u64 = evidence.iter().filter_map(|route| route.taken).sum();
     for (route_idx, route) in evidence.iter().enumerate().filter(|(_, route)| options.contains(&route.label)) {
         let Some(taken) = route.taken.filter(|&taken| 2 * taken > total) else { continue };
-        if cued(&route.label) {
+        if another_has_cues(&route.label) {
             why.push(format!(
                 "`{}` not taken for its {taken} of {total} mined records: the query holds another route's cue",
                 route.label

@@ -518,25 +518,17 @@ impl Builder<'_> {
         route_cases: &[Vec<Case>],
         cues: &BTreeMap<String, Vec<String>>,
     ) -> (BTreeMap<String, [u64; 2]>, String) {
-        // (route index, record index) of each record reaching the branch, per route it took.
-        let records: Vec<(usize, usize)> = route_cases
-            .iter()
-            .enumerate()
-            .flat_map(|(route_idx, cases)| cases.iter().filter_map(move |case| Some((route_idx, case.record?))))
-            .collect();
         let mut res = BTreeMap::new();
         let mut notes = Vec::new();
-        for (route_idx, route) in routes.iter().enumerate() {
+        for (route, cases) in routes.iter().zip(route_cases) {
             let Some(words) = cues.get(route) else { continue };
-            let holds = |record: usize| self.queries[record].iter().any(|word| words.contains(word));
-            let mut holding: Vec<usize> =
-                records.iter().filter(|(_, record)| holds(*record)).map(|(_, r)| *r).collect();
-            holding.sort_unstable();
-            holding.dedup();
+            let holds = |record: &usize| self.queries[*record].iter().any(|word| words.contains(word));
+            let holding: BTreeSet<usize> =
+                route_cases.iter().flatten().filter_map(|case| case.record).filter(holds).collect();
             if holding.is_empty() {
                 continue;
             }
-            let took = records.iter().filter(|&&(idx, record)| idx == route_idx && holds(record)).count();
+            let took = cases.iter().filter_map(|case| case.record).filter(holds).count();
             notes.push(format!("`{route}` {took} of {}", holding.len()));
             res.insert(route.clone(), [took as u64, holding.len() as u64]);
         }
