@@ -99,6 +99,10 @@ struct Partition {
 #[derive(Debug, Default)]
 pub(crate) struct SearchIndex {
     docs: Vec<Doc>,
+    // Each document's length as a float, infinite once it is dead: what BM25's inner
+    // loop reads, contiguous (a search touches it only at the documents it scores) and
+    // branch-free (a dead document scores 0).
+    lens: Vec<f32>,
     doc_of_pk: HashMap<i64, u32>,
     // Interned (site, domain) pairs; a doc's `scope` indexes both vectors.
     scopes: Vec<(Option<String>, Option<String>)>,
@@ -296,14 +300,9 @@ impl SearchIndex {
         terms.dedup();
         let n = n_alive as f32;
         let avg_len = (total_len as f32 / n).max(1.0);
-        // Each document's length normalisation, once per search; a dead document's is
-        // infinite, so that it scores 0 and the inner loop needs no branch.
+        // Length normalisation `k1 (1 - b + b len / avg_len)`, computed at each posting
+        // from `lens`; a dead document's is infinite, so it scores 0 with no branch.
         let (base, per_token) = (K1 * (1.0 - B), K1 * B / avg_len);
-        let norms: Vec<f32> = self
-            .docs
-            .iter()
-            .map(|doc| if doc.alive { base + per_token * doc.len as f32 } else { f32::INFINITY })
-            .collect();
         // Dense accumulators: a hash map costs more than zeroing one float per document.
         let mut scores: Vec<f32> = vec![0.0; self.docs.len()];
         for term in &terms {
@@ -320,7 +319,8 @@ impl SearchIndex {
             for list in lists {
                 for &(doc_idx, tf) in list {
                     let tf = tf as f32;
-                    scores[doc_idx as usize] += weight * tf / (tf + norms[doc_idx as usize]);
+                    let norm = base + per_token * self.lens[doc_idx as usize];
+                    scores[doc_idx as usize] += weight * tf / (tf + norm);
                 }
             }
         }
@@ -460,6 +460,7 @@ impl SearchIndex {
         partition.n_alive += 1;
         partition.total_len_alive += u64::from(len);
         self.docs.push(Doc { pk, len, scope: scope_id, alive: true, vector: None });
+        self.lens.push(len as f32);
         self.doc_of_pk.insert(pk, doc_idx);
     }
 
@@ -470,6 +471,7 @@ impl SearchIndex {
         self.clear_vector(doc_idx);
         let doc = &mut self.docs[doc_idx as usize];
         doc.alive = false;
+        self.lens[doc_idx as usize] = f32::INFINITY;
         let partition = &mut self.partitions[doc.scope as usize];
         partition.n_alive -= 1;
         partition.total_len_alive -= u64::from(doc.len);
@@ -490,6 +492,7 @@ impl SearchIndex {
             }
         }
         self.docs = docs;
+        self.lens = self.docs.iter().map(|doc| doc.len as f32).collect();
         self.doc_of_pk = self.docs.iter().enumerate().map(|(idx, doc)| (doc.pk, idx as u32)).collect();
         for partition in &mut self.partitions {
             partition.postings.retain(|_, list| {

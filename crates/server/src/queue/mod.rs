@@ -90,9 +90,12 @@ pub(crate) fn start(state: &Arc<AppState>) {
     state.background.spawn(learn_queued(state.clone()));
 }
 
-/// The one writer of the queue table, so turns are stored in order; what arrived
-/// meanwhile is written in one transaction. Ends once the server stops and every write
-/// sent before is stored.
+/// How long the queue's writer gathers turns before it stores them.
+const WRITE_BATCH: Duration = Duration::from_millis(10);
+
+/// The one writer of the queue table, so turns are stored in order; what arrives
+/// within [`WRITE_BATCH`] of a write is stored with it in one transaction. Ends once the
+/// server stops and every write sent before is stored.
 async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Write>) {
     let Some(queue) = state.queue.as_deref() else { return };
     loop {
@@ -101,6 +104,15 @@ async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver
             () = state.stop.cancelled() => receiver.try_recv().ok(),
         };
         let Some(first) = first else { return };
+        // Gather a moment's worth into one transaction: a busy gateway records a turn per
+        // request, and every commit costs a WAL append and makes the memory's readers
+        // reread their pages. A stopping server writes at once.
+        if !state.stop.is_cancelled() {
+            tokio::select! {
+                () = tokio::time::sleep(WRITE_BATCH) => {}
+                () = state.stop.cancelled() => {}
+            }
+        }
         let mut batch = vec![first];
         while batch.len() < 512
             && let Ok(more) = receiver.try_recv()
