@@ -362,11 +362,15 @@ fn usage_is_counted_per_day(backend: Backend) {
     let stats = days[0].stats;
     assert_eq!((stats.retrieved, stats.used_success, stats.used_failure), (1, 2, 1));
     assert_eq!(store.get(&id).unwrap().stats, stats, "the totals agree");
-    // A server's batch names a popular workflow many times: each counts.
-    store.count_retrievals(&[id.as_str(), "wf-gone", id.as_str(), id.as_str()]).unwrap();
+    // A server's batch names a popular workflow many times: each counts, and workflows
+    // hit a different number of times in one batch each get their own.
+    let other = store.add(&workflow("Return an item", &["return_item"], None)).unwrap().id().to_owned();
+    store.count_retrievals(&[id.as_str(), "wf-gone", other.as_str(), id.as_str(), id.as_str()]).unwrap();
     let days = store.usage(&id).unwrap();
     assert_eq!(days[0].stats.retrieved, 4, "{days:?}");
     assert_eq!(store.get(&id).unwrap().stats.retrieved, 4, "the total agrees");
+    assert_eq!(store.usage(&other).unwrap()[0].stats.retrieved, 1);
+    assert_eq!(store.get(&other).unwrap().stats.retrieved, 1);
     assert!(matches!(store.usage("wf-none"), Err(MemoryError::NotFound { .. })));
     store.delete(&id).unwrap();
     let id = store.add(&workflow("Track a parcel", &["track"], None)).unwrap().id().to_owned();
