@@ -267,6 +267,18 @@ impl AppState {
         self.stopping.load(Ordering::Relaxed)
     }
 
+    /// Waits `period`, or less if the server stops meanwhile; returns at once once it
+    /// has stopped. Says whether it has: the background tasks' one way to wait.
+    pub(crate) async fn pause(&self, period: Duration) -> bool {
+        if !self.stop.is_cancelled() {
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = self.stop.cancelled() => {}
+            }
+        }
+        self.stop.is_cancelled()
+    }
+
     /// Starts the background tasks: the retrieval counter and the change poller. Call
     /// once per process, before serving.
     pub fn start_background(self: &Arc<Self>) {
@@ -411,16 +423,10 @@ async fn count_retrievals(state: Arc<AppState>, mut receiver: mpsc::UnboundedRec
         let mut batch = first.unwrap_or_default();
         // Gather a moment's worth into one transaction: every write makes the readers
         // drop their page caches, and counts need not be instant.
-        if !state.stop.is_cancelled() {
-            tokio::select! {
-                () = tokio::time::sleep(RETRIEVAL_BATCH) => {}
-                () = state.stop.cancelled() => {}
-            }
-        }
+        let stopping = state.pause(RETRIEVAL_BATCH).await;
         while let Ok(more) = receiver.try_recv() {
             batch.extend(more);
         }
-        let stopping = state.stop.is_cancelled();
         if !batch.is_empty() {
             let res = state
                 .write(move |store| {

@@ -716,9 +716,8 @@ async fn end_quiet(state: Arc<AppState>) {
     let Some(gateway) = state.gateway.as_deref() else { return };
     let tick = (gateway.cfg.quiet / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(tick) => {}
-            () = state.stop.cancelled() => return,
+        if state.pause(tick).await {
+            return;
         }
         let ended = gateway.conversations().ended(gateway.cfg.quiet, gateway.cfg.abandon.max(gateway.cfg.quiet));
         for id in ended {

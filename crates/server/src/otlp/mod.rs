@@ -296,9 +296,8 @@ async fn assemble(state: Arc<AppState>) {
     let Some(otlp) = state.otlp.as_deref() else { return };
     let tick = (otlp.cfg.quiet / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(tick) => {}
-            () = state.stop.cancelled() => return,
+        if state.pause(tick).await {
+            return;
         }
         let buffer = otlp.buffer.clone();
         let (quiet, abandon) = (otlp.cfg.quiet, otlp.cfg.abandon.max(otlp.cfg.quiet));

@@ -107,12 +107,7 @@ async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver
         // Gather a moment's worth into one transaction: a busy gateway records a turn per
         // request, and every commit costs a WAL append and makes the memory's readers
         // reread their pages. A stopping server writes at once.
-        if !state.stop.is_cancelled() {
-            tokio::select! {
-                () = tokio::time::sleep(WRITE_BATCH) => {}
-                () = state.stop.cancelled() => {}
-            }
-        }
+        state.pause(WRITE_BATCH).await;
         let mut batch = vec![first];
         while batch.len() < 512
             && let Ok(more) = receiver.try_recv()
@@ -166,9 +161,8 @@ async fn learn_queued(state: Arc<AppState>) {
         }
         if final_state.is_none() {
             // Give a failing judge a moment before the next attempt.
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                () = state.stop.cancelled() => return,
+            if state.pause(Duration::from_secs(1)).await {
+                return;
             }
         }
     }
