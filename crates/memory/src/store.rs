@@ -806,6 +806,17 @@ impl MemoryStore {
         Ok(hits)
     }
 
+    /// Brings the search index up to date with the database now (loading it whole the
+    /// first time), so that the next search pays only for what changed since. A server
+    /// calls this once as it starts, not in its first request.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::Database`] when the index log cannot be read.
+    pub fn prepare_search(&self) -> Result<(), MemoryError> {
+        self.with_index(|_| ())
+    }
+
     /// Runs `f` on the search index, brought up to date with the database first.
     fn with_index<T>(&self, f: impl FnOnce(&SearchIndex) -> T) -> Result<T, MemoryError> {
         let head = SearchIndex::log_head(&self.db).map_err(self.err("updating the search index"))?;
@@ -1781,6 +1792,7 @@ mod tests {
 
     use flowmem_model::Scope;
 
+    use crate::index::SearchIndex;
     use crate::schema::MIGRATIONS;
     use crate::store::{MemoryStore, StoreConfig};
 
@@ -1806,5 +1818,22 @@ mod tests {
         assert_eq!(hits.len(), 1, "the old index text carried over");
         assert_eq!(hits[0].workflow.id, "wf-old");
         assert_eq!(hits[0].workflow.provenance.trajectory_ids, ["t9"]);
+    }
+
+    #[test]
+    fn prepare_search_loads_what_another_process_wrote_and_its_siblings_share_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.db");
+        let store = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+        let sibling = store.open_sibling().unwrap();
+        // Another process's writes, through its own connection and index.
+        let mut other = MemoryStore::open(&path, StoreConfig::standard()).unwrap();
+        other.add_all(&flowmem_testsupport::synthetic_workflows(40, 3)).unwrap();
+        let head = SearchIndex::log_head(&store.db).unwrap();
+        assert!(head > 0);
+        assert!(store.index.read().unwrap().last_seq() < head, "not loaded before it is asked");
+        store.prepare_search().unwrap();
+        assert_eq!(store.index.read().unwrap().last_seq(), head);
+        assert_eq!(sibling.index.read().unwrap().last_seq(), head, "one index for the siblings");
     }
 }

@@ -186,6 +186,9 @@ impl AppState {
         let n_readers = cfg.readers.max(1);
         // One search index in memory for the whole process.
         let readers = (0..n_readers).map(|_| writer.open_sibling()).collect::<Result<Vec<_>, _>>()?;
+        // Load it now: a search may run on a request's worker thread (`retrieve`), and the
+        // first should not stall it with the whole index log.
+        writer.prepare_search()?;
         let catalog = Catalog::build(&writer, &cfg, &parts)?;
         let (retrievals, retrievals_rx) = mpsc::unbounded_channel();
         let open_access = tokens.count()? == 0;
