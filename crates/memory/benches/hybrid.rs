@@ -159,6 +159,7 @@ fn main() {
                         model: model_id.clone(),
                         vector: query_vectors[idx].clone(),
                     }),
+                    provenance: true,
                 };
                 let started = Instant::now();
                 let hits = store.search_with(&query, &retail, TOP_K).expect("search works");

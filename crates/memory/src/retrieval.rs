@@ -82,13 +82,31 @@ pub struct SearchQuery {
     pub mode: RetrievalMode,
     /// The query's vector (vector and hybrid modes read it).
     pub embedding: Option<QueryEmbedding>,
+    /// Whether each hit's workflow carries its merged provenance (the runs it was
+    /// induced from), one more read per search; on unless
+    /// [`SearchQuery::without_provenance`] turns it off.
+    pub provenance: bool,
 }
 
 impl SearchQuery {
     /// A BM25 search for `text`.
     #[must_use]
     pub fn bm25(text: &str) -> SearchQuery {
-        SearchQuery { text: text.to_owned(), mode: RetrievalMode::Bm25, embedding: None }
+        SearchQuery { text: text.to_owned(), mode: RetrievalMode::Bm25, embedding: None, provenance: true }
+    }
+
+    /// This search, for a caller that only shows or renders its hits: their workflows
+    /// come without the provenance read (a default [`Provenance`](flowmem_model::Provenance)
+    /// but for `created_at`).
+    ///
+    /// ```
+    /// let query = flowmem_memory::SearchQuery::bm25("cancel an order").without_provenance();
+    /// assert!(!query.provenance);
+    /// ```
+    #[must_use]
+    pub fn without_provenance(mut self) -> SearchQuery {
+        self.provenance = false;
+        self
     }
 }
 
@@ -213,7 +231,7 @@ impl Retriever {
     ///
     /// [`MemoryError::Embedding`] when the embedding model fails.
     pub async fn query(&self, text: &str) -> Result<(SearchQuery, f64), MemoryError> {
-        let mut query = SearchQuery { text: text.to_owned(), mode: self.mode, embedding: None };
+        let mut query = SearchQuery { text: text.to_owned(), mode: self.mode, embedding: None, provenance: true };
         let Some(embedder) = self.embedder.as_ref().filter(|_| self.mode.needs_vectors()) else {
             return Ok((query, 0.0));
         };

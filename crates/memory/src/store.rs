@@ -354,7 +354,7 @@ impl MemoryStore {
         };
         report.workflows = Some(rows.len() as u64);
         for row in rows {
-            if let Err(err) = store.decode_all(vec![row]) {
+            if let Err(err) = store.decode_all(vec![row], true) {
                 report.problems.push(flowmem_model::error_chain(&err));
             }
         }
@@ -491,7 +491,7 @@ impl MemoryStore {
         let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = $1");
         let mut rows = self.query_rows(&sql, &[id.into()])?;
         match rows.pop() {
-            Some(row) => Ok(self.decode_all(vec![row])?.remove(0).1),
+            Some(row) => Ok(self.decode_all(vec![row], true)?.remove(0).1),
             None => Err(self.not_found(id)),
         }
     }
@@ -536,7 +536,7 @@ impl MemoryStore {
     fn list_where(&self, filter: &Scope, status: &str) -> Result<Vec<Workflow>, MemoryError> {
         let sql = format!("SELECT {COLUMNS} FROM workflows WHERE {SCOPE_FILTER} AND {status} ORDER BY pk");
         let rows = self.query_rows(&sql, &[filter.site.clone().into(), filter.domain.clone().into()])?;
-        Ok(self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect())
+        Ok(self.decode_all(rows, true)?.into_iter().map(|(_, workflow)| workflow).collect())
     }
 
     /// One page of workflows for a curator: those of `query.status` whose scope matches
@@ -588,7 +588,7 @@ impl MemoryStore {
             &format!("SELECT {COLUMNS} FROM workflows WHERE {filter} ORDER BY {order} LIMIT $4 OFFSET $5"),
             &params,
         )?;
-        let workflows = self.decode_all(rows)?.into_iter().map(|(_, workflow)| workflow).collect();
+        let workflows = self.decode_all(rows, true)?.into_iter().map(|(_, workflow)| workflow).collect();
         Ok(Page { total, workflows })
     }
 
@@ -782,13 +782,15 @@ impl MemoryStore {
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
-        // The hits' rows and provenances in one query each, whatever their number.
+        // The hits' rows and (when asked) provenances in one query each, whatever their
+        // number.
         let pks = serde_json::to_string(&ranked.iter().map(|scored| scored.pk).collect::<Vec<_>>()).unwrap_or_default();
         let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN ({})", self.db.dialect().json_integers("$1"));
         let mut rows: std::collections::HashMap<i64, RawRow> =
             self.query_rows(&sql, &[pks.into()])?.into_iter().map(|row| (row.pk, row)).collect();
-        let mut workflows =
-            self.decode_all(ranked.iter().filter_map(|scored| rows.remove(&scored.pk)).collect())?.into_iter();
+        let mut workflows = self
+            .decode_all(ranked.iter().filter_map(|scored| rows.remove(&scored.pk)).collect(), query.provenance)?
+            .into_iter();
         // A row deleted by another process since the sync is simply no longer a hit.
         let mut hits = Vec::with_capacity(ranked.len());
         let mut next = workflows.next();
@@ -1338,9 +1340,12 @@ impl MemoryStore {
 
     /// The workflows of `rows`, in order, each with its primary key; their provenances
     /// are read in one query.
-    fn decode_all(&self, rows: Vec<RawRow>) -> Result<Vec<(i64, Workflow)>, MemoryError> {
+    /// The rows as workflows, with their provenances read (one query for all) if
+    /// `provenance`, else left default.
+    fn decode_all(&self, rows: Vec<RawRow>, provenance: bool) -> Result<Vec<(i64, Workflow)>, MemoryError> {
         let keys: Vec<(i64, &str)> = rows.iter().map(|row| (row.pk, row.id.as_str())).collect();
-        let mut provenances = read_provenances(&self.db, &self.path, &keys)?;
+        let mut provenances =
+            if provenance { read_provenances(&self.db, &self.path, &keys)? } else { Default::default() };
         rows.into_iter()
             .map(|row| {
                 let pk = row.pk;

@@ -337,8 +337,9 @@ impl AppState {
 
     /// Retrieves the `k` best workflows for `text` in `scope` as `retriever` ranks: the
     /// query is embedded here (when the mode needs it), the search runs on a reader.
-    /// `find_workflows` and the gateway both retrieve through this. Read-only; callers
-    /// count what they show with [`AppState::count_retrieved`].
+    /// `find_workflows` and the gateway both retrieve through this; neither shows a
+    /// hit's provenance, so the hits come without it (`get_workflow` reads it).
+    /// Read-only; callers count what they show with [`AppState::count_retrieved`].
     pub(crate) async fn retrieve(
         self: &Arc<Self>,
         retriever: &Retriever,
@@ -347,6 +348,7 @@ impl AppState {
         k: usize,
     ) -> Result<Retrieval, ServerError> {
         let (query, embed_ms) = retriever.query(text).await?;
+        let query = query.without_provenance();
         let started = std::time::Instant::now();
         let hits = match self.take_local_reader() {
             // A search of a SQLite memory is a few hundred microseconds of CPU over the

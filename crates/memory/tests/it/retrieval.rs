@@ -156,7 +156,12 @@ async fn hybrid_hits_carry_both_scores_and_a_vector_mode_needs_a_model() {
     assert!(err.to_string().contains("needs an embedding model"), "{err}");
     let err = store
         .search_with(
-            &flowmem_memory::SearchQuery { text: "x".into(), mode: RetrievalMode::Hybrid, embedding: None },
+            &flowmem_memory::SearchQuery {
+                text: "x".into(),
+                mode: RetrievalMode::Hybrid,
+                embedding: None,
+                provenance: true,
+            },
             &Scope::default(),
             3,
         )

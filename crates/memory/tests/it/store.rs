@@ -439,6 +439,7 @@ fn vectors_are_written_replaced_and_searched(backend: Backend) {
             text: String::new(),
             mode: RetrievalMode::Vector,
             embedding: Some(QueryEmbedding { model: "m1".into(), vector }),
+            provenance: true,
         };
         store
             .search_with(&query, &Scope::default(), 3)
@@ -614,5 +615,30 @@ fn handles_opening_a_new_postgres_memory_at_once_migrate_it_once() {
     for handle in handles {
         let version = handle.join().unwrap().expect("every handle opens").unwrap();
         assert_eq!(version, schema_version(Backend::Postgres));
+    }
+}
+
+#[test]
+fn a_search_without_provenance_finds_the_same_hits_and_skips_only_the_provenance() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = MemoryStore::open(&dir.path().join("memory.db"), StoreConfig::standard()).unwrap();
+    let mut set = flowmem_testsupport::synthetic_workflows(200, 5);
+    for (n, workflow) in set.iter_mut().enumerate() {
+        workflow.provenance.trajectory_ids = vec![format!("run-{n}")];
+    }
+    store.add_all(&set).unwrap();
+    let query = flowmem_memory::SearchQuery::bm25("cancel my pending order and refund it");
+    let full = store.search_with(&query, &Scope::default(), 5).unwrap();
+    let light = store.search_with(&query.clone().without_provenance(), &Scope::default(), 5).unwrap();
+    assert_eq!(full.len(), 5);
+    let summary = |hits: &[flowmem_memory::Hit]| {
+        hits.iter().map(|hit| (hit.workflow.id.clone(), hit.score, hit.workflow.steps.len())).collect::<Vec<_>>()
+    };
+    assert_eq!(summary(&full), summary(&light));
+    for (with, without) in full.iter().zip(&light) {
+        assert!(!with.workflow.provenance.trajectory_ids.is_empty(), "{:?}", with.workflow.provenance);
+        assert!(without.workflow.provenance.trajectory_ids.is_empty());
+        assert_eq!(with.workflow.provenance.created_at, without.workflow.provenance.created_at);
+        assert_eq!(with.workflow.description, without.workflow.description);
     }
 }
