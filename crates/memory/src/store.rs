@@ -1339,9 +1339,7 @@ impl MemoryStore {
     }
 
     /// The workflows of `rows`, in order, each with its primary key; their provenances
-    /// are read in one query.
-    /// The rows as workflows, with their provenances read (one query for all) if
-    /// `provenance`, else left default.
+    /// are read in one query if `provenance`, else left default.
     fn decode_all(&self, rows: Vec<RawRow>, provenance: bool) -> Result<Vec<(i64, Workflow)>, MemoryError> {
         let keys: Vec<(i64, &str)> = rows.iter().map(|row| (row.pk, row.id.as_str())).collect();
         let mut provenances =
