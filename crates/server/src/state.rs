@@ -324,11 +324,12 @@ impl AppState {
         let _permit = self.reader_permits.acquire().await.map_err(|err| ServerError::Join(err.to_string()))?;
         let state = self.clone();
         tokio::task::spawn_blocking(move || {
-            let store = state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
             // Invariant (see `readers`): a permit holder always finds a store.
-            let Some(store) = store else { return Err(ServerError::Join("no free memory reader".to_owned())) };
+            let Some(store) = state.take_reader(|_| true) else {
+                return Err(ServerError::Join("no free memory reader".to_owned()));
+            };
             let res = work(&store);
-            state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+            state.put_reader(store);
             res.map_err(ServerError::from)
         })
         .await
@@ -356,7 +357,7 @@ impl AppState {
             // blocking thread and back (two thread wakes and switches per request).
             Some((_permit, store)) => {
                 let res = store.search_with(&query, &scope, k);
-                self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+                self.put_reader(store);
                 res?
             }
             None => self.read(move |store| store.search_with(&query, &scope, k)).await?,
@@ -366,14 +367,22 @@ impl AppState {
     }
 
     /// A free reader, if one is free now and it reads a SQLite memory (whose searches
-    /// never wait on a network); put it back in `readers` when done.
+    /// never wait on a network); give it back with [`AppState::put_reader`].
     fn take_local_reader(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, MemoryStore)> {
         let permit = self.reader_permits.try_acquire().ok()?;
+        self.take_reader(|store| !store.is_postgres()).map(|store| (permit, store))
+    }
+
+    /// Takes the next free reader store if `accept` takes it. The caller holds a permit
+    /// of `reader_permits` until it gives the store back with [`AppState::put_reader`].
+    fn take_reader(&self, accept: impl FnOnce(&MemoryStore) -> bool) -> Option<MemoryStore> {
         let mut readers = self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match readers.last() {
-            Some(store) if !store.is_postgres() => readers.pop().map(|store| (permit, store)),
-            _ => None,
-        }
+        if accept(readers.last()?) { readers.pop() } else { None }
+    }
+
+    /// Gives back a store [`AppState::take_reader`] took.
+    fn put_reader(&self, store: MemoryStore) {
+        self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
     }
 
     /// Runs `work` on the writer store on a blocking thread. Each store write is one
