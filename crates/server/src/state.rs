@@ -328,9 +328,7 @@ impl AppState {
             let Some(store) = state.take_reader(|_| true) else {
                 return Err(ServerError::Join("no free memory reader".to_owned()));
             };
-            let res = work(&store);
-            state.put_reader(store);
-            res.map_err(ServerError::from)
+            work(&store).map_err(ServerError::from)
         })
         .await
         .map_err(|err| ServerError::Join(err.to_string()))?
@@ -355,11 +353,8 @@ impl AppState {
             // A search of a SQLite memory is a few hundred microseconds of CPU over the
             // in-memory index and cached pages: cheaper run here than handed to a
             // blocking thread and back (two thread wakes and switches per request).
-            Some((_permit, store)) => {
-                let res = store.search_with(&query, &scope, k);
-                self.put_reader(store);
-                res?
-            }
+            // The store goes back to the pool before the permit is released.
+            Some((_permit, store)) => store.search_with(&query, &scope, k)?,
             None => self.read(move |store| store.search_with(&query, &scope, k)).await?,
         };
         let search_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -367,22 +362,18 @@ impl AppState {
     }
 
     /// A free reader, if one is free now and it reads a SQLite memory (whose searches
-    /// never wait on a network); give it back with [`AppState::put_reader`].
-    fn take_local_reader(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, MemoryStore)> {
+    /// never wait on a network).
+    fn take_local_reader(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, ReaderLease<'_>)> {
         let permit = self.reader_permits.try_acquire().ok()?;
         self.take_reader(|store| !store.is_postgres()).map(|store| (permit, store))
     }
 
     /// Takes the next free reader store if `accept` takes it. The caller holds a permit
-    /// of `reader_permits` until it gives the store back with [`AppState::put_reader`].
-    fn take_reader(&self, accept: impl FnOnce(&MemoryStore) -> bool) -> Option<MemoryStore> {
+    /// of `reader_permits` for as long as it holds the lease.
+    fn take_reader(&self, accept: impl FnOnce(&MemoryStore) -> bool) -> Option<ReaderLease<'_>> {
         let mut readers = self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if accept(readers.last()?) { readers.pop() } else { None }
-    }
-
-    /// Gives back a store [`AppState::take_reader`] took.
-    fn put_reader(&self, store: MemoryStore) {
-        self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+        let store = if accept(readers.last()?) { readers.pop() } else { None };
+        store.map(|store| ReaderLease { state: self, store: Some(store) })
     }
 
     /// Runs `work` on the writer store on a blocking thread. Each store write is one
@@ -447,6 +438,31 @@ impl AppState {
     }
 }
 
+/// A reader store taken from [`AppState`]'s pool. It goes back when dropped, also when
+/// the work on it panicked, so that every permit holder finds a store.
+struct ReaderLease<'a> {
+    state: &'a AppState,
+    // `Some` until dropped.
+    store: Option<MemoryStore>,
+}
+
+impl std::ops::Deref for ReaderLease<'_> {
+    type Target = MemoryStore;
+
+    fn deref(&self) -> &MemoryStore {
+        // Invariant: `store` is taken only in `drop`.
+        self.store.as_ref().expect("a lease holds its store until dropped")
+    }
+}
+
+impl Drop for ReaderLease<'_> {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            self.state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+        }
+    }
+}
+
 /// Writes queued retrieval counts, every batch that piled up in one transaction, until
 /// the server stops; what is queued at the stop is still written.
 async fn count_retrievals(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Vec<String>>) {
@@ -508,5 +524,52 @@ async fn poll_changes(state: Arc<AppState>) {
             }
             seen = revision;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use flowmem_memory::MemoryError;
+    use flowmem_tools::{Registry, ToolsConfig};
+
+    use super::{AppState, Parts, ServeConfig};
+
+    /// A panic in the work on a reader must not cost the pool its store: with one reader,
+    /// a lost store would fail every later read with "no free memory reader".
+    #[tokio::test]
+    async fn a_reader_goes_back_to_the_pool_when_the_work_on_it_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::standard(dir.path().join("memory.db"));
+        cfg.readers = 1;
+        let no_servers = ToolsConfig {
+            servers: Vec::new(),
+            call_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            aliases: Vec::new(),
+        };
+        let tools = Registry::connect(&no_servers).await.unwrap();
+        let parts = Parts {
+            tools: Arc::new(tools),
+            runtime: None,
+            evaluator: None,
+            induce: crate::learn::Induce::Rules,
+            graphs: Vec::new(),
+            embedder: None,
+        };
+        let state = AppState::open(cfg, parts).unwrap();
+
+        let panicked = state.read(|_| -> Result<(), MemoryError> { panic!("a bug in the work") }).await;
+        assert!(panicked.is_err(), "the panic is the read's error");
+        for _ in 0..3 {
+            state.read(flowmem_memory::MemoryStore::revision).await.expect("the reader is back in the pool");
+        }
+        let scope = flowmem_model::Scope::default();
+        let retriever = flowmem_memory::Retriever::bm25();
+        let found = state.retrieve(&retriever, "book a flight", scope, 3).await.unwrap();
+        assert!(found.hits.is_empty(), "an empty memory finds nothing");
+        state.read(flowmem_memory::MemoryStore::revision).await.expect("the in-place search gave its reader back");
     }
 }
