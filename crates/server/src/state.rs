@@ -530,7 +530,6 @@ async fn poll_changes(state: Arc<AppState>) {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use flowmem_memory::MemoryError;
     use flowmem_tools::{Registry, ToolsConfig};
@@ -544,13 +543,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = ServeConfig::standard(dir.path().join("memory.db"));
         cfg.readers = 1;
-        let no_servers = ToolsConfig {
-            servers: Vec::new(),
-            call_timeout: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(1),
-            aliases: Vec::new(),
-        };
-        let tools = Registry::connect(&no_servers).await.unwrap();
+        let tools = Registry::connect(&ToolsConfig::empty()).await.unwrap();
         let parts = Parts {
             tools: Arc::new(tools),
             runtime: None,
