@@ -56,7 +56,7 @@ pub use crate::search::{
     PlanTurn, ProposalInput, ProposedEdits, Proposer, SearchError, SearchParts, SearchState, Simulator, StopReason,
     Strategy, Validator, candidate_path, expansion_stats, read_json as read_run_json, run_search,
 };
-pub use crate::simulate::{ExecSimulator, ExecValidator};
+pub use crate::simulate::{ExecSimulator, ExecValidator, SplitProgress};
 pub use crate::study::{
     CellRecord, CurvePoint, Difference, SearchFigures, StudyCell, StudyCheckpoint, StudyEstimate, StudyParts,
     StudyResults, StudySettings, StudyVariant, SwapFigures, SystemFigures, ToolSwap, assemble as assemble_study,

@@ -23,7 +23,7 @@ use crate::search::{
     Checkpoint, EditCounts, ExpansionStats, Proposer, SearchError, SearchParts, SearchState, Strategy, candidate_path,
     expansion_stats, run_search,
 };
-use crate::simulate::{ExecSimulator, ExecValidator};
+use crate::simulate::{ExecSimulator, ExecValidator, SplitProgress};
 use crate::svg::{search_tree, validation_curve, workflow_graph};
 use crate::tree::{SearchConfig, TreeNodeId};
 
@@ -210,6 +210,9 @@ pub struct ScoutParts<'a> {
     pub checkpoint: &'a (dyn Fn(Checkpoint) -> bool + Send + Sync),
     /// Called after every committed iteration with the best validation score so far.
     pub on_iteration: &'a (dyn Fn(u32, Option<f64>) + Send + Sync),
+    /// Called for every run of a candidate on the opt or val split, and for every split a
+    /// candidate finishes (the splits of `G⁰` and of each candidate, not the final test).
+    pub on_split: &'a (dyn Fn(SplitProgress<'_>) + Sync),
     /// Called for every final-test run.
     pub on_test: &'a (dyn Fn(Progress<'_>) + Sync),
 }
@@ -257,6 +260,7 @@ pub async fn scout(
     );
     simulator.isolation = parts.isolation.clone();
     simulator.concurrency = settings.concurrency;
+    simulator.on_progress = Some(parts.on_split);
     let validator = ExecValidator::for_tools(parts.runtime.tools.as_ref(), parts.isolation.as_ref());
     let resumed_best = read_state(dir)?.map(|state| state.best_val_score);
     let checkpoint = |point: Checkpoint| {

@@ -3,7 +3,8 @@
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -143,6 +144,38 @@ fn round3(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 
+/// How a candidate's evaluation on one split goes, for progress reports: one event per
+/// finished run, then one with the split's evaluation.
+#[derive(Debug, Clone, Copy)]
+pub enum SplitProgress<'a> {
+    /// A run finished; `done` of the split's `total` runs have.
+    Run {
+        /// The candidate (0 is `G⁰`).
+        candidate: TreeNodeId,
+        /// `opt` or `val`.
+        split: &'a str,
+        /// The record the run was on.
+        record_id: &'a str,
+        /// Runs of this split finished so far, this one included.
+        done: usize,
+        /// Runs of this split in all.
+        total: usize,
+    },
+    /// Every run of the split finished; the candidate scored `evaluation` on it.
+    Finished {
+        /// The candidate (0 is `G⁰`).
+        candidate: TreeNodeId,
+        /// `opt` or `val`.
+        split: &'a str,
+        /// The candidate's scores on the split.
+        evaluation: &'a Evaluation,
+        /// Runs made.
+        runs: usize,
+        /// Wall time of the split's evaluation.
+        elapsed: Duration,
+    },
+}
+
 /// The simulator of FlowScout: runs a candidate on every record of a split, concurrently,
 /// and scores it.
 ///
@@ -166,6 +199,8 @@ pub struct ExecSimulator<'a> {
     pub concurrency: usize,
     /// The run directory.
     pub dir: PathBuf,
+    /// Told of every finished run and every finished split (`None`: nobody is).
+    pub on_progress: Option<&'a (dyn Fn(SplitProgress<'_>) + Sync)>,
     /// The best validation score seen by this simulator, as `f64` bits.
     best_val: AtomicU64,
 }
@@ -190,6 +225,7 @@ impl<'a> ExecSimulator<'a> {
             scoring,
             concurrency: 4,
             dir: dir.to_owned(),
+            on_progress: None,
             best_val: AtomicU64::new(f64::NEG_INFINITY.to_bits()),
         }
     }
@@ -219,14 +255,36 @@ impl<'a> ExecSimulator<'a> {
         let atomic_err = |err: WriteError| SearchError::Io { path: err.path, source: err.source };
         let writer = JsonlTraceWriter::new(BufWriter::new(AtomicFile::create(&path).map_err(atomic_err)?));
         let limit = tokio::sync::Semaphore::new(self.concurrency.max(1));
-        let runs: Vec<_> =
-            records.iter().map(|record| self.run_one(candidate, split, &validated, &writer, &limit, record)).collect();
+        let started = Instant::now();
+        let done = AtomicUsize::new(0);
+        let runs: Vec<_> = records
+            .iter()
+            .map(|record| async {
+                let run = self.run_one(candidate, split, &validated, &writer, &limit, record).await;
+                let done = done.fetch_add(1, Ordering::Relaxed) + 1;
+                let total = records.len();
+                tracing::info!(
+                    "candidate {candidate:04} on {split}: run {done} of {total} done (record `{}`, TC {:.3})",
+                    record.id,
+                    run.0.tc.tc
+                );
+                if let Some(report) = self.on_progress {
+                    report(SplitProgress::Run { candidate, split, record_id: &record.id, done, total });
+                }
+                run
+            })
+            .collect();
         let runs: Vec<(TraceScore, Value, Vec<String>)> = futures::future::join_all(runs).await;
         let file = writer.finish().map_err(io_err)?.into_inner().map_err(|err| io_err(err.into_error()))?;
         file.commit().map_err(atomic_err)?;
         let conformance = tool_trace_conformance(records, runs.iter().map(|(.., tools)| tools.as_slice()));
         let scores: Vec<(TraceScore, Value)> = runs.into_iter().map(|(score, feedback, _)| (score, feedback)).collect();
-        Ok(Evaluation { conformance, ..aggregate(split, self.alpha, &scores) })
+        let evaluation = Evaluation { conformance, ..aggregate(split, self.alpha, &scores) };
+        if let Some(report) = self.on_progress {
+            let elapsed = started.elapsed();
+            report(SplitProgress::Finished { candidate, split, evaluation: &evaluation, runs: scores.len(), elapsed });
+        }
+        Ok(evaluation)
     }
 }
 

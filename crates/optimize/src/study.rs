@@ -455,6 +455,7 @@ async fn run_scout_cell(
         proposer: parts.proposer,
         checkpoint: &checkpoint,
         on_iteration: &|iteration, _| (parts.on_progress)(iteration as usize, settings.iterations as usize),
+        on_split: &|_| {},
         on_test: &|_| {},
     };
     scout(cell_dir, &scout_settings, records.to_vec(), &scout_parts).await.map(|_| ())

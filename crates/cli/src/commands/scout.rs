@@ -11,7 +11,7 @@ use flowmem_exec::{TaskOracle, visible_tools};
 use flowmem_llm::Purpose;
 use flowmem_optimize::{
     Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding, ScoutError, ScoutParts, ScoutSettings,
-    SearchError, Strategy, prepare_run, scout,
+    SearchError, SplitProgress, Strategy, prepare_run, scout,
 };
 
 use crate::args::{PlanDecodingArg, ScoutArgs, SearchRunArgs};
@@ -129,6 +129,42 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
             ));
         }
     };
+    // Each candidate runs on every opt and val record before the search moves on: with a
+    // local model that is hours, so the runs have their own bar, and each finished split
+    // a line (which also reaches logs, where bars are not drawn).
+    let runs_bar = progress_bar(printer, 0, "{bar:30} {pos}/{len} runs of {msg}, {elapsed}");
+    let on_split = |event: SplitProgress<'_>| match event {
+        SplitProgress::Run { candidate, split, done, total, .. } => {
+            if let Some(bar) = &runs_bar {
+                if done == 1 {
+                    bar.reset();
+                    bar.set_length(total as u64);
+                    bar.set_message(format!("candidate {candidate:04} on {split}"));
+                }
+                bar.set_position(done as u64);
+            }
+        }
+        SplitProgress::Finished { candidate, split, evaluation, runs, elapsed } => {
+            let es = evaluation.es.map_or_else(|| "–".to_owned(), |es| format!("{es:.3}"));
+            let runs = if runs == 1 { "1 run".to_owned() } else { format!("{runs} runs") };
+            printer.info(&format!(
+                "candidate {candidate:04} on {split}: reward {:.3} (TC {:.3}, ES {es}) over {runs} in {:.1} s",
+                evaluation.reward,
+                evaluation.tc,
+                elapsed.as_secs_f64()
+            ));
+        }
+    };
+    let on_test = |progress: flowmem_eval::Progress<'_>| {
+        if let Some(bar) = &runs_bar {
+            if progress.done == 1 {
+                bar.reset();
+                bar.set_length(progress.total as u64);
+                bar.set_message("the final test");
+            }
+            bar.set_position(progress.done as u64);
+        }
+    };
     // Calls logged without results (τ-bench, τ²-bench) are replayed in isolated tool
     // state (again on a resume, so G⁰ comes out the same), so G⁰'s arguments can also
     // be bound to earlier results. Without isolation the tools' state is the user's
@@ -164,13 +200,14 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         proposer: &proposer,
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
-        on_test: &|_| {},
+        on_split: &on_split,
+        on_test: &on_test,
     };
     let outcome = tokio::select! {
         outcome = scout(&dir, &settings, records, &parts) => Some(outcome),
         () = interrupts(&stop, printer, "stopping at the next checkpoint") => None,
     };
-    if let Some(bar) = &bar {
+    for bar in [&bar, &runs_bar].into_iter().flatten() {
         bar.finish_and_clear();
     }
     let interrupted = match &outcome {

@@ -88,6 +88,11 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     let rejected = line("edit refused").unwrap_or_else(|| panic!("no refused edit in:\n{stderr}"));
     assert!(rejected.contains("INFO") && rejected.contains("`synthesize`"), "{rejected}\n{stderr}");
     assert!(line("re-asking the optimizer").is_some(), "{stderr}");
+    // -v logs every run of a candidate on its splits: G⁰ on the 3 opt records and the 1
+    // val record of the 5 (the test split has the last).
+    let run = line("candidate 0000 on opt: run 3 of 3 done").unwrap_or_else(|| panic!("no run line in:\n{stderr}"));
+    assert!(run.contains("INFO") && run.contains("TC 1.000"), "{run}");
+    assert!(line("candidate 0000 on val: run 1 of 1 done (record `sum-4`").is_some(), "{stderr}");
 
     assert!(dir.path("run/test/report.json").exists(), "the final test ran");
     // The summary prints the final test, a line per system.
@@ -107,6 +112,15 @@ async fn verbose_scout_logs_the_retried_request_and_the_rejected_plan() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("retrying chat request"), "{stderr}");
     assert!(!stderr.contains("edit refused"), "{stderr}");
+    assert!(!stderr.contains("run 1 of"), "per-run lines are -v's: {stderr}");
+    // A line per candidate and split, with its scores, shows without -v: progress in a
+    // log, where bars are not drawn.
+    for (split, runs) in [("opt", "3 runs"), ("val", "1 run")] {
+        let prefix = format!("candidate 0000 on {split}: reward ");
+        let line = stderr.lines().find(|line| line.starts_with(&prefix));
+        let line = line.unwrap_or_else(|| panic!("no `{prefix}` line in:\n{stderr}"));
+        assert!(line.contains(&format!("over {runs} in ")) && line.contains("(TC 1.000, ES 1.000)"), "{line}");
+    }
     assert!(dir.path("run-quiet/best.workflow.json").exists(), "{stderr}");
     assert!(!dir.path("run-quiet/test").exists(), "--no-test ran the final test anyway");
     assert!(!String::from_utf8_lossy(&output.stdout).contains("test split"));

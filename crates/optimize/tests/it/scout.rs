@@ -2,8 +2,8 @@
 //! MCP server: a scripted optimizer proposes known edits, candidates really execute.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -12,8 +12,8 @@ use flowmem_exec::{ToolBox, ToolCatalog, check, exec_prompts};
 use flowmem_llm::{ChatModel, HttpModel, HttpModelConfig, Prompts, RetryPolicy};
 use flowmem_model::{Record, ToolCall, WorkflowGraph};
 use flowmem_optimize::{
-    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, ScoutParts, ScoutSettings, StopReason, Strategy,
-    prepare_run, scout,
+    Checkpoint, LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, ScoutParts, ScoutSettings, SplitProgress, StopReason,
+    Strategy, prepare_run, scout,
 };
 use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer, require_path};
 use flowmem_tools::{Registry, ToolsConfig};
@@ -123,6 +123,7 @@ async fn run_scout(
     dir: &Path,
     settings: &ScoutSettings,
     stop_at: Option<Checkpoint>,
+    progress: Option<&Mutex<Vec<String>>>,
 ) -> Result<flowmem_optimize::ScoutOutcome, flowmem_optimize::ScoutError> {
     let tool_names: Vec<String> = setup.tools.definitions().into_iter().map(|def| def.name).collect();
     let proposer = LlmProposer {
@@ -154,6 +155,17 @@ async fn run_scout(
         proposer: &proposer,
         checkpoint: &checkpoint,
         on_iteration: &on_iteration,
+        on_split: &|event| {
+            let line = match event {
+                SplitProgress::Run { candidate, split, done, total, .. } => {
+                    format!("{candidate} {split} {done}/{total}")
+                }
+                SplitProgress::Finished { candidate, split, evaluation, runs, .. } => {
+                    format!("{candidate} {split} finished: {runs} runs, reward {:.1}", evaluation.reward)
+                }
+            };
+            progress.inspect(|lines| lines.lock().unwrap().push(line));
+        },
         on_test: &|_| {},
     };
     scout(dir, settings, records(), &parts).await
@@ -170,7 +182,8 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     let setup = setup().await;
     let dir = tempfile::tempdir().unwrap();
     let settings = prepare_run(dir.path(), Some(settings())).unwrap();
-    let outcome = run_scout(&setup, dir.path(), &settings, None).await.unwrap();
+    let progress = Mutex::new(Vec::new());
+    let outcome = run_scout(&setup, dir.path(), &settings, None, Some(&progress)).await.unwrap();
 
     assert_eq!(outcome.split_sizes, (5, 2, 3));
     let state = &outcome.state;
@@ -209,6 +222,32 @@ async fn scripted_search_executes_candidates_and_writes_the_run_directory() {
     assert_eq!(expansions.optimizer_calls, 2 + 2 + 3);
     assert_eq!(expansions.edits["rewrite_prompt"].applied, 1);
     assert_eq!(expansions.edits["add_node"].applied, 1);
+    // Progress told of every run of every evaluated candidate, counting up per split,
+    // then of the split's end with its reward.
+    let progress = progress.into_inner().unwrap();
+    let finished: Vec<&str> = progress.iter().map(String::as_str).filter(|line| line.contains("finished")).collect();
+    let expected = [
+        "0 opt finished: 5 runs, reward 0.5",
+        "0 val finished: 2 runs, reward 0.5",
+        "1 opt finished: 5 runs, reward 1.0",
+        "1 val finished: 2 runs, reward 1.0",
+    ];
+    assert_eq!(finished[..4], expected);
+    assert_eq!(finished.len(), 6, "candidates 0, 1 and 2 on opt and val: {progress:#?}");
+    let runs: Vec<&str> = progress.iter().take(8).map(String::as_str).collect();
+    assert_eq!(
+        runs,
+        [
+            "0 opt 1/5",
+            "0 opt 2/5",
+            "0 opt 3/5",
+            "0 opt 4/5",
+            "0 opt 5/5",
+            "0 opt finished: 5 runs, reward 0.5",
+            "0 val 1/2",
+            "0 val 2/2"
+        ]
+    );
     // Traces: one JSONL file per evaluated candidate and split, one final line per record.
     for (id, split, n) in [(0, "opt", 5), (0, "val", 2), (1, "opt", 5), (2, "val", 2)] {
         let text = std::fs::read_to_string(dir.path().join(format!("traces/{id:04}.{split}.jsonl"))).unwrap();
@@ -255,13 +294,13 @@ async fn an_interrupted_scout_resumes_with_its_saved_settings() {
     prepare_run(dir.path(), Some(settings())).unwrap();
     assert!(prepare_run(dir.path(), Some(settings())).is_err(), "a second new run in the same directory is refused");
     let settings = prepare_run(dir.path(), None).unwrap();
-    let err = run_scout(&setup, dir.path(), &settings, Some(Checkpoint::Simulated(1))).await.unwrap_err();
+    let err = run_scout(&setup, dir.path(), &settings, Some(Checkpoint::Simulated(1)), None).await.unwrap_err();
     assert!(err.to_string().contains("interrupted"), "{err}");
     assert!(dir.path().join("candidates/0001.opt.json").exists());
     assert!(!dir.path().join("candidates/0001.val.json").exists());
     let resumed = prepare_run(dir.path(), None).unwrap();
     assert_eq!(resumed, settings);
-    let outcome = run_scout(&setup, dir.path(), &resumed, None).await.unwrap();
+    let outcome = run_scout(&setup, dir.path(), &resumed, None, None).await.unwrap();
     assert_eq!(outcome.state.iteration, 3);
     assert_eq!(outcome.state.best, 1);
     assert_eq!(outcome.state.history.len(), 3);
@@ -291,7 +330,7 @@ async fn no_mcts_keeps_the_mined_workflow_and_no_miner_starts_from_the_chain() {
     s.strategy = Strategy::NoSearch;
     s.miner = false;
     let s = prepare_run(dir.path(), Some(s)).unwrap();
-    let outcome = run_scout(&setup, dir.path(), &s, None).await.unwrap();
+    let outcome = run_scout(&setup, dir.path(), &s, None, None).await.unwrap();
     assert_eq!(outcome.state.stopped, Some(StopReason::NoSearch));
     assert_eq!(outcome.state.tree.len(), 1);
     let ids: Vec<&str> = outcome.best.nodes.iter().map(|node| node.id.as_str()).collect();
