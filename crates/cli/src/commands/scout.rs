@@ -23,6 +23,18 @@ use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
 
+/// Moves the runs bar to `done` of `total`; the first run of a split (or of the final
+/// test) restarts it, labelled `what`.
+fn show_run(bar: Option<&indicatif::ProgressBar>, done: usize, total: usize, what: impl FnOnce() -> String) {
+    let Some(bar) = bar else { return };
+    if done == 1 {
+        bar.reset();
+        bar.set_length(total as u64);
+        bar.set_message(what());
+    }
+    bar.set_position(done as u64);
+}
+
 /// The optimizer's plan decoding, as `--plan-decoding` names it.
 pub(super) fn plan_decoding(arg: PlanDecodingArg) -> PlanDecoding {
     match arg {
@@ -135,14 +147,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let runs_bar = progress_bar(printer, 0, "{bar:30} {pos}/{len} runs of {msg}, {elapsed}");
     let on_split = |event: SplitProgress<'_>| match event {
         SplitProgress::Run { candidate, split, done, total, .. } => {
-            if let Some(bar) = &runs_bar {
-                if done == 1 {
-                    bar.reset();
-                    bar.set_length(total as u64);
-                    bar.set_message(format!("candidate {candidate:04} on {split}"));
-                }
-                bar.set_position(done as u64);
-            }
+            show_run(runs_bar.as_ref(), done, total, || format!("candidate {candidate:04} on {split}"));
         }
         SplitProgress::Finished { candidate, split, evaluation, runs, elapsed } => {
             let es = evaluation.es.map_or_else(|| "–".to_owned(), |es| format!("{es:.3}"));
@@ -156,14 +161,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
         }
     };
     let on_test = |progress: flowmem_eval::Progress<'_>| {
-        if let Some(bar) = &runs_bar {
-            if progress.done == 1 {
-                bar.reset();
-                bar.set_length(progress.total as u64);
-                bar.set_message("the final test");
-            }
-            bar.set_position(progress.done as u64);
-        }
+        show_run(runs_bar.as_ref(), progress.done, progress.total, || "the final test".to_owned());
     };
     // Calls logged without results (τ-bench, τ²-bench) are replayed in isolated tool
     // state (again on a resume, so G⁰ comes out the same), so G⁰'s arguments can also
