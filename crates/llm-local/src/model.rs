@@ -341,7 +341,12 @@ pub fn to_llm_error(model: &str, error: LocalError) -> LlmError {
             LlmError::InvalidReply { model: model.to_owned(), problem: reason.clone(), raw: String::new() }
         }
         // Asking again cannot help: the caller must shorten the request.
-        LocalError::ContextExceeded { .. } => LlmError::InvalidRequest { model: model.to_owned(), problem: reason },
+        LocalError::ContextExceeded { tokens, limit } => LlmError::ContextExceeded {
+            model: model.to_owned(),
+            problem: reason,
+            tokens: Some(tokens),
+            limit: Some(limit),
+        },
         _ => LlmError::Unavailable { model: model.to_owned(), reason },
     }
 }

@@ -138,32 +138,51 @@ struct ApiError {
     status: StatusCode,
     kind: &'static str,
     message: String,
+    /// Fields added to the `error` object: its `code`, and for a context overflow the
+    /// token counts under llama.cpp's names, so that clients can shorten the request.
+    extra: serde_json::Map<String, Value>,
 }
 
 impl ApiError {
     fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, kind: "invalid_request_error", message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+            extra: serde_json::Map::new(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         tracing::warn!(status = self.status.as_u16(), message = %self.message, "chat completion failed");
-        let body = json!({"error": {"message": self.message, "type": self.kind, "code": null}});
-        (self.status, Json(body)).into_response()
+        let mut error = serde_json::Map::new();
+        error.insert("message".into(), Value::String(self.message));
+        error.insert("type".into(), Value::String(self.kind.to_owned()));
+        error.insert("code".into(), Value::Null);
+        error.extend(self.extra);
+        (self.status, Json(json!({ "error": error }))).into_response()
     }
 }
 
 impl From<LlmError> for ApiError {
     fn from(e: LlmError) -> ApiError {
+        let mut extra = serde_json::Map::new();
         let (status, kind) = match &e {
             LlmError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "model_unavailable"),
             LlmError::InvalidReply { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_reply"),
             LlmError::InvalidRequest { .. } => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            LlmError::ContextExceeded { tokens, limit, .. } => {
+                extra.insert("code".into(), json!("context_length_exceeded"));
+                extra.insert("n_prompt_tokens".into(), json!(tokens));
+                extra.insert("n_ctx".into(), json!(limit));
+                (StatusCode::BAD_REQUEST, "invalid_request_error")
+            }
             LlmError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         };
-        ApiError { status, kind, message: e.to_string() }
+        ApiError { status, kind, message: e.to_string(), extra }
     }
 }
 

@@ -189,8 +189,7 @@ impl Endpoint {
         let text = flowmem_model::redact(&text).into_owned();
         if !status.is_success() {
             let code = status.as_u16();
-            if let Some(problem) = context_exceeded(code, &text) {
-                let error = LlmError::InvalidRequest { model: self.name.clone(), problem };
+            if let Some(error) = context_exceeded(&self.name, code, &text) {
                 return Err(Failure { retryable: false, retry_after: None, error });
             }
             return Err(Failure {
@@ -230,11 +229,13 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-/// The server's message when a `400` says the request does not fit the model's context:
+/// The error for a `400` that says the request does not fit the model's context:
 /// OpenAI's `context_length_exceeded` code, llama.cpp's `exceed_context_size_error` type,
 /// or vLLM's "maximum context length" message. Such a request fails the same way every
-/// time, so it is [`LlmError::InvalidRequest`], never retried.
-fn context_exceeded(status: u16, body: &str) -> Option<String> {
+/// time, so it is [`LlmError::ContextExceeded`], never retried. The token counts come
+/// from llama.cpp's `n_prompt_tokens` and `n_ctx` fields, or from OpenAI's and vLLM's
+/// message ("maximum context length is 4096 tokens ... resulted in 5000 tokens").
+fn context_exceeded(model: &str, status: u16, body: &str) -> Option<LlmError> {
     if status != 400 {
         return None;
     }
@@ -245,5 +246,50 @@ fn context_exceeded(status: u16, body: &str) -> Option<String> {
     let exceeded = field("code") == "context_length_exceeded"
         || field("type") == "exceed_context_size_error"
         || message.contains("maximum context length");
-    exceeded.then(|| format!("the request does not fit the model's context: {}", shorten(message, 300)))
+    if !exceeded {
+        return None;
+    }
+    let count = |key: &str| error.get(key).and_then(serde_json::Value::as_u64).and_then(|n| usize::try_from(n).ok());
+    let limit = count("n_ctx").or_else(|| number_after(message, "maximum context length is "));
+    let tokens = count("n_prompt_tokens")
+        .or_else(|| number_after(message, "resulted in "))
+        .or_else(|| number_after(message, "you requested "));
+    Some(LlmError::ContextExceeded { model: model.to_owned(), problem: shorten(message, 300), tokens, limit })
+}
+
+/// The whole number right after the first `marker` in `text`, if one is there.
+fn number_after(text: &str, marker: &str) -> Option<usize> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(body: &serde_json::Value) -> Option<(Option<usize>, Option<usize>)> {
+        match context_exceeded("m", 400, &body.to_string())? {
+            LlmError::ContextExceeded { tokens, limit, .. } => Some((tokens, limit)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn context_overflows_are_recognised_with_their_token_counts() {
+        let openai = serde_json::json!({"error": {"code": "context_length_exceeded", "type": "invalid_request_error",
+            "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens."}});
+        assert_eq!(counts(&openai), Some((Some(9001), Some(8192))));
+        let llama_cpp = serde_json::json!({"error": {"type": "exceed_context_size_error", "n_prompt_tokens": 5000,
+            "n_ctx": 4096, "message": "the request exceeds the available context size"}});
+        assert_eq!(counts(&llama_cpp), Some((Some(5000), Some(4096))));
+        let vllm = serde_json::json!({"error": {"message": "This model's maximum context length is 2048 tokens. \
+            However, you requested 2100 tokens (2000 in the messages, 100 in the completion)."}});
+        assert_eq!(counts(&vllm), Some((Some(2100), Some(2048))));
+        let bare = serde_json::json!({"error": {"code": "context_length_exceeded", "message": "too long"}});
+        assert_eq!(counts(&bare), Some((None, None)));
+        let other = serde_json::json!({"error": {"code": "invalid_value", "message": "temperature is 3"}});
+        assert_eq!(counts(&other), None);
+        assert!(context_exceeded("m", 500, &openai.to_string()).is_none(), "only a 400 says so");
+    }
 }

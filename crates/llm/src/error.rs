@@ -77,6 +77,19 @@ pub enum LlmError {
         /// What is wrong.
         problem: String,
     },
+    /// The request does not fit the model's context window: the prompt, or the prompt and
+    /// the reply so far. Asking again cannot help, a shorter request may; not retried.
+    #[error("request to model `{model}` does not fit its context: {problem}")]
+    ContextExceeded {
+        /// The model's name.
+        model: String,
+        /// What the model or its server said.
+        problem: String,
+        /// The tokens the request needs, at least, when the model said.
+        tokens: Option<usize>,
+        /// The model's context length, when it said.
+        limit: Option<usize>,
+    },
     /// A tool call's `arguments` string is not a JSON object.
     #[error("model `{model}` called tool `{tool}` with arguments that are not a JSON object: {raw}")]
     ToolArguments {

@@ -9,6 +9,7 @@
 //! model can only name nodes and edges that exist then. The conversation only grows at
 //! its end, so the embedded model's prefix cache prefills each turn's new part alone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -53,7 +54,34 @@ pub struct LlmProposer {
     pub max_edits: usize,
     /// How the plan is asked for.
     pub decoding: PlanDecoding,
+    /// The feedback lengths that made first messages fit the model's context, by the
+    /// hash of the first message at full length; later turns of the plan reuse them.
+    fits: std::sync::Mutex<HashMap<u64, usize>>,
 }
+
+impl LlmProposer {
+    /// A proposer asking `model`, with the templates of `prompts` (which must hold
+    /// [`PROPOSE_EDITS`] and [`PROPOSE_NEXT_EDIT`]).
+    #[must_use]
+    pub fn new(
+        model: Arc<dyn ChatModel>,
+        prompts: Arc<Prompts>,
+        tools: Vec<String>,
+        max_edits: usize,
+        decoding: PlanDecoding,
+    ) -> LlmProposer {
+        LlmProposer { model, prompts, tools, max_edits, decoding, fits: std::sync::Mutex::default() }
+    }
+}
+
+/// The tokens left free for the reply when a first message is fitted to the context: a
+/// per-edit reply is one edit; a whole plan needs more (see [`PLAN_MAX_TOKENS`]).
+const EDIT_REPLY_TOKENS: usize = 256;
+const PLAN_REPLY_TOKENS: usize = 768;
+
+/// Characters of feedback cut per token a first message is over: JSON tokenizes at two
+/// to four characters a token, so four cuts a little more than needed, never less.
+const CUT_CHARS_PER_TOKEN: usize = 4;
 
 /// The most tokens a reply may take. A whole plan of six edits, each with an
 /// instruction of the full 400 characters, comes to about 1,000 tokens of English; the
@@ -65,6 +93,9 @@ const PLAN_MAX_TOKENS: u32 = 1536;
 struct ProposeContext<'a> {
     graph: &'a WorkflowGraph,
     feedback: String,
+    /// Wins over the [`FEEDBACK_CHARS`] global when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    feedback_chars: Option<usize>,
     tools: &'a [String],
     tried: Vec<TriedView>,
     new_id_prefix: String,
@@ -133,7 +164,75 @@ impl Proposer for LlmProposer {
         let max_edits = self.max_edits.clamp(1, MAX_PLAN_EDITS);
         let first = input.turns.is_empty();
         let whole = first && self.decoding == PlanDecoding::Whole;
-        let opening = self.opening(input, max_edits)?;
+        let full = self.opening(input, max_edits, None)?;
+        let key = text_hash(&full.text);
+        let mut fitted = self.fits.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).copied();
+        loop {
+            let opening = match fitted {
+                Some(chars) => self.opening(input, max_edits, Some(chars))?,
+                None => full.clone(),
+            };
+            match self.ask(input, opening, max_edits, whole).await {
+                // The first message alone is too long for the model: shorten its
+                // feedback and ask again. Later turns reuse the length that fitted; when
+                // their conversation outgrows the context, the plan ends (below).
+                Err(LlmError::ContextExceeded { problem, tokens, limit, .. }) if first => {
+                    let current = fitted.unwrap_or_else(|| self.feedback_len(input.feedback));
+                    let reserve = if whole { PLAN_REPLY_TOKENS } else { EDIT_REPLY_TOKENS };
+                    let Some(shorter) = shorter_feedback(current, tokens, limit, reserve) else {
+                        return Err(SearchError::Unanswerable(problem));
+                    };
+                    tracing::info!(
+                        from = current,
+                        to = shorter,
+                        %problem,
+                        "the optimizer's first message does not fit the model's context; its feedback is cut"
+                    );
+                    fitted = Some(shorter);
+                }
+                Err(LlmError::ContextExceeded { problem, .. } | LlmError::InvalidRequest { problem, .. }) => {
+                    return Err(SearchError::Unanswerable(problem));
+                }
+                Err(LlmError::InvalidReply { problem, .. }) => {
+                    return Err(SearchError::InvalidProposal(format!("the reply was not an edit: {problem}")));
+                }
+                Err(err) => return Err(SearchError::Proposer(err.to_string())),
+                Ok(text) => {
+                    if let Some(chars) = fitted {
+                        let mut fits = self.fits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if fits.len() >= MAX_FITS {
+                            fits.clear();
+                        }
+                        fits.insert(key, chars);
+                    }
+                    if whole {
+                        let plan = serde_json::from_str::<EditPlan>(&text).map_err(|err| {
+                            SearchError::InvalidProposal(format!("the reply was not an edit plan: {err}"))
+                        })?;
+                        return Ok(ProposedEdits { rationale: Some(plan.rationale), edits: plan.edits });
+                    }
+                    return parse_step(&text);
+                }
+            }
+        }
+    }
+
+    fn max_edits(&self) -> usize {
+        self.max_edits.clamp(1, MAX_PLAN_EDITS)
+    }
+}
+
+impl LlmProposer {
+    /// One request: the first message, the turns so far, and the question for the next
+    /// edit (or the whole plan); returns the reply's text.
+    async fn ask(
+        &self,
+        input: &ProposalInput<'_>,
+        opening: flowmem_llm::RenderedPrompt,
+        max_edits: usize,
+        whole: bool,
+    ) -> Result<String, LlmError> {
+        let first = input.turns.is_empty();
         let mut messages = vec![Message::user(opening.text)];
         let mut prompt_ids = vec![opening.id];
         let mut before = input.graph.clone();
@@ -145,10 +244,9 @@ impl Proposer for LlmProposer {
             let after = replay(&before, turn);
             let plan_edits = plan_edits(&input.turns[..=idx]);
             let next = NextContext::of(turn, &before, &after, plan_edits, max_edits);
-            let rendered = self
-                .prompts
-                .render(PROPOSE_NEXT_EDIT.name, &next)
-                .map_err(|err| SearchError::Proposer(err.to_string()))?;
+            let rendered = self.prompts.render(PROPOSE_NEXT_EDIT.name, &next).map_err(|err| {
+                LlmError::InvalidRequest { model: self.model.name().to_owned(), problem: err.to_string() }
+            })?;
             messages.push(Message::user(rendered.text));
             if idx == 0 {
                 prompt_ids.push(rendered.id);
@@ -165,37 +263,24 @@ impl Proposer for LlmProposer {
         request.prompts = prompt_ids;
         request.response_format = Some(ResponseFormat { name: "edit_plan".to_owned(), schema });
         request.max_tokens = Some(PLAN_MAX_TOKENS);
-        let reply = match self.model.chat(&request).await {
-            Ok(reply) => reply,
-            Err(LlmError::InvalidReply { problem, .. }) => {
-                return Err(SearchError::InvalidProposal(format!("the reply was not an edit: {problem}")));
-            }
-            Err(LlmError::InvalidRequest { problem, .. }) => return Err(SearchError::Unanswerable(problem)),
-            Err(err) => return Err(SearchError::Proposer(err.to_string())),
-        };
-        let text = reply.content.unwrap_or_default();
-        if whole {
-            let plan = serde_json::from_str::<EditPlan>(&text)
-                .map_err(|err| SearchError::InvalidProposal(format!("the reply was not an edit plan: {err}")))?;
-            return Ok(ProposedEdits { rationale: Some(plan.rationale), edits: plan.edits });
-        }
-        parse_step(&text)
+        Ok(self.model.chat(&request).await?.content.unwrap_or_default())
     }
 
-    fn max_edits(&self) -> usize {
-        self.max_edits.clamp(1, MAX_PLAN_EDITS)
-    }
-}
-
-impl LlmProposer {
-    /// The first message, the same on every turn of one plan.
-    fn opening(&self, input: &ProposalInput<'_>, max_edits: usize) -> Result<flowmem_llm::RenderedPrompt, SearchError> {
+    /// The first message, the same on every turn of one plan. `feedback_chars`, when
+    /// set, bounds the feedback below the [`FEEDBACK_CHARS`] global.
+    fn opening(
+        &self,
+        input: &ProposalInput<'_>,
+        max_edits: usize,
+        feedback_chars: Option<usize>,
+    ) -> Result<flowmem_llm::RenderedPrompt, SearchError> {
         let ctx = ProposeContext {
             // The template lists the graph's nodes and edges a line each, without the
             // notes for people: as JSON a mined workflow is three times longer.
             graph: input.graph,
             // Compact: the feedback runs to tens of kilobytes, and every token is read.
             feedback: serde_json::to_string(input.feedback).expect("a JSON value always serialises"),
+            feedback_chars,
             tools: &self.tools,
             tried: input.tried.iter().map(TriedView::of).collect(),
             new_id_prefix: new_id_prefix(input.graph),
@@ -204,6 +289,45 @@ impl LlmProposer {
         };
         self.prompts.render(PROPOSE_EDITS.name, &ctx).map_err(|err| SearchError::Proposer(err.to_string()))
     }
+
+    /// The feedback's length in the first message at full length: its compact JSON,
+    /// within the [`FEEDBACK_CHARS`] global when one is set.
+    fn feedback_len(&self, feedback: &Value) -> usize {
+        let len = serde_json::to_string(feedback).map_or(0, |text| text.chars().count());
+        let global = self.prompts.global(FEEDBACK_CHARS).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
+        global.map_or(len, |limit| len.min(limit))
+    }
+}
+
+/// The most first-message fits a proposer remembers (one per graph expanded).
+const MAX_FITS: usize = 256;
+
+/// The feedback length to try after a first message holding `current` characters of it
+/// was `tokens` long against a context of `limit`, leaving `reserve` tokens for the
+/// reply; `None` when no feedback is left to cut. Without the counts, it halves.
+fn shorter_feedback(current: usize, tokens: Option<usize>, limit: Option<usize>, reserve: usize) -> Option<usize> {
+    if current == 0 {
+        return None;
+    }
+    let shorter = match (tokens, limit) {
+        (Some(tokens), Some(limit)) => {
+            // A reply that ran out of room reports about `limit` tokens: then the
+            // reserve is what is missing.
+            let over = (tokens + reserve).saturating_sub(limit).max(reserve / 2);
+            current.saturating_sub(over * CUT_CHARS_PER_TOKEN)
+        }
+        _ => current / 2,
+    };
+    // Below a few hundred characters the feedback says nothing useful.
+    Some(if shorter < 200 { 0 } else { shorter })
+}
+
+/// A hash of a text, to recognise a first message again within this process.
+fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Reads one turn's reply: an edit, or `done`.

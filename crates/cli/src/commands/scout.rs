@@ -122,13 +122,7 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let prompts = session.prompts().clone();
     let accounting = session.accounting();
     let tool_names = visible_tools(session.registry().as_ref(), session.isolation());
-    let proposer = LlmProposer {
-        model: optimizer,
-        prompts: prompts.clone(),
-        tools: tool_names,
-        max_edits: settings.max_edits,
-        decoding: settings.plan_decoding,
-    };
+    let proposer = LlmProposer::new(optimizer, prompts.clone(), tool_names, settings.max_edits, settings.plan_decoding);
 
     let bar = progress_bar(printer, u64::from(settings.search.iterations), "{bar:30} iteration {pos}/{len} {msg}");
     let on_iteration = |iteration: u32, best: Option<f64>| {

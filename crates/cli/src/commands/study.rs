@@ -111,13 +111,8 @@ async fn run_async(args: &StudyArgs, printer: &Printer) -> anyhow::Result<ExitSt
     let optimizer = session.cached_model(Purpose::Optimizer).await?;
     let judge = session.cached_model(Purpose::Judge).await?;
     let prompts = session.prompts().clone();
-    let proposer = LlmProposer {
-        model: optimizer,
-        prompts: prompts.clone(),
-        tools: visible_tools(session.registry().as_ref(), session.isolation()),
-        max_edits: settings.max_edits,
-        decoding: settings.plan_decoding,
-    };
+    let tools = visible_tools(session.registry().as_ref(), session.isolation());
+    let proposer = LlmProposer::new(optimizer, prompts.clone(), tools, settings.max_edits, settings.plan_decoding);
     let model_swap = match &settings.model_swap {
         Some(name) => Some(session.runtime(session.model_named(Purpose::Executor, name).await?)),
         None => None,

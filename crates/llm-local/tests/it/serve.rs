@@ -107,6 +107,27 @@ async fn openai_endpoint_serves_text_tools_and_schemas() {
     assert_eq!(status, 400);
     assert!(error["error"]["message"].as_str().unwrap().contains("$.messages[0].role"), "{error}");
 
+    // A prompt over the context: a 400 with OpenAI's code and llama.cpp's counts, which
+    // our HTTP client reads back, so that callers can shorten the request.
+    let long = json!({"messages": [{"role": "user", "content": "apple banana cherry ".repeat(2000)}], "max_tokens": 8});
+    let (status, error) = post(&client, &url, &long).await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+    assert_eq!(error["error"]["n_ctx"], 4096, "{error}");
+    assert!(error["error"]["n_prompt_tokens"].as_u64().unwrap() > 5000, "{error}");
+    let http =
+        flowmem_llm::HttpModel::new(flowmem_llm::HttpModelConfig::new("local", server.base.clone(), "local")).unwrap();
+    let request = flowmem_llm::ChatRequest::new(
+        vec![flowmem_llm::Message::user("apple banana cherry ".repeat(2000))],
+        flowmem_llm::Purpose::Executor,
+    );
+    match http.chat(&request).await {
+        Err(flowmem_llm::LlmError::ContextExceeded { tokens: Some(tokens), limit: Some(4096), .. }) => {
+            assert!(tokens > 5000, "{tokens}");
+        }
+        other => panic!("{other:?}"),
+    }
+
     server.shutdown().await;
 }
 

@@ -51,7 +51,7 @@ fn prompts() -> Arc<Prompts> {
 }
 
 fn proposer(model: Arc<dyn ChatModel>, tools: Vec<String>, max_edits: usize, decoding: PlanDecoding) -> LlmProposer {
-    LlmProposer { model, prompts: prompts(), tools, max_edits, decoding }
+    LlmProposer::new(model, prompts(), tools, max_edits, decoding)
 }
 
 fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
@@ -67,13 +67,8 @@ async fn the_prompt_lists_nodes_and_edges_and_bounds_the_feedback() {
     let mut prompts = Prompts::new();
     prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).expect("optimizer templates");
     prompts.set_global(FEEDBACK_CHARS, &200);
-    let proposer = LlmProposer {
-        model: http_model(&server),
-        prompts: Arc::new(prompts),
-        tools: vec!["find_user_id_by_name_zip".into(), "get_order_details".into()],
-        max_edits: 4,
-        decoding: PlanDecoding::PerEdit,
-    };
+    let tools = vec!["find_user_id_by_name_zip".into(), "get_order_details".into()];
+    let proposer = LlmProposer::new(http_model(&server), Arc::new(prompts), tools, 4, PlanDecoding::PerEdit);
     let feedback = json!({"queries": [{"query": "x".repeat(5_000), "failing_nodes": ["find"]}]});
 
     let proposed = proposer.propose(&input(&graph(), &feedback)).await.expect("a valid edit");
@@ -381,4 +376,121 @@ async fn a_later_turn_shows_what_became_of_each_reply_and_is_narrowed_to_the_cur
     assert!(validator.is_valid(&edit(json!({"op": "remove_node", "id": "e1_check"}))), "an added node is named");
     assert!(!validator.is_valid(&edit(json!({"op": "remove_node", "id": "user"}))), "a removed node is not");
     assert!(!validator.is_valid(&json!({"rationale": "r", "edit": {"op": "done"}})), "later turns carry no rationale");
+}
+
+/// The feedback between its heading and the next paragraph of the first message.
+fn feedback_of(first_message: &str) -> &str {
+    let start = first_message.find("optimisation queries:\n").expect("the feedback heading") + 22;
+    let end = first_message[start..].find("\n\nRead the feedback").expect("the paragraph after it");
+    &first_message[start..start + end]
+}
+
+/// A first message too long for the model's context (a 400 `context_length_exceeded`
+/// with llama.cpp's token counts) is asked again with its feedback cut by what it was
+/// over, plus room for the reply. The plan's next turn opens with the message that fit,
+/// so its conversation still only grows at its end.
+#[tokio::test]
+async fn a_first_message_over_the_context_is_asked_again_with_shorter_feedback() {
+    use flowmem_testsupport::Match;
+
+    let too_long = json!({"error": {"message": "the request exceeds the available context size",
+        "type": "exceed_context_size_error", "n_prompt_tokens": 5_000, "n_ctx": 4_096}});
+    let step = json!({"rationale": "r", "edit": {"op": "rewrite_prompt", "id": "find", "instruction": "Ask twice."}});
+    let script = Script::new()
+        .when_seq(
+            Match::any_message_contains("You improve a tool-using agent workflow"),
+            [Reply::raw(400, too_long.to_string())],
+        )
+        .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
+        .otherwise(Reply::json(step));
+    let server = ScriptedLlmServer::start(script).await;
+    let proposer = proposer(http_model(&server), vec![], 4, PlanDecoding::PerEdit);
+    let feedback = json!({"queries": [{"query": "q", "failing_nodes": ["find"], "trace": "y".repeat(20_000)}]});
+    let graph = graph();
+
+    let first = proposer.propose(&input(&graph, &feedback)).await.expect("the shortened message is answered");
+    assert_eq!(first.edits.len(), 1);
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "asked once more, shortened");
+    let (full, fitted) = (requests[0].last_text("user").unwrap(), requests[1].last_text("user").unwrap());
+    let full_len = feedback_of(full).chars().count();
+    assert!(full_len > 20_000, "the first try has the whole feedback");
+    // 5,000 tokens with 256 kept for the reply, against 4,096: 1,160 tokens over, cut at
+    // four characters a token.
+    let kept = full_len - 1_160 * 4;
+    assert!(feedback_of(fitted).starts_with(&feedback_of(full)[..kept]), "the feedback keeps its start");
+    assert!(
+        feedback_of(fitted).ends_with(&format!(" […{} more characters]", full_len - kept)),
+        "{}",
+        feedback_of(fitted)
+    );
+    assert_eq!(
+        full.replace(feedback_of(full), ""),
+        fitted.replace(feedback_of(fitted), ""),
+        "only the feedback changes"
+    );
+
+    let applied = apply_edit(&graph, &first.edits[0]).expect("the edit applies");
+    let turns = [PlanTurn { proposed: Some(first), applied: 1, problems: vec![] }];
+    let next = ProposalInput { graph: &graph, feedback: &feedback, tried: &[], current: &applied, turns: &turns };
+    let done = proposer.propose(&next).await.expect("the next turn is answered");
+    assert!(done.edits.is_empty(), "`done`");
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3, "the next turn fits at once");
+    assert_eq!(requests[2].messages()[0]["content"], fitted, "it opens with the message that fit");
+}
+
+/// When the model does not say by how much, the feedback is halved until it fits or is
+/// gone; a first message that is over without any feedback cannot be answered.
+#[tokio::test]
+async fn a_first_message_over_the_context_without_feedback_is_unanswerable() {
+    let too_long = json!({"error": {"message": "too long", "code": "context_length_exceeded"}});
+    let server = ScriptedLlmServer::start(Script::new().otherwise(Reply::raw(400, too_long.to_string()))).await;
+    let proposer = proposer(http_model(&server), vec![], 4, PlanDecoding::Whole);
+    let feedback = json!({"trace": "z".repeat(4_000)});
+
+    let err = proposer.propose(&input(&graph(), &feedback)).await.expect_err("it never fits");
+    assert!(
+        matches!(&err, flowmem_optimize::SearchError::Unanswerable(problem) if problem.contains("too long")),
+        "{err:?}"
+    );
+    let lengths: Vec<usize> = server
+        .chat_requests()
+        .iter()
+        .map(|request| {
+            let feedback = feedback_of(request.last_text("user").unwrap());
+            feedback.split(" […").next().unwrap().chars().count()
+        })
+        .collect();
+    // `{"trace":"z…z"}` is 4,012 characters, then halved: 2,006, 1,003, 501, 250, and
+    // nothing below 200.
+    assert_eq!(lengths, [4_012, 2_006, 1_003, 501, 250, 0]);
+}
+
+/// With the embedded model (4,096 tokens), feedback several times that long is cut
+/// until the first message fits, and the model answers with a valid edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_model_answers_a_first_message_whose_feedback_overflows_its_context() {
+    let model_file =
+        flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let mut config = flowmem_llm_local::LocalConfig::standard();
+    config.path = model_file;
+    let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
+    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
+    let proposer = proposer(Arc::clone(&model), tools, 2, PlanDecoding::PerEdit);
+    let graph = graph();
+    let runs: Vec<_> = (0..150)
+        .map(|idx| {
+            json!({"id": format!("q{idx}"), "tc": 0.25, "missing_calls": ["get_order_details"],
+            "answer": format!("I could not find order #W{idx:07} for the customer at zip 9{idx:04}.")})
+        })
+        .collect();
+    let feedback = json!(runs);
+    let full = serde_json::to_string(&feedback).unwrap().chars().count();
+    assert!(full > 4 * 4_096, "the feedback alone is over the context: {full} characters");
+
+    let proposed = proposer.propose(&input(&graph, &feedback)).await.expect("the shortened message is answered");
+    let [edit] = proposed.edits.as_slice() else { panic!("one edit per turn: {proposed:?}") };
+    let schema = jsonschema::validator_for(&edit_step_schema(&graph, &proposer.tools, true, false)).unwrap();
+    assert!(schema.is_valid(&json!({"rationale": proposed.rationale, "edit": edit})), "{edit:?}");
 }

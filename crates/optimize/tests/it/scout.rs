@@ -126,13 +126,13 @@ async fn run_scout(
     progress: Option<&Mutex<Vec<String>>>,
 ) -> Result<flowmem_optimize::ScoutOutcome, flowmem_optimize::ScoutError> {
     let tool_names: Vec<String> = setup.tools.definitions().into_iter().map(|def| def.name).collect();
-    let proposer = LlmProposer {
-        model: Arc::clone(&setup.model),
-        prompts: Arc::clone(&setup.prompts),
-        tools: tool_names,
-        max_edits: settings.max_edits,
-        decoding: settings.plan_decoding,
-    };
+    let proposer = LlmProposer::new(
+        Arc::clone(&setup.model),
+        Arc::clone(&setup.prompts),
+        tool_names,
+        settings.max_edits,
+        settings.plan_decoding,
+    );
     let iterations = AtomicU32::new(0);
     let checkpoint = move |point: Checkpoint| Some(point) != stop_at;
     let on_iteration = |_: u32, _: Option<f64>| {

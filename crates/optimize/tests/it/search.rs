@@ -207,13 +207,13 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
     cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
     let mut prompts = Prompts::new();
     prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).unwrap();
-    let proposer = LlmProposer {
-        model: std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
-        prompts: std::sync::Arc::new(prompts),
-        tools: vec![],
-        max_edits: 2,
-        decoding: PlanDecoding::PerEdit,
-    };
+    let proposer = LlmProposer::new(
+        std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
+        std::sync::Arc::new(prompts),
+        vec![],
+        2,
+        PlanDecoding::PerEdit,
+    );
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
     let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
@@ -429,13 +429,13 @@ async fn scripted_proposer(
     cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
     let mut prompts = Prompts::new();
     prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).unwrap();
-    let proposer = LlmProposer {
-        model: std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
-        prompts: std::sync::Arc::new(prompts),
-        tools: vec![],
-        max_edits: 6,
+    let proposer = LlmProposer::new(
+        std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
+        std::sync::Arc::new(prompts),
+        vec![],
+        6,
         decoding,
-    };
+    );
     (server, proposer)
 }
 

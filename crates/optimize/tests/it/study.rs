@@ -142,13 +142,7 @@ async fn run_study(
 ) -> Result<StudyResults, ScoutError> {
     let settings = prepare_study(dir, None).unwrap();
     let names: Vec<String> = rig.tools.definitions().into_iter().map(|def| def.name).collect();
-    let proposer = LlmProposer {
-        model: Arc::clone(&rig.model),
-        prompts: Arc::clone(&rig.prompts),
-        tools: names,
-        max_edits: 6,
-        decoding: PlanDecoding::PerEdit,
-    };
+    let proposer = LlmProposer::new(Arc::clone(&rig.model), Arc::clone(&rig.prompts), names, 6, PlanDecoding::PerEdit);
     let scoring = || ScoreConfig {
         tc: TcConfig::exact(),
         judge: Some((rig.model.as_ref(), rig.prompts.as_ref())),
