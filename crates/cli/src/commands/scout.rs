@@ -23,11 +23,18 @@ use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse};
 use crate::settings::{Config, ModelRoles};
 
+/// The runs bar's look once a run has finished; until then it only says that the first
+/// is under way (it has no split or count to show yet).
+const RUNS_TEMPLATE: &str = "{bar:30} {pos}/{len} runs of {msg}, {elapsed}";
+
 /// Moves the runs bar to `done` of `total`; the first run of a split (or of the final
 /// test) restarts it, labelled `what`.
 fn show_run(bar: Option<&indicatif::ProgressBar>, done: usize, total: usize, what: impl FnOnce() -> String) {
     let Some(bar) = bar else { return };
     if done == 1 {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(RUNS_TEMPLATE) {
+            bar.set_style(style);
+        }
         bar.reset();
         bar.set_length(total as u64);
         bar.set_message(what());
@@ -138,7 +145,10 @@ async fn run_async(args: &ScoutArgs, printer: &Printer) -> anyhow::Result<ExitSt
     // Each candidate runs on every opt and val record before the search moves on: with a
     // local model that is hours, so the runs have their own bar, and each finished split
     // a line (which also reaches logs, where bars are not drawn).
-    let runs_bar = progress_bar(printer, 0, "{bar:30} {pos}/{len} runs of {msg}, {elapsed}");
+    let runs_bar = progress_bar(printer, 0, "{spinner} the first run is under way, {elapsed}");
+    if let Some(bar) = &runs_bar {
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    }
     let on_split = |event: SplitProgress<'_>| match event {
         SplitProgress::Run { candidate, split, done, total, .. } => {
             show_run(runs_bar.as_ref(), done, total, || format!("candidate {candidate:04} on {split}"));

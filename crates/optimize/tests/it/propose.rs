@@ -54,6 +54,17 @@ fn proposer(model: Arc<dyn ChatModel>, tools: Vec<String>, max_edits: usize, dec
     LlmProposer::new(model, prompts(), tools, max_edits, decoding)
 }
 
+/// A proposer asking the embedded model, offered two τ² retail tools.
+fn embedded_proposer() -> LlmProposer {
+    let model_file =
+        flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
+    let mut config = flowmem_llm_local::LocalConfig::standard();
+    config.path = model_file;
+    let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
+    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
+    proposer(model, tools, 2, PlanDecoding::PerEdit)
+}
+
 fn http_model(server: &ScriptedLlmServer) -> Arc<dyn ChatModel> {
     let mut cfg = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
     cfg.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
@@ -281,13 +292,7 @@ async fn the_prompt_shows_the_bindings_of_tool_nodes() {
 /// and the plan it decodes validates and applies to the graph.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_model_decodes_a_plan_under_the_narrowed_schema() {
-    let model_file =
-        flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
-    let mut config = flowmem_llm_local::LocalConfig::standard();
-    config.path = model_file;
-    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
-    let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
-    let proposer = proposer(model, tools, 2, PlanDecoding::PerEdit);
+    let proposer = embedded_proposer();
     let graph = graph();
     let feedback = json!([{"id": "0", "tc": 0.0, "ungrounded_arguments": [{"node": "order", "arg": "order_id", "source": "model"}]}]);
     let proposed =
@@ -471,13 +476,7 @@ async fn a_first_message_over_the_context_without_feedback_is_unanswerable() {
 /// until the first message fits, and the model answers with a valid edit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_model_answers_a_first_message_whose_feedback_overflows_its_context() {
-    let model_file =
-        flowmem_testsupport::require_path(&flowmem_llm_local::default_model_path(), "scripts/setup/30-model.sh");
-    let mut config = flowmem_llm_local::LocalConfig::standard();
-    config.path = model_file;
-    let model: Arc<dyn ChatModel> = Arc::new(flowmem_llm_local::LocalModel::new(config));
-    let tools = vec!["find_user_id_by_name_zip".to_owned(), "get_order_details".to_owned()];
-    let proposer = proposer(Arc::clone(&model), tools, 2, PlanDecoding::PerEdit);
+    let proposer = embedded_proposer();
     let graph = graph();
     let runs: Vec<_> = (0..150)
         .map(|idx| {

@@ -192,9 +192,8 @@ async fn patience_stops_when_validation_does_not_improve() {
 /// carried the first plan.
 #[tokio::test]
 async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_child() {
-    use flowmem_llm::{HttpModel, HttpModelConfig, Prompts, RetryPolicy};
-    use flowmem_optimize::{LlmProposer, PROPOSE_EDITS, PROPOSE_NEXT_EDIT, PlanDecoding};
-    use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
+    use flowmem_optimize::PlanDecoding;
+    use flowmem_testsupport::{Match, Reply, Script};
 
     let plan_a = json!({"rationale": "a", "edit": {"op": "rewrite_prompt", "id": "plan", "instruction": "PLAN-A"}});
     let plan_b = json!({"rationale": "b", "edit": {"op": "rewrite_prompt", "id": "synth", "instruction": "PLAN-B"}});
@@ -202,18 +201,7 @@ async fn a_second_expansion_of_a_node_is_shown_the_first_and_gets_a_different_ch
         .when(Match::last_user_contains("Applied."), Reply::json(json!({"edit": {"op": "done"}})))
         .when(Match::last_user_contains("PLAN-A"), Reply::json(plan_b))
         .otherwise(Reply::json(plan_a));
-    let server = ScriptedLlmServer::start(script).await;
-    let mut cfg_http = HttpModelConfig::new("scripted", server.base_url(), "scripted-model");
-    cfg_http.retry = RetryPolicy { max_retries: 0, ..RetryPolicy::standard() };
-    let mut prompts = Prompts::new();
-    prompts.register_all(&[PROPOSE_EDITS, PROPOSE_NEXT_EDIT]).unwrap();
-    let proposer = LlmProposer::new(
-        std::sync::Arc::new(HttpModel::new(cfg_http).unwrap()),
-        std::sync::Arc::new(prompts),
-        vec![],
-        2,
-        PlanDecoding::PerEdit,
-    );
+    let (server, proposer) = scripted_proposer(script, PlanDecoding::PerEdit).await;
     let dir = tempfile::tempdir().unwrap();
     let sim = SizeSimulator::new(flat, flat);
     let state = run(dir.path(), &cfg(2, 10), Strategy::Mcts, &sim, &proposer, None).await.unwrap();
