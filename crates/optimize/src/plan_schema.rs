@@ -296,14 +296,24 @@ fn narrow_operations(edit: &mut Value, graph: &WorkflowGraph, defs: &Value) {
                     .extend(edges.iter().map(|(from, to)| pinned(&operation, &[("after", from), ("before", to)])));
             }
             "add_edge" => {
+                // From each source, only to the nodes it has no edge to yet (a second
+                // edge between two nodes is refused).
+                let new_edges = |template: &Value, from: &&str| -> Option<Value> {
+                    let targets: Vec<&str> = all
+                        .iter()
+                        .copied()
+                        .filter(|to| !graph.edges.iter().any(|e| e.from == *from && e.to == *to))
+                        .collect();
+                    let variant = pinned(template, &[("from", from)]);
+                    with_choices(variant, "to", &targets)
+                };
                 let mut plain = operation.clone();
                 set_property(&mut plain, "label", json!({"type": "null"}));
-                set_property(&mut plain, "to", json!({"type": "string", "enum": all}));
-                operations.extend(with_choices(plain, "from", &plain_sources));
+                operations.extend(plain_sources.iter().filter_map(|from| new_edges(&plain, from)));
                 let mut routed = operation.clone();
                 set_property(&mut routed, "label", json!({"type": "string", "minLength": 1, "maxLength": 40}));
                 require(&mut routed, "label");
-                operations.extend(with_choices(routed, "from", &branches));
+                operations.extend(branches.iter().filter_map(|from| new_edges(&routed, from)));
             }
             "remove_edge" | "reconnect_edge" => {
                 operations.extend(edges.iter().map(|(from, to)| pinned(&operation, &[("from", from), ("to", to)])));

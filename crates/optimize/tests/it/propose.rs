@@ -193,6 +193,9 @@ async fn the_plan_schema_admits_only_the_graphs_nodes() {
         json!([{"op": "add_edge", "from": "again", "to": "synth"}]),
         json!([{"op": "add_edge", "from": "route", "to": "plan"}]),
         json!([{"op": "add_edge", "from": "plan", "to": "synth", "label": "x"}]),
+        // An edge the graph has already, plain or routed, is not added again.
+        json!([{"op": "add_edge", "from": "plan", "to": "find"}]),
+        json!([{"op": "add_edge", "from": "route", "to": "synth", "label": "again"}]),
         json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "fan", "max_iterations": 2, "until": {"type": "always"}}}]),
         json!([{"op": "insert_control", "control": {"construct": "retry_loop", "around": "synth", "max_iterations": 2, "until": {"type": "always"}}}]),
         json!([{"op": "insert_control", "control": {"construct": "branch", "before": "meet", "question": "q", "alternative": {"id": "e1_alt", "kind": "tool"}}}]),
