@@ -172,7 +172,9 @@ impl Proposer for LlmProposer {
                 Some(chars) => self.opening(input, max_edits, Some(chars))?,
                 None => full.clone(),
             };
-            match self.ask(input, opening, max_edits, whole).await {
+            let request = self.request(input, opening, max_edits, whole)?;
+            let reply = self.model.chat(&request).await.map(|reply| reply.content.unwrap_or_default());
+            match reply {
                 // The first message alone is too long for the model: shorten its
                 // feedback and ask again. Later turns reuse the length that fitted; when
                 // their conversation outgrows the context, the plan ends (below).
@@ -224,14 +226,14 @@ impl Proposer for LlmProposer {
 
 impl LlmProposer {
     /// One request: the first message, the turns so far, and the question for the next
-    /// edit (or the whole plan); returns the reply's text.
-    async fn ask(
+    /// edit (or the whole plan), under the schema narrowed to the graph.
+    fn request(
         &self,
         input: &ProposalInput<'_>,
         opening: flowmem_llm::RenderedPrompt,
         max_edits: usize,
         whole: bool,
-    ) -> Result<String, LlmError> {
+    ) -> Result<ChatRequest, SearchError> {
         let first = input.turns.is_empty();
         let mut messages = vec![Message::user(opening.text)];
         let mut prompt_ids = vec![opening.id];
@@ -244,9 +246,10 @@ impl LlmProposer {
             let after = replay(&before, turn);
             let plan_edits = plan_edits(&input.turns[..=idx]);
             let next = NextContext::of(turn, &before, &after, plan_edits, max_edits);
-            let rendered = self.prompts.render(PROPOSE_NEXT_EDIT.name, &next).map_err(|err| {
-                LlmError::InvalidRequest { model: self.model.name().to_owned(), problem: err.to_string() }
-            })?;
+            let rendered = self
+                .prompts
+                .render(PROPOSE_NEXT_EDIT.name, &next)
+                .map_err(|err| SearchError::Proposer(err.to_string()))?;
             messages.push(Message::user(rendered.text));
             if idx == 0 {
                 prompt_ids.push(rendered.id);
@@ -263,7 +266,7 @@ impl LlmProposer {
         request.prompts = prompt_ids;
         request.response_format = Some(ResponseFormat { name: "edit_plan".to_owned(), schema });
         request.max_tokens = Some(PLAN_MAX_TOKENS);
-        Ok(self.model.chat(&request).await?.content.unwrap_or_default())
+        Ok(request)
     }
 
     /// The first message, the same on every turn of one plan. `feedback_chars`, when
@@ -324,10 +327,8 @@ fn shorter_feedback(current: usize, tokens: Option<usize>, limit: Option<usize>,
 
 /// A hash of a text, to recognise a first message again within this process.
 fn text_hash(text: &str) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
+    use std::hash::BuildHasher as _;
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(text)
 }
 
 /// Reads one turn's reply: an edit, or `done`.
