@@ -96,6 +96,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workflow_pk, day)
     ) WITHOUT ROWID;
     ",
+    // 6: the running totals move out of the workflow's row into a narrow row of their
+    // own. SQLite rewrites a whole row on any update, steps and index text included, so
+    // counting a retrieval in `workflows` cost five times what it costs here, and a
+    // server counts one on every search. A workflow never counted has no row (zeros).
+    "
+    CREATE TABLE workflow_usage (
+        workflow_pk INTEGER PRIMARY KEY,
+        retrieved INTEGER NOT NULL DEFAULT 0,
+        used_success INTEGER NOT NULL DEFAULT 0,
+        used_failure INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO workflow_usage (workflow_pk, retrieved, used_success, used_failure)
+        SELECT pk, retrieved, used_success, used_failure FROM workflows
+        WHERE retrieved + used_success + used_failure > 0;
+    ALTER TABLE workflows DROP COLUMN retrieved;
+    ALTER TABLE workflows DROP COLUMN used_success;
+    ALTER TABLE workflows DROP COLUMN used_failure;
+    ",
 ];
 
 /// The PostgreSQL schema, as an ordered list of migrations; the version is in
@@ -167,6 +185,20 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
     $$;
     CREATE TRIGGER index_log_notify AFTER INSERT ON index_log
         FOR EACH STATEMENT EXECUTE FUNCTION flowmem_index_notify();
+    ",
+    // 3: the running totals in a narrow table of their own, as in SQLite's migration 6
+    // (here it spares a new version of the whole row per count).
+    "
+    CREATE TABLE workflow_usage (
+        workflow_pk BIGINT PRIMARY KEY,
+        retrieved BIGINT NOT NULL DEFAULT 0,
+        used_success BIGINT NOT NULL DEFAULT 0,
+        used_failure BIGINT NOT NULL DEFAULT 0
+    );
+    INSERT INTO workflow_usage (workflow_pk, retrieved, used_success, used_failure)
+        SELECT pk, retrieved, used_success, used_failure FROM workflows
+        WHERE retrieved + used_success + used_failure > 0;
+    ALTER TABLE workflows DROP COLUMN retrieved, DROP COLUMN used_success, DROP COLUMN used_failure;
     ",
 ];
 

@@ -230,7 +230,12 @@ pub struct Page {
     pub workflows: Vec<Workflow>,
 }
 
-const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, retrieved, used_success, used_failure, retired_at, retired_reason";
+const COLUMNS: &str = "pk, id, description, steps, site, domain, composed_of, created_at, COALESCE(workflow_usage.retrieved, 0), COALESCE(workflow_usage.used_success, 0), COALESCE(workflow_usage.used_failure, 0), retired_at, retired_reason";
+
+/// The workflows with their running totals, for `SELECT {COLUMNS} FROM {WORKFLOWS}`: the
+/// totals live in a narrow table of their own, so that counting a retrieval does not
+/// rewrite the workflow's row; a workflow never counted has no row there.
+const WORKFLOWS: &str = "workflows LEFT JOIN workflow_usage ON workflow_usage.workflow_pk = workflows.pk";
 
 /// The rows whose scope matches `$1` (site) and `$2` (domain), each `NULL` for any.
 const SCOPE_FILTER: &str = "(CAST($1 AS TEXT) IS NULL OR site = $1) AND (CAST($2 AS TEXT) IS NULL OR domain = $2)";
@@ -345,7 +350,7 @@ impl MemoryStore {
                 MemoryStore { db, location, path: shown, cfg: StoreConfig::standard(), index: Arc::default() }
             }
         };
-        let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM workflows ORDER BY pk"), &[]) {
+        let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM {WORKFLOWS} ORDER BY pk"), &[]) {
             Ok(rows) => rows,
             Err(err) => {
                 report.problems.push(format!("the workflows cannot be read: {}", flowmem_model::error_chain(&err)));
@@ -488,7 +493,7 @@ impl MemoryStore {
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
     /// [`MemoryError::Database`] or [`MemoryError::Corrupt`] when reading fails.
     pub fn get(&self, id: &str) -> Result<Workflow, MemoryError> {
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE id = $1");
+        let sql = format!("SELECT {COLUMNS} FROM {WORKFLOWS} WHERE id = $1");
         let mut rows = self.query_rows(&sql, &[id.into()])?;
         match rows.pop() {
             Some(row) => Ok(self.decode_all(vec![row], true)?.remove(0).1),
@@ -534,7 +539,7 @@ impl MemoryStore {
     /// The workflows whose scope matches `filter` and whose row passes `status` (an SQL
     /// condition), oldest first.
     fn list_where(&self, filter: &Scope, status: &str) -> Result<Vec<Workflow>, MemoryError> {
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE {SCOPE_FILTER} AND {status} ORDER BY pk");
+        let sql = format!("SELECT {COLUMNS} FROM {WORKFLOWS} WHERE {SCOPE_FILTER} AND {status} ORDER BY pk");
         let rows = self.query_rows(&sql, &[filter.site.clone().into(), filter.domain.clone().into()])?;
         Ok(self.decode_all(rows, true)?.into_iter().map(|(_, workflow)| workflow).collect())
     }
@@ -567,9 +572,11 @@ impl MemoryStore {
         let order = match query.sort {
             PageSort::Oldest => "pk ASC",
             PageSort::Newest => "pk DESC",
-            PageSort::MostUsed => "(used_success + used_failure) DESC, pk ASC",
-            PageSort::BestSuccess => "(used_success + 1.0) / (used_success + used_failure + 2.0) DESC, pk ASC",
-            PageSort::MostRetrieved => "retrieved DESC, pk ASC",
+            PageSort::MostUsed => "COALESCE(used_success + used_failure, 0) DESC, pk ASC",
+            PageSort::BestSuccess => {
+                "(COALESCE(used_success, 0) + 1.0) / (COALESCE(used_success + used_failure, 0) + 2.0) DESC, pk ASC"
+            }
+            PageSort::MostRetrieved => "COALESCE(retrieved, 0) DESC, pk ASC",
         };
         let pattern = query.text.as_deref().map(str::trim).filter(|text| !text.is_empty()).map(|text| {
             let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
@@ -585,7 +592,7 @@ impl MemoryStore {
             .map_err(self.err("counting workflows"))?;
         params.extend([Value::from(query.limit), Value::from(query.offset)]);
         let rows = self.query_rows(
-            &format!("SELECT {COLUMNS} FROM workflows WHERE {filter} ORDER BY {order} LIMIT $4 OFFSET $5"),
+            &format!("SELECT {COLUMNS} FROM {WORKFLOWS} WHERE {filter} ORDER BY {order} LIMIT $4 OFFSET $5"),
             &params,
         )?;
         let workflows = self.decode_all(rows, true)?.into_iter().map(|(_, workflow)| workflow).collect();
@@ -785,7 +792,7 @@ impl MemoryStore {
         // The hits' rows and (when asked) provenances in one query each, whatever their
         // number.
         let pks = serde_json::to_string(&ranked.iter().map(|scored| scored.pk).collect::<Vec<_>>()).unwrap_or_default();
-        let sql = format!("SELECT {COLUMNS} FROM workflows WHERE pk IN ({})", self.db.dialect().json_integers("$1"));
+        let sql = format!("SELECT {COLUMNS} FROM {WORKFLOWS} WHERE pk IN ({})", self.db.dialect().json_integers("$1"));
         let mut rows: std::collections::HashMap<i64, RawRow> =
             self.query_rows(&sql, &[pks.into()])?.into_iter().map(|row| (row.pk, row)).collect();
         let mut workflows = self
@@ -945,15 +952,10 @@ impl MemoryStore {
         }
         let tx = self.db.write().map_err(self.err(what))?;
         for (id, n) in times {
-            let pk = self
-                .db
-                .query_opt(
-                    "UPDATE workflows SET retrieved = retrieved + $2 WHERE id = $1 RETURNING pk",
-                    &[id.into(), n.into()],
-                )
-                .and_then(|row| row.map(|row| row.int(0)).transpose())
-                .map_err(self.err(what))?;
+            let pk = pk_of(&self.db, id).map_err(self.err(what))?;
             if let Some(pk) = pk {
+                let counts = WorkflowStats { retrieved: n as u64, ..WorkflowStats::default() };
+                add_usage(&self.db, pk, &counts).map_err(self.err(what))?;
                 count_day(&self.db, pk, "retrieved", n).map_err(self.err(what))?;
             }
         }
@@ -1046,24 +1048,16 @@ impl MemoryStore {
     /// [`MemoryError::NotFound`] when no such workflow is stored, and
     /// [`MemoryError::Database`] when the update fails.
     pub fn record_use(&mut self, id: &str, outcome: UseOutcome) -> Result<(), MemoryError> {
-        let (sql, column) = match outcome {
-            UseOutcome::Success => {
-                ("UPDATE workflows SET used_success = used_success + 1 WHERE id = $1 RETURNING pk", "used_success")
-            }
-            UseOutcome::Failure => {
-                ("UPDATE workflows SET used_failure = used_failure + 1 WHERE id = $1 RETURNING pk", "used_failure")
-            }
+        let (counts, column) = match outcome {
+            UseOutcome::Success => (WorkflowStats { used_success: 1, ..WorkflowStats::default() }, "used_success"),
+            UseOutcome::Failure => (WorkflowStats { used_failure: 1, ..WorkflowStats::default() }, "used_failure"),
         };
         let what = "recording a use";
         let tx = self.db.write().map_err(self.err(what))?;
-        let pk = self
-            .db
-            .query_opt(sql, &[id.into()])
-            .and_then(|row| row.map(|row| row.int(0)).transpose())
-            .map_err(self.err(what))?;
-        let Some(pk) = pk else {
+        let Some(pk) = pk_of(&self.db, id).map_err(self.err(what))? else {
             return Err(self.not_found(id));
         };
+        add_usage(&self.db, pk, &counts).map_err(self.err(what))?;
         count_day(&self.db, pk, column, 1).map_err(self.err(what))?;
         tx.commit().map_err(self.err(what))
     }
@@ -1128,7 +1122,10 @@ impl MemoryStore {
             let rows = self
                 .db
                 .query_map(
-                    "SELECT pk, id, used_success, used_failure FROM workflows WHERE retired_at IS NULL ORDER BY pk",
+                    &format!(
+                        "SELECT pk, id, COALESCE(used_success, 0), COALESCE(used_failure, 0) FROM {WORKFLOWS}
+                         WHERE retired_at IS NULL ORDER BY pk"
+                    ),
                     &[],
                     |row| {
                         let stats =
@@ -1200,7 +1197,7 @@ impl MemoryStore {
         }
         let read = |sql: &str| self.db.query(sql, &[]).map_err(self.err("reading the memory to copy"));
         let workflows = read(
-            "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
+            "SELECT pk, id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, index_text, retired_at, retired_reason FROM workflows ORDER BY pk",
         )?;
         // Each table keyed by a workflow's primary key (its first column): all its rows.
         let children = COPIED_TABLES.iter().map(|table| read(table.select)).collect::<Result<Vec<_>, _>>()?;
@@ -1210,12 +1207,12 @@ impl MemoryStore {
             let mut new_pk = std::collections::HashMap::with_capacity(workflows.len());
             for row in &workflows {
                 let values = &row.0[1..];
-                let retired = !matches!(values[13], Value::Null);
+                let retired = !matches!(values[10], Value::Null);
                 let pk = target
                     .db
                     .query_one(
-                        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING pk",
+                        "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, index_text, retired_at, retired_reason)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING pk",
                         values,
                     )?
                     .int(0)?;
@@ -1373,10 +1370,15 @@ struct CopiedTable {
 }
 
 /// The tables [`MemoryStore::copy_into`] copies beside `workflows`.
-const COPIED_TABLES: [CopiedTable; 3] = [
+const COPIED_TABLES: [CopiedTable; 4] = [
     CopiedTable {
         select: "SELECT workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at FROM provenance ORDER BY workflow_pk, seq",
         insert: "INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, model, prompt_version, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        logs_vector: false,
+    },
+    CopiedTable {
+        select: "SELECT workflow_pk, retrieved, used_success, used_failure FROM workflow_usage ORDER BY workflow_pk",
+        insert: "INSERT INTO workflow_usage (workflow_pk, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4)",
         logs_vector: false,
     },
     CopiedTable {
@@ -1575,12 +1577,7 @@ fn add_in(db: &Db, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Resul
     }
     if let Some((pk, id, similarity)) = best {
         insert_provenance(db, path, pk, &workflow.provenance, &created_at)?;
-        let stats = &workflow.stats;
-        db.execute(
-            "UPDATE workflows SET retrieved = retrieved + $2, used_success = used_success + $3, used_failure = used_failure + $4 WHERE pk = $1",
-            &[pk.into(), stats.retrieved.into(), stats.used_success.into(), stats.used_failure.into()],
-        )
-        .map_err(sqlite("merging a duplicate"))?;
+        add_usage(db, pk, &workflow.stats).map_err(sqlite("merging a duplicate"))?;
         return Ok(AddOutcome::Merged { id, similarity });
     }
 
@@ -1593,21 +1590,17 @@ fn add_in(db: &Db, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Resul
         description: workflow.description.clone(),
         reason: format!("its composition does not serialize: {err}"),
     })?;
-    let existing = db
-        .query_opt("SELECT pk FROM workflows WHERE id = $1", &[id.as_str().into()])
-        .and_then(|row| row.map(|row| row.int(0)).transpose())
-        .map_err(sqlite("looking up an id"))?;
+    let existing = pk_of(db, &id).map_err(sqlite("looking up an id"))?;
     if let Some(pk) = existing {
         // The same content in the same scope: only possible with dedup disabled. Keep one
         // row and record the extra provenance.
         insert_provenance(db, path, pk, &workflow.provenance, &created_at)?;
         return Ok(AddOutcome::Merged { id, similarity: 1.0 });
     }
-    let stats = &workflow.stats;
     let pk = db
         .query_one(
-            "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, retrieved, used_success, used_failure, index_text, retired_at, retired_reason)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING pk",
+            "INSERT INTO workflows (id, description, steps, site, domain, scope_key, action_key, composed_of, created_at, index_text, retired_at, retired_reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING pk",
             &[
                 id.as_str().into(),
                 workflow.description.as_str().into(),
@@ -1618,9 +1611,6 @@ fn add_in(db: &Db, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Resul
                 action_key.into(),
                 composed_json.into(),
                 created_at.as_str().into(),
-                stats.retrieved.into(),
-                stats.used_success.into(),
-                stats.used_failure.into(),
                 steps_text(workflow).into(),
                 workflow.retired.as_ref().map(|retired| retired.at.as_str()).into(),
                 workflow.retired.as_ref().map(|retired| retired.reason.as_str()).into(),
@@ -1628,6 +1618,7 @@ fn add_in(db: &Db, path: &Path, cfg: &StoreConfig, workflow: &Workflow) -> Resul
         )
         .and_then(|row| row.int(0))
         .map_err(sqlite("inserting a workflow"))?;
+    add_usage(db, pk, &workflow.stats).map_err(sqlite("inserting a workflow"))?;
     if workflow.retired.is_none() {
         log_index(db, pk, "insert").map_err(sqlite("indexing a workflow"))?;
     }
@@ -1670,7 +1661,10 @@ fn evict_in(db: &Db, path: &Path, scope_key: &str, max: usize) -> Result<Vec<Str
     let sqlite = |source| MemoryError::Database { path: path.to_path_buf(), what: "evicting", source };
     let mut rows: Vec<(f64, i64, String)> = db
         .query_map(
-            "SELECT pk, id, used_success, used_failure FROM workflows WHERE scope_key = $1 AND retired_at IS NULL",
+            &format!(
+                "SELECT pk, id, COALESCE(used_success, 0), COALESCE(used_failure, 0) FROM {WORKFLOWS}
+                 WHERE scope_key = $1 AND retired_at IS NULL"
+            ),
             &[scope_key.into()],
             |row| {
                 let stats = WorkflowStats { retrieved: 0, used_success: row.count(2)?, used_failure: row.count(3)? };
@@ -1716,6 +1710,7 @@ fn delete_pk(db: &Db, path: &Path, pk: i64) -> Result<(), MemoryError> {
         "DELETE FROM workflow_vectors WHERE pk = $1",
         "DELETE FROM provenance WHERE workflow_pk = $1",
         "DELETE FROM usage_days WHERE workflow_pk = $1",
+        "DELETE FROM workflow_usage WHERE workflow_pk = $1",
         "DELETE FROM workflows WHERE pk = $1",
     ] {
         db.execute(sql, &[pk.into()]).map_err(sqlite)?;
@@ -1765,6 +1760,26 @@ fn content_id(workflow: &Workflow) -> String {
 }
 
 /// Adds `n` to `column` of the workflow `pk`'s bucket for today (UTC).
+/// The primary key of the workflow `id`, if it is stored.
+fn pk_of(db: &Db, id: &str) -> Result<Option<i64>, DbError> {
+    db.query_opt("SELECT pk FROM workflows WHERE id = $1", &[id.into()])?.map(|row| row.int(0)).transpose()
+}
+
+/// Adds `counts` to the running totals of workflow `pk` (nothing when all are zero).
+fn add_usage(db: &Db, pk: i64, counts: &WorkflowStats) -> Result<(), DbError> {
+    if *counts == WorkflowStats::default() {
+        return Ok(());
+    }
+    db.execute(
+        "INSERT INTO workflow_usage (workflow_pk, retrieved, used_success, used_failure) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (workflow_pk) DO UPDATE SET retrieved = workflow_usage.retrieved + excluded.retrieved,
+             used_success = workflow_usage.used_success + excluded.used_success,
+             used_failure = workflow_usage.used_failure + excluded.used_failure",
+        &[pk.into(), counts.retrieved.into(), counts.used_success.into(), counts.used_failure.into()],
+    )?;
+    Ok(())
+}
+
 fn count_day(db: &Db, pk: i64, column: &'static str, n: i64) -> Result<(), DbError> {
     let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
     db.execute(
@@ -1793,7 +1808,7 @@ fn is_busy(err: &rusqlite::Error) -> bool {
 mod tests {
     use rusqlite::Connection;
 
-    use flowmem_model::Scope;
+    use flowmem_model::{Scope, WorkflowStats};
 
     use crate::index::SearchIndex;
     use crate::schema::MIGRATIONS;
@@ -1808,8 +1823,10 @@ mod tests {
             conn.execute_batch(MIGRATIONS[0]).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
             conn.execute_batch(
-                "INSERT INTO workflows (pk, id, description, steps, scope_key, action_key, created_at)
-                 VALUES (1, 'wf-old', 'refund a returned parcel', '[{\"action\":{\"tool\":\"refund\",\"args\":{}}}]', 's', 'refund', '2026-01-01T00:00:00Z');
+                "INSERT INTO workflows (pk, id, description, steps, scope_key, action_key, created_at, retrieved, used_success, used_failure)
+                 VALUES (1, 'wf-old', 'refund a returned parcel', '[{\"action\":{\"tool\":\"refund\",\"args\":{}}}]', 's', 'refund', '2026-01-01T00:00:00Z', 7, 3, 1);
+                 INSERT INTO workflows (pk, id, description, steps, scope_key, action_key, created_at)
+                 VALUES (2, 'wf-unused', 'cancel a pending order', '[{\"action\":{\"tool\":\"cancel\",\"args\":{}}}]', 's', 'cancel', '2026-01-01T00:00:00Z');
                  INSERT INTO provenance (workflow_pk, seq, trajectory_ids, inducer, created_at) VALUES (1, 0, '[\"t9\"]', 'rule', '2026-01-01T00:00:00Z');
                  INSERT INTO workflow_fts (rowid, description, steps) VALUES (1, 'refund a returned parcel', 'refund\nissue_voucher');",
             )
@@ -1821,6 +1838,12 @@ mod tests {
         assert_eq!(hits.len(), 1, "the old index text carried over");
         assert_eq!(hits[0].workflow.id, "wf-old");
         assert_eq!(hits[0].workflow.provenance.trajectory_ids, ["t9"]);
+        // Migration 6 moved the running totals out of the row, and kept them.
+        let stats = |id: &str| store.get(id).unwrap().stats;
+        assert_eq!(stats("wf-old"), WorkflowStats { retrieved: 7, used_success: 3, used_failure: 1 });
+        assert_eq!(stats("wf-unused"), WorkflowStats::default());
+        let usage_rows = store.db.query_one("SELECT COUNT(*) FROM workflow_usage", &[]).unwrap().count(0).unwrap();
+        assert_eq!(usage_rows, 1, "a workflow never counted has no usage row");
     }
 
     #[test]

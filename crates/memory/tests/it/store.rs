@@ -26,8 +26,8 @@ crate::both_backends!(
 /// The schema version a new memory has: each backend counts its own migrations.
 fn schema_version(backend: Backend) -> i64 {
     match backend {
-        Backend::Sqlite => 5,
-        Backend::Postgres => 2,
+        Backend::Sqlite => 6,
+        Backend::Postgres => 3,
     }
 }
 
