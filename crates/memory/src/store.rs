@@ -346,6 +346,20 @@ impl MemoryStore {
                     Ok(lines) => report.problems.extend(lines.into_iter().filter(|line| line != "ok")),
                     Err(err) => report.problems.push(format!("SQLite's integrity check failed: {err}")),
                 }
+                // A file an older flowmem wrote is read in the current schema once it is
+                // migrated, and a check never changes a file.
+                let version = conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0));
+                if let Ok(version) = version
+                    && version < MIGRATIONS.len() as i64
+                {
+                    report.problems.push(format!(
+                        "the file is at schema version {version} and this flowmem reads version {}: open it once with \
+                         any flowmem command that uses the memory (that migrates it in place), then check again to \
+                         decode its workflows",
+                        MIGRATIONS.len()
+                    ));
+                    return Ok(report);
+                }
                 let db = Db::new(SqliteBackend::new(conn));
                 MemoryStore { db, location, path: shown, cfg: StoreConfig::standard(), index: Arc::default() }
             }
@@ -1844,6 +1858,33 @@ mod tests {
         assert_eq!(stats("wf-unused"), WorkflowStats::default());
         let usage_rows = store.db.query_one("SELECT COUNT(*) FROM workflow_usage", &[]).unwrap().count(0).unwrap();
         assert_eq!(usage_rows, 1, "a workflow never counted has no usage row");
+    }
+
+    #[test]
+    fn a_check_of_a_file_an_older_flowmem_wrote_says_so_and_leaves_it_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..5] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 5).unwrap();
+        }
+        let report = MemoryStore::check(&path).unwrap();
+        assert_eq!(report.workflows, None);
+        assert!(
+            report.problems.len() == 1
+                && report.problems[0].contains("schema version 5 and this flowmem reads version"),
+            "{:?}",
+            report.problems
+        );
+        let version: i64 =
+            Connection::open(&path).unwrap().pragma_query_value(None, "user_version", |row| row.get(0)).unwrap();
+        assert_eq!(version, 5, "the check migrated nothing");
+        drop(MemoryStore::open(&path, StoreConfig::standard()).unwrap());
+        let report = MemoryStore::check(&path).unwrap();
+        assert_eq!((report.problems.len(), report.workflows), (0, Some(0)), "{:?}", report.problems);
     }
 
     #[test]
