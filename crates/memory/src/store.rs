@@ -354,8 +354,7 @@ impl MemoryStore {
                 {
                     report.problems.push(format!(
                         "the file is at schema version {version} and this flowmem reads version {}: open it once with \
-                         any flowmem command that uses the memory (that migrates it in place), then check again to \
-                         decode its workflows",
+                         this flowmem (that migrates it in place), then check again",
                         MIGRATIONS.len()
                     ));
                     return Ok(report);
