@@ -346,10 +346,12 @@ impl MemoryStore {
                     Ok(lines) => report.problems.extend(lines.into_iter().filter(|line| line != "ok")),
                     Err(err) => report.problems.push(format!("SQLite's integrity check failed: {err}")),
                 }
+                let db = Db::new(SqliteBackend::new(conn));
+                let store =
+                    MemoryStore { db, location, path: shown, cfg: StoreConfig::standard(), index: Arc::default() };
                 // A file an older flowmem wrote is read in the current schema once it is
                 // migrated, and a check never changes a file.
-                let version = conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0));
-                if let Ok(version) = version
+                if let Ok(version) = store.schema_version()
                     && version < MIGRATIONS.len() as i64
                 {
                     report.problems.push(format!(
@@ -359,8 +361,7 @@ impl MemoryStore {
                     ));
                     return Ok(report);
                 }
-                let db = Db::new(SqliteBackend::new(conn));
-                MemoryStore { db, location, path: shown, cfg: StoreConfig::standard(), index: Arc::default() }
+                store
             }
         };
         let rows = match store.query_rows(&format!("SELECT {COLUMNS} FROM {WORKFLOWS} ORDER BY pk"), &[]) {
