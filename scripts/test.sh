@@ -8,17 +8,23 @@
 # tidy.rs) runs with the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's banner carries the minutes and seconds since the start, so a slow CI run's
+# log shows which stage took the time.
+stage() { printf '==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 for setup in scripts/setup/*.sh; do
-  echo "==> $setup" >&2
+  stage "$setup"
   bash "$setup"
 done
-echo "==> gate: scripts/public-type-clashes.sh (every public type name is unique)" >&2
+stage "gate: scripts/public-type-clashes.sh (every public type name is unique)"
 bash scripts/public-type-clashes.sh
-echo "==> gate: cargo fmt --all --check" >&2
+stage "gate: cargo fmt --all --check"
 cargo fmt --all --check
-echo "==> gate: cargo clippy --workspace --all-targets -- -D warnings" >&2
+stage "gate: cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "==> gate: RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps" >&2
+stage "gate: RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-echo "==> cargo test --workspace" >&2
-cargo test --workspace --no-fail-fast "$@"
+stage "cargo test --workspace"
+status=0
+cargo test --workspace --no-fail-fast "$@" || status=$?
+stage "done (exit status $status)"
+exit "$status"
