@@ -4,21 +4,28 @@
 //! workflows (targets: at most 2 ms p50 and 5 ms p99 added without retrieval, at most
 //! 20 ms p99 with it).
 //!
-//! The upstream is the scripted OpenAI-compatible server (it answers at once); the
-//! gateways are the release `flowmem` binary on loopback; the client is reqwest with
-//! a connection pool, as SDKs use. Every request starts a new conversation (the worst
+//! The upstream is the scripted OpenAI-compatible server (it answers at once and keeps
+//! no log of the requests, whose growth would slow the later configurations); the
+//! gateways are the release `flowmem` binary on loopback; the client is reqwest with a
+//! connection pool, as SDKs use. Every request starts a new conversation (the worst
 //! case: retrieval runs on each), and the quiet period is long, so no learning runs
 //! during the measurement; recording does.
 //!
 //! It also prints each gateway's CPU time per request (user and system, from `/proc`):
 //! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
-//! that CPU.
+//! that CPU. And how much its resident memory grew per request: the conversations stay
+//! open for the whole run, and on a virtual machine the first touch of a fresh page can
+//! cost microseconds of the host's time, in bursts that show in the p99.
 //!
 //! Run: `cargo bench -p flowmem --bench gateway_latency`. `LATENCY_REQUESTS` sets the
-//! requests per configuration (default 2,000), `LATENCY_WORKFLOWS` the memory size. To
-//! compare two builds or settings, `LATENCY_FLOWMEM` names another `flowmem` binary to
-//! run as the gateways and `LATENCY_CONFIG` a `flowmem.toml` for them (for instance
-//! `[gateway] record = false`, to see what recording costs).
+//! requests per configuration (default 20,000: at concurrency 64 a fast machine answers
+//! 2,000 in a tenth of a second, too short a run for a steady p99), `LATENCY_WORKFLOWS`
+//! the memory size. To compare two builds or settings, `LATENCY_FLOWMEM` names another
+//! `flowmem` binary to run as the gateways and `LATENCY_CONFIG` a `flowmem.toml` for them
+//! (for instance `[gateway] record = false`, to see what recording costs).
+//! `LATENCY_TRACE` names a file to append every request's latency to, one line each
+//! (`BASE_URL cCONCURRENCY START_MS LATENCY_MS`, the start from the configuration's
+//! first request), to see when in a run the slow requests came.
 
 #![allow(clippy::print_stdout, missing_docs)]
 
@@ -48,6 +55,16 @@ fn cpu_ms(pid: u32) -> f64 {
     ticks * 10.0
 }
 
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map(|text| text.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
 }
@@ -75,7 +92,8 @@ fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
 }
 
 /// Sends `n` chat requests to `base` from `concurrency` clients in closed loops and
-/// returns the latencies (ms) and the number of failures.
+/// returns the latencies (ms) and the number of failures. With `LATENCY_TRACE` set, also
+/// appends each request's start and latency to that file.
 async fn measure(
     http: &reqwest::Client,
     base: &str,
@@ -103,7 +121,7 @@ async fn measure(
                         Err(_) => false,
                     };
                     if ok {
-                        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+                        latencies.push((started, started.elapsed().as_secs_f64() * 1000.0));
                     } else {
                         failures += 1;
                     }
@@ -119,15 +137,38 @@ async fn measure(
         all.extend(latencies);
         failures += failed;
     }
-    (Latencies::new(all), failures)
+    if let Ok(path) = std::env::var("LATENCY_TRACE") {
+        append_trace(Path::new(&path), &format!("{base} c{concurrency}"), &all);
+    }
+    (Latencies::new(all.into_iter().map(|(_, ms)| ms).collect()), failures)
+}
+
+/// Appends one line per request to the trace file at `path`: `label`, the request's
+/// start (ms after the first request's) and its latency (ms).
+fn append_trace(path: &Path, label: &str, requests: &[(Instant, f64)]) {
+    use std::io::Write as _;
+    let Some(first) = requests.iter().map(|(started, _)| *started).min() else { return };
+    let mut text = String::new();
+    for (started, ms) in requests {
+        let at = started.duration_since(first).as_secs_f64() * 1000.0;
+        text.push_str(&format!("{label} {at:.3} {ms:.3}\n"));
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()));
+    if let Err(err) = written {
+        panic!("LATENCY_TRACE: cannot append to {}: {err}", path.display());
+    }
 }
 
 fn main() {
-    let n = env_usize("LATENCY_REQUESTS", 2_000);
+    let n = env_usize("LATENCY_REQUESTS", 20_000);
     let n_workflows = env_usize("LATENCY_WORKFLOWS", 10_000);
     let load_before = load_average();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    let upstream = runtime.block_on(ScriptedLlmServer::start(Script::new().otherwise(Reply::text("Sure."))));
+    let upstream = runtime.block_on(ScriptedLlmServer::start_unlogged(Script::new().otherwise(Reply::text("Sure."))));
     let upstream_url = upstream.base_url();
 
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -157,12 +198,14 @@ fn main() {
         }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
-            let cpu_before = cpu_ms(plain_pid);
+            let (cpu_before, rss_before) = (cpu_ms(plain_pid), rss_kib(plain_pid));
             let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
             let off_cpu = (cpu_ms(plain_pid) - cpu_before) * 1000.0 / n as f64;
-            let cpu_before = cpu_ms(memory_pid);
+            let off_rss = (rss_kib(plain_pid) - rss_before) / n as f64;
+            let (cpu_before, rss_before) = (cpu_ms(memory_pid), rss_kib(memory_pid));
             let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
             let retrieval_cpu = (cpu_ms(memory_pid) - cpu_before) * 1000.0 / n as f64;
+            let retrieval_rss = (rss_kib(memory_pid) - rss_before) / n as f64;
             let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
             println!("  concurrency {concurrency}:");
             println!(
@@ -185,6 +228,9 @@ fn main() {
                 added(&retrieval, 0.99)
             );
             println!("    gateway CPU per request:      {off_cpu:.0} µs memory off, {retrieval_cpu:.0} µs with retrieval");
+            println!(
+                "    gateway memory growth:        {off_rss:.2} KiB per request memory off, {retrieval_rss:.2} KiB with retrieval"
+            );
             let ok = direct_failed + off_failed + retrieval_failed == 0
                 && added(&off, 0.5) <= 2.0
                 && added(&off, 0.99) <= 5.0

@@ -98,6 +98,10 @@ impl RecordedRequest {
 struct Shared {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    // Whether `requests` keeps each request; a bench's upstream does not (see
+    // `ScriptedLlmServer::start_unlogged`).
+    logged: bool,
+    n_requests: AtomicUsize,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     n_chat: AtomicUsize,
@@ -114,12 +118,31 @@ impl ScriptedLlmServer {
     /// If no loopback port can be bound, which a test cannot recover from. Must be
     /// called within a Tokio runtime.
     pub async fn start(script: Script) -> ScriptedLlmServer {
+        ScriptedLlmServer::start_with(script, true).await
+    }
+
+    /// Starts a server that keeps no request: [`ScriptedLlmServer::requests`] stays
+    /// empty, and [`ScriptedLlmServer::request_count`] and the in-flight counts still
+    /// work. For benches, whose upstream answers hundreds of thousands of requests: a log
+    /// of their bodies would grow by gigabytes, and its growth (page faults, the lock
+    /// held while the log reallocates) would stall the bench's own clients.
+    ///
+    /// # Panics
+    ///
+    /// As [`ScriptedLlmServer::start`].
+    pub async fn start_unlogged(script: Script) -> ScriptedLlmServer {
+        ScriptedLlmServer::start_with(script, false).await
+    }
+
+    async fn start_with(script: Script, logged: bool) -> ScriptedLlmServer {
         let listener =
             tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("scripted LLM server: binding a loopback port");
         let addr = listener.local_addr().expect("scripted LLM server: local address");
         let shared = Arc::new(Shared {
             script: Mutex::new(script),
             requests: Mutex::new(Vec::new()),
+            logged,
+            n_requests: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             n_chat: AtomicUsize::new(0),
@@ -167,7 +190,7 @@ impl ScriptedLlmServer {
     /// How many requests of any kind arrived so far.
     #[must_use]
     pub fn request_count(&self) -> usize {
-        self.shared.requests.lock().expect("request log lock").len()
+        self.shared.n_requests.load(Ordering::SeqCst)
     }
 
     /// Waits until at least `n` chat requests have arrived: the readiness signal for a
@@ -214,17 +237,20 @@ fn record(shared: &Shared, method: &Method, uri: &Uri, headers: &HeaderMap, body
     } else {
         serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
     };
-    let headers = headers
-        .iter()
-        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
-        .collect();
-    shared.requests.lock().expect("request log lock").push(RecordedRequest {
-        method: method.to_string(),
-        path: uri.path().to_owned(),
-        headers,
-        body: parsed.clone(),
-        at: shared.started.elapsed(),
-    });
+    if shared.logged {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            .collect();
+        shared.requests.lock().expect("request log lock").push(RecordedRequest {
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            headers,
+            body: parsed.clone(),
+            at: shared.started.elapsed(),
+        });
+    }
+    shared.n_requests.fetch_add(1, Ordering::SeqCst);
     shared.arrived.notify_waiters();
     parsed
 }

@@ -145,3 +145,15 @@ async fn lists_models_and_records_unknown_routes() {
     assert_eq!(server.request_count(), 2);
     assert!(server.chat_requests().is_empty());
 }
+
+#[tokio::test]
+async fn an_unlogged_server_answers_and_counts_but_keeps_no_request() {
+    let server = ScriptedLlmServer::start_unlogged(Script::new().otherwise(Reply::text("Sure."))).await;
+    for i in 0..3 {
+        let reply: Value = post(&server, chat(&format!("q{i}"))).await.json().await.unwrap();
+        assert_eq!(reply["choices"][0]["message"]["content"], "Sure.");
+    }
+    assert_eq!(server.request_count(), 3);
+    assert_eq!(server.max_in_flight(), 1);
+    assert!(server.requests().is_empty(), "an unlogged server kept {} requests", server.requests().len());
+}
