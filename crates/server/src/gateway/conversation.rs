@@ -84,14 +84,19 @@ pub(crate) enum Named {
     User(String, u64),
 }
 
-/// One open conversation. Cheap to clone: a request takes a copy out of the lock, so
-/// its large parts (the transcript, the memory, the retrieval record) are shared.
+/// One open conversation: what its next turn needs. Not its transcript: each request
+/// carries the turns before it, and each finished turn's record, transcript included,
+/// goes to the queue table, where the conversation's end finds it. A busy gateway holds
+/// tens of thousands of open conversations, and on a virtual machine every fresh page of
+/// memory they take costs the host's time (`bench/runs/2026-12-07-vm/gateway_latency.txt`).
+/// Cheap to clone: a request takes a copy out of the lock, so its large parts (the
+/// memory, the retrieval record) are shared.
 #[derive(Debug, Clone)]
 pub(crate) struct Open {
     pub id: String,
     pub named: Option<Named>,
-    /// The transcript so far: the last request's messages, then the model's answer.
-    pub messages: Arc<Vec<Value>>,
+    /// How many turns were answered.
+    pub turns: u32,
     /// The hash of the whole transcript, for prefix matching.
     pub hash: Option<u64>,
     pub scope: Scope,
@@ -167,9 +172,9 @@ impl Conversations {
         self.open.insert(conversation.id.clone(), Box::new(conversation));
     }
 
-    /// Records a finished turn: the request's messages and the model's answer become the
-    /// transcript. Returns the updated conversation.
-    pub(crate) fn record_turn(&mut self, id: &str, mut messages: Vec<Value>, answer: Value) -> Option<Open> {
+    /// Records a finished turn: the model's `answer` is appended to the request's
+    /// `messages`, which then are the transcript. Returns the updated conversation.
+    pub(crate) fn record_turn(&mut self, id: &str, messages: &mut Vec<Value>, answer: Value) -> Option<Open> {
         let conversation = self.open.get_mut(id)?;
         if let Some(checker) = &mut conversation.guard {
             let deviations = check_calls(checker, &answer);
@@ -184,8 +189,8 @@ impl Conversations {
         }
         conversation.answered = answer.get("tool_calls").and_then(Value::as_array).is_none_or(Vec::is_empty);
         messages.push(answer);
-        conversation.hash = prefix_hashes(conversation.token_id, &messages).last().copied();
-        conversation.messages = Arc::new(messages);
+        conversation.hash = prefix_hashes(conversation.token_id, messages).last().copied();
+        conversation.turns += 1;
         conversation.last_activity = Instant::now();
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, id.to_owned());

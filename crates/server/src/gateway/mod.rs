@@ -181,7 +181,7 @@ fn guard_for(guards: &[(Scope, CallGuard)], scope: &Scope) -> Option<CallChecker
 /// An open conversation from its stored record, answered and quiet from now on. Its
 /// guard is brought to where the recorded tool calls left it.
 fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Open> {
-    let messages = record.get("messages")?.as_array()?.clone();
+    let messages = record.get("messages")?.as_array()?;
     let token_id = record.get("token_id").and_then(Value::as_i64);
     let scope: Scope = serde_json::from_value(record.get("scope").cloned().unwrap_or(Value::Null)).unwrap_or_default();
     let mut guard = guard_for(guards, &scope);
@@ -198,8 +198,8 @@ fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Ope
         deviations,
         id: id.to_owned(),
         named: None,
-        hash: prefix_hashes(token_id, &messages).last().copied(),
-        messages: Arc::new(messages),
+        hash: prefix_hashes(token_id, messages).last().copied(),
+        turns: 1,
         scope,
         model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
         token_id,
@@ -213,9 +213,10 @@ fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Ope
     })
 }
 
-/// The record of a conversation as stored: its messages redacted and bounded.
-fn record_of(gateway: &Gateway, conversation: &Open) -> Value {
-    let messages: Vec<Value> = conversation.messages.iter().map(|message| gateway.cfg.privacy.clean(message)).collect();
+/// The record of a conversation whose transcript is `messages`, as stored: the messages
+/// redacted and bounded.
+fn record_of(gateway: &Gateway, conversation: &Open, messages: &[Value]) -> Value {
+    let messages: Vec<Value> = messages.iter().map(|message| gateway.cfg.privacy.clean(message)).collect();
     json!({
         "messages": messages,
         "scope": conversation.scope,
@@ -400,7 +401,7 @@ async fn start_conversation(
         deviations: Vec::new(),
         id: state.fresh_id("conv"),
         named,
-        messages: Arc::default(),
+        turns: 0,
         hash: None,
         scope,
         model: model.to_owned(),
@@ -447,15 +448,15 @@ fn flowmem_headers(response: &mut Response, conversation: &Open) {
 /// Records a finished turn: the request's own messages (without the injected memory)
 /// and the model's answer. Returns the deviations of the answer's tool calls from the
 /// scope's skeleton, if it is guarded.
-fn finish_turn(gateway: &Gateway, id: &str, messages: Vec<Value>, answer: Value) -> Vec<Deviation> {
+fn finish_turn(gateway: &Gateway, id: &str, mut messages: Vec<Value>, answer: Value) -> Vec<Deviation> {
     let (before, updated) = {
         let mut conversations = gateway.conversations();
         let before = conversations.get(id).map_or(0, |conversation| conversation.deviations.len());
-        (before, conversations.record_turn(id, messages, answer))
+        (before, conversations.record_turn(id, &mut messages, answer))
     };
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
-        let record = record_of(gateway, &conversation);
+        let record = record_of(gateway, &conversation, &messages);
         gateway.queue.send(Write::Open { id: conversation.id.clone(), record });
     }
     conversation.deviations.get(before..).unwrap_or_default().to_vec()
@@ -643,11 +644,11 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
 /// Ends conversation `id` now and queues it, with the app's outcome if given.
 fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
     let conversation = gateway.conversations().end(id)?;
-    if !conversation.record || conversation.messages.is_empty() {
+    if !conversation.record || conversation.turns == 0 {
         return Some(false);
     }
-    let record = record_of(gateway, &conversation);
-    gateway.queue.send(Write::Queue { id: conversation.id, record, outcome });
+    // Its last turn's record, sent to the queue's writer before this, is the one queued.
+    gateway.queue.send(Write::End { id: conversation.id, outcome });
     Some(true)
 }
 

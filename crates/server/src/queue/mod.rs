@@ -114,7 +114,7 @@ async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver
         {
             batch.push(more);
         }
-        let queued = batch.iter().any(|write| matches!(write, Write::Queue { .. }));
+        let queued = batch.iter().any(|write| matches!(write, Write::End { .. }));
         match queue.on_store(move |store| store.apply(&batch)).await {
             Ok(()) if queued => queue.queued.notify_one(),
             Ok(()) => {}

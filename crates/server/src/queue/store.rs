@@ -38,8 +38,11 @@ const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS gateway_conversa
 pub(crate) enum Write {
     /// A turn finished: the open conversation's record so far.
     Open { id: String, record: Value },
-    /// The conversation ended: queue it for learning, with the app's outcome if given.
-    Queue { id: String, record: Value, outcome: Option<bool> },
+    /// The conversation ended: queue its stored record (its last `Open` write) for
+    /// learning, with the app's outcome if given. The gateway keeps no transcript in
+    /// memory: each turn's request carries the turns before it, and the stored record
+    /// has them all.
+    End { id: String, outcome: Option<bool> },
 }
 
 /// A queued conversation, as the worker takes it.
@@ -102,18 +105,18 @@ impl QueueStore {
     }
 
     /// Applies `writes` in order, in one transaction, skipping each `Open` write that a
-    /// later write of the same conversation in `writes` supersedes.
+    /// later `Open` write of the same conversation in `writes` supersedes. An `End` of a
+    /// conversation that is not open (never recorded, or already queued) changes nothing.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
-        // A turn's record holds the turns before it: of one conversation's writes in a
+        // A turn's record holds the turns before it: of one conversation's records in a
         // batch, only the last needs storing (a busy server's batches repeat its
-        // tool-call loops).
+        // tool-call loops). An `End` queues whatever record is stored when it runs.
         let mut later = std::collections::HashSet::new();
         let mut superseded = vec![false; writes.len()];
         for (idx, write) in writes.iter().enumerate().rev() {
-            let id = match write {
-                Write::Open { id, .. } | Write::Queue { id, .. } => id.as_str(),
-            };
-            superseded[idx] = matches!(write, Write::Open { .. }) && !later.insert(id);
+            if let Write::Open { id, .. } = write {
+                superseded[idx] = !later.insert(id.as_str());
+            }
         }
         self.db.run("storing conversations", |db| {
             let tx = db.write()?;
@@ -128,8 +131,12 @@ impl QueueStore {
                             &[id.into(), record.to_string().into(), now().into()],
                         )?;
                     }
-                    Write::Queue { id, record, outcome } => {
-                        enqueue(db, id, record, *outcome)?;
+                    Write::End { id, outcome } => {
+                        db.execute(
+                            "UPDATE gateway_conversations SET state = 'queued', outcome = $2, updated_at = $3
+                             WHERE id = $1 AND state = 'open'",
+                            &[id.into(), outcome_value(*outcome), now().into()],
+                        )?;
                     }
                 }
             }
@@ -349,11 +356,10 @@ mod tests {
                 .unwrap();
             assert_eq!(queue.open_records().unwrap().len(), 2);
             queue
-                .apply(&[Write::Queue {
-                    id: "c1".into(),
-                    record: record("cancel my order now", 7),
-                    outcome: Some(true),
-                }])
+                .apply(&[
+                    Write::Open { id: "c1".into(), record: record("cancel my order now", 7) },
+                    Write::End { id: "c1".into(), outcome: Some(true) },
+                ])
                 .unwrap();
             let counts = queue.counts().unwrap();
             assert_eq!((counts["open"].as_i64(), counts["queued"].as_i64()), (Some(1), Some(1)), "{counts}");
@@ -367,9 +373,21 @@ mod tests {
                 "rejected": [{"message": "too short"}, {"message": "unknown tool"}]});
             queue.finish("c1", Some("done"), &result).unwrap();
             assert!(queue.take_next().unwrap().is_none());
-            // A learned run is not queued again.
-            queue.apply(&[Write::Queue { id: "c1".into(), record: record("again", 7), outcome: None }]).unwrap();
+            // A learned run is neither changed nor queued again.
+            queue
+                .apply(&[
+                    Write::Open { id: "c1".into(), record: record("again", 7) },
+                    Write::End { id: "c1".into(), outcome: None },
+                ])
+                .unwrap();
             assert_eq!(queue.counts().unwrap()["done"].as_i64(), Some(1));
+            assert_eq!(
+                queue.get("c1", None).unwrap().unwrap()["record"]["messages"][1]["content"],
+                "cancel my order now"
+            );
+            // Ending a conversation that was never recorded stores nothing.
+            queue.apply(&[Write::End { id: "c9".into(), outcome: Some(true) }]).unwrap();
+            assert!(queue.get("c9", None).unwrap().is_none());
 
             queue.record_learned("r1", &record("report", 7), Some(false), Err("no steps".into())).unwrap();
             let recent = queue.recent(10, 0, None).unwrap();
@@ -399,8 +417,8 @@ mod tests {
         }
     }
 
-    /// A batch that holds several turns of one conversation stores its last write, on
-    /// both backends: the newest record while it is open, the queued one once it ended.
+    /// A batch that holds several turns of one conversation stores its last record, on
+    /// both backends, and an end in the batch queues the record stored before it.
     #[test]
     fn a_batch_stores_each_conversations_last_write() {
         let dir = tempfile::tempdir().unwrap();
@@ -413,7 +431,8 @@ mod tests {
                     Write::Open { id: "c2".into(), record: turns(1) },
                     Write::Open { id: "c1".into(), record: turns(2) },
                     Write::Open { id: "c2".into(), record: turns(2) },
-                    Write::Queue { id: "c2".into(), record: turns(3), outcome: None },
+                    Write::Open { id: "c2".into(), record: turns(3) },
+                    Write::End { id: "c2".into(), outcome: None },
                     Write::Open { id: "c1".into(), record: turns(3) },
                 ])
                 .unwrap();
