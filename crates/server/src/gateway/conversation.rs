@@ -7,7 +7,7 @@
 //! extends turn n. Messages are compared in a normal form (role, text, tool calls,
 //! tool-call id), because SDKs resend the model's answers with fields added or dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
@@ -147,6 +147,9 @@ pub(crate) struct Conversations {
     open: HashMap<String, Box<Open>>,
     by_name: HashMap<Named, String>,
     by_hash: HashMap<u64, String>,
+    // One copy of each injected text the open conversations hold: conversations shown
+    // the same workflows share it (a few KiB each, held until they end).
+    texts: HashSet<Arc<str>>,
 }
 
 impl Conversations {
@@ -162,14 +165,31 @@ impl Conversations {
         self.open.get(id).map(Box::as_ref)
     }
 
-    pub(crate) fn insert(&mut self, conversation: Open) {
+    /// Adds `conversation`, its injected text shared with any open conversation that
+    /// holds the same, and returns a copy of it as stored.
+    pub(crate) fn insert(&mut self, mut conversation: Open) -> Open {
+        if !conversation.memory_text.is_empty() {
+            match self.texts.get(&conversation.memory_text) {
+                Some(shared) => conversation.memory_text = Arc::clone(shared),
+                None => {
+                    self.texts.insert(Arc::clone(&conversation.memory_text));
+                }
+            }
+        }
         if let Some(named) = &conversation.named {
             self.by_name.insert(named.clone(), conversation.id.clone());
         }
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, conversation.id.clone());
         }
-        self.open.insert(conversation.id.clone(), Box::new(conversation));
+        self.open.insert(conversation.id.clone(), Box::new(conversation.clone()));
+        conversation
+    }
+
+    /// Forgets the injected texts no open conversation (nor a request still answering)
+    /// holds any more. The quiet-period ender calls it on each tick.
+    pub(crate) fn forget_unused_texts(&mut self) {
+        self.texts.retain(|text| Arc::strong_count(text) > 1);
     }
 
     /// Records a finished turn: the model's `answer` is appended to the request's
@@ -245,7 +265,62 @@ mod tests {
 
     use serde_json::Value;
 
-    use super::{hash_normal_form, prefix_hashes};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use flowmem_model::Scope;
+
+    use super::{Conversations, Open, hash_normal_form, prefix_hashes};
+
+    fn open(id: &str, memory_text: &str) -> Open {
+        Open {
+            id: id.to_owned(),
+            named: None,
+            turns: 0,
+            hash: None,
+            scope: Scope::default(),
+            model: "m".to_owned(),
+            token_id: None,
+            shown: Vec::new(),
+            shadow: Vec::new(),
+            memory_text: memory_text.into(),
+            retrieval: Arc::new(Value::Null),
+            record: true,
+            answered: false,
+            last_activity: Instant::now(),
+            guard: None,
+            deviations: Vec::new(),
+        }
+    }
+
+    /// Conversations shown the same workflows hold one copy of the injected text, and
+    /// the copy is forgotten once no open conversation holds it.
+    #[test]
+    fn open_conversations_share_one_copy_of_an_injected_text() {
+        let mut conversations = Conversations::default();
+        let first = conversations.insert(open("c1", "Workflow: cancel an order"));
+        let second = conversations.insert(open("c2", "Workflow: cancel an order"));
+        let other = conversations.insert(open("c3", "Workflow: return an item"));
+        assert!(Arc::ptr_eq(&first.memory_text, &second.memory_text), "the same text is stored twice");
+        assert!(!Arc::ptr_eq(&first.memory_text, &other.memory_text));
+        assert_eq!(&*conversations.get("c2").unwrap().memory_text, "Workflow: cancel an order");
+        drop((first, second, other));
+
+        conversations.end("c1");
+        conversations.forget_unused_texts();
+        assert_eq!(conversations.texts.len(), 2, "c2 still holds its text");
+        conversations.end("c2");
+        conversations.end("c3");
+        conversations.forget_unused_texts();
+        assert!(conversations.texts.is_empty(), "{:?}", conversations.texts);
+        // A new conversation with an earlier text stores it again.
+        let again = conversations.insert(open("c4", "Workflow: return an item"));
+        assert_eq!(conversations.texts.len(), 1);
+        assert_eq!(&*again.memory_text, "Workflow: return an item");
+        // No text, nothing shared.
+        conversations.insert(open("c5", ""));
+        assert_eq!(conversations.texts.len(), 1);
+    }
 
     fn normal_hash(message: &Value) -> u64 {
         let mut hasher = rustc_hash::FxHasher::default();

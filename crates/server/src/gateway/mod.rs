@@ -494,8 +494,7 @@ async fn chat_completions(
         None => {
             let scope = scope_of(&gateway.cfg, &headers, &model, caller.token_id);
             let started = start_conversation(&state, gateway, named, &messages, scope, &model, caller.token_id).await;
-            gateway.conversations().insert(started.clone());
-            started
+            gateway.conversations().insert(started)
         }
     };
     let streaming = request.get("stream").and_then(Value::as_bool) == Some(true);
@@ -725,6 +724,7 @@ async fn end_quiet(state: Arc<AppState>) {
             tracing::debug!(conversation = %id, "gateway: conversation ended (quiet)");
             end_now(gateway, &id, None);
         }
+        gateway.conversations().forget_unused_texts();
     }
 }
 
