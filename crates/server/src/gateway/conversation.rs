@@ -166,8 +166,8 @@ impl Conversations {
     }
 
     /// Adds `conversation`, its injected text shared with any open conversation that
-    /// holds the same, and returns a copy of it as stored.
-    pub(crate) fn insert(&mut self, mut conversation: Open) -> Open {
+    /// holds the same, and returns it as stored.
+    pub(crate) fn insert(&mut self, mut conversation: Open) -> &Open {
         if !conversation.memory_text.is_empty() {
             match self.texts.get(&conversation.memory_text) {
                 Some(shared) => conversation.memory_text = Arc::clone(shared),
@@ -182,8 +182,8 @@ impl Conversations {
         if let Some(hash) = conversation.hash {
             self.by_hash.insert(hash, conversation.id.clone());
         }
-        self.open.insert(conversation.id.clone(), Box::new(conversation.clone()));
-        conversation
+        let id = conversation.id.clone();
+        self.open.entry(id).insert_entry(Box::new(conversation)).into_mut()
     }
 
     /// Forgets the injected texts no open conversation (nor a request still answering)
@@ -298,9 +298,9 @@ mod tests {
     #[test]
     fn open_conversations_share_one_copy_of_an_injected_text() {
         let mut conversations = Conversations::default();
-        let first = conversations.insert(open("c1", "Workflow: cancel an order"));
-        let second = conversations.insert(open("c2", "Workflow: cancel an order"));
-        let other = conversations.insert(open("c3", "Workflow: return an item"));
+        let first = conversations.insert(open("c1", "Workflow: cancel an order")).clone();
+        let second = conversations.insert(open("c2", "Workflow: cancel an order")).clone();
+        let other = conversations.insert(open("c3", "Workflow: return an item")).clone();
         assert!(Arc::ptr_eq(&first.memory_text, &second.memory_text), "the same text is stored twice");
         assert!(!Arc::ptr_eq(&first.memory_text, &other.memory_text));
         assert_eq!(&*conversations.get("c2").unwrap().memory_text, "Workflow: cancel an order");
@@ -314,9 +314,9 @@ mod tests {
         conversations.forget_unused_texts();
         assert!(conversations.texts.is_empty(), "{:?}", conversations.texts);
         // A new conversation with an earlier text stores it again.
-        let again = conversations.insert(open("c4", "Workflow: return an item"));
+        let again = conversations.insert(open("c4", "Workflow: return an item")).memory_text.clone();
         assert_eq!(conversations.texts.len(), 1);
-        assert_eq!(&*again.memory_text, "Workflow: return an item");
+        assert_eq!(&*again, "Workflow: return an item");
         // No text, nothing shared.
         conversations.insert(open("c5", ""));
         assert_eq!(conversations.texts.len(), 1);

@@ -494,7 +494,7 @@ async fn chat_completions(
         None => {
             let scope = scope_of(&gateway.cfg, &headers, &model, caller.token_id);
             let started = start_conversation(&state, gateway, named, &messages, scope, &model, caller.token_id).await;
-            gateway.conversations().insert(started)
+            gateway.conversations().insert(started).clone()
         }
     };
     let streaming = request.get("stream").and_then(Value::as_bool) == Some(true);
