@@ -38,7 +38,8 @@ use serde_json::json;
 
 use flowmem_memory::{MemoryStore, StoreConfig};
 use flowmem_testsupport::{
-    Latencies, Reply, Script, ScriptedLlmServer, retail_queries, spawn_listening, synthetic_workflows,
+    Latencies, Reply, Script, ScriptedLlmServer, process_memory_kib, retail_queries, spawn_listening,
+    synthetic_workflows,
 };
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -55,14 +56,9 @@ fn cpu_ms(pid: u32) -> f64 {
     ticks * 10.0
 }
 
-/// The resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
+/// The resident memory of process `pid`, in KiB (0 when unknown).
+fn resident_kib(pid: u32) -> f64 {
+    process_memory_kib(Some(pid), "VmRSS").unwrap_or(0.0)
 }
 
 fn load_average() -> String {
@@ -198,14 +194,14 @@ fn main() {
         }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
-            let (cpu_before, rss_before) = (cpu_ms(plain_pid), rss_kib(plain_pid));
+            let (cpu_before, rss_before) = (cpu_ms(plain_pid), resident_kib(plain_pid));
             let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
             let off_cpu = (cpu_ms(plain_pid) - cpu_before) * 1000.0 / n as f64;
-            let off_rss = (rss_kib(plain_pid) - rss_before) / n as f64;
-            let (cpu_before, rss_before) = (cpu_ms(memory_pid), rss_kib(memory_pid));
+            let off_rss = (resident_kib(plain_pid) - rss_before) / n as f64;
+            let (cpu_before, rss_before) = (cpu_ms(memory_pid), resident_kib(memory_pid));
             let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
             let retrieval_cpu = (cpu_ms(memory_pid) - cpu_before) * 1000.0 / n as f64;
-            let retrieval_rss = (rss_kib(memory_pid) - rss_before) / n as f64;
+            let retrieval_rss = (resident_kib(memory_pid) - rss_before) / n as f64;
             let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
             println!("  concurrency {concurrency}:");
             println!(

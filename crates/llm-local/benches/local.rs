@@ -26,10 +26,7 @@ fn per_sec(n: usize, d: Duration) -> f64 {
 }
 
 fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    Some(flowmem_testsupport::process_memory_kib(None, "VmHWM")? / 1024.0)
 }
 
 fn main() {

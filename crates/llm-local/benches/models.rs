@@ -17,10 +17,7 @@ const ROUNDS: usize = 3;
 const GENERATE: usize = 64;
 
 fn rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    Some(flowmem_testsupport::process_memory_kib(None, "VmRSS")? / 1024.0)
 }
 
 fn per_sec(n: usize, d: Duration) -> f64 {

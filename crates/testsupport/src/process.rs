@@ -51,3 +51,23 @@ pub fn spawn_listening(mut command: Command, prefix: &str, timeout: Duration) ->
         }
     }
 }
+
+/// A memory figure of a process from `/proc/PID/status` (Linux), in KiB: `field` is
+/// the line's name, such as `VmRSS` (resident now) or `VmHWM` (its peak); `pid` `None`
+/// is this process. `None` when the file or the line cannot be read.
+///
+/// # Example
+///
+/// ```
+/// # if cfg!(target_os = "linux") {
+/// let resident = flowmem_testsupport::process_memory_kib(None, "VmRSS").expect("Linux reports it");
+/// assert!(resident > 0.0);
+/// # }
+/// ```
+#[must_use]
+pub fn process_memory_kib(pid: Option<u32>, field: &str) -> Option<f64> {
+    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
+    let status = std::fs::read_to_string(path).ok()?;
+    let value = status.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?;
+    value.split_whitespace().next()?.parse().ok()
+}
