@@ -259,3 +259,38 @@ pub async fn interrupts(stop: &std::sync::atomic::AtomicBool, printer: &Printer,
     printer.warn(&format!("{what} (press Ctrl-C again to stop now)"));
     let _ = tokio::signal::ctrl_c().await;
 }
+
+/// Completes on the first Ctrl-C, or SIGTERM on Unix. It listens from the moment it is
+/// called, not from its first poll: a signal that comes right after the server said
+/// where it listens still stops it gracefully.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
+        async move {
+            match streams {
+                (Ok(mut interrupt), Ok(mut term)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                (Ok(mut interrupt), Err(err)) => {
+                    tracing::warn!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                    interrupt.recv().await;
+                }
+                (Err(err), _) => {
+                    tracing::warn!(error = %err, "cannot listen for signals; Ctrl-C may not stop the server gracefully");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -18,7 +18,7 @@ use crate::args::{
     GatewayMemoryArg, InduceMode, ServeArgs, ServeCommand, TokenCommand, TokenCreateArgs, TokenScopeArg,
 };
 use crate::commands::ExitStatus;
-use crate::commands::common::block_on;
+use crate::commands::common::{block_on, shutdown_signal};
 use crate::printer::Printer;
 use crate::session::{CacheUse, PromptSettings, Session, SessionSettings, ToolsUse, chosen_retriever, retriever};
 use crate::settings::{
@@ -183,10 +183,11 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
     let has_otlp = cfg.otlp.is_some();
     let state = AppState::open(cfg, Parts { tools, runtime, evaluator, induce, graphs, embedder })
         .with_context(|| format!("cannot serve the memory `{}`", shown(memory)))?;
+    let stop = shutdown_signal();
     let res = if args.stdio {
         // stdout carries the MCP session: nothing else may be printed there.
         tracing::info!(memory = %shown(memory), graphs = n_graphs, "serving over stdio");
-        serve_stdio(state, shutdown_signal()).await
+        serve_stdio(state, stop).await
     } else {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
@@ -207,7 +208,7 @@ async fn serve(args: &ServeArgs, memory: &Path, printer: &Printer) -> anyhow::Re
             ));
         }
         tracing::info!(memory = %shown(memory), graphs = n_graphs, "serving over HTTP; Ctrl-C stops");
-        serve_http(state, listener, shutdown_signal()).await
+        serve_http(state, listener, stop).await
     };
     if let Some(task) = embedded_upstream {
         task.abort();
@@ -295,29 +296,6 @@ fn gateway_config(
         max_field_chars: settings.max_field_chars.unwrap_or(Privacy::default().max_field_chars),
     };
     Ok(cfg)
-}
-
-/// Completes on the first Ctrl-C, or SIGTERM on Unix.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// The memory as messages name it: the file, or the URL without its password.

@@ -36,6 +36,7 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
+        let shutdown = crate::commands::common::shutdown_signal();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.port));
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let bound = listener.local_addr()?;
@@ -47,10 +48,7 @@ pub fn run(args: &ServeLlmArgs, printer: &Printer) -> anyhow::Result<ExitStatus>
             printer.result(&format!("http://{bound}/v1"))?;
         }
         printer.info(&format!("listening on http://{bound}/v1"));
-        printer.info("serving the embedded model (chat and embeddings); press Ctrl-C to stop");
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
+        printer.info("serving the embedded model (chat and embeddings); Ctrl-C or SIGTERM stops it");
         flowmem_llm_local::serve(listener, Arc::new(model), Some(embedder), shutdown)
             .await
             .context("the server failed")?;

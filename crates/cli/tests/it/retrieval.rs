@@ -88,8 +88,11 @@ fn serve_llm_answers_the_openai_sdk_with_embeddings() {
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/openai_client.py");
     let output = Command::new(python()).arg(script).arg(program.to_string()).output().expect("running python");
-    let _ = served.child.kill();
-    let _ = served.child.wait();
+    // SIGTERM stops it gracefully: exit code 0, not death by the signal.
+    let term = Command::new("kill").arg("-TERM").arg(served.child.id().to_string()).status().expect("running kill");
+    assert!(term.success());
+    let status = served.child.wait().expect("waiting for serve-llm");
+    assert_eq!(status.code(), Some(0), "{}", served.stderr.lock().unwrap());
     let stdout = String::from_utf8_lossy(&output.stdout);
     let result: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|err| panic!("no JSON ({err}): {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));

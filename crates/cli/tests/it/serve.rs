@@ -321,6 +321,19 @@ fn serve_refuses_a_network_address_without_a_token() {
     assert!(run.stderr.contains("flowmem serve token create"), "the hint says what to do: {}", run.stderr);
 }
 
+/// A SIGTERM that comes as soon as the server said where it listens still stops it
+/// gracefully: it listens for signals before it says so.
+#[test]
+fn serve_stops_gracefully_on_a_sigterm_right_after_it_starts() {
+    let dir = TestDir::new();
+    for _ in 0..3 {
+        let served = Served::start(&dir, &["--memory", "memory.db"], &[]);
+        let (code, stderr) = served.stop();
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stderr.trim_end().ends_with("stopped"), "{stderr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_a_deployed_graph_as_a_tool() {
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
