@@ -15,7 +15,9 @@
 //! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
 //! that CPU. And how much its resident memory grew per request: the conversations stay
 //! open for the whole run, and on a virtual machine the first touch of a fresh page can
-//! cost microseconds of the host's time, in bursts that show in the p99.
+//! cost microseconds of the host's time, in bursts that show in the p99. And how many
+//! minor page faults it took per request, which counts pages the allocator gave back to
+//! the kernel and touched again as well as fresh ones.
 //!
 //! Run: `cargo bench -p flowmem --bench gateway_latency`. `LATENCY_REQUESTS` sets the
 //! requests per configuration (default 20,000: at concurrency 64 a fast machine answers
@@ -46,19 +48,39 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }
 
-/// The CPU time (user and system) process `pid` has used so far, in milliseconds.
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-    let ticks: f64 = [11, 12].iter().filter_map(|&idx| fields.get(idx)?.parse::<f64>().ok()).sum();
-    // Linux reports them in clock ticks of 1/100 s.
-    ticks * 10.0
+/// What process `pid` has used so far: CPU time (user and system, ms), minor page
+/// faults (each a fresh or reclaimed page the kernel had to map), and resident memory
+/// (KiB), from `/proc` (zeros when unknown).
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu_ms: f64,
+    minor_faults: f64,
+    resident_kib: f64,
 }
 
-/// The resident memory of process `pid`, in KiB (0 when unknown).
-fn resident_kib(pid: u32) -> f64 {
-    process_memory_kib(Some(pid), "VmRSS").unwrap_or(0.0)
+impl Usage {
+    fn of(pid: u32) -> Usage {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        let field = |idx: usize| fields.get(idx).and_then(|value| value.parse::<f64>().ok()).unwrap_or(0.0);
+        Usage {
+            // Linux reports them in clock ticks of 1/100 s.
+            cpu_ms: (field(11) + field(12)) * 10.0,
+            minor_faults: field(7),
+            resident_kib: process_memory_kib(Some(pid), "VmRSS").unwrap_or(0.0),
+        }
+    }
+
+    /// Each figure's growth since `before`, per request of `n`; CPU in µs.
+    fn per_request(self, before: Usage, n: usize) -> Usage {
+        let n = n as f64;
+        Usage {
+            cpu_ms: (self.cpu_ms - before.cpu_ms) * 1000.0 / n,
+            minor_faults: (self.minor_faults - before.minor_faults) / n,
+            resident_kib: (self.resident_kib - before.resident_kib) / n,
+        }
+    }
 }
 
 fn load_average() -> String {
@@ -194,14 +216,12 @@ fn main() {
         }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
-            let (cpu_before, rss_before) = (cpu_ms(plain_pid), resident_kib(plain_pid));
+            let before = Usage::of(plain_pid);
             let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
-            let off_cpu = (cpu_ms(plain_pid) - cpu_before) * 1000.0 / n as f64;
-            let off_rss = (resident_kib(plain_pid) - rss_before) / n as f64;
-            let (cpu_before, rss_before) = (cpu_ms(memory_pid), resident_kib(memory_pid));
+            let off_use = Usage::of(plain_pid).per_request(before, n);
+            let before = Usage::of(memory_pid);
             let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
-            let retrieval_cpu = (cpu_ms(memory_pid) - cpu_before) * 1000.0 / n as f64;
-            let retrieval_rss = (resident_kib(memory_pid) - rss_before) / n as f64;
+            let retrieval_use = Usage::of(memory_pid).per_request(before, n);
             let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
             println!("  concurrency {concurrency}:");
             println!(
@@ -223,9 +243,17 @@ fn main() {
                 added(&retrieval, 0.5),
                 added(&retrieval, 0.99)
             );
-            println!("    gateway CPU per request:      {off_cpu:.0} µs memory off, {retrieval_cpu:.0} µs with retrieval");
             println!(
-                "    gateway memory growth:        {off_rss:.2} KiB per request memory off, {retrieval_rss:.2} KiB with retrieval"
+                "    gateway CPU per request:      {:.0} µs memory off, {:.0} µs with retrieval",
+                off_use.cpu_ms, retrieval_use.cpu_ms
+            );
+            println!(
+                "    gateway memory growth:        {:.2} KiB per request memory off, {:.2} KiB with retrieval",
+                off_use.resident_kib, retrieval_use.resident_kib
+            );
+            println!(
+                "    gateway page faults:          {:.2} per request memory off, {:.2} with retrieval",
+                off_use.minor_faults, retrieval_use.minor_faults
             );
             let ok = direct_failed + off_failed + retrieval_failed == 0
                 && added(&off, 0.5) <= 2.0

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use flowmem_exec::CallChecker;
 use flowmem_model::{Deviation, Scope};
@@ -89,28 +90,31 @@ pub(crate) enum Named {
 /// goes to the queue table, where the conversation's end finds it. A busy gateway holds
 /// tens of thousands of open conversations, and on a virtual machine every fresh page of
 /// memory they take costs the host's time (`bench/runs/2026-12-07-vm/gateway_latency.txt`).
-/// Cheap to clone: a request takes a copy out of the lock, so its large parts (the
-/// memory, the retrieval record) are shared.
+/// Cheap to clone: a request takes a copy out of the lock, so its id, model, workflow
+/// ids, memory and retrieval record are shared, not copied.
 #[derive(Debug, Clone)]
 pub(crate) struct Open {
-    pub id: String,
+    /// One copy, shared by the maps that find the conversation and by the requests
+    /// that took it out of the lock.
+    pub id: Arc<str>,
     pub named: Option<Named>,
     /// How many turns were answered.
     pub turns: u32,
     /// The hash of the whole transcript, for prefix matching.
     pub hash: Option<u64>,
     pub scope: Scope,
-    pub model: String,
+    pub model: Arc<str>,
     pub token_id: Option<i64>,
     /// Workflows put into the system message (mode `prompt`) or only retrieved
     /// (mode `shadow`), chosen on the first turn.
-    pub shown: Vec<String>,
-    pub shadow: Vec<String>,
+    pub shown: Arc<[String]>,
+    pub shadow: Arc<[String]>,
     /// The rendered memory, injected again on every turn so the prompt stays the same.
     pub memory_text: Arc<str>,
     /// How the first turn's workflows were retrieved: the mode and each hit's scores
-    /// (memory's `Retrieval::record`), `null` when nothing was retrieved.
-    pub retrieval: Arc<Value>,
+    /// (memory's `Retrieval::record`), `null` when nothing was retrieved. Kept as its
+    /// JSON text, a tenth of the size of the parsed tree, since it is only written out.
+    pub retrieval: Arc<RawValue>,
     /// Whether to record it (privacy settings of its token and scope).
     pub record: bool,
     /// The model answered without tool calls: the conversation ends after the quiet
@@ -122,6 +126,17 @@ pub(crate) struct Open {
     pub guard: Option<CallChecker>,
     /// The tool calls that deviated from the skeleton so far, in order.
     pub deviations: Vec<Deviation>,
+}
+
+/// The retrieval record of a conversation that retrieved nothing: `null`.
+pub(crate) fn no_retrieval() -> Arc<RawValue> {
+    retrieval_text(&Value::Null)
+}
+
+/// A retrieval record as an [`Open`] keeps it.
+pub(crate) fn retrieval_text(record: &Value) -> Arc<RawValue> {
+    let text = RawValue::from_string(record.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned());
+    Arc::from(text)
 }
 
 /// Checks the tool calls of an assistant `message` against the skeleton, in order, and
@@ -144,9 +159,9 @@ pub(crate) fn check_calls(checker: &mut CallChecker, message: &Value) -> Vec<Dev
 pub(crate) struct Conversations {
     // Boxed: a busy gateway holds tens of thousands, and growing the map moves every
     // entry while the lock is held (a pause every request waits out).
-    open: HashMap<String, Box<Open>>,
-    by_name: HashMap<Named, String>,
-    by_hash: HashMap<u64, String>,
+    open: HashMap<Arc<str>, Box<Open>>,
+    by_name: HashMap<Named, Arc<str>>,
+    by_hash: HashMap<u64, Arc<str>>,
     // One copy of each injected text the open conversations hold: conversations shown
     // the same workflows share it (a few KiB each, held until they end).
     texts: HashSet<Arc<str>>,
@@ -154,7 +169,7 @@ pub(crate) struct Conversations {
 
 impl Conversations {
     /// The id of the open conversation `messages` continues, if any.
-    pub(crate) fn find(&self, named: Option<&Named>, hashes: &[u64]) -> Option<String> {
+    pub(crate) fn find(&self, named: Option<&Named>, hashes: &[u64]) -> Option<Arc<str>> {
         if let Some(named) = named {
             return self.by_name.get(named).cloned();
         }
@@ -177,12 +192,12 @@ impl Conversations {
             }
         }
         if let Some(named) = &conversation.named {
-            self.by_name.insert(named.clone(), conversation.id.clone());
+            self.by_name.insert(named.clone(), Arc::clone(&conversation.id));
         }
         if let Some(hash) = conversation.hash {
-            self.by_hash.insert(hash, conversation.id.clone());
+            self.by_hash.insert(hash, Arc::clone(&conversation.id));
         }
-        let id = conversation.id.clone();
+        let id = Arc::clone(&conversation.id);
         self.open.entry(id).insert_entry(Box::new(conversation)).into_mut()
     }
 
@@ -213,7 +228,7 @@ impl Conversations {
         conversation.turns += 1;
         conversation.last_activity = Instant::now();
         if let Some(hash) = conversation.hash {
-            self.by_hash.insert(hash, id.to_owned());
+            self.by_hash.insert(hash, Arc::clone(&conversation.id));
         }
         Some(Open::clone(conversation))
     }
@@ -240,14 +255,14 @@ impl Conversations {
 
     /// The ids of the conversations to end: answered and then quiet for `quiet`, or
     /// silent for `abandon` whatever their state (a client that went away mid-loop).
-    pub(crate) fn ended(&self, quiet: std::time::Duration, abandon: std::time::Duration) -> Vec<String> {
+    pub(crate) fn ended(&self, quiet: std::time::Duration, abandon: std::time::Duration) -> Vec<Arc<str>> {
         self.open
             .values()
             .filter(|conversation| {
                 let idle = conversation.last_activity.elapsed();
                 (conversation.answered && idle >= quiet) || idle >= abandon
             })
-            .map(|conversation| conversation.id.clone())
+            .map(|conversation| Arc::clone(&conversation.id))
             .collect()
     }
 
@@ -274,17 +289,17 @@ mod tests {
 
     fn open(id: &str, memory_text: &str) -> Open {
         Open {
-            id: id.to_owned(),
+            id: id.into(),
             named: None,
             turns: 0,
             hash: None,
             scope: Scope::default(),
-            model: "m".to_owned(),
+            model: "m".into(),
             token_id: None,
-            shown: Vec::new(),
-            shadow: Vec::new(),
+            shown: Arc::default(),
+            shadow: Arc::default(),
             memory_text: memory_text.into(),
-            retrieval: Arc::new(Value::Null),
+            retrieval: super::no_retrieval(),
             record: true,
             answered: false,
             last_activity: Instant::now(),

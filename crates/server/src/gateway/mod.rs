@@ -45,7 +45,9 @@ use crate::queue::store::Write;
 use crate::queue::{LearnQueue, record_strings};
 use crate::state::AppState;
 
-use self::conversation::{Conversations, Named, Open, check_calls, content_text, prefix_hashes};
+use self::conversation::{
+    Conversations, Named, Open, check_calls, content_text, no_retrieval, prefix_hashes, retrieval_text,
+};
 pub use self::privacy::Privacy;
 use self::sse::Assembler;
 
@@ -196,17 +198,17 @@ fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Ope
     Some(Open {
         guard,
         deviations,
-        id: id.to_owned(),
+        id: id.into(),
         named: None,
         hash: prefix_hashes(token_id, messages).last().copied(),
         turns: 1,
         scope,
-        model: record.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
+        model: record.get("model").and_then(Value::as_str).unwrap_or("").into(),
         token_id,
-        shown: record_strings(record, "shown"),
-        shadow: record_strings(record, "shadow"),
+        shown: record_strings(record, "shown").into(),
+        shadow: record_strings(record, "shadow").into(),
         memory_text: record.get("memory_text").and_then(Value::as_str).unwrap_or("").into(),
-        retrieval: Arc::new(record.get("retrieval").cloned().unwrap_or(Value::Null)),
+        retrieval: record.get("retrieval").map_or_else(no_retrieval, retrieval_text),
         record: true,
         answered: true,
         last_activity: Instant::now(),
@@ -372,12 +374,12 @@ async fn start_conversation(
     let mut shown = Vec::new();
     let mut shadow = Vec::new();
     let mut memory_text = String::new();
-    let mut retrieval_record = Value::Null;
+    let mut retrieval_record = no_retrieval();
     let task = first_user_text(messages);
     if gateway.cfg.memory != InjectMode::Off && !task.trim().is_empty() {
         match state.retrieve(&gateway.retriever, &task, scope.clone(), gateway.cfg.top_k).await {
             Ok(retrieval) => {
-                retrieval_record = retrieval.record();
+                retrieval_record = retrieval_text(&retrieval.record());
                 let workflows: Vec<_> = retrieval.hits.into_iter().map(|hit| hit.workflow).collect();
                 match prompt_memory(&state.prompts, &workflows, gateway.cfg.budget_tokens) {
                     Ok(memory) => {
@@ -399,17 +401,17 @@ async fn start_conversation(
     Open {
         guard: guard_for(&gateway.cfg.guards, &scope),
         deviations: Vec::new(),
-        id: state.fresh_id("conv"),
+        id: state.fresh_id("conv").into(),
         named,
         turns: 0,
         hash: None,
         scope,
-        model: model.to_owned(),
+        model: model.into(),
         token_id,
-        shown,
-        shadow,
+        shown: shown.into(),
+        shadow: shadow.into(),
         memory_text: memory_text.into(),
-        retrieval: Arc::new(retrieval_record),
+        retrieval: retrieval_record,
         record,
         answered: false,
         last_activity: Instant::now(),
@@ -457,7 +459,7 @@ fn finish_turn(gateway: &Gateway, id: &str, mut messages: Vec<Value>, answer: Va
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
         let record = record_of(gateway, &conversation, &messages);
-        gateway.queue.send(Write::Open { id: conversation.id.clone(), record });
+        gateway.queue.send(Write::Open { id: conversation.id.to_string(), record });
     }
     conversation.deviations.get(before..).unwrap_or_default().to_vec()
 }
@@ -647,7 +649,7 @@ fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
         return Some(false);
     }
     // Its last turn's record, sent to the queue's writer before this, is the one queued.
-    gateway.queue.send(Write::End { id: conversation.id, outcome });
+    gateway.queue.send(Write::End { id: conversation.id.to_string(), outcome });
     Some(true)
 }
 
