@@ -256,10 +256,11 @@ impl Conversations {
     /// The ids of the conversations to end: answered and then quiet for `quiet`, or
     /// silent for `abandon` whatever their state (a client that went away mid-loop).
     pub(crate) fn ended(&self, quiet: std::time::Duration, abandon: std::time::Duration) -> Vec<Arc<str>> {
+        let now = Instant::now();
         self.open
             .values()
             .filter(|conversation| {
-                let idle = conversation.last_activity.elapsed();
+                let idle = now.saturating_duration_since(conversation.last_activity);
                 (conversation.answered && idle >= quiet) || idle >= abandon
             })
             .map(|conversation| Arc::clone(&conversation.id))
@@ -281,7 +282,7 @@ mod tests {
     use serde_json::Value;
 
     use std::sync::Arc;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use flowmem_model::Scope;
 
@@ -335,6 +336,34 @@ mod tests {
         // No text, nothing shared.
         conversations.insert(open("c5", ""));
         assert_eq!(conversations.texts.len(), 1);
+    }
+
+    /// A conversation ends when it was answered and then quiet for the quiet period, or
+    /// silent for the abandon period whatever its state; one in the middle of a turn, or
+    /// answered but not yet quiet for long enough, stays open.
+    #[test]
+    fn ended_lists_the_quiet_answered_and_the_abandoned_conversations() {
+        let (quiet, abandon) = (Duration::from_secs(30), Duration::from_secs(600));
+        let ago = |secs: u64| Instant::now().checked_sub(Duration::from_secs(secs)).expect("an uptime of 20 minutes");
+        let mut conversations = Conversations::default();
+        for (id, answered, idle) in [
+            ("quiet", true, 31),
+            ("recent", true, 5),
+            ("mid-turn", false, 120),
+            ("abandoned", false, 601),
+            ("answered-long-ago", true, 1200),
+        ] {
+            let mut conversation = open(id, "");
+            conversation.answered = answered;
+            conversation.last_activity = ago(idle);
+            conversations.insert(conversation);
+        }
+        let mut ended: Vec<String> = conversations.ended(quiet, abandon).iter().map(|id| id.to_string()).collect();
+        ended.sort();
+        assert_eq!(ended, ["abandoned", "answered-long-ago", "quiet"]);
+        // A touch (a new request) makes a quiet conversation active again.
+        conversations.touch("quiet");
+        assert!(!conversations.ended(quiet, abandon).iter().any(|id| &**id == "quiet"));
     }
 
     fn normal_hash(message: &Value) -> u64 {
