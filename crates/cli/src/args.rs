@@ -1590,6 +1590,15 @@ pub struct ServeArgs {
     /// gateway's latency budget (see README, Benchmarks).
     #[arg(long, value_enum, value_name = "MODE")]
     pub gateway_retrieval: Option<RetrievalArg>,
+    /// Let the server's memory use transparent huge pages. By default `flowmem serve`
+    /// turns them off for its own process, as latency-sensitive servers do: the first
+    /// touch of a 2 MiB page zeroes all of it while a request waits, milliseconds on a
+    /// virtual machine, and that showed in the gateway's p99 at concurrency 64
+    /// (`bench/runs/2026-12-07-vm/gateway_page_faults.txt`). Keep them when throughput
+    /// matters more than the tail, for instance with a large embedded model in the
+    /// process.
+    #[arg(long, env = "FLOWMEM_HUGE_PAGES")]
+    pub huge_pages: bool,
     /// Where models and tools come from.
     #[command(flatten)]
     pub config: ConfigArgs,

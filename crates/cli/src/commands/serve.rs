@@ -37,7 +37,24 @@ pub fn run(args: &ServeArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
     };
     match &args.command {
         Some(ServeCommand::Token(TokenCommand::Create(create))) => create_token(memory, create, printer),
-        None => block_on(serve(args, memory, printer)),
+        None => {
+            if !args.huge_pages {
+                without_huge_pages();
+            }
+            block_on(serve(args, memory, printer))
+        }
+    }
+}
+
+/// Turns transparent huge pages off for this process (Linux; elsewhere there are none
+/// to turn off). The allocator asks for them on its large regions, and the first touch
+/// of each then zeroes 2 MiB while the request that touched it waits: on a virtual
+/// machine, where the host backs each page on first use, that is milliseconds.
+fn without_huge_pages() {
+    #[cfg(target_os = "linux")]
+    match nix::sys::prctl::set_thp_disable(true) {
+        Ok(()) => tracing::debug!("transparent huge pages off for this process (--huge-pages keeps them)"),
+        Err(err) => tracing::warn!("could not turn transparent huge pages off: {err}"),
     }
 }
 

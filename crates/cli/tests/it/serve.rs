@@ -334,6 +334,27 @@ fn serve_stops_gracefully_on_a_sigterm_right_after_it_starts() {
     }
 }
 
+/// The `THP_enabled` line of `/proc/PID/status` (`None`: this process).
+fn thp_enabled(pid: Option<u32>) -> Option<String> {
+    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
+    let status = std::fs::read_to_string(path).ok()?;
+    status.lines().find_map(|line| line.strip_prefix("THP_enabled:")).map(|value| value.trim().to_owned())
+}
+
+/// `flowmem serve` turns transparent huge pages off for itself unless `--huge-pages`
+/// keeps them (the kernel shows the process's setting in `/proc/PID/status`).
+#[test]
+fn serve_turns_transparent_huge_pages_off_unless_asked_to_keep_them() {
+    let ours = thp_enabled(None).expect("/proc/self/status has a THP_enabled line (Linux 5.0 and later)");
+    let dir = TestDir::new();
+    let served = Served::start(&dir, &["--memory", "memory.db"], &[]);
+    assert_eq!(thp_enabled(Some(served.child.id())).as_deref(), Some("0"), "the server's own setting");
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+    let kept = Served::start(&dir, &["--memory", "memory.db", "--huge-pages"], &[]);
+    assert_eq!(thp_enabled(Some(kept.child.id())), Some(ours), "--huge-pages leaves the setting as inherited");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_a_deployed_graph_as_a_tool() {
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
