@@ -1591,7 +1591,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, value_name = "MODE")]
     pub gateway_retrieval: Option<RetrievalArg>,
     /// Let the server's memory use transparent huge pages. By default `flowmem serve`
-    /// turns them off for its own process, as latency-sensitive servers do: the first
+    /// turns them off for its own process (and the tool servers it starts, which inherit
+    /// the setting), as latency-sensitive servers do: the first
     /// touch of a 2 MiB page zeroes all of it while a request waits, milliseconds on a
     /// virtual machine, and that showed in the gateway's p99 at concurrency 64
     /// (`bench/runs/2026-12-07-vm/gateway_page_faults.txt`). Keep them when throughput
