@@ -62,6 +62,6 @@ pub use crate::graphs::{llm_chain, loops_in_sequence};
 pub use crate::order_loop::{LOOP_ORDERS, order_loop};
 pub use crate::paths::{deps_dir, repo_root, require_path, shared_data_dir};
 pub use crate::postgres::PgCluster;
-pub use crate::process::{Listening, process_memory_kib, spawn_listening};
+pub use crate::process::{Listening, process_memory_kib, process_status, spawn_listening};
 pub use crate::script::{Match, Reply, Script};
 pub use crate::server::{BAG_OF_WORDS_DIM, RecordedRequest, ScriptedLlmServer, bag_of_words};

@@ -52,9 +52,29 @@ pub fn spawn_listening(mut command: Command, prefix: &str, timeout: Duration) ->
     }
 }
 
-/// A memory figure of a process from `/proc/PID/status` (Linux), in KiB: `field` is
-/// the line's name, such as `VmRSS` (resident now) or `VmHWM` (its peak); `pid` `None`
-/// is this process. `None` when the file or the line cannot be read.
+/// The value of line `field` of a process's `/proc/PID/status` (Linux), trimmed: such
+/// as `VmRSS` (`"1234 kB"`) or `THP_enabled` (`"1"`); `pid` `None` is this process.
+/// `None` when the file or the line cannot be read.
+///
+/// # Example
+///
+/// ```
+/// # if cfg!(target_os = "linux") {
+/// let name = flowmem_testsupport::process_status(None, "Name").expect("Linux reports it");
+/// assert!(!name.is_empty());
+/// # }
+/// ```
+#[must_use]
+pub fn process_status(pid: Option<u32>, field: &str) -> Option<String> {
+    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
+    let status = std::fs::read_to_string(path).ok()?;
+    let value = status.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?;
+    Some(value.trim().to_owned())
+}
+
+/// A memory figure of a process from `/proc/PID/status` (see [`process_status`]), in
+/// KiB: `field` is the line's name, such as `VmRSS` (resident now) or `VmHWM` (its
+/// peak). `None` when the file or the line cannot be read.
 ///
 /// # Example
 ///
@@ -66,8 +86,5 @@ pub fn spawn_listening(mut command: Command, prefix: &str, timeout: Duration) ->
 /// ```
 #[must_use]
 pub fn process_memory_kib(pid: Option<u32>, field: &str) -> Option<f64> {
-    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
-    let status = std::fs::read_to_string(path).ok()?;
-    let value = status.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?;
-    value.split_whitespace().next()?.parse().ok()
+    process_status(pid, field)?.split_whitespace().next()?.parse().ok()
 }

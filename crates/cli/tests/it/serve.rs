@@ -334,17 +334,11 @@ fn serve_stops_gracefully_on_a_sigterm_right_after_it_starts() {
     }
 }
 
-/// The `THP_enabled` line of `/proc/PID/status` (`None`: this process).
-fn thp_enabled(pid: Option<u32>) -> Option<String> {
-    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
-    let status = std::fs::read_to_string(path).ok()?;
-    status.lines().find_map(|line| line.strip_prefix("THP_enabled:")).map(|value| value.trim().to_owned())
-}
-
 /// `flowmem serve` turns transparent huge pages off for itself unless `--huge-pages`
 /// keeps them (the kernel shows the process's setting in `/proc/PID/status`).
 #[test]
 fn serve_turns_transparent_huge_pages_off_unless_asked_to_keep_them() {
+    let thp_enabled = |pid| flowmem_testsupport::process_status(pid, "THP_enabled");
     let ours = thp_enabled(None).expect("/proc/self/status has a THP_enabled line (Linux 5.0 and later)");
     let dir = TestDir::new();
     let served = Served::start(&dir, &["--memory", "memory.db"], &[]);

@@ -130,13 +130,12 @@ pub(crate) struct Open {
 
 /// The retrieval record of a conversation that retrieved nothing: `null`.
 pub(crate) fn no_retrieval() -> Arc<RawValue> {
-    retrieval_text(&Value::Null)
+    Arc::from(RawValue::NULL.to_owned())
 }
 
 /// A retrieval record as an [`Open`] keeps it.
 pub(crate) fn retrieval_text(record: &Value) -> Arc<RawValue> {
-    let text = RawValue::from_string(record.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned());
-    Arc::from(text)
+    serde_json::value::to_raw_value(record).map_or_else(|_| no_retrieval(), Arc::from)
 }
 
 /// Checks the tool calls of an assistant `message` against the skeleton, in order, and

@@ -459,7 +459,7 @@ fn finish_turn(gateway: &Gateway, id: &str, mut messages: Vec<Value>, answer: Va
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
         let record = record_of(gateway, &conversation, &messages);
-        gateway.queue.send(Write::Open { id: conversation.id.to_string(), record });
+        gateway.queue.send(Write::Open { id: Arc::clone(&conversation.id), record });
     }
     conversation.deviations.get(before..).unwrap_or_default().to_vec()
 }
@@ -649,7 +649,7 @@ fn end_now(gateway: &Gateway, id: &str, outcome: Option<bool>) -> Option<bool> {
         return Some(false);
     }
     // Its last turn's record, sent to the queue's writer before this, is the one queued.
-    gateway.queue.send(Write::End { id: conversation.id.to_string(), outcome });
+    gateway.queue.send(Write::End { id: conversation.id, outcome });
     Some(true)
 }
 

@@ -6,6 +6,7 @@
 //! learned from, so a restart loses no recorded run and learns from none twice.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use flowmem_db::{Db, DbError, Dialect, Row, Value as SqlValue};
 use serde_json::Value;
@@ -37,12 +38,12 @@ const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS gateway_conversa
 /// A write of the queue's one writer task; a batch of them is one transaction.
 pub(crate) enum Write {
     /// A turn finished: the open conversation's record so far.
-    Open { id: String, record: Value },
+    Open { id: Arc<str>, record: Value },
     /// The conversation ended: queue its stored record (its last `Open` write) for
     /// learning, with the app's outcome if given. The gateway keeps no transcript in
     /// memory: each turn's request carries the turns before it, and the stored record
     /// has them all.
-    End { id: String, outcome: Option<bool> },
+    End { id: Arc<str>, outcome: Option<bool> },
 }
 
 /// A queued conversation, as the worker takes it.
@@ -115,7 +116,7 @@ impl QueueStore {
         let mut superseded = vec![false; writes.len()];
         for (idx, write) in writes.iter().enumerate().rev() {
             if let Write::Open { id, .. } = write {
-                superseded[idx] = !later.insert(id.as_str());
+                superseded[idx] = !later.insert(&**id);
             }
         }
         self.db.run("storing conversations", |db| {
@@ -128,14 +129,14 @@ impl QueueStore {
                             "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
                              ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
                              WHERE gateway_conversations.state = 'open'",
-                            &[id.into(), record.to_string().into(), now().into()],
+                            &[(&**id).into(), record.to_string().into(), now().into()],
                         )?;
                     }
                     Write::End { id, outcome } => {
                         db.execute(
                             "UPDATE gateway_conversations SET state = 'queued', outcome = $2, updated_at = $3
                              WHERE id = $1 AND state = 'open'",
-                            &[id.into(), outcome_value(*outcome), now().into()],
+                            &[(&**id).into(), outcome_value(*outcome), now().into()],
                         )?;
                     }
                 }
