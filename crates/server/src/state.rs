@@ -138,6 +138,15 @@ pub struct AppState {
     // with a permit of `reader_permits`, so a taker always finds one.
     readers: Mutex<Vec<MemoryStore>>,
     reader_permits: Semaphore,
+    // The readers request handlers search a SQLite memory on in place (`retrieve`), one
+    // per runtime worker: a worker runs one search at a time and never awaits during it,
+    // so a free one is always there. Apart from `readers`, so that a `read` in the
+    // blocking pool (the change poller's, the web UI's) never leaves a worker without
+    // one; before they were apart, a search that found both shared readers taken went to
+    // the blocking pool, held its reader the longer for the thread switches, and so sent
+    // the next one there too, until four in ten searches at concurrency 64 took two
+    // thread wakes more. Empty for a PostgreSQL memory, whose searches wait on a network.
+    inline_readers: Mutex<Vec<MemoryStore>>,
     // All writes go through this one store, on blocking threads. A std mutex: it is held
     // only inside `spawn_blocking`.
     writer: Arc<Mutex<MemoryStore>>,
@@ -186,6 +195,8 @@ impl AppState {
         let n_readers = cfg.readers.max(1);
         // One search index in memory for the whole process.
         let readers = (0..n_readers).map(|_| writer.open_sibling()).collect::<Result<Vec<_>, _>>()?;
+        let n_inline = if writer.is_postgres() { 0 } else { runtime_workers() };
+        let inline_readers = (0..n_inline).map(|_| writer.open_sibling()).collect::<Result<Vec<_>, _>>()?;
         // Load it now: a search may run on a request's worker thread (`retrieve`), and the
         // first should not stall it with the whole index log.
         writer.prepare_search()?;
@@ -218,6 +229,7 @@ impl AppState {
             prompts,
             readers: Mutex::new(readers),
             reader_permits: Semaphore::new(n_readers),
+            inline_readers: Mutex::new(inline_readers),
             writer: Arc::new(Mutex::new(writer)),
             catalog: watch::Sender::new(Arc::new(catalog)),
             retrievals,
@@ -325,7 +337,7 @@ impl AppState {
         let state = self.clone();
         tokio::task::spawn_blocking(move || {
             // Invariant (see `readers`): a permit holder always finds a store.
-            let Some(store) = state.take_reader(|_| true) else {
+            let Some(store) = take_from(&state.readers) else {
                 return Err(ServerError::Join("no free memory reader".to_owned()));
             };
             work(&store).map_err(ServerError::from)
@@ -349,31 +361,15 @@ impl AppState {
         let (query, embed_ms) = retriever.query(text).await?;
         let query = query.without_provenance();
         let started = std::time::Instant::now();
-        let hits = match self.take_local_reader() {
+        let hits = match take_from(&self.inline_readers) {
             // A search of a SQLite memory is a few hundred microseconds of CPU over the
             // in-memory index and cached pages: cheaper run here than handed to a
             // blocking thread and back (two thread wakes and switches per request).
-            // The store goes back to the pool before the permit is released.
-            Some((_permit, store)) => store.search_with(&query, &scope, k)?,
+            Some(store) => store.search_with(&query, &scope, k)?,
             None => self.read(move |store| store.search_with(&query, &scope, k)).await?,
         };
         let search_ms = started.elapsed().as_secs_f64() * 1000.0;
         Ok(Retrieval { mode: retriever.mode(), embed_ms, search_ms, hits })
-    }
-
-    /// A free reader, if one is free now and it reads a SQLite memory (whose searches
-    /// never wait on a network).
-    fn take_local_reader(&self) -> Option<(tokio::sync::SemaphorePermit<'_>, ReaderLease<'_>)> {
-        let permit = self.reader_permits.try_acquire().ok()?;
-        self.take_reader(|store| !store.is_postgres()).map(|store| (permit, store))
-    }
-
-    /// Takes the next free reader store if `accept` takes it. The caller holds a permit
-    /// of `reader_permits` for as long as it holds the lease.
-    fn take_reader(&self, accept: impl FnOnce(&MemoryStore) -> bool) -> Option<ReaderLease<'_>> {
-        let mut readers = self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let store = if accept(readers.last()?) { readers.pop() } else { None };
-        store.map(|store| ReaderLease { state: self, store: Some(store) })
     }
 
     /// Runs `work` on the writer store on a blocking thread. Each store write is one
@@ -438,10 +434,25 @@ impl AppState {
     }
 }
 
-/// A reader store taken from [`AppState`]'s pool. It goes back when dropped, also when
-/// the work on it panicked, so that every permit holder finds a store.
+/// How many worker threads the runtime this is called on has; outside a runtime, the
+/// machine's cores (tokio's default).
+fn runtime_workers() -> usize {
+    tokio::runtime::Handle::try_current().map_or_else(
+        |_| std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        |runtime| runtime.metrics().num_workers(),
+    )
+}
+
+/// Takes a free store from `pool`, if it has one. It goes back when the lease drops.
+fn take_from(pool: &Mutex<Vec<MemoryStore>>) -> Option<ReaderLease<'_>> {
+    let store = pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+    store.map(|store| ReaderLease { pool, store: Some(store) })
+}
+
+/// A reader store taken from one of [`AppState`]'s pools. It goes back when dropped,
+/// also when the work on it panicked, so that every permit holder finds a store.
 struct ReaderLease<'a> {
-    state: &'a AppState,
+    pool: &'a Mutex<Vec<MemoryStore>>,
     // `Some` until dropped.
     store: Option<MemoryStore>,
 }
@@ -458,7 +469,7 @@ impl std::ops::Deref for ReaderLease<'_> {
 impl Drop for ReaderLease<'_> {
     fn drop(&mut self) {
         if let Some(store) = self.store.take() {
-            self.state.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
+            self.pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store);
         }
     }
 }
@@ -564,5 +575,47 @@ mod tests {
         let found = state.retrieve(&retriever, "book a flight", scope, 3).await.unwrap();
         assert!(found.hits.is_empty(), "an empty memory finds nothing");
         state.read(flowmem_memory::MemoryStore::revision).await.expect("the in-place search gave its reader back");
+    }
+
+    /// A search on a request's worker never waits for the readers the blocking pool
+    /// uses: with the one shared reader held by a slow read, it still answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_search_in_place_does_not_wait_for_the_shared_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::standard(dir.path().join("memory.db"));
+        cfg.readers = 1;
+        let tools = Registry::connect(&ToolsConfig::empty()).await.unwrap();
+        let parts = Parts {
+            tools: Arc::new(tools),
+            runtime: None,
+            evaluator: None,
+            induce: crate::learn::Induce::Rules,
+            graphs: Vec::new(),
+            embedder: None,
+        };
+        let state = AppState::open(cfg, parts).unwrap();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
+        let slow = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .read(move |store| {
+                        let _ = taken.send(());
+                        held.recv().ok();
+                        store.revision()
+                    })
+                    .await
+            }
+        });
+        is_taken.await.expect("the slow read holds the shared reader");
+
+        let retriever = flowmem_memory::Retriever::bm25();
+        let search = state.retrieve(&retriever, "book a flight", flowmem_model::Scope::default(), 3);
+        let found = tokio::time::timeout(std::time::Duration::from_secs(10), search).await;
+        release.send(()).unwrap();
+        let found = found.expect("the search did not wait for the shared reader").unwrap();
+        assert!(found.hits.is_empty(), "an empty memory finds nothing");
+        slow.await.unwrap().expect("the slow read finishes once released");
     }
 }
