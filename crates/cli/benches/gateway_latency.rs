@@ -9,7 +9,10 @@
 //! gateways are the release `flowmem` binary on loopback; the client is reqwest with a
 //! connection pool, as SDKs use. Every request starts a new conversation (the worst
 //! case: retrieval runs on each), and the quiet period is long, so no learning runs
-//! during the measurement; recording does.
+//! during the measurement; recording does. The figures are of a steady state: every path
+//! is first warmed at concurrency 64 (so each connection pool holds all the connections
+//! it will use), and each client sends ten unmeasured requests before its measured ones
+//! (so the clients, which start together, no longer move in step).
 //!
 //! It also prints each gateway's CPU time per request (user and system, from `/proc`):
 //! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
@@ -109,9 +112,19 @@ fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
     (started.child, started.address.trim_end_matches("/mcp").to_owned() + "/v1")
 }
 
-/// Sends `n` chat requests to `base` from `concurrency` clients in closed loops and
-/// returns the latencies (ms) and the number of failures. With `LATENCY_TRACE` set, also
-/// appends each request's start and latency to that file.
+/// How many requests each client sends before its measured ones. The clients start
+/// together, so their first requests arrive at once and move through the client, the
+/// gateway and the upstream in step; a few rounds in they are spread out, as the
+/// requests of independent agents are.
+const RAMP_PER_CLIENT: usize = 10;
+
+/// Where the ramp's request numbers start, apart from the measured ones'.
+const RAMP_NUMBERS: usize = 500_000_000;
+
+/// Sends `n` chat requests to `base` from `concurrency` clients in closed loops (after
+/// [`RAMP_PER_CLIENT`] unmeasured ones each) and returns the latencies (ms) and the
+/// number of failures. With `LATENCY_TRACE` set, also appends each measured request's
+/// start and latency to that file.
 async fn measure(
     http: &reqwest::Client,
     base: &str,
@@ -127,8 +140,13 @@ async fn measure(
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_client);
                 let mut failures = 0;
-                for idx in 0..per_client {
-                    let n = offset + client * per_client + idx;
+                for idx in 0..RAMP_PER_CLIENT + per_client {
+                    // Every request starts a conversation of its own: the ramp's are
+                    // numbered apart from the measured ones.
+                    let n = match idx.checked_sub(RAMP_PER_CLIENT) {
+                        Some(measured) => offset + client * per_client + measured,
+                        None => RAMP_NUMBERS + offset + client * RAMP_PER_CLIENT + idx,
+                    };
                     let body = json!({"model": "scripted-model", "messages": [
                         {"role": "system", "content": "You are a retail support agent."},
                         {"role": "user", "content": format!("{} (request {n})", queries[n % queries.len()])}]});
@@ -138,6 +156,9 @@ async fn measure(
                         Ok(reply) => reply.status().is_success() && reply.bytes().await.is_ok(),
                         Err(_) => false,
                     };
+                    if idx < RAMP_PER_CLIENT {
+                        continue;
+                    }
                     if ok {
                         latencies.push((started, started.elapsed().as_secs_f64() * 1000.0));
                     } else {
@@ -210,9 +231,12 @@ fn main() {
     println!("  load average before: {load_before}");
     let mut met = true;
     runtime.block_on(async {
-        // Warm up every path (connections, the memory's index).
+        // Warm up every path at the highest concurrency measured, so that each pool
+        // holds the 64 connections it will use (the client's to the upstream and to
+        // each gateway, and each gateway's to the upstream) and the memory's index is
+        // loaded: the figures are of a steady state, not of 64 connection set-ups.
         for base in [upstream_url.as_str(), plain_url.as_str(), memory_url.as_str()] {
-            let _ = measure(&http, base, &queries, 64, 8, 1_000_000).await;
+            let _ = measure(&http, base, &queries, 640, 64, 1_000_000).await;
         }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
