@@ -41,6 +41,7 @@ pub fn run(args: &ServeArgs, printer: &Printer) -> anyhow::Result<ExitStatus> {
             if !args.huge_pages {
                 without_huge_pages();
             }
+            with_time_slice(args.time_slice_us);
             block_on(serve(args, memory, printer))
         }
     }
@@ -55,6 +56,19 @@ fn without_huge_pages() {
     match nix::sys::prctl::set_thp_disable(true) {
         Ok(()) => tracing::debug!("transparent huge pages off for this process (--huge-pages keeps them)"),
         Err(err) => tracing::warn!("could not turn transparent huge pages off: {err}"),
+    }
+}
+
+/// Asks Linux for CPU time slices of `micros` µs for the server's threads, before the
+/// runtime starts them, so that they inherit it (see `crate::sched`); 0 asks nothing.
+fn with_time_slice(micros: u64) {
+    if micros == 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    match crate::sched::set_time_slice(micros) {
+        Ok(threads) => tracing::debug!(threads, "CPU time slice {micros} µs (--time-slice-us 0 keeps the kernel's)"),
+        Err(err) => tracing::warn!("could not set the CPU time slice to {micros} µs: {err}"),
     }
 }
 

@@ -349,6 +349,35 @@ fn serve_turns_transparent_huge_pages_off_unless_asked_to_keep_them() {
     assert_eq!(thp_enabled(Some(kept.child.id())), Some(ours), "--huge-pages leaves the setting as inherited");
 }
 
+/// The `se.slice` of each thread of process `pid` (the scheduler's time slice, ns), from
+/// `/proc/PID/task/*/sched`.
+fn thread_slices(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc lists the threads");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("sched")).ok())
+        .filter_map(|sched| {
+            let line = sched.lines().find(|line| line.starts_with("se.slice"))?;
+            Some(line.split_once(':')?.1.trim().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn serve_asks_for_short_time_slices_unless_told_to_keep_the_kernels() {
+    let ours = thread_slices(std::process::id());
+    let ours = ours.first().expect("/proc/self/task/*/sched has an se.slice line (Linux 6.6 and later)").clone();
+    let dir = TestDir::new();
+    let served = Served::start(&dir, &["--memory", "memory.db"], &[]);
+    let theirs = thread_slices(served.child.id());
+    assert!(theirs.len() > 1, "the server's runtime threads are listed: {theirs:?}");
+    assert!(theirs.iter().all(|slice| slice == "300000"), "every thread asks for 300 µs: {theirs:?}");
+    let (code, stderr) = served.stop();
+    assert_eq!(code, Some(0), "{stderr}");
+    let kept = Served::start(&dir, &["--memory", "memory.db"], &[("FLOWMEM_TIME_SLICE_US", "0")]);
+    let theirs = thread_slices(kept.child.id());
+    assert!(theirs.iter().all(|slice| *slice == ours), "0 keeps the inherited slice {ours}: {theirs:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_a_deployed_graph_as_a_tool() {
     use flowmem_testsupport::{Match, Reply, Script, ScriptedLlmServer};
