@@ -547,11 +547,8 @@ mod tests {
 
     use super::{AppState, Parts, ServeConfig};
 
-    /// A panic in the work on a reader must not cost the pool its store: with one reader,
-    /// a lost store would fail every later read with "no free memory reader".
-    #[tokio::test]
-    async fn a_reader_goes_back_to_the_pool_when_the_work_on_it_panics() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A server on an empty memory in `dir` with one shared reader and no tools.
+    async fn one_reader_state(dir: &tempfile::TempDir) -> Arc<AppState> {
         let mut cfg = ServeConfig::standard(dir.path().join("memory.db"));
         cfg.readers = 1;
         let tools = Registry::connect(&ToolsConfig::empty()).await.unwrap();
@@ -563,7 +560,15 @@ mod tests {
             graphs: Vec::new(),
             embedder: None,
         };
-        let state = AppState::open(cfg, parts).unwrap();
+        AppState::open(cfg, parts).unwrap()
+    }
+
+    /// A panic in the work on a reader must not cost the pool its store: with one reader,
+    /// a lost store would fail every later read with "no free memory reader".
+    #[tokio::test]
+    async fn a_reader_goes_back_to_the_pool_when_the_work_on_it_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = one_reader_state(&dir).await;
 
         let panicked = state.read(|_| -> Result<(), MemoryError> { panic!("a bug in the work") }).await;
         assert!(panicked.is_err(), "the panic is the read's error");
@@ -582,18 +587,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_search_in_place_does_not_wait_for_the_shared_readers() {
         let dir = tempfile::tempdir().unwrap();
-        let mut cfg = ServeConfig::standard(dir.path().join("memory.db"));
-        cfg.readers = 1;
-        let tools = Registry::connect(&ToolsConfig::empty()).await.unwrap();
-        let parts = Parts {
-            tools: Arc::new(tools),
-            runtime: None,
-            evaluator: None,
-            induce: crate::learn::Induce::Rules,
-            graphs: Vec::new(),
-            embedder: None,
-        };
-        let state = AppState::open(cfg, parts).unwrap();
+        let state = one_reader_state(&dir).await;
         let (release, held) = std::sync::mpsc::channel::<()>();
         let (taken, is_taken) = tokio::sync::oneshot::channel();
         let slow = tokio::spawn({
