@@ -450,7 +450,8 @@ fn take_from(pool: &Mutex<Vec<MemoryStore>>) -> Option<ReaderLease<'_>> {
 }
 
 /// A reader store taken from one of [`AppState`]'s pools. It goes back when dropped,
-/// also when the work on it panicked, so that every permit holder finds a store.
+/// also when the work on it panicked, so that no pool loses a store (and every holder of
+/// a `reader_permits` permit finds one in `readers`).
 struct ReaderLease<'a> {
     pool: &'a Mutex<Vec<MemoryStore>>,
     // `Some` until dropped.
