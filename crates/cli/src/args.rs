@@ -1605,8 +1605,10 @@ pub struct ServeArgs {
     /// few milliseconds). On a busy machine a thread with a short slice that a request
     /// wakes gets the CPU sooner, for the same share of it: at concurrency 64 on 2
     /// cores, 300 µs cut the gateway's p99 by about a millisecond
-    /// (`bench/runs/2026-12-07-vm/gateway_time_slice.txt`). Linux 6.12 and later (EEVDF
-    /// custom slices, 100 to 100,000 µs); earlier kernels ignore it.
+    /// (`bench/runs/2026-12-07-vm/gateway_time_slice.txt`). The cost is more switches
+    /// between threads under contention: keep the kernel's for throughput-bound work, such
+    /// as a large embedded model in the process. Linux 6.12 and later (EEVDF custom
+    /// slices, 100 to 100,000 µs); earlier kernels ignore it.
     #[arg(long, env = "FLOWMEM_TIME_SLICE_US", value_name = "MICROSECONDS", default_value_t = 300,
           value_parser = parse_time_slice)]
     pub time_slice_us: u64,
