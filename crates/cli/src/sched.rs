@@ -12,25 +12,6 @@
 
 use std::io;
 
-/// `struct sched_attr` of `sched_setattr(2)`, in its 56-byte version.
-#[repr(C)]
-#[derive(Default)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    runtime: u64,
-    deadline: u64,
-    period: u64,
-    util_min: u32,
-    util_max: u32,
-}
-
-const SCHED_OTHER: u32 = 0;
-const SCHED_BATCH: u32 = 3;
-
 /// Sets the time slice of every thread of this process that runs under the normal
 /// policies to `micros` µs (0: the kernel's default) and returns how many it set;
 /// threads under a real-time or idle policy someone chose are left alone. Threads
@@ -46,31 +27,46 @@ pub(crate) fn set_time_slice(micros: u64) -> io::Result<usize> {
         let Some(tid) = entry?.file_name().to_str().and_then(|name| name.parse::<libc::pid_t>().ok()) else {
             continue;
         };
-        let mut attr = SchedAttr::default();
+        let mut attr = libc::sched_attr {
+            size: 0,
+            sched_policy: 0,
+            sched_flags: 0,
+            sched_nice: 0,
+            sched_priority: 0,
+            sched_runtime: 0,
+            sched_deadline: 0,
+            sched_period: 0,
+        };
+        let size = size_of::<libc::sched_attr>() as u32;
         // SAFETY: `attr` is a `sched_attr` of the size passed, which the kernel fills.
-        let got =
-            unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &raw mut attr, size_of::<SchedAttr>() as u32, 0u32) };
-        if got != 0 {
-            match io::Error::last_os_error() {
-                err if err.raw_os_error() == Some(libc::ESRCH) => continue,
-                err => return Err(err),
-            }
-        }
-        if attr.policy != SCHED_OTHER && attr.policy != SCHED_BATCH {
+        let got = unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &raw mut attr, size, 0u32) };
+        if !succeeded(got)? {
             continue;
         }
-        attr.size = size_of::<SchedAttr>() as u32;
-        attr.runtime = micros * 1_000;
+        if ![libc::SCHED_OTHER, libc::SCHED_BATCH].contains(&(attr.sched_policy as i32)) {
+            continue;
+        }
+        attr.size = size;
+        attr.sched_runtime = micros * 1_000;
         // SAFETY: `attr` is a complete `sched_attr` whose `size` says how big it is; the
         // kernel only reads it.
         let done = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &raw const attr, 0u32) };
-        if done != 0 {
-            match io::Error::last_os_error() {
-                err if err.raw_os_error() == Some(libc::ESRCH) => continue,
-                err => return Err(err),
-            }
+        if !succeeded(done)? {
+            continue;
         }
         set += 1;
     }
     Ok(set)
+}
+
+/// Whether a system call that returned `ret` succeeded: `Ok(false)` when its thread was
+/// gone (it exited meanwhile), its error otherwise.
+fn succeeded(ret: libc::c_long) -> io::Result<bool> {
+    if ret == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        err if err.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        err => Err(err),
+    }
 }

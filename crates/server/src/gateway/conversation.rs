@@ -128,9 +128,11 @@ pub(crate) struct Open {
     pub deviations: Vec<Deviation>,
 }
 
-/// The retrieval record of a conversation that retrieved nothing: `null`.
+/// The retrieval record of a conversation that retrieved nothing: `null`, one copy
+/// shared by all of them.
 pub(crate) fn no_retrieval() -> Arc<RawValue> {
-    Arc::from(RawValue::NULL.to_owned())
+    static NULL: std::sync::LazyLock<Arc<RawValue>> = std::sync::LazyLock::new(|| Arc::from(RawValue::NULL.to_owned()));
+    Arc::clone(&NULL)
 }
 
 /// A retrieval record as an [`Open`] keeps it.
