@@ -246,7 +246,7 @@ fn place(path: &str) -> Option<Place<'_>> {
 }
 
 /// The files allowed `unsafe` code: the SIMD kernels of the embedded model, and the
-/// binary's one system call that neither std nor nix wraps (`sched_setattr`).
+/// binary's scheduler calls, which neither std nor nix wraps (`sched_getattr`, `sched_setattr`).
 const UNSAFE_HOMES: [&str; 2] = ["crates/llm-local/src/kernels.rs", "crates/cli/src/sched.rs"];
 
 /// `unsafe` appears in code only in [`UNSAFE_HOMES`] (tests and benches included).
