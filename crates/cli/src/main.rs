@@ -5,8 +5,6 @@ mod args;
 mod commands;
 mod logging;
 mod printer;
-#[cfg(target_os = "linux")]
-mod sched;
 mod session;
 mod settings;
 

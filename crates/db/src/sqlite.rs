@@ -54,20 +54,18 @@ fn placeholders(sql: &str) -> Cow<'_, str> {
     if !sql.contains('$') {
         return Cow::Borrowed(sql);
     }
-    let mut out = String::with_capacity(sql.len());
+    // Bytes, not chars: `$`, `'` and digits are ASCII, and no UTF-8 sequence holds
+    // an ASCII byte, so each byte replaced is a whole character.
+    let mut out = sql.as_bytes().to_vec();
     let mut quoted = false;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\'' {
-            quoted = !quoted;
-        }
-        if c == '$' && !quoted && chars.peek().is_some_and(char::is_ascii_digit) {
-            out.push('?');
-        } else {
-            out.push(c);
+    for idx in 0..out.len() {
+        match out[idx] {
+            b'\'' => quoted = !quoted,
+            b'$' if !quoted && out.get(idx + 1).is_some_and(u8::is_ascii_digit) => out[idx] = b'?',
+            _ => {}
         }
     }
-    Cow::Owned(out)
+    Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| unreachable!("ASCII bytes were replaced by ASCII bytes")))
 }
 
 impl Backend for SqliteBackend {
@@ -117,5 +115,6 @@ mod tests {
     fn placeholders_become_sqlite_ones_outside_quotes() {
         assert_eq!(placeholders("SELECT $1, '$2', $10 WHERE a = $1"), "SELECT ?1, '$2', ?10 WHERE a = ?1");
         assert_eq!(placeholders("SELECT 1"), "SELECT 1");
+        assert_eq!(placeholders("SELECT 'é$1', $2, ünï$3"), "SELECT 'é$1', ?2, ünï?3");
     }
 }

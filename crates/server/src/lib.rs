@@ -50,6 +50,7 @@ mod mcp;
 mod otlp;
 mod queue;
 mod runs;
+pub mod sched;
 mod state;
 mod stdio;
 mod ui;

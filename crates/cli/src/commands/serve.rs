@@ -60,13 +60,13 @@ fn without_huge_pages() {
 }
 
 /// Asks Linux for CPU time slices of `micros` µs for the server's threads, before the
-/// runtime starts them, so that they inherit it (see `crate::sched`); 0 asks nothing.
+/// runtime starts them, so that they inherit it (see `flowmem_server::sched`); 0 asks nothing.
 fn with_time_slice(micros: u64) {
     if micros == 0 {
         return;
     }
     #[cfg(target_os = "linux")]
-    match crate::sched::set_time_slice(micros) {
+    match flowmem_server::sched::set_time_slice(micros) {
         Ok(threads) => tracing::debug!(threads, "CPU time slice {micros} µs (--time-slice-us 0 keeps the kernel's)"),
         Err(err) => tracing::warn!("could not set the CPU time slice to {micros} µs: {err}"),
     }

@@ -115,7 +115,9 @@ async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver
             batch.push(more);
         }
         let queued = batch.iter().any(|write| matches!(write, Write::End { .. }));
-        match queue.on_store(move |store| store.apply(&batch)).await {
+        // Under `SCHED_BATCH`: waking every few milliseconds, the writer would
+        // otherwise take the CPU from whatever thread answers requests there.
+        match queue.on_store(move |store| crate::sched::in_background(|| store.apply(&batch))).await {
             Ok(()) if queued => queue.queued.notify_one(),
             Ok(()) => {}
             Err(err) => queue.failed("storing conversations", &err),

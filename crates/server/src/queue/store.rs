@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use flowmem_db::{Db, DbError, Dialect, Row, Value as SqlValue};
 use serde_json::Value;
@@ -65,6 +66,13 @@ pub(crate) struct Queued {
     pub outcome: Option<bool>,
     pub attempts: u32,
 }
+
+/// How long the writer stores rows before it offers its CPU to other threads
+/// ([`std::thread::yield_now`]). A batch of a busy gateway's turns takes milliseconds
+/// to store; a thread that answers requests and waits for the writer's CPU would wait
+/// for the next scheduler tick (4 ms at 250 Hz), as a thread that ran there a moment
+/// ago is not moved to an idle CPU meanwhile.
+const GIVE_WAY_AFTER: Duration = Duration::from_micros(200);
 
 /// The queue table.
 pub(crate) struct QueueStore {
@@ -132,7 +140,13 @@ impl QueueStore {
         }
         self.db.run("storing conversations", |db| {
             let tx = db.write()?;
+            let updated_at = now();
+            let mut since = Instant::now();
             for (write, superseded) in writes.iter().zip(superseded) {
+                if since.elapsed() >= GIVE_WAY_AFTER {
+                    std::thread::yield_now();
+                    since = Instant::now();
+                }
                 match write {
                     Write::Open { .. } if superseded => {}
                     Write::Open { id, record } => {
@@ -140,14 +154,14 @@ impl QueueStore {
                             "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
                              ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
                              WHERE gateway_conversations.state = 'open'",
-                            &[(&**id).into(), record.to_string().into(), now().into()],
+                            &[(&**id).into(), record.to_string().into(), updated_at.as_str().into()],
                         )?;
                     }
                     Write::End { id, outcome } => {
                         db.execute(
                             "UPDATE gateway_conversations SET state = 'queued', outcome = $2, updated_at = $3
                              WHERE id = $1 AND state = 'open'",
-                            &[(&**id).into(), outcome_value(*outcome), now().into()],
+                            &[(&**id).into(), outcome_value(*outcome), updated_at.as_str().into()],
                         )?;
                     }
                 }
