@@ -31,6 +31,10 @@
 //! `LATENCY_TRACE` names a file to append every request's latency to, one line each
 //! (`BASE_URL cCONCURRENCY START_MS LATENCY_MS`, the start from the configuration's
 //! first request), to see when in a run the slow requests came.
+//!
+//! On a virtual machine whose kernel packs threads onto fewer vCPUs (the bench then
+//! prints `kernel.sched_vcpu_pack`), a woken thread can wait behind a busy vCPU while
+//! another is idle, and the p99 at concurrency 64 shows it.
 
 #![allow(clippy::print_stdout, missing_docs)]
 
@@ -84,6 +88,14 @@ impl Usage {
             resident_kib: (self.resident_kib - before.resident_kib) / n,
         }
     }
+}
+
+/// The kernel's vCPU packing setting, where it has one (some virtual machines' kernels
+/// do: `sched_vcpu_pack`): it places a woken thread on a busy vCPU rather than waking an
+/// idle one, which shows in the p99 at concurrency 64 (see
+/// `bench/runs/2026-12-07-vm/gateway_batch_writer.txt`).
+fn vcpu_packing() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/sched_vcpu_pack").ok().map(|text| text.trim().to_owned())
 }
 
 fn load_average() -> String {
@@ -229,6 +241,9 @@ fn main() {
     println!("gateway latency: {n} chat requests per configuration, {n_workflows} workflows in the memory");
     println!("  cores: {}", std::thread::available_parallelism().map_or(0, std::num::NonZero::get));
     println!("  load average before: {load_before}");
+    if let Some(packing) = vcpu_packing() {
+        println!("  kernel.sched_vcpu_pack: {packing} (threads packed onto fewer vCPUs when not 0)");
+    }
     let mut met = true;
     runtime.block_on(async {
         // Warm up every path at the highest concurrency measured, so that each pool
