@@ -54,18 +54,24 @@ fn placeholders(sql: &str) -> Cow<'_, str> {
     if !sql.contains('$') {
         return Cow::Borrowed(sql);
     }
-    // Bytes, not chars: `$`, `'` and digits are ASCII, and no UTF-8 sequence holds
-    // an ASCII byte, so each byte replaced is a whole character.
-    let mut out = sql.as_bytes().to_vec();
-    let mut quoted = false;
-    for idx in 0..out.len() {
-        match out[idx] {
+    // `$`, `'` and digits are ASCII, and no byte of a multi-byte UTF-8 character is,
+    // so the text is copied in slices cut at those bytes.
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let (mut copied, mut quoted) = (0, false);
+    for (idx, byte) in bytes.iter().enumerate() {
+        match byte {
             b'\'' => quoted = !quoted,
-            b'$' if !quoted && out.get(idx + 1).is_some_and(u8::is_ascii_digit) => out[idx] = b'?',
+            b'$' if !quoted && bytes.get(idx + 1).is_some_and(u8::is_ascii_digit) => {
+                out.push_str(&sql[copied..idx]);
+                out.push('?');
+                copied = idx + 1;
+            }
             _ => {}
         }
     }
-    Cow::Owned(String::from_utf8(out).unwrap_or_else(|_| unreachable!("ASCII bytes were replaced by ASCII bytes")))
+    out.push_str(&sql[copied..]);
+    Cow::Owned(out)
 }
 
 impl Backend for SqliteBackend {

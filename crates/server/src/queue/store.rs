@@ -23,9 +23,7 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
     result TEXT,
     attempts INTEGER NOT NULL DEFAULT 0,
     updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS gateway_conversations_queued ON gateway_conversations (updated_at, id)
-    WHERE state = 'queued'";
+)";
 
 /// The same table in PostgreSQL (`outcome` 0 or 1 as in SQLite).
 const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS gateway_conversations (
@@ -36,9 +34,11 @@ const CREATE_TABLE_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS gateway_conversa
     result TEXT,
     attempts BIGINT NOT NULL DEFAULT 0,
     updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS gateway_conversations_queued ON gateway_conversations (updated_at, id)
-    WHERE state = 'queued'";
+)";
+
+/// The index of the queued runs, on both backends; see [`TAKE_NEXT`].
+const CREATE_QUEUED_INDEX: &str = "CREATE INDEX IF NOT EXISTS gateway_conversations_queued
+    ON gateway_conversations (updated_at, id) WHERE state = 'queued'";
 
 /// The oldest queued run. The worker asks every few seconds, while a busy gateway's
 /// table holds tens of thousands of open conversations: the partial index
@@ -115,7 +115,8 @@ pub(crate) fn create_table(db: &Db) -> Result<(), DbError> {
     db.batch(match db.dialect() {
         Dialect::Sqlite => CREATE_TABLE,
         Dialect::Postgres => CREATE_TABLE_POSTGRES,
-    })
+    })?;
+    db.batch(CREATE_QUEUED_INDEX)
 }
 
 impl QueueStore {

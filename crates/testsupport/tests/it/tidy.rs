@@ -246,7 +246,7 @@ fn place(path: &str) -> Option<Place<'_>> {
 }
 
 /// The files allowed `unsafe` code: the SIMD kernels of the embedded model, and the
-/// binary's scheduler calls, which neither std nor nix wraps (`sched_getattr`, `sched_setattr`).
+/// server's scheduler calls, which neither std nor nix wraps (`sched_getattr`, `sched_setattr`).
 const UNSAFE_HOMES: [&str; 2] = ["crates/llm-local/src/kernels.rs", "crates/server/src/sched.rs"];
 
 /// `unsafe` appears in code only in [`UNSAFE_HOMES`] (tests and benches included).
@@ -564,7 +564,7 @@ mod rules {
             "crates/exec/src/run.rs:3: `unsafe` outside crates/llm-local/src/kernels.rs and crates/server/src/sched.rs"
         );
         assert!(check_unsafe("crates/exec/tests/it/x.rs", &lex(text)).len() == 1, "tests are not exempt");
-        assert!(check_unsafe("crates/cli/src/main.rs", &lex(text)).len() == 1, "the binary's other files are not");
+        assert!(check_unsafe("crates/cli/src/main.rs", &lex(text)).len() == 1, "a file elsewhere is not");
         for home in UNSAFE_HOMES {
             assert!(check_unsafe(home, &lex(text)).is_empty(), "{home}");
         }
