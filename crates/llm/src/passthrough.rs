@@ -10,6 +10,9 @@
 //!
 //! let upstream = Passthrough::new("http://127.0.0.1:8000/v1/", None)?;
 //! assert_eq!(upstream.base_url(), "http://127.0.0.1:8000/v1");
+//!
+//! let err = Passthrough::new("127.0.0.1:8000/v1", None).unwrap_err();
+//! assert_eq!(err.to_string(), "not a valid base URL: relative URL without a base");
 //! # Ok::<(), flowmem_llm::PassthroughError>(())
 //! ```
 
@@ -43,6 +46,10 @@ impl From<reqwest::Error> for PassthroughError {
 pub struct Passthrough {
     http: reqwest::Client,
     base_url: String,
+    /// The two endpoints' URLs, parsed once: a URL is parsed (and its host name
+    /// normalised) each time one is given as text, on every forwarded request.
+    chat_url: reqwest::Url,
+    models_url: reqwest::Url,
     key: Option<ApiKey>,
 }
 
@@ -63,13 +70,21 @@ impl Passthrough {
     ///
     /// # Errors
     ///
-    /// When the HTTP client cannot be built.
+    /// When `base_url` is not a URL, or the HTTP client cannot be built.
     pub fn new(base_url: &str, key: Option<ApiKey>) -> Result<Passthrough, PassthroughError> {
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        // The parser's message names what is wrong, never the URL (which may hold a
+        // password).
+        let url = |path: &str| {
+            reqwest::Url::parse(&format!("{base_url}{path}"))
+                .map_err(|err| PassthroughError(format!("not a valid base URL: {err}")))
+        };
+        let (chat_url, models_url) = (url(CHAT_COMPLETIONS_PATH)?, url(MODELS_PATH)?);
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|err| PassthroughError(format!("building the HTTP client: {err}")))?;
-        Ok(Passthrough { http, base_url: base_url.trim_end_matches('/').to_owned(), key })
+        Ok(Passthrough { http, base_url, chat_url, models_url, key })
     }
 
     /// The base URL.
@@ -92,11 +107,8 @@ impl Passthrough {
     /// When the endpoint cannot be reached or the reply's head is not read.
     pub async fn chat(&self, body: impl Into<Bytes>) -> Result<RawReply, PassthroughError> {
         let body: Bytes = body.into();
-        let request = self
-            .http
-            .post(format!("{}{CHAT_COMPLETIONS_PATH}", self.base_url))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
+        let request =
+            self.http.post(self.chat_url.clone()).header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
         Ok(RawReply::read(self.authorised(request).send().await?))
     }
 
@@ -106,7 +118,7 @@ impl Passthrough {
     ///
     /// As [`Passthrough::chat`].
     pub async fn models(&self) -> Result<RawReply, PassthroughError> {
-        let request = self.http.get(format!("{}{MODELS_PATH}", self.base_url));
+        let request = self.http.get(self.models_url.clone());
         Ok(RawReply::read(self.authorised(request).send().await?))
     }
 }

@@ -70,6 +70,9 @@ pub enum ServerError {
     /// Memory's prompt templates did not load.
     #[error("memory's prompt templates did not load: {0}")]
     Prompt(String),
+    /// The gateway's upstream cannot be used (`--upstream`, `[gateway] upstream`).
+    #[error("the gateway's upstream (`--upstream` or `[gateway] upstream`): {0}")]
+    Upstream(String),
     /// A background task (blocking memory work) panicked or was cancelled.
     #[error("a background task failed: {0}")]
     Join(String),

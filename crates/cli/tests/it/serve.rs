@@ -321,6 +321,17 @@ fn serve_refuses_a_network_address_without_a_token() {
     assert!(run.stderr.contains("flowmem serve token create"), "the hint says what to do: {}", run.stderr);
 }
 
+/// An upstream that is not a URL stops the server at start, with the flag named, and
+/// not at each forwarded request.
+#[test]
+fn serve_names_an_upstream_that_is_not_a_url() {
+    let dir = TestDir::new();
+    let run = dir.run(&["serve", "--memory", "memory.db", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9/v1"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("`--upstream` or `[gateway] upstream`"), "{}", run.stderr);
+    assert!(run.stderr.contains("not a valid base URL: relative URL without a base"), "{}", run.stderr);
+}
+
 /// A SIGTERM that comes as soon as the server said where it listens still stops it
 /// gracefully: it listens for signals before it says so.
 #[test]

@@ -160,8 +160,7 @@ impl Gateway {
             }
         }
         let key = cfg.upstream_key.clone().map(ApiKey::new);
-        let upstream = Passthrough::new(&cfg.upstream, key)
-            .map_err(|err| ServerError::Join(format!("building the upstream client: {err}")))?;
+        let upstream = Passthrough::new(&cfg.upstream, key).map_err(|err| ServerError::Upstream(err.to_string()))?;
         Ok(Gateway { cfg, upstream, conversations: Mutex::new(conversations), queue, retriever })
     }
 
