@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use futures::{Stream, StreamExt as _};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use flowmem_exec::{CallChecker, CallGuard};
@@ -48,6 +49,7 @@ use crate::state::AppState;
 use self::conversation::{
     Conversations, Named, Open, check_calls, content_text, no_retrieval, prefix_hashes, retrieval_text,
 };
+use self::privacy::Cleaned;
 pub use self::privacy::Privacy;
 use self::sse::Assembler;
 
@@ -215,21 +217,38 @@ fn resume(id: &str, record: &Value, guards: &[(Scope, CallGuard)]) -> Option<Ope
 }
 
 /// The record of a conversation whose transcript is `messages`, as stored: the messages
-/// redacted and bounded.
-fn record_of(gateway: &Gateway, conversation: &Open, messages: &[Value]) -> Value {
-    let messages: Vec<Value> = messages.iter().map(|message| gateway.cfg.privacy.clean(message)).collect();
-    json!({
-        "messages": messages,
-        "scope": conversation.scope,
-        "model": conversation.model,
-        "token_id": conversation.token_id,
-        "shown": conversation.shown,
-        "shadow": conversation.shadow,
-        "memory_text": &*conversation.memory_text,
-        "retrieval": &*conversation.retrieval,
-        "deviations": conversation.deviations,
-        "source": "gateway",
-        "recorded_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+/// redacted and bounded, as JSON text. It is written out here, on the request's own
+/// thread, so that its many small parts are freed where they were allocated; the
+/// queue's writer frees one string.
+fn record_of(gateway: &Gateway, conversation: &Open, messages: &[Value]) -> Result<String, serde_json::Error> {
+    /// A stored conversation record's fields, in order.
+    #[derive(serde::Serialize)]
+    struct Stored<'a> {
+        messages: Vec<Cleaned<'a>>,
+        scope: &'a Scope,
+        model: &'a str,
+        token_id: Option<i64>,
+        shown: &'a [String],
+        shadow: &'a [String],
+        memory_text: &'a str,
+        retrieval: &'a RawValue,
+        deviations: &'a [Deviation],
+        source: &'static str,
+        recorded_at: String,
+    }
+    let privacy = &gateway.cfg.privacy;
+    serde_json::to_string(&Stored {
+        messages: messages.iter().map(|message| privacy.cleaned(message)).collect(),
+        scope: &conversation.scope,
+        model: &conversation.model,
+        token_id: conversation.token_id,
+        shown: &conversation.shown,
+        shadow: &conversation.shadow,
+        memory_text: &conversation.memory_text,
+        retrieval: &conversation.retrieval,
+        deviations: &conversation.deviations,
+        source: "gateway",
+        recorded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     })
 }
 
@@ -457,8 +476,10 @@ fn finish_turn(gateway: &Gateway, id: &str, mut messages: Vec<Value>, answer: Va
     };
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
-        let record = record_of(gateway, &conversation, &messages);
-        gateway.queue.send(Write::Open { id: Arc::clone(&conversation.id), record });
+        match record_of(gateway, &conversation, &messages) {
+            Ok(record) => gateway.queue.send(Write::Open { id: Arc::clone(&conversation.id), record }),
+            Err(err) => gateway.queue.failed("recording a turn", &err),
+        }
     }
     conversation.deviations.get(before..).unwrap_or_default().to_vec()
 }
@@ -482,7 +503,11 @@ async fn chat_completions(
         Ok(named) => named,
         Err(err) => return err.into_response(),
     };
-    let messages: Vec<Value> = request["messages"].as_array().cloned().unwrap_or_default();
+    // Taken out of the request, not copied: only an injection needs them back in it.
+    let messages = match request.get_mut("messages").map(Value::take) {
+        Some(Value::Array(messages)) => messages,
+        _ => Vec::new(),
+    };
     let model = request.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
     let hashes = prefix_hashes(caller.token_id, &messages);
     let existing = gateway.conversations().find(named.as_ref(), &hashes);
@@ -503,6 +528,7 @@ async fn chat_completions(
     let upstream_body = if conversation.memory_text.is_empty() {
         body
     } else {
+        request["messages"] = Value::Array(messages.clone());
         inject(&mut request, &conversation.memory_text);
         Bytes::from(serde_json::to_vec(&request).unwrap_or_default())
     };

@@ -3,7 +3,10 @@
 //! anything is stored, as is every secret the process registered, and every stored
 //! string is bounded.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 
 use flowmem_model::{REDACTED, Scope};
 
@@ -51,50 +54,71 @@ impl Privacy {
     /// `value` as it may be stored: redacted and bounded.
     #[must_use]
     pub fn clean(&self, value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut cleaned = Map::with_capacity(map.len());
-                for (key, item) in map {
-                    let item = if self.redact_fields.iter().any(|field| field == key) {
-                        Value::String(REDACTED.to_owned())
-                    } else {
-                        self.clean(item)
-                    };
-                    cleaned.insert(key.clone(), item);
-                }
-                Value::Object(cleaned)
-            }
-            Value::Array(items) => Value::Array(items.iter().map(|item| self.clean(item)).collect()),
-            Value::String(text) => Value::String(self.clean_text(text)),
-            other => other.clone(),
-        }
+        // A `Value`'s keys are strings, so its cleaned form always converts.
+        serde_json::to_value(self.cleaned(value)).unwrap_or(Value::Null)
     }
 
-    fn clean_text(&self, text: &str) -> String {
+    /// `value` as it may be stored, redacted and bounded as it is serialized: nothing is
+    /// copied but the strings that change. A gateway records a turn per request, and a
+    /// cleaned copy of every message would be built only to be written out.
+    #[must_use]
+    pub(crate) fn cleaned<'a>(&'a self, value: &'a Value) -> Cleaned<'a> {
+        Cleaned { privacy: self, value }
+    }
+
+    fn clean_text<'t>(&self, text: &'t str) -> Cow<'t, str> {
         // The process's secrets (API keys) first: a model may have been shown one.
-        let text = flowmem_model::redact(text);
-        let text = text.as_ref();
+        let mut cleaned = flowmem_model::redact(text);
         // Tool arguments and results are JSON inside a string: redact their fields too.
-        let trimmed = text.trim_start();
-        let mut cleaned = if !self.redact_fields.is_empty()
+        let trimmed = cleaned.trim_start();
+        if !self.redact_fields.is_empty()
             && (trimmed.starts_with('{') || trimmed.starts_with('['))
-            && let Ok(inner) = serde_json::from_str::<Value>(text)
+            && let Ok(inner) = serde_json::from_str::<Value>(&cleaned)
         {
-            self.clean(&inner).to_string()
-        } else {
-            text.to_owned()
-        };
+            cleaned = Cow::Owned(self.clean(&inner).to_string());
+        }
         for pattern in &self.redact_patterns {
             if pattern.is_match(&cleaned) {
-                cleaned = pattern.replace_all(&cleaned, REDACTED).into_owned();
+                cleaned = Cow::Owned(pattern.replace_all(&cleaned, REDACTED).into_owned());
             }
         }
-        let n_chars = cleaned.chars().count();
-        if n_chars > self.max_field_chars {
-            let kept: String = cleaned.chars().take(self.max_field_chars).collect();
-            cleaned = format!("{kept}…[cut {} characters]", n_chars - self.max_field_chars);
+        // A string of no more bytes than the bound has no more characters either.
+        if cleaned.len() > self.max_field_chars {
+            let n_chars = cleaned.chars().count();
+            if n_chars > self.max_field_chars {
+                let kept: String = cleaned.chars().take(self.max_field_chars).collect();
+                cleaned = Cow::Owned(format!("{kept}…[cut {} characters]", n_chars - self.max_field_chars));
+            }
         }
         cleaned
+    }
+}
+
+/// A JSON value as [`Privacy`] lets it be stored, made by [`Privacy::cleaned`].
+pub(crate) struct Cleaned<'a> {
+    privacy: &'a Privacy,
+    value: &'a Value,
+}
+
+impl Serialize for Cleaned<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let privacy = self.privacy;
+        match self.value {
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (key, item) in map {
+                    if privacy.redact_fields.iter().any(|field| field == key) {
+                        out.serialize_entry(key, REDACTED)?;
+                    } else {
+                        out.serialize_entry(key, &privacy.cleaned(item))?;
+                    }
+                }
+                out.end()
+            }
+            Value::Array(items) => serializer.collect_seq(items.iter().map(|item| privacy.cleaned(item))),
+            Value::String(text) => serializer.serialize_str(&privacy.clean_text(text)),
+            other => other.serialize(serializer),
+        }
     }
 }
 
@@ -122,6 +146,26 @@ mod tests {
         assert_eq!(inner["card"], "[redacted]");
         let long = privacy.clean(&json!("a".repeat(300)));
         assert!(long.as_str().unwrap().ends_with("…[cut 100 characters]"), "{long}");
+    }
+
+    /// Serialized as it is walked, a cleaned value is the cleaned copy's text, and a
+    /// string that needs no change is written as it is.
+    #[test]
+    fn a_value_serialized_clean_is_the_text_of_its_cleaned_copy() {
+        let privacy = Privacy {
+            redact_fields: vec!["email".to_owned()],
+            redact_patterns: vec![regex::Regex::new(r"\bpin \d+").unwrap()],
+            max_field_chars: 40,
+            ..Privacy::default()
+        };
+        let message = json!({"role": "tool", "zeta": [1, null, true, "my pin 1234"], "email": "a@b.c",
+            "content": "{\"email\": \"x@y.z\", \"n\": 2.5}", "long": "b".repeat(50), "alpha": "as it is"});
+        let stored = serde_json::to_string(&privacy.cleaned(&message)).unwrap();
+        assert_eq!(stored, privacy.clean(&message).to_string());
+        let expected = json!({"role": "tool", "zeta": [1, null, true, "my [redacted]"], "email": "[redacted]",
+            "content": "{\"email\":\"[redacted]\",\"n\":2.5}",
+            "long": format!("{}…[cut 10 characters]", "b".repeat(40)), "alpha": "as it is"});
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&stored).unwrap(), expected);
     }
 
     #[test]

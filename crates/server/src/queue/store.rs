@@ -49,8 +49,8 @@ const TAKE_NEXT: &str = "SELECT id, record, outcome, attempts FROM gateway_conve
 
 /// A write of the queue's one writer task; a batch of them is one transaction.
 pub(crate) enum Write {
-    /// A turn finished: the open conversation's record so far.
-    Open { id: Arc<str>, record: Value },
+    /// A turn finished: the open conversation's record so far, as JSON text.
+    Open { id: Arc<str>, record: String },
     /// The conversation ended: queue its stored record (its last `Open` write) for
     /// learning, with the app's outcome if given. The gateway keeps no transcript in
     /// memory: each turn's request carries the turns before it, and the stored record
@@ -155,7 +155,7 @@ impl QueueStore {
                             "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
                              ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
                              WHERE gateway_conversations.state = 'open'",
-                            &[(&**id).into(), record.to_string().into(), updated_at.as_str().into()],
+                            &[(&**id).into(), record.as_str().into(), updated_at.as_str().into()],
                         )?;
                     }
                     Write::End { id, outcome } => {
@@ -375,14 +375,14 @@ mod tests {
             };
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("cancel my order", 7) },
-                    Write::Open { id: "c2".into(), record: record("where is my parcel", 8) },
+                    Write::Open { id: "c1".into(), record: record("cancel my order", 7).to_string() },
+                    Write::Open { id: "c2".into(), record: record("where is my parcel", 8).to_string() },
                 ])
                 .unwrap();
             assert_eq!(queue.open_records().unwrap().len(), 2);
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("cancel my order now", 7) },
+                    Write::Open { id: "c1".into(), record: record("cancel my order now", 7).to_string() },
                     Write::End { id: "c1".into(), outcome: Some(true) },
                 ])
                 .unwrap();
@@ -401,7 +401,7 @@ mod tests {
             // A learned run is neither changed nor queued again.
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("again", 7) },
+                    Write::Open { id: "c1".into(), record: record("again", 7).to_string() },
                     Write::End { id: "c1".into(), outcome: None },
                 ])
                 .unwrap();
@@ -452,13 +452,13 @@ mod tests {
             let turns = |n: usize| json!({"messages": (0..n).map(|k| json!({"role": "user", "content": k})).collect::<Vec<_>>()});
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: turns(1) },
-                    Write::Open { id: "c2".into(), record: turns(1) },
-                    Write::Open { id: "c1".into(), record: turns(2) },
-                    Write::Open { id: "c2".into(), record: turns(2) },
-                    Write::Open { id: "c2".into(), record: turns(3) },
+                    Write::Open { id: "c1".into(), record: turns(1).to_string() },
+                    Write::Open { id: "c2".into(), record: turns(1).to_string() },
+                    Write::Open { id: "c1".into(), record: turns(2).to_string() },
+                    Write::Open { id: "c2".into(), record: turns(2).to_string() },
+                    Write::Open { id: "c2".into(), record: turns(3).to_string() },
                     Write::End { id: "c2".into(), outcome: None },
-                    Write::Open { id: "c1".into(), record: turns(3) },
+                    Write::Open { id: "c1".into(), record: turns(3).to_string() },
                 ])
                 .unwrap();
             let open = queue.open_records().unwrap();
