@@ -348,6 +348,56 @@ async fn with_induce_lm_the_inducer_model_writes_the_workflow_of_an_approved_con
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A conversation left open by a stopped server goes on after its restart: the next
+/// request, with no header naming it, extends its stored transcript and is matched to it
+/// (the restarted server hashes what it read back with its own key), and the record
+/// holds the turns of both runs in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_conversation_goes_on_after_a_restart() {
+    let script = Script::new()
+        .when_seq(Match::last_user_contains("#W7000001"), cancel_turns("#W7000001", "moved", "It is cancelled."))
+        .otherwise(Reply::text("unexpected"));
+    let server = ScriptedLlmServer::start(script).await;
+    let dir = TestDir::new();
+    let mut messages = vec![
+        json!({"role": "system", "content": SYSTEM}),
+        json!({"role": "user", "content": "Cancel my order #W7000001, please."}),
+    ];
+    let mut conversation = String::new();
+    for run in 0..3 {
+        let served = start_gateway(&dir, &server, "600");
+        let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+            {"op": "chat", "messages": messages, "tools": tools()}]});
+        let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+        let step = &document["steps"][0];
+        let id = step["headers"]["x-flowmem-conversation"].as_str().unwrap_or_else(|| panic!("{document}"));
+        if run == 0 {
+            conversation = id.to_owned();
+        }
+        assert_eq!(id, conversation, "run {run} continues the conversation: {document}");
+        let answer = step["message"].clone();
+        messages.push(answer.clone());
+        if let Some(call) = answer["tool_calls"].get(0) {
+            let result = &results()[call["function"]["name"].as_str().unwrap()];
+            messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": result}));
+        }
+        let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    assert_eq!(messages.last().unwrap()["content"], "It is cancelled.", "{messages:?}");
+    let served = start_gateway(&dir, &server, "600");
+    let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [
+        {"op": "get", "conversation": conversation}]});
+    let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+    let recorded = &document["steps"][0]["body"];
+    let roles: Vec<&str> =
+        recorded["record"]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"], "{recorded}");
+    assert_eq!(recorded["record"]["messages"][6]["content"], "It is cancelled.", "{recorded}");
+    let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_conversations_survive_a_kill_and_are_learned_once() {
     // The judge takes 2 s, so the queue is still being worked when the server is killed.

@@ -8,8 +8,8 @@
 //! tool-call id), because SDKs resend the model's answers with fields added or dropped.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -63,9 +63,17 @@ pub(crate) fn content_text(content: Option<&Value>) -> String {
 
 /// The hash of each prefix of `messages`: `prefix_hashes(t, m)[k]` covers `m[..=k]`.
 /// The caller's token id `seed` goes first, so one client never continues another's
-/// conversation.
+/// conversation. Keyed per process (SipHash with a random key): a client that knows
+/// another's messages still cannot make its own hash like them, as it could with an
+/// unkeyed hash, whose every step can be inverted. No hash is stored: a restarted
+/// gateway hashes the open conversations it reads back with its own key.
 pub(crate) fn prefix_hashes(seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
-    let mut hasher = rustc_hash::FxHasher::default();
+    static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+    prefix_hashes_keyed(&KEY, seed, messages)
+}
+
+fn prefix_hashes_keyed(key: &RandomState, seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
+    let mut hasher = key.build_hasher();
     seed.hash(&mut hasher);
     messages
         .iter()
@@ -287,7 +295,9 @@ mod tests {
 
     use flowmem_model::Scope;
 
-    use super::{Conversations, Open, hash_normal_form, prefix_hashes};
+    use std::hash::RandomState;
+
+    use super::{Conversations, Open, hash_normal_form, prefix_hashes, prefix_hashes_keyed};
 
     fn open(id: &str, memory_text: &str) -> Open {
         Open {
@@ -368,7 +378,7 @@ mod tests {
     }
 
     fn normal_hash(message: &Value) -> u64 {
-        let mut hasher = rustc_hash::FxHasher::default();
+        let mut hasher = std::hash::DefaultHasher::new();
         hash_normal_form(message, &mut hasher);
         hasher.finish()
     }
@@ -403,5 +413,15 @@ mod tests {
         assert_ne!(long[1], long[2]);
         assert_ne!(prefix_hashes(None, &[json!({"role": "user", "content": "x"})])[0], short[0]);
         assert_ne!(prefix_hashes(Some(1), &a), short, "another token, another conversation");
+    }
+
+    /// The hashes are keyed: the same messages hash alike under one key, and otherwise
+    /// under another, so no one can work out a conversation's hash from its messages.
+    #[test]
+    fn prefix_hashes_depend_on_the_key() {
+        let messages = [json!({"role": "user", "content": "a"}), json!({"role": "assistant", "content": "b"})];
+        let (one, other) = (RandomState::new(), RandomState::new());
+        assert_eq!(prefix_hashes_keyed(&one, None, &messages), prefix_hashes_keyed(&one, None, &messages));
+        assert_ne!(prefix_hashes_keyed(&one, None, &messages), prefix_hashes_keyed(&other, None, &messages));
     }
 }
