@@ -8,7 +8,7 @@
 //! tool-call id), because SDKs resend the model's answers with fields added or dropped.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
@@ -61,27 +61,45 @@ pub(crate) fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-/// The hash of each prefix of `messages`: `prefix_hashes(t, m)[k]` covers `m[..=k]`.
-/// The caller's token id `seed` goes first, so one client never continues another's
-/// conversation. Keyed per process (SipHash with a random key): a client that knows
-/// another's messages still cannot make its own hash like them, as it could with an
-/// unkeyed hash, whose every step can be inverted. No hash is stored: a restarted
-/// gateway hashes the open conversations it reads back with its own key.
+/// The hash of each prefix of `messages`: `prefix_hashes(t, m)[k]` covers `m[..=k]`
+/// (see [`TranscriptHash`]).
 pub(crate) fn prefix_hashes(seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
-    static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
-    prefix_hashes_keyed(&KEY, seed, messages)
+    TranscriptHash::new(seed).push_all(messages)
 }
 
-fn prefix_hashes_keyed(key: &RandomState, seed: Option<i64>, messages: &[Value]) -> Vec<u64> {
-    let mut hasher = key.build_hasher();
-    seed.hash(&mut hasher);
-    messages
-        .iter()
-        .map(|message| {
-            hash_normal_form(message, &mut hasher);
-            hasher.finish()
-        })
-        .collect()
+/// A transcript's hash as it grows, message by message, so that a turn's answer is
+/// hashed onto its request's messages without hashing them again. The caller's token id
+/// `seed` goes first, so one client never continues another's conversation. Keyed per
+/// process (SipHash with a random key): a client that knows another's messages still
+/// cannot make its own hash like them, as it could with an unkeyed hash, whose every
+/// step can be inverted. No hash is stored: a restarted gateway hashes the open
+/// conversations it reads back with its own key.
+#[derive(Clone)]
+pub(crate) struct TranscriptHash(DefaultHasher);
+
+impl TranscriptHash {
+    /// The empty transcript of `seed`'s conversations.
+    pub(crate) fn new(seed: Option<i64>) -> TranscriptHash {
+        static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+        TranscriptHash::keyed(&KEY, seed)
+    }
+
+    fn keyed(key: &RandomState, seed: Option<i64>) -> TranscriptHash {
+        let mut hasher = key.build_hasher();
+        seed.hash(&mut hasher);
+        TranscriptHash(hasher)
+    }
+
+    /// Adds `message`, and returns the hash of the transcript so far.
+    pub(crate) fn push(&mut self, message: &Value) -> u64 {
+        hash_normal_form(message, &mut self.0);
+        self.0.finish()
+    }
+
+    /// Adds `messages`, and returns the hash after each.
+    pub(crate) fn push_all(&mut self, messages: &[Value]) -> Vec<u64> {
+        messages.iter().map(|message| self.push(message)).collect()
+    }
 }
 
 /// The key of a conversation named by the client.
@@ -217,8 +235,15 @@ impl Conversations {
     }
 
     /// Records a finished turn: the model's `answer` is appended to the request's
-    /// `messages`, which then are the transcript. Returns the updated conversation.
-    pub(crate) fn record_turn(&mut self, id: &str, messages: &mut Vec<Value>, answer: Value) -> Option<Open> {
+    /// `messages`, which then are the transcript; `transcript` has hashed `messages`.
+    /// Returns the updated conversation.
+    pub(crate) fn record_turn(
+        &mut self,
+        id: &str,
+        messages: &mut Vec<Value>,
+        mut transcript: TranscriptHash,
+        answer: Value,
+    ) -> Option<Open> {
         let conversation = self.open.get_mut(id)?;
         if let Some(checker) = &mut conversation.guard {
             let deviations = check_calls(checker, &answer);
@@ -232,8 +257,8 @@ impl Conversations {
             self.by_hash.remove(&old);
         }
         conversation.answered = answer.get("tool_calls").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        conversation.hash = Some(transcript.push(&answer));
         messages.push(answer);
-        conversation.hash = prefix_hashes(conversation.token_id, messages).last().copied();
         conversation.turns += 1;
         conversation.last_activity = Instant::now();
         if let Some(hash) = conversation.hash {
@@ -297,7 +322,7 @@ mod tests {
 
     use std::hash::RandomState;
 
-    use super::{Conversations, Open, hash_normal_form, prefix_hashes, prefix_hashes_keyed};
+    use super::{Conversations, Open, TranscriptHash, hash_normal_form, prefix_hashes};
 
     fn open(id: &str, memory_text: &str) -> Open {
         Open {
@@ -421,7 +446,8 @@ mod tests {
     fn prefix_hashes_depend_on_the_key() {
         let messages = [json!({"role": "user", "content": "a"}), json!({"role": "assistant", "content": "b"})];
         let (one, other) = (RandomState::new(), RandomState::new());
-        assert_eq!(prefix_hashes_keyed(&one, None, &messages), prefix_hashes_keyed(&one, None, &messages));
-        assert_ne!(prefix_hashes_keyed(&one, None, &messages), prefix_hashes_keyed(&other, None, &messages));
+        let keyed = |key: &RandomState| TranscriptHash::keyed(key, None).push_all(&messages);
+        assert_eq!(keyed(&one), keyed(&one));
+        assert_ne!(keyed(&one), keyed(&other));
     }
 }

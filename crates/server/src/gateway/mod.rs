@@ -47,7 +47,7 @@ use crate::queue::{LearnQueue, record_strings};
 use crate::state::AppState;
 
 use self::conversation::{
-    Conversations, Named, Open, check_calls, content_text, no_retrieval, prefix_hashes, retrieval_text,
+    Conversations, Named, Open, TranscriptHash, check_calls, content_text, no_retrieval, prefix_hashes, retrieval_text,
 };
 use self::privacy::Cleaned;
 pub use self::privacy::Privacy;
@@ -332,7 +332,12 @@ fn scope_of(cfg: &GatewayConfig, headers: &HeaderMap, model: &str, token_id: Opt
 }
 
 /// The conversation name a request gives, if any.
-fn named_of(headers: &HeaderMap, request: &Value, token_id: Option<i64>) -> Result<Option<Named>, ApiError> {
+fn named_of(
+    headers: &HeaderMap,
+    request: &Value,
+    token_id: Option<i64>,
+    hashes: &[u64],
+) -> Result<Option<Named>, ApiError> {
     if let Some(value) = headers.get("x-flowmem-conversation") {
         let name = value.to_str().unwrap_or("");
         let valid = !name.is_empty()
@@ -344,9 +349,8 @@ fn named_of(headers: &HeaderMap, request: &Value, token_id: Option<i64>) -> Resu
         return Ok(Some(Named::Header(format!("{}:{name}", token_id.unwrap_or(0)))));
     }
     if let Some(user) = request.get("user").and_then(Value::as_str) {
-        let messages = request.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-        let first = &messages[..messages.len().min(2)];
-        let hash = prefix_hashes(token_id, first).last().copied().unwrap_or(0);
+        // The hash of the first two messages (or fewer).
+        let hash = hashes[..hashes.len().min(2)].last().copied().unwrap_or(0);
         return Ok(Some(Named::User(user.to_owned(), hash)));
     }
     Ok(None)
@@ -468,11 +472,17 @@ fn flowmem_headers(response: &mut Response, conversation: &Open) {
 /// Records a finished turn: the request's own messages (without the injected memory)
 /// and the model's answer. Returns the deviations of the answer's tool calls from the
 /// scope's skeleton, if it is guarded.
-fn finish_turn(gateway: &Gateway, id: &str, mut messages: Vec<Value>, answer: Value) -> Vec<Deviation> {
+fn finish_turn(
+    gateway: &Gateway,
+    id: &str,
+    mut messages: Vec<Value>,
+    transcript: TranscriptHash,
+    answer: Value,
+) -> Vec<Deviation> {
     let (before, updated) = {
         let mut conversations = gateway.conversations();
         let before = conversations.get(id).map_or(0, |conversation| conversation.deviations.len());
-        (before, conversations.record_turn(id, &mut messages, answer))
+        (before, conversations.record_turn(id, &mut messages, transcript, answer))
     };
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
@@ -499,17 +509,19 @@ async fn chat_completions(
         Ok(request) => request,
         Err(err) => return err.into_response(),
     };
-    let named = match named_of(&headers, &request, caller.token_id) {
-        Ok(named) => named,
-        Err(err) => return err.into_response(),
-    };
     // Taken out of the request, not copied: only an injection needs them back in it.
     let messages = match request.get_mut("messages").map(Value::take) {
         Some(Value::Array(messages)) => messages,
         _ => Vec::new(),
     };
+    // Hashed once: the answer's hash goes on from here when the turn is recorded.
+    let mut transcript = TranscriptHash::new(caller.token_id);
+    let hashes = transcript.push_all(&messages);
+    let named = match named_of(&headers, &request, caller.token_id, &hashes) {
+        Ok(named) => named,
+        Err(err) => return err.into_response(),
+    };
     let model = request.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
-    let hashes = prefix_hashes(caller.token_id, &messages);
     let existing = gateway.conversations().find(named.as_ref(), &hashes);
     let is_new = existing.is_none();
     let conversation = match existing.and_then(|id| gateway.conversations().get(&id).cloned()) {
@@ -560,7 +572,7 @@ async fn chat_completions(
             inner: reply.into_stream(),
             assembler: Assembler::default(),
             on_end: Some(Box::new(move |answer: Option<Value>| match (answer, state.gateway.as_deref()) {
-                (Some(answer), Some(gateway)) => drop(finish_turn(gateway, &id, messages, answer)),
+                (Some(answer), Some(gateway)) => drop(finish_turn(gateway, &id, messages, transcript, answer)),
                 (None, Some(gateway)) => gateway.queue.failed("recording a stream cut short", &"no [DONE]"),
                 _ => {}
             })),
@@ -588,7 +600,7 @@ async fn chat_completions(
                 .ok()
                 .and_then(|reply| reply.pointer("/choices/0/message").cloned());
             match answer {
-                Some(answer) => deviations = finish_turn(gateway, &conversation.id, messages, answer),
+                Some(answer) => deviations = finish_turn(gateway, &conversation.id, messages, transcript, answer),
                 None => gateway.queue.failed("recording a reply", &"the upstream reply has no choices[0].message"),
             }
         }
@@ -759,7 +771,27 @@ async fn end_quiet(state: Arc<AppState>) {
 mod tests {
     use serde_json::json;
 
-    use super::inject;
+    use axum::http::HeaderMap;
+
+    use super::{Named, inject, named_of, prefix_hashes};
+
+    /// A request with a `user` field names its conversation by the user and the hash of
+    /// its first two messages (or fewer), taken from the request's prefix hashes.
+    #[test]
+    fn a_user_field_names_the_conversation_by_its_first_two_messages() {
+        let messages = [
+            json!({"role": "system", "content": "s"}),
+            json!({"role": "user", "content": "u"}),
+            json!({"role": "assistant", "content": "a"}),
+        ];
+        let request = json!({"user": "alice", "messages": messages});
+        let named = |hashes: &[u64]| named_of(&HeaderMap::new(), &request, Some(3), hashes).ok().flatten();
+        let first_two = prefix_hashes(Some(3), &messages[..2])[1];
+        assert_eq!(named(&prefix_hashes(Some(3), &messages)), Some(Named::User("alice".into(), first_two)));
+        let one = prefix_hashes(Some(3), &messages[..1]);
+        assert_eq!(named(&one), Some(Named::User("alice".into(), one[0])));
+        assert_eq!(named(&[]), Some(Named::User("alice".into(), 0)));
+    }
 
     #[test]
     fn memory_goes_into_the_system_message_or_a_new_one() {
