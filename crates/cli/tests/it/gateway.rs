@@ -110,6 +110,7 @@ async fn the_gateway_forwards_records_learns_and_injects_what_it_learned() {
     }
     let status = &document["steps"][1];
     assert_eq!(status["conversations"]["done"], 1, "the quiet conversation was judged and learned: {status}");
+    assert_eq!(status["recording_backlog"], 0, "every turn and the end were stored: {status}");
 
     // Conversation 2, streamed, on a similar task: what conversation 1 taught is injected.
     let second = json!({"base_url": base_url, "api_key": token, "steps": [

@@ -39,6 +39,9 @@ pub(crate) struct LearnQueue {
     pub(crate) queued: Notify,
     /// Recording or learning failures since start, logged each time.
     pub(crate) failures: AtomicU64,
+    /// Writes handed to the writer and not yet stored (or failed): how far the recording
+    /// is behind the replies.
+    backlog: AtomicU64,
     /// Attempts at learning from one run before it is marked failed.
     max_attempts: u32,
 }
@@ -53,6 +56,7 @@ impl LearnQueue {
             writes_rx: Mutex::new(Some(writes_rx)),
             queued: Notify::new(),
             failures: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
             max_attempts: max_attempts.max(1),
         })
     }
@@ -61,7 +65,11 @@ impl LearnQueue {
     pub(crate) fn send(&self, write: Write) {
         // The receiver lives until the writer stops at shutdown; later writes are lost
         // with the process, as an unanswered request is.
-        let _ = self.writes.send(write);
+        // Counted first: the writer may store it before `send` returns.
+        self.backlog.fetch_add(1, Ordering::Relaxed);
+        if self.writes.send(write).is_err() {
+            self.backlog.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts and logs a failure of `what`.
@@ -93,6 +101,9 @@ pub(crate) fn start(state: &Arc<AppState>) {
 /// How long the queue's writer gathers turns before it stores them.
 const WRITE_BATCH: Duration = Duration::from_millis(10);
 
+/// The most writes the queue's writer stores in one transaction.
+const WRITE_BATCH_MAX: usize = 512;
+
 /// The one writer of the queue table, so turns are stored in order; what arrives
 /// within [`WRITE_BATCH`] of a write is stored with it in one transaction. Ends once the
 /// server stops and every write sent before is stored.
@@ -104,20 +115,26 @@ async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver
             () = state.stop.cancelled() => receiver.try_recv().ok(),
         };
         let Some(first) = first else { return };
-        // Gather a moment's worth into one transaction: a busy gateway records a turn per
+        // Gather a moment's worth into one transaction (a busy gateway records a turn per
         // request, and every commit costs a WAL append and makes the memory's readers
-        // reread their pages. A stopping server writes at once.
-        state.pause(WRITE_BATCH).await;
+        // reread their pages), unless a full batch is waiting already. A stopping server
+        // writes at once.
+        if receiver.len() + 1 < WRITE_BATCH_MAX {
+            state.pause(WRITE_BATCH).await;
+        }
         let mut batch = vec![first];
-        while batch.len() < 512
+        while batch.len() < WRITE_BATCH_MAX
             && let Ok(more) = receiver.try_recv()
         {
             batch.push(more);
         }
         let queued = batch.iter().any(|write| matches!(write, Write::End { .. }));
+        let written = batch.len() as u64;
         // Under `SCHED_BATCH`: waking every few milliseconds, the writer would
         // otherwise take the CPU from whatever thread answers requests there.
-        match queue.on_store(move |store| crate::sched::in_background(|| store.apply(&batch))).await {
+        let stored = queue.on_store(move |store| crate::sched::in_background(|| store.apply(&batch))).await;
+        queue.backlog.fetch_sub(written, Ordering::Relaxed);
+        match stored {
             Ok(()) if queued => queue.queued.notify_one(),
             Ok(()) => {}
             Err(err) => queue.failed("storing conversations", &err),
@@ -268,7 +285,8 @@ async fn recent_conversations(State(state): State<Arc<AppState>>, Extension(call
 }
 
 /// `GET /v1/flowmem/status`: the queue's counts and the failures since start, the
-/// gateway's open conversations, and the OTLP receiver's buffered traces.
+/// recording's backlog (writes not yet stored), the gateway's open conversations, and
+/// the OTLP receiver's buffered traces.
 async fn status(State(state): State<Arc<AppState>>) -> Response {
     let Some(queue) = state.queue.as_deref() else { return no_queue() };
     let counts = match queue.on_store(QueueStore::counts).await {
@@ -278,6 +296,7 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
     let mut body = json!({
         "conversations": counts,
         "failures": queue.failures.load(Ordering::Relaxed),
+        "recording_backlog": queue.backlog.load(Ordering::Relaxed),
         "induce": state.parts.induce.describe(),
     });
     if let Some(gateway) = state.gateway.as_deref() {
