@@ -16,7 +16,9 @@
 //!
 //! It also prints each gateway's CPU time per request (user and system, from `/proc`):
 //! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
-//! that CPU. And how much its resident memory grew per request: the conversations stay
+//! that CPU. The gateway stores its recorded turns in the background, in the CPU's spare
+//! time, so its CPU is read once it has stored them all (`recording_backlog` 0 in
+//! `/v1/flowmem/status`), and the bench prints how long after the last reply that was. And how much its resident memory grew per request: the conversations stay
 //! open for the whole run, and on a virtual machine the first touch of a fresh page can
 //! cost microseconds of the host's time, in bursts that show in the p99. And how many
 //! minor page faults it took per request, which counts pages the allocator gave back to
@@ -129,6 +131,36 @@ fn start_gateway(memory: &Path, upstream: &str, mode: &str) -> (Child, String) {
 /// gateway and the upstream in step; a few rounds in they are spread out, as the
 /// requests of independent agents are.
 const RAMP_PER_CLIENT: usize = 10;
+
+/// Waits until the gateway at `base` (its `/v1` URL) has stored every turn it recorded,
+/// and returns how long that took. Asks with a growing pause, since each answer counts
+/// the queue table's rows, and that CPU is the gateway's too.
+async fn recorded(http: &reqwest::Client, base: &str) -> Duration {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let status: serde_json::Value = http
+            .get(format!("{base}/flowmem/status"))
+            .bearer_auth("unused")
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .expect("the gateway's status")
+            .json()
+            .await
+            .expect("the gateway's status as JSON");
+        let backlog = status["recording_backlog"].as_u64().expect("the status has a recording backlog");
+        if backlog == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the gateway at {base} still had {backlog} writes to store after two minutes"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
 
 /// Where the ramp's request numbers start, apart from the measured ones'.
 const RAMP_NUMBERS: usize = 500_000_000;
@@ -253,13 +285,19 @@ fn main() {
         for base in [upstream_url.as_str(), plain_url.as_str(), memory_url.as_str()] {
             let _ = measure(&http, base, &queries, 640, 64, 1_000_000).await;
         }
+        // Nor does one configuration's recording run into the next one's measurement.
+        for base in [plain_url.as_str(), memory_url.as_str()] {
+            recorded(&http, base).await;
+        }
         for concurrency in [1, 64] {
             let (direct, direct_failed) = measure(&http, &upstream_url, &queries, n, concurrency, 0).await;
             let before = Usage::of(plain_pid);
             let (off, off_failed) = measure(&http, &plain_url, &queries, n, concurrency, 0).await;
+            let off_stored = recorded(&http, &plain_url).await;
             let off_use = Usage::of(plain_pid).per_request(before, n);
             let before = Usage::of(memory_pid);
             let (retrieval, retrieval_failed) = measure(&http, &memory_url, &queries, n, concurrency, 0).await;
+            let retrieval_stored = recorded(&http, &memory_url).await;
             let retrieval_use = Usage::of(memory_pid).per_request(before, n);
             let added = |through: &Latencies, q: f64| through.quantile(q) - direct.quantile(q);
             println!("  concurrency {concurrency}:");
@@ -285,6 +323,11 @@ fn main() {
             println!(
                 "    gateway CPU per request:      {:.0} µs memory off, {:.0} µs with retrieval",
                 off_use.cpu_ms, retrieval_use.cpu_ms
+            );
+            println!(
+                "    gateway recording stored:     {:.0} ms after the last reply memory off, {:.0} ms with retrieval",
+                off_stored.as_secs_f64() * 1000.0,
+                retrieval_stored.as_secs_f64() * 1000.0
             );
             println!(
                 "    gateway memory growth:        {:.2} KiB per request memory off, {:.2} KiB with retrieval",
