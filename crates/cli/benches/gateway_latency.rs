@@ -16,10 +16,11 @@
 //!
 //! It also prints each gateway's CPU time per request (user and system, from `/proc`):
 //! on a machine with few cores, the latency at concurrency 64 is mostly queueing for
-//! that CPU. The gateway stores its recorded turns in the background, in the CPU's spare
-//! time, so its CPU is read once it has stored them all (`recording_backlog` 0 in
-//! `/v1/flowmem/status`), and the bench prints how long after the last reply that was. And how much its resident memory grew per request: the conversations stay
-//! open for the whole run, and on a virtual machine the first touch of a fresh page can
+//! that CPU. The gateway stores its recorded turns in the background, after their
+//! replies, so its CPU is read once it has stored them all (`recording_backlog` 0 in
+//! `/v1/flowmem/status`), and the bench prints how long after the last reply that was.
+//! And how much its resident memory grew per request: the conversations stay open for
+//! the whole run, and on a virtual machine the first touch of a fresh page can
 //! cost microseconds of the host's time, in bursts that show in the p99. And how many
 //! minor page faults it took per request, which counts pages the allocator gave back to
 //! the kernel and touched again as well as fresh ones.
