@@ -74,8 +74,9 @@ impl Privacy {
         if !self.redact_fields.is_empty()
             && (trimmed.starts_with('{') || trimmed.starts_with('['))
             && let Ok(inner) = serde_json::from_str::<Value>(&cleaned)
+            && let Ok(text) = serde_json::to_string(&self.cleaned(&inner))
         {
-            cleaned = Cow::Owned(self.clean(&inner).to_string());
+            cleaned = Cow::Owned(text);
         }
         for pattern in &self.redact_patterns {
             if pattern.is_match(&cleaned) {
