@@ -53,6 +53,17 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The open turns' log beside a SQLite memory could not be read or written.
+    #[error("the open turns' log `{}`: {what} failed", path.display())]
+    TurnLog {
+        /// The log.
+        path: std::path::PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The MCP session over stdio could not start.
     #[error("the MCP session over stdio could not start: {message}")]
     Stdio {

@@ -487,7 +487,11 @@ fn finish_turn(
     let Some(conversation) = updated else { return Vec::new() };
     if conversation.record {
         match record_of(gateway, &conversation, &messages) {
-            Ok(record) => gateway.queue.send(Write::Open { id: Arc::clone(&conversation.id), record }),
+            Ok(record) => gateway.queue.send(Write::Open {
+                id: Arc::clone(&conversation.id),
+                token_id: conversation.token_id,
+                record,
+            }),
             Err(err) => gateway.queue.failed("recording a turn", &err),
         }
     }

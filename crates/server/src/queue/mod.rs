@@ -8,6 +8,7 @@
 //! (`conversations`, each with what was learned from it) and the status counts.
 
 pub(crate) mod store;
+mod turns;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,17 +1,24 @@
 //! The durable learning queue: one row per recorded run in the memory database's
 //! `gateway_conversations` table (the server's own, outside memory's migrations; named
 //! for its first feeder, the gateway, and kept so for the databases that hold it). A
-//! gateway conversation is `open` while it runs; a run is `queued` once it ended (a
-//! conversation, or a trace the OTLP receiver assembled), and `done` or `failed` once
-//! learned from, so a restart loses no recorded run and learns from none twice.
+//! run is `queued` once it ended (a gateway conversation, or a trace the OTLP receiver
+//! assembled), and `done` or `failed` once learned from, so a restart loses no recorded
+//! run and learns from none twice.
+//!
+//! A gateway conversation is `open` while it runs. On a SQLite memory its turns go to
+//! the log beside it ([`super::turns`]), and it becomes a row of the table when it
+//! ends; on PostgreSQL (or when another server holds that log) it is a row in state
+//! `open`, rewritten each turn. Every read here shows both the same way.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use flowmem_db::{Db, DbError, Dialect, Row, Value as SqlValue};
+use flowmem_db::{Db, DbError, DbLocation, Dialect, Row, Value as SqlValue};
 use serde_json::Value;
 
+use super::turns::{Turn, TurnLog};
 use crate::db::ServerDb;
 use crate::error::ServerError;
 
@@ -49,8 +56,9 @@ const TAKE_NEXT: &str = "SELECT id, record, outcome, attempts FROM gateway_conve
 
 /// A write of the queue's one writer task; a batch of them is one transaction.
 pub(crate) enum Write {
-    /// A turn finished: the open conversation's record so far, as JSON text.
-    Open { id: Arc<str>, record: String },
+    /// A turn finished: the open conversation's record so far, as compact JSON text,
+    /// and the token that recorded it.
+    Open { id: Arc<str>, token_id: Option<i64>, record: String },
     /// The conversation ended: queue its stored record (its last `Open` write) for
     /// learning, with the app's outcome if given. The gateway keeps no transcript in
     /// memory: each turn's request carries the turns before it, and the stored record
@@ -74,9 +82,103 @@ pub(crate) struct Queued {
 /// ago is not moved to an idle CPU meanwhile.
 const GIVE_WAY_AFTER: Duration = Duration::from_micros(200);
 
-/// The queue table.
+/// The queue table, and the open turns' log when this server keeps one.
 pub(crate) struct QueueStore {
     db: ServerDb,
+    /// Where open conversations' turns go: the log beside a SQLite memory, held by
+    /// this server; `None` stores them in the table (PostgreSQL, or a second server).
+    /// Locked before `db` when both are.
+    turns: Option<Mutex<TurnLog>>,
+}
+
+/// Offers the CPU to other threads once [`GIVE_WAY_AFTER`] passed `since`.
+fn give_way(since: &mut Instant) {
+    if since.elapsed() >= GIVE_WAY_AFTER {
+        std::thread::yield_now();
+        *since = Instant::now();
+    }
+}
+
+/// Opens the open turns' log at `path` for the queue in `db`, if no other process holds
+/// it: forgets the conversations the table holds already (ended before a crash could
+/// tell the log), moves the table's open conversations into it (left by a server that
+/// kept them there), and rewrites it if it holds anything else.
+fn open_turns(db: &ServerDb, path: &Path) -> Result<Option<TurnLog>, ServerError> {
+    let error = |what| move |source| ServerError::TurnLog { path: path.to_owned(), what, source };
+    let Some(mut turns) = TurnLog::open(path).map_err(error("opening"))? else {
+        tracing::info!(file = %path.display(), "another server keeps the open turns' log; open conversations go to the table");
+        return Ok(None);
+    };
+    let ids: Vec<&str> = turns.entries().map(|(id, _)| &**id).collect();
+    let ids = serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned());
+    let (queued, open) = db.run("reading the queue's conversations", |db| {
+        let sql = format!(
+            "SELECT id FROM gateway_conversations WHERE state <> 'open' AND id IN ({})",
+            db.dialect().json_texts("$1")
+        );
+        let queued = db.query_map(&sql, &[ids.into()], |row| row.text(0))?;
+        let open = db.query_map(
+            "SELECT id, record, updated_at FROM gateway_conversations WHERE state = 'open' ORDER BY updated_at",
+            &[],
+            |row| Ok((row.text(0)?, row.text(1)?, row.text(2)?)),
+        )?;
+        Ok((queued, open))
+    })?;
+    for id in &queued {
+        turns.remove(id);
+    }
+    let mut moved = Vec::new();
+    for (id, record, at) in &open {
+        let Some(record) = read_json(Some(record.clone())) else {
+            tracing::warn!(conversation = %id, "an open conversation's record in the table is not JSON; left there");
+            continue;
+        };
+        if !turns.contains(id) {
+            let turn = Turn {
+                id: &Arc::from(id.as_str()),
+                token_id: record["token_id"].as_i64(),
+                record: &record.to_string(),
+            };
+            turns
+                .append(&Arc::from(at.as_str()), &[turn])
+                .map_err(error("moving the table's open conversations in"))?;
+        }
+        moved.push(id.as_str());
+    }
+    let n_moved = moved.len();
+    if !moved.is_empty() {
+        turns.sync().map_err(error("syncing"))?;
+        let moved = serde_json::to_string(&moved).unwrap_or_else(|_| "[]".to_owned());
+        db.run("moving open conversations to the log", |db| {
+            let sql = format!(
+                "DELETE FROM gateway_conversations WHERE state = 'open' AND id IN ({})",
+                db.dialect().json_texts("$1")
+            );
+            db.execute(&sql, &[moved.into()]).map(drop)
+        })?;
+    }
+    if turns.has_garbage() {
+        turns.compact().map_err(error("rewriting"))?;
+    }
+    tracing::info!(
+        file = %path.display(),
+        open = turns.len(),
+        dropped = turns.dropped_at_start(),
+        moved_from_table = n_moved,
+        "opened the open turns' log"
+    );
+    Ok(Some(turns))
+}
+
+/// The last record of open conversation `id` in `turns`, as JSON (`null` when it is
+/// not open there, or not JSON).
+fn open_record(turns: &TurnLog, id: &str) -> Result<Value, ServerError> {
+    let record = turns.record(id).map_err(|source| ServerError::TurnLog {
+        path: turns.path().to_owned(),
+        what: "reading an open conversation",
+        source,
+    })?;
+    Ok(read_json(record).unwrap_or(Value::Null))
 }
 
 fn now() -> String {
@@ -99,13 +201,18 @@ fn read_json(text: Option<String>) -> Option<Value> {
 /// conversation of that id, ended. Returns false, and changes nothing, when a row of
 /// that id is already queued or learned from.
 pub(crate) fn enqueue(db: &Db, id: &str, record: &Value, outcome: Option<bool>) -> Result<bool, DbError> {
+    enqueue_text(db, id, &record.to_string(), outcome, &now())
+}
+
+/// [`enqueue`] with the record as JSON text, at time `at`.
+fn enqueue_text(db: &Db, id: &str, record: &str, outcome: Option<bool>, at: &str) -> Result<bool, DbError> {
     let changed = db.execute(
         "INSERT INTO gateway_conversations (id, state, record, outcome, updated_at)
          VALUES ($1, 'queued', $2, $3, $4)
          ON CONFLICT (id) DO UPDATE SET state = 'queued', record = excluded.record,
              outcome = excluded.outcome, updated_at = excluded.updated_at
          WHERE gateway_conversations.state = 'open'",
-        &[id.into(), record.to_string().into(), outcome_value(outcome), now().into()],
+        &[id.into(), record.into(), outcome_value(outcome), at.into()],
     )?;
     Ok(changed > 0)
 }
@@ -120,19 +227,97 @@ pub(crate) fn create_table(db: &Db) -> Result<(), DbError> {
 }
 
 impl QueueStore {
-    /// Opens the table in the memory database at `path`, creating it if needed.
+    /// Opens the table in the memory database at `path`, creating it if needed, and on
+    /// a SQLite memory the open turns' log beside it (see [`QueueStore::turns`]).
     pub(crate) fn open(path: &Path) -> Result<QueueStore, ServerError> {
-        Ok(QueueStore { db: ServerDb::open(path, "opening the learning queue", create_table)? })
+        let db = ServerDb::open(path, "opening the learning queue", create_table)?;
+        let turns = match DbLocation::parse(path.as_os_str()) {
+            DbLocation::Sqlite(memory) => open_turns(&db, &TurnLog::path_for(&memory))?,
+            DbLocation::Postgres(_) => None,
+        };
+        Ok(QueueStore { db, turns: turns.map(Mutex::new) })
     }
 
-    /// Applies `writes` in order, in one transaction, skipping each `Open` write that a
-    /// later `Open` write of the same conversation in `writes` supersedes. An `End` of a
-    /// conversation that is not open (never recorded, or already queued) changes nothing.
+    /// The open turns' log, locked, if this server keeps one.
+    fn turns(&self) -> Option<MutexGuard<'_, TurnLog>> {
+        self.turns.as_ref().map(|turns| turns.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Applies `writes` in order: each conversation's last turn is kept (in the log,
+    /// else in the table), and an `End` queues the conversation with its last turn's
+    /// record, in one transaction. An `End` of a conversation that is not open (never
+    /// recorded, or already queued) changes nothing.
     pub(crate) fn apply(&self, writes: &[Write]) -> Result<(), ServerError> {
+        match self.turns() {
+            Some(mut turns) => self.apply_to_log(&mut turns, writes),
+            None => self.apply_to_table(writes),
+        }
+    }
+
+    /// [`QueueStore::apply`] with a log: the batch's open turns are appended in one
+    /// write, and only the ended conversations touch the table.
+    fn apply_to_log(&self, turns: &mut TurnLog, writes: &[Write]) -> Result<(), ServerError> {
+        let path = turns.path().to_owned();
+        let log_error = |what| {
+            let path = path.clone();
+            move |source| ServerError::TurnLog { path, what, source }
+        };
+        // Each conversation's last turn in the batch, in the order of their first turns.
+        let mut last: Vec<Option<Turn<'_>>> = Vec::new();
+        let mut slot: HashMap<&str, usize> = HashMap::new();
+        let mut ended = Vec::new();
+        for write in writes {
+            match write {
+                Write::Open { id, token_id, record } => {
+                    let turn = Turn { id, token_id: *token_id, record };
+                    match slot.get(&**id) {
+                        Some(&at) => last[at] = Some(turn),
+                        None => {
+                            slot.insert(id, last.len());
+                            last.push(Some(turn));
+                        }
+                    }
+                }
+                Write::End { id, outcome } => {
+                    let record = match slot.remove(&**id).and_then(|at| last[at].take()) {
+                        Some(turn) => Some(turn.record.to_owned()),
+                        None => turns.record(id).map_err(log_error("reading an ended conversation's record"))?,
+                    };
+                    ended.push((id, record, *outcome));
+                }
+            }
+        }
+        if !ended.is_empty() {
+            self.db.run("queueing ended conversations", |db| {
+                let tx = db.write()?;
+                let at = now();
+                let mut since = Instant::now();
+                for (id, record, outcome) in &ended {
+                    give_way(&mut since);
+                    if let Some(record) = record {
+                        enqueue_text(db, id, record, *outcome, &at)?;
+                    }
+                }
+                tx.commit()
+            })?;
+            for (id, ..) in &ended {
+                turns.remove(id);
+            }
+        }
+        let open: Vec<Turn<'_>> = last.into_iter().flatten().collect();
+        if open.is_empty() {
+            return Ok(());
+        }
+        turns.append(&Arc::from(now()), &open).map_err(log_error("appending turns"))
+    }
+
+    /// [`QueueStore::apply`] without a log, in one transaction, skipping each `Open`
+    /// write that a later `Open` write of the same conversation in `writes` supersedes.
+    fn apply_to_table(&self, writes: &[Write]) -> Result<(), ServerError> {
         // A turn's record holds the turns before it: of one conversation's records in a
         // batch, only the last needs storing (a busy server's batches repeat its
         // tool-call loops). An `End` queues whatever record is stored when it runs.
-        let mut later = std::collections::HashSet::new();
+        let mut later = HashSet::new();
         let mut superseded = vec![false; writes.len()];
         for (idx, write) in writes.iter().enumerate().rev() {
             if let Write::Open { id, .. } = write {
@@ -144,13 +329,10 @@ impl QueueStore {
             let updated_at = now();
             let mut since = Instant::now();
             for (write, superseded) in writes.iter().zip(superseded) {
-                if since.elapsed() >= GIVE_WAY_AFTER {
-                    std::thread::yield_now();
-                    since = Instant::now();
-                }
+                give_way(&mut since);
                 match write {
                     Write::Open { .. } if superseded => {}
-                    Write::Open { id, record } => {
+                    Write::Open { id, record, .. } => {
                         db.execute(
                             "INSERT INTO gateway_conversations (id, state, record, updated_at) VALUES ($1, 'open', $2, $3)
                              ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at
@@ -210,16 +392,25 @@ impl QueueStore {
 
     /// The open conversations a previous run left, to resume.
     pub(crate) fn open_records(&self) -> Result<Vec<(String, Value)>, ServerError> {
-        self.db.run("reading open conversations", |db| {
+        let mut open = Vec::new();
+        if let Some(turns) = self.turns() {
+            for (id, _) in turns.entries() {
+                let record = open_record(&turns, id)?;
+                open.push((id.to_string(), record));
+            }
+        }
+        let in_table = self.db.run("reading open conversations", |db| {
             db.query_map("SELECT id, record FROM gateway_conversations WHERE state = 'open'", &[], |row| {
                 Ok((row.text(0)?, read_json(Some(row.text(1)?)).unwrap_or(Value::Null)))
             })
-        })
+        })?;
+        open.extend(in_table);
+        Ok(open)
     }
 
     /// How many conversations are in each state.
     pub(crate) fn counts(&self) -> Result<Value, ServerError> {
-        self.db.run("counting conversations", |db| {
+        let mut counts = self.db.run("counting conversations", |db| {
             let rows =
                 db.query_map("SELECT state, COUNT(*) FROM gateway_conversations GROUP BY state", &[], |row| {
                     Ok((row.text(0)?, row.int(1)?))
@@ -231,8 +422,13 @@ impl QueueStore {
             for (state, n) in rows {
                 counts.insert(state, Value::from(n));
             }
-            Ok(Value::Object(counts))
-        })
+            Ok(counts)
+        })?;
+        if let Some(turns) = self.turns() {
+            let in_table = counts["open"].as_u64().unwrap_or(0);
+            counts.insert("open".to_owned(), Value::from(in_table + turns.len() as u64));
+        }
+        Ok(Value::Object(counts))
     }
 
     /// The condition that keeps only the rows of the token in parameter `param` (all
@@ -247,22 +443,65 @@ impl QueueStore {
     /// did (the verdict and its reason, workflows stored and merged, why any were
     /// rejected, or the error); only those of token `token_id` when it is given.
     pub(crate) fn recent(&self, limit: usize, offset: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
+        let wanted = limit.saturating_add(offset);
+        let mut rows = self.open_in_log(wanted, token_id)?;
         let sql = format!(
             "SELECT id, state, updated_at, outcome, record, result FROM gateway_conversations
-             WHERE {} ORDER BY updated_at DESC, id DESC LIMIT $1 OFFSET $3",
+             WHERE {} ORDER BY updated_at DESC, id DESC LIMIT $1",
             self.token_filter("$2")
         );
-        self.db.run("listing conversations", |db| {
-            db.query_map(&sql, &[(limit as u64).into(), token_id.into(), (offset as u64).into()], |row| {
+        let in_table = self.db.run("listing conversations", |db| {
+            db.query_map(&sql, &[(wanted as u64).into(), token_id.into()], |row| {
                 let record = read_json(Some(row.text(4)?)).unwrap_or(Value::Null);
                 let result = read_json(row.opt_text(5)?).unwrap_or(Value::Null);
-                summary(row, &record, &result)
+                Ok(summary(row.text(0)?, &row.text(1)?, row.text(2)?, read_outcome(row, 3)?, &record, &result))
             })
-        })
+        })?;
+        if !rows.is_empty() {
+            // A conversation the table holds is shown as the table has it.
+            let ids: Vec<String> = rows.iter().filter_map(|row| row["id"].as_str().map(str::to_owned)).collect();
+            let known = self.known_in_table(&ids)?;
+            rows.retain(|row| !row["id"].as_str().is_some_and(|id| known.contains(id)));
+        }
+        rows.extend(in_table);
+        let key = |row: &Value| {
+            (row["updated_at"].as_str().unwrap_or("").to_owned(), row["id"].as_str().unwrap_or("").to_owned())
+        };
+        rows.sort_by_cached_key(|row| std::cmp::Reverse(key(row)));
+        Ok(rows.into_iter().skip(offset).take(limit).collect())
+    }
+
+    /// The `wanted` most recently updated conversations in the log, as [`summary`]
+    /// lines; only those of token `token_id` when it is given.
+    fn open_in_log(&self, wanted: usize, token_id: Option<i64>) -> Result<Vec<Value>, ServerError> {
+        let Some(turns) = self.turns() else { return Ok(Vec::new()) };
+        let mut open: Vec<(&Arc<str>, &Arc<str>)> = turns
+            .entries()
+            .filter(|(_, entry)| token_id.is_none() || entry.token_id == token_id)
+            .map(|(id, entry)| (id, &entry.updated_at))
+            .collect();
+        open.sort_unstable_by(|a, b| (b.1, b.0).cmp(&(a.1, a.0)));
+        open.truncate(wanted);
+        open.into_iter()
+            .map(|(id, at)| {
+                let record = open_record(&turns, id)?;
+                let record = record;
+                Ok(summary(id.to_string(), "open", at.to_string(), None, &record, &Value::Null))
+            })
+            .collect()
     }
 
     /// Which of `ids` name a kept conversation, in one query.
-    pub(crate) fn known(&self, ids: &[String]) -> Result<std::collections::HashSet<String>, ServerError> {
+    pub(crate) fn known(&self, ids: &[String]) -> Result<HashSet<String>, ServerError> {
+        let mut known = self.known_in_table(ids)?;
+        if let Some(turns) = self.turns() {
+            known.extend(ids.iter().filter(|id| turns.contains(id)).cloned());
+        }
+        Ok(known)
+    }
+
+    /// Which of `ids` name a row of the table.
+    fn known_in_table(&self, ids: &[String]) -> Result<HashSet<String>, ServerError> {
         let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
         let sql = format!("SELECT id FROM gateway_conversations WHERE id IN ({})", self.db.dialect().json_texts("$1"));
         self.db.run("looking conversations up", |db| {
@@ -307,7 +546,7 @@ impl QueueStore {
             "SELECT state, record, outcome, result, attempts FROM gateway_conversations WHERE id = $1 AND {}",
             self.token_filter("$2")
         );
-        self.db.run("reading a conversation", |db| {
+        let row = self.db.run("reading a conversation", |db| {
             db.query_opt(&sql, &[id.into(), token_id.into()])?
                 .map(|row| {
                     Ok(serde_json::json!({
@@ -320,13 +559,37 @@ impl QueueStore {
                     }))
                 })
                 .transpose()
-        })
+        })?;
+        if row.is_some() {
+            return Ok(row);
+        }
+        let Some(turns) = self.turns() else { return Ok(None) };
+        match turns.entry(id) {
+            Some(entry) if token_id.is_none() || entry.token_id == token_id => {}
+            _ => return Ok(None),
+        }
+        let record = open_record(&turns, id)?;
+        Ok(Some(serde_json::json!({
+            "id": id,
+            "state": "open",
+            "record": record,
+            "outcome": null,
+            "result": null,
+            "attempts": 0,
+        })))
     }
 }
 
-/// One line of [`QueueStore::recent`]: the row's own columns, and what its record and
-/// learning result say.
-fn summary(row: &Row, record: &Value, result: &Value) -> Result<Value, DbError> {
+/// One line of [`QueueStore::recent`]: the run's id, state, time and outcome, and what
+/// its record and learning result say.
+fn summary(
+    id: String,
+    state: &str,
+    updated_at: String,
+    outcome: Option<bool>,
+    record: &Value,
+    result: &Value,
+) -> Value {
     let first_user = record["messages"]
         .as_array()
         .and_then(|messages| messages.iter().find(|message| message["role"] == "user"))
@@ -337,11 +600,11 @@ fn summary(row: &Row, record: &Value, result: &Value) -> Result<Value, DbError> 
     let rejected: Vec<&str> =
         result["rejected"].as_array().into_iter().flatten().filter_map(|line| line["message"].as_str()).collect();
     let count = |key: &str| result[key].as_array().map(Vec::len);
-    Ok(serde_json::json!({
-        "id": row.text(0)?,
-        "state": row.text(1)?,
-        "updated_at": row.text(2)?,
-        "outcome": read_outcome(row, 3)?,
+    serde_json::json!({
+        "id": id,
+        "state": state,
+        "updated_at": updated_at,
+        "outcome": outcome,
         "source": record["source"].as_str(),
         "first_user": first_user,
         "verdict": result["judgement"]["success"].as_bool(),
@@ -350,7 +613,7 @@ fn summary(row: &Row, record: &Value, result: &Value) -> Result<Value, DbError> 
         "merged": count("merged"),
         "rejected": if rejected.is_empty() { None } else { Some(rejected.join("; ")) },
         "error": result["error"].as_str(),
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -375,14 +638,26 @@ mod tests {
             };
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("cancel my order", 7).to_string() },
-                    Write::Open { id: "c2".into(), record: record("where is my parcel", 8).to_string() },
+                    Write::Open {
+                        id: "c1".into(),
+                        token_id: Some(7),
+                        record: record("cancel my order", 7).to_string(),
+                    },
+                    Write::Open {
+                        id: "c2".into(),
+                        token_id: Some(8),
+                        record: record("where is my parcel", 8).to_string(),
+                    },
                 ])
                 .unwrap();
             assert_eq!(queue.open_records().unwrap().len(), 2);
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("cancel my order now", 7).to_string() },
+                    Write::Open {
+                        id: "c1".into(),
+                        token_id: Some(7),
+                        record: record("cancel my order now", 7).to_string(),
+                    },
                     Write::End { id: "c1".into(), outcome: Some(true) },
                 ])
                 .unwrap();
@@ -401,7 +676,7 @@ mod tests {
             // A learned run is neither changed nor queued again.
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: record("again", 7).to_string() },
+                    Write::Open { id: "c1".into(), token_id: Some(7), record: record("again", 7).to_string() },
                     Write::End { id: "c1".into(), outcome: None },
                 ])
                 .unwrap();
@@ -452,13 +727,13 @@ mod tests {
             let turns = |n: usize| json!({"messages": (0..n).map(|k| json!({"role": "user", "content": k})).collect::<Vec<_>>()});
             queue
                 .apply(&[
-                    Write::Open { id: "c1".into(), record: turns(1).to_string() },
-                    Write::Open { id: "c2".into(), record: turns(1).to_string() },
-                    Write::Open { id: "c1".into(), record: turns(2).to_string() },
-                    Write::Open { id: "c2".into(), record: turns(2).to_string() },
-                    Write::Open { id: "c2".into(), record: turns(3).to_string() },
+                    Write::Open { id: "c1".into(), token_id: None, record: turns(1).to_string() },
+                    Write::Open { id: "c2".into(), token_id: None, record: turns(1).to_string() },
+                    Write::Open { id: "c1".into(), token_id: None, record: turns(2).to_string() },
+                    Write::Open { id: "c2".into(), token_id: None, record: turns(2).to_string() },
+                    Write::Open { id: "c2".into(), token_id: None, record: turns(3).to_string() },
                     Write::End { id: "c2".into(), outcome: None },
-                    Write::Open { id: "c1".into(), record: turns(3).to_string() },
+                    Write::Open { id: "c1".into(), token_id: None, record: turns(3).to_string() },
                 ])
                 .unwrap();
             let open = queue.open_records().unwrap();
@@ -467,6 +742,62 @@ mod tests {
             let queued = queue.take_next().unwrap().expect("c2 is queued");
             assert_eq!((queued.id.as_str(), queued.record["messages"].as_array().map(Vec::len)), ("c2", Some(3)));
         }
+    }
+
+    /// On a SQLite memory the open turns live in the log beside it: reopened, the queue
+    /// resumes them; a conversation ended before the reopen is not open again; a second
+    /// queue on the same memory keeps its open turns in the table, and the next queue to
+    /// hold the log moves them in.
+    #[test]
+    fn open_turns_survive_a_reopen_and_move_from_the_table_into_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = crate::db::backends::new_memories(&dir).remove(0);
+        let record = |user: &str| json!({"token_id": 3, "messages": [{"role": "user", "content": user}]}).to_string();
+        let open = |id: &str, user: &str| Write::Open { id: id.into(), token_id: Some(3), record: record(user) };
+        let first = QueueStore::open(&memory).unwrap();
+        assert!(first.turns.is_some(), "the first queue holds the log");
+        first.apply(&[open("c1", "one"), open("c2", "two"), open("c1", "one more")]).unwrap();
+        first.apply(&[Write::End { id: "c2".into(), outcome: Some(true) }]).unwrap();
+        let second = QueueStore::open(&memory).unwrap();
+        assert!(second.turns.is_none(), "a second queue on the memory uses the table");
+        second.apply(&[open("t1", "from the table")]).unwrap();
+        assert_eq!(first.counts().unwrap()["open"], 2, "c1 in the log, t1 in the table");
+        assert_eq!(first.get("t1", Some(3)).unwrap().unwrap()["state"], "open");
+        assert_eq!(first.get("c1", Some(3)).unwrap().unwrap()["record"]["messages"][0]["content"], "one more");
+        assert!(first.get("c1", Some(4)).unwrap().is_none(), "another token's conversation");
+        let listed: Vec<_> = first.recent(10, 0, Some(3)).unwrap().into_iter().map(|row| row["id"].clone()).collect();
+        assert_eq!(listed.len(), 3, "{listed:?}");
+        assert_eq!(first.recent(10, 0, Some(3)).unwrap()[0]["id"], "t1", "newest first");
+        drop((first, second));
+        // The log still holds c2's turn; the table says it ended.
+        let log = std::fs::read_to_string(crate::queue::turns::TurnLog::path_for(&memory)).unwrap();
+        assert!(log.contains("\"c2\""), "{log}");
+
+        let reopened = QueueStore::open(&memory).unwrap();
+        assert!(reopened.turns.is_some());
+        let mut resumed = reopened.open_records().unwrap();
+        resumed.sort_by(|a, b| a.0.cmp(&b.0));
+        let resumed: Vec<_> =
+            resumed.iter().map(|(id, record)| (id.as_str(), record["messages"][0]["content"].clone())).collect();
+        assert_eq!(resumed, [("c1", json!("one more")), ("t1", json!("from the table"))]);
+        let counts = reopened.counts().unwrap();
+        assert_eq!((counts["open"].as_i64(), counts["queued"].as_i64()), (Some(2), Some(1)), "{counts}");
+        let in_table = reopened
+            .db
+            .run("counting", |db| {
+                db.query_map("SELECT id FROM gateway_conversations WHERE state = 'open'", &[], |row| row.text(0))
+            })
+            .unwrap();
+        assert!(in_table.is_empty(), "moved into the log: {in_table:?}");
+        let log = std::fs::read_to_string(crate::queue::turns::TurnLog::path_for(&memory)).unwrap();
+        assert_eq!(log.lines().count(), 2, "rewritten with the open turns only: {log}");
+
+        reopened.apply(&[Write::End { id: "t1".into(), outcome: None }]).unwrap();
+        assert_eq!(reopened.take_next().unwrap().unwrap().id, "c2");
+        reopened.finish("c2", Some("done"), &json!({})).unwrap();
+        let taken = reopened.take_next().unwrap().expect("t1 was queued with its record");
+        assert_eq!((taken.id.as_str(), &taken.record["messages"][0]["content"]), ("t1", &json!("from the table")));
+        assert_eq!(reopened.counts().unwrap()["open"], 1);
     }
 
     /// The worker's query for the next queued run reads the partial index, on both
