@@ -378,9 +378,29 @@ async fn an_open_conversation_goes_on_after_a_restart() {
         assert_eq!(id, conversation, "run {run} continues the conversation: {document}");
         let answer = step["message"].clone();
         messages.push(answer.clone());
+        let recorded = messages.len();
         if let Some(call) = answer["tool_calls"].get(0) {
             let result = &results()[call["function"]["name"].as_str().unwrap()];
             messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": result}));
+        }
+        if run == 1 {
+            // Killed, not stopped, once the API shows the turn stored (open, in the log
+            // beside the memory): what was stored survives a crash.
+            let (url, id, n) = (gateway_url(&served), conversation.clone(), recorded);
+            tokio::task::spawn_blocking(move || {
+                wait_for("the second turn is stored", Duration::from_secs(30), || {
+                    let program = json!({"base_url": url, "api_key": "unused", "steps": [
+                        {"op": "get", "conversation": id}]});
+                    let body = &client(&program)["steps"][0]["body"];
+                    body["state"] == "open" && body["record"]["messages"].as_array().map(Vec::len) == Some(n)
+                });
+            })
+            .await
+            .unwrap();
+            let mut served = served;
+            served.child.kill().unwrap();
+            served.child.wait().unwrap();
+            continue;
         }
         let (code, stderr) = tokio::task::spawn_blocking(move || served.stop()).await.unwrap();
         assert_eq!(code, Some(0), "{stderr}");

@@ -91,6 +91,17 @@ pub(crate) struct QueueStore {
     turns: Option<Mutex<TurnLog>>,
 }
 
+/// A conversation a batch ends, as [`QueueStore::apply`] queues it.
+struct Ended<'a> {
+    id: &'a Arc<str>,
+    /// Its last turn, when the batch holds it.
+    in_batch: Option<Turn<'a>>,
+    /// Else its last record in the log, if it is there.
+    logged: Option<String>,
+    /// The app's outcome.
+    outcome: Option<bool>,
+}
+
 /// Offers the CPU to other threads once [`GIVE_WAY_AFTER`] passed `since`.
 fn give_way(since: &mut Instant) {
     if since.elapsed() >= GIVE_WAY_AFTER {
@@ -265,7 +276,7 @@ impl QueueStore {
         // Each conversation's last turn in the batch, in the order of their first turns.
         let mut last: Vec<Option<Turn<'_>>> = Vec::new();
         let mut slot: HashMap<&str, usize> = HashMap::new();
-        let mut ended = Vec::new();
+        let mut ended: Vec<Ended<'_>> = Vec::new();
         for write in writes {
             match write {
                 Write::Open { id, token_id, record } => {
@@ -279,36 +290,48 @@ impl QueueStore {
                     }
                 }
                 Write::End { id, outcome } => {
-                    let record = match slot.remove(&**id).and_then(|at| last[at].take()) {
-                        Some(turn) => Some(turn.record.to_owned()),
+                    let in_batch = slot.remove(&**id).and_then(|at| last[at].take());
+                    let logged = match in_batch {
+                        Some(_) => None,
                         None => turns.record(id).map_err(log_error("reading an ended conversation's record"))?,
                     };
-                    ended.push((id, record, *outcome));
+                    ended.push(Ended { id, in_batch, logged, outcome: *outcome });
                 }
             }
         }
+        let at: Arc<str> = Arc::from(now());
         if !ended.is_empty() {
-            self.db.run("queueing ended conversations", |db| {
+            let queued = self.db.run("queueing ended conversations", |db| {
                 let tx = db.write()?;
-                let at = now();
                 let mut since = Instant::now();
-                for (id, record, outcome) in &ended {
+                for Ended { id, in_batch, logged, outcome } in &ended {
                     give_way(&mut since);
-                    if let Some(record) = record {
+                    if let Some(record) = in_batch.as_ref().map(|turn| turn.record).or(logged.as_deref()) {
                         enqueue_text(db, id, record, *outcome, &at)?;
                     }
                 }
                 tx.commit()
-            })?;
-            for (id, ..) in &ended {
-                turns.remove(id);
+            });
+            if let Err(err) = queued {
+                // Kept open instead, so that a restart resumes them: the ended ones that
+                // were not in the log yet, then the batch's open turns (which may reopen
+                // one of them).
+                let mut open: Vec<Turn<'_>> = ended.into_iter().filter_map(|ended| ended.in_batch).collect();
+                open.extend(last.into_iter().flatten());
+                if let Err(log_err) = turns.append(&at, &open) {
+                    tracing::warn!(error = %log_err, file = %path.display(), "the turns of a failed batch could not be kept either");
+                }
+                return Err(err);
+            }
+            for ended in &ended {
+                turns.remove(ended.id);
             }
         }
         let open: Vec<Turn<'_>> = last.into_iter().flatten().collect();
         if open.is_empty() {
             return Ok(());
         }
-        turns.append(&Arc::from(now()), &open).map_err(log_error("appending turns"))
+        turns.append(&at, &open).map_err(log_error("appending turns"))
     }
 
     /// [`QueueStore::apply`] without a log, in one transaction, skipping each `Open`
@@ -798,6 +821,28 @@ mod tests {
         let taken = reopened.take_next().unwrap().expect("t1 was queued with its record");
         assert_eq!((taken.id.as_str(), &taken.record["messages"][0]["content"]), ("t1", &json!("from the table")));
         assert_eq!(reopened.counts().unwrap()["open"], 1);
+    }
+
+    /// When the ended conversations of a batch cannot be queued, the batch fails and
+    /// they stay open in the log with its other turns, to be resumed after a restart.
+    #[test]
+    fn ends_that_cannot_be_queued_stay_open_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = crate::db::backends::new_memories(&dir).remove(0);
+        let queue = QueueStore::open(&memory).unwrap();
+        let open = |id: &str| Write::Open { id: id.into(), token_id: None, record: json!({"turn": id}).to_string() };
+        let rename = |from: &str, to: &str| {
+            let sql = format!("ALTER TABLE {from} RENAME TO {to}");
+            queue.db.run("renaming", |db| db.batch(&sql)).unwrap();
+        };
+        rename("gateway_conversations", "elsewhere");
+        let err = queue.apply(&[open("c1"), Write::End { id: "c1".into(), outcome: None }, open("c2")]).unwrap_err();
+        assert!(err.to_string().contains("queueing ended conversations"), "{err}");
+        rename("elsewhere", "gateway_conversations");
+        let mut open_ids: Vec<String> = queue.open_records().unwrap().into_iter().map(|(id, _)| id).collect();
+        open_ids.sort();
+        assert_eq!(open_ids, ["c1", "c2"]);
+        assert_eq!(queue.counts().unwrap()["queued"], 0);
     }
 
     /// The worker's query for the next queued run reads the partial index, on both
