@@ -503,8 +503,13 @@ impl QueueStore {
             .filter(|(_, entry)| token_id.is_none() || entry.token_id == token_id)
             .map(|(id, entry)| (id, &entry.updated_at))
             .collect();
-        open.sort_unstable_by(|a, b| (b.1, b.0).cmp(&(a.1, a.0)));
-        open.truncate(wanted);
+        // Newest first; a busy gateway has tens of thousands open, and a page wants few.
+        let newest_first = |a: &(&Arc<str>, &Arc<str>), b: &(&Arc<str>, &Arc<str>)| (b.1, b.0).cmp(&(a.1, a.0));
+        if open.len() > wanted {
+            open.select_nth_unstable_by(wanted, newest_first);
+            open.truncate(wanted);
+        }
+        open.sort_unstable_by(newest_first);
         open.into_iter()
             .map(|(id, at)| {
                 let record = open_record(&turns, id)?;
