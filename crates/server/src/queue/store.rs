@@ -820,6 +820,10 @@ mod tests {
         let log = std::fs::read_to_string(crate::queue::turns::TurnLog::path_for(&memory)).unwrap();
         assert_eq!(log.lines().count(), 2, "rewritten with the open turns only: {log}");
 
+        // Paged, newest first, across the log (t1, c1) and the table (c2); ties in time
+        // would be broken by id, the same order here.
+        let page = |offset| reopened.recent(1, offset, None).unwrap()[0]["id"].clone();
+        assert_eq!([page(0), page(1), page(2)], ["t1", "c2", "c1"]);
         reopened.apply(&[Write::End { id: "t1".into(), outcome: None }]).unwrap();
         assert_eq!(reopened.take_next().unwrap().unwrap().id, "c2");
         reopened.finish("c2", Some("done"), &json!({})).unwrap();
