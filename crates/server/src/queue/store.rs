@@ -513,7 +513,6 @@ impl QueueStore {
         open.into_iter()
             .map(|(id, at)| {
                 let record = open_record(&turns, id)?;
-                let record = record;
                 Ok(summary(id.to_string(), "open", at.to_string(), None, &record, &Value::Null))
             })
             .collect()
