@@ -332,6 +332,30 @@ mod tests {
         log.append(&Arc::from(at), &turns).unwrap();
     }
 
+    /// A log that grew past its threshold to many times what it must keep is rewritten
+    /// as it is appended to, and reads the same.
+    #[test]
+    fn a_log_of_mostly_superseded_turns_is_rewritten_as_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = TurnLog::path_for(&dir.path().join("memory.db"));
+        let mut log = TurnLog::open(&path).unwrap().unwrap();
+        let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(1 << 20));
+        let file_len = || std::fs::metadata(&path).unwrap().len();
+        let mut largest = 0;
+        for turn in 0..70 {
+            append(&mut log, &format!("t{turn}"), &[("c1", &big), ("c2", r#"{"n":2}"#)]);
+            largest = largest.max(file_len());
+        }
+        // It grew to just under the threshold; the append that crossed it rewrote it.
+        assert!(largest >= super::COMPACT_MIN_BYTES - (2 << 20), "grew to {largest}");
+        assert!(file_len() < 8 << 20, "rewritten: {} bytes", file_len());
+        assert_eq!(log.record("c1").unwrap().as_deref(), Some(big.as_str()));
+        drop(log);
+        let log = TurnLog::open(&path).unwrap().unwrap();
+        assert_eq!((log.len(), log.record("c2").unwrap().as_deref()), (2, Some(r#"{"n":2}"#)));
+        assert_eq!(log.entry("c1").unwrap().updated_at.as_ref(), "t69");
+    }
+
     /// Turns appended are read back after a reopen, the last of each conversation; a
     /// line cut short by a crash is skipped, and the rewrite keeps only what is open.
     #[test]
