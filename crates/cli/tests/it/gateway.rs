@@ -397,6 +397,14 @@ async fn an_open_conversation_goes_on_after_a_restart() {
             })
             .await
             .unwrap();
+            // The list shows it open too (read from the log, not the table).
+            let program = json!({"base_url": gateway_url(&served), "api_key": "unused", "steps": [{"op": "list"}]});
+            let document = tokio::task::spawn_blocking(move || client(&program)).await.unwrap();
+            let listed = document["steps"][0]["conversations"].as_array().unwrap_or_else(|| panic!("{document}"));
+            let row =
+                listed.iter().find(|row| row["id"] == conversation.as_str()).unwrap_or_else(|| panic!("{document}"));
+            assert_eq!(row["state"], "open", "{row}");
+            assert_eq!(row["first_user"], "Cancel my order #W7000001, please.", "{row}");
             let mut served = served;
             served.child.kill().unwrap();
             served.child.wait().unwrap();
