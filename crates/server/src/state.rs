@@ -207,7 +207,7 @@ impl AppState {
         let retriever = Retriever::new(cfg.retrieval, parts.embedder.clone())?;
         // Every server keeps the runs it learns from: `report_run`'s always, the
         // gateway's and the OTLP receiver's when they are on.
-        let queue = Some(Arc::new(LearnQueue::open(&cfg.memory, cfg.learn_attempts)?));
+        let queue = Some(Arc::new(LearnQueue::open(&cfg.memory, cfg.learn_attempts, cfg.gateway.is_some())?));
         let gateway = match (&cfg.gateway, &queue) {
             (Some(gateway), Some(queue)) => {
                 let retriever = Retriever::new(gateway.retrieval, parts.embedder.clone())?;

@@ -48,11 +48,12 @@ pub(crate) struct LearnQueue {
 }
 
 impl LearnQueue {
-    /// Opens the queue table in the memory database at `memory`.
-    pub(crate) fn open(memory: &std::path::Path, max_attempts: u32) -> Result<LearnQueue, ServerError> {
+    /// Opens the queue table in the memory database at `memory`, and the open turns'
+    /// log beside it when the server records gateway conversations (`turn_log`).
+    pub(crate) fn open(memory: &std::path::Path, max_attempts: u32, turn_log: bool) -> Result<LearnQueue, ServerError> {
         let (writes, writes_rx) = mpsc::unbounded_channel();
         Ok(LearnQueue {
-            store: Arc::new(QueueStore::open(memory)?),
+            store: Arc::new(QueueStore::open(memory, turn_log)?),
             writes,
             writes_rx: Mutex::new(Some(writes_rx)),
             queued: Notify::new(),

@@ -8,7 +8,8 @@
 //! A gateway conversation is `open` while it runs. On a SQLite memory its turns go to
 //! the log beside it ([`super::turns`]), and it becomes a row of the table when it
 //! ends; on PostgreSQL (or when another server holds that log) it is a row in state
-//! `open`, rewritten each turn. Every read here shows both the same way.
+//! `open`, rewritten each turn. Every read here shows both the same way. Only a server
+//! with the gateway opens the log; one without it shows the table's runs.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -238,13 +239,14 @@ pub(crate) fn create_table(db: &Db) -> Result<(), DbError> {
 }
 
 impl QueueStore {
-    /// Opens the table in the memory database at `path`, creating it if needed, and on
-    /// a SQLite memory the open turns' log beside it (see [`QueueStore::turns`]).
-    pub(crate) fn open(path: &Path) -> Result<QueueStore, ServerError> {
+    /// Opens the table in the memory database at `path`, creating it if needed, and,
+    /// with `turn_log` (a server with the gateway, the only writer of open turns) on a
+    /// SQLite memory, the open turns' log beside it (see [`QueueStore::turns`]).
+    pub(crate) fn open(path: &Path, turn_log: bool) -> Result<QueueStore, ServerError> {
         let db = ServerDb::open(path, "opening the learning queue", create_table)?;
         let turns = match DbLocation::parse(path.as_os_str()) {
-            DbLocation::Sqlite(memory) => open_turns(&db, &TurnLog::path_for(&memory))?,
-            DbLocation::Postgres(_) => None,
+            DbLocation::Sqlite(memory) if turn_log => open_turns(&db, &TurnLog::path_for(&memory))?,
+            DbLocation::Sqlite(_) | DbLocation::Postgres(_) => None,
         };
         Ok(QueueStore { db, turns: turns.map(Mutex::new) })
     }
@@ -658,7 +660,7 @@ mod tests {
     fn conversations_move_through_the_queue_the_same_on_both_backends() {
         let dir = tempfile::tempdir().unwrap();
         for path in crate::db::backends::new_memories(&dir) {
-            let queue = QueueStore::open(&path).unwrap();
+            let queue = QueueStore::open(&path, true).unwrap();
             let record = |user: &str, token: i64| {
                 json!({"source": "gateway", "token_id": token, "messages": [
                     {"role": "system", "content": "be brief"}, {"role": "user", "content": user}]})
@@ -750,7 +752,7 @@ mod tests {
     fn a_batch_stores_each_conversations_last_write() {
         let dir = tempfile::tempdir().unwrap();
         for path in crate::db::backends::new_memories(&dir) {
-            let queue = QueueStore::open(&path).unwrap();
+            let queue = QueueStore::open(&path, true).unwrap();
             let turns = |n: usize| json!({"messages": (0..n).map(|k| json!({"role": "user", "content": k})).collect::<Vec<_>>()});
             queue
                 .apply(&[
@@ -781,11 +783,15 @@ mod tests {
         let memory = crate::db::backends::new_memories(&dir).remove(0);
         let record = |user: &str| json!({"token_id": 3, "messages": [{"role": "user", "content": user}]}).to_string();
         let open = |id: &str, user: &str| Write::Open { id: id.into(), token_id: Some(3), record: record(user) };
-        let first = QueueStore::open(&memory).unwrap();
+        // A server without the gateway writes no open turns and leaves the log alone.
+        let without_gateway = QueueStore::open(&memory, false).unwrap();
+        assert!(without_gateway.turns.is_none());
+        assert!(!crate::queue::turns::TurnLog::path_for(&memory).exists(), "no log is created");
+        let first = QueueStore::open(&memory, true).unwrap();
         assert!(first.turns.is_some(), "the first queue holds the log");
         first.apply(&[open("c1", "one"), open("c2", "two"), open("c1", "one more")]).unwrap();
         first.apply(&[Write::End { id: "c2".into(), outcome: Some(true) }]).unwrap();
-        let second = QueueStore::open(&memory).unwrap();
+        let second = QueueStore::open(&memory, true).unwrap();
         assert!(second.turns.is_none(), "a second queue on the memory uses the table");
         second.apply(&[open("t1", "from the table")]).unwrap();
         assert_eq!(first.counts().unwrap()["open"], 2, "c1 in the log, t1 in the table");
@@ -800,7 +806,7 @@ mod tests {
         let log = std::fs::read_to_string(crate::queue::turns::TurnLog::path_for(&memory)).unwrap();
         assert!(log.contains("\"c2\""), "{log}");
 
-        let reopened = QueueStore::open(&memory).unwrap();
+        let reopened = QueueStore::open(&memory, true).unwrap();
         assert!(reopened.turns.is_some());
         let mut resumed = reopened.open_records().unwrap();
         resumed.sort_by(|a, b| a.0.cmp(&b.0));
@@ -837,7 +843,7 @@ mod tests {
     fn ends_that_cannot_be_queued_stay_open_in_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let memory = crate::db::backends::new_memories(&dir).remove(0);
-        let queue = QueueStore::open(&memory).unwrap();
+        let queue = QueueStore::open(&memory, true).unwrap();
         let open = |id: &str| Write::Open { id: id.into(), token_id: None, record: json!({"turn": id}).to_string() };
         let rename = |from: &str, to: &str| {
             let sql = format!("ALTER TABLE {from} RENAME TO {to}");
@@ -860,7 +866,7 @@ mod tests {
     fn the_next_queued_run_is_found_through_its_index() {
         let dir = tempfile::tempdir().unwrap();
         for path in crate::db::backends::new_memories(&dir) {
-            let queue = QueueStore::open(&path).unwrap();
+            let queue = QueueStore::open(&path, true).unwrap();
             let plan = queue
                 .db
                 .run("explaining", |db| {
