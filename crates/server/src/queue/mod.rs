@@ -103,12 +103,13 @@ pub(crate) fn start(state: &Arc<AppState>) {
 /// How long the queue's writer gathers turns before it stores them.
 const WRITE_BATCH: Duration = Duration::from_millis(10);
 
-/// The most writes the queue's writer stores in one transaction.
+/// The most writes the queue's writer stores in one batch.
 const WRITE_BATCH_MAX: usize = 512;
 
-/// The one writer of the queue table, so turns are stored in order; what arrives
-/// within [`WRITE_BATCH`] of a write is stored with it in one transaction. Ends once the
-/// server stops and every write sent before is stored.
+/// The one writer of the queue (the table, and the open turns' log when there is one),
+/// so turns are stored in order; what arrives within [`WRITE_BATCH`] of a write is
+/// stored with it in one batch ([`QueueStore::apply`]). Ends once the server stops and
+/// every write sent before is stored.
 async fn write_queue(state: Arc<AppState>, mut receiver: mpsc::UnboundedReceiver<Write>) {
     let Some(queue) = state.queue.as_deref() else { return };
     loop {

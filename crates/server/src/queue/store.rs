@@ -116,8 +116,7 @@ fn give_way(since: &mut Instant) {
 /// tell the log), moves the table's open conversations into it (left by a server that
 /// kept them there), and rewrites it if it holds anything else.
 fn open_turns(db: &ServerDb, path: &Path) -> Result<Option<TurnLog>, ServerError> {
-    let error = |what| move |source| ServerError::TurnLog { path: path.to_owned(), what, source };
-    let Some(mut turns) = TurnLog::open(path).map_err(error("opening"))? else {
+    let Some(mut turns) = TurnLog::open(path).map_err(log_failed(path, "opening"))? else {
         tracing::info!(file = %path.display(), "another server keeps the open turns' log; open conversations go to the table");
         return Ok(None);
     };
@@ -153,13 +152,13 @@ fn open_turns(db: &ServerDb, path: &Path) -> Result<Option<TurnLog>, ServerError
             };
             turns
                 .append(&Arc::from(at.as_str()), &[turn])
-                .map_err(error("moving the table's open conversations in"))?;
+                .map_err(log_failed(path, "moving the table's open conversations in"))?;
         }
         moved.push(id.as_str());
     }
     let n_moved = moved.len();
     if !moved.is_empty() {
-        turns.sync().map_err(error("syncing"))?;
+        turns.sync().map_err(log_failed(path, "syncing"))?;
         let moved = serde_json::to_string(&moved).unwrap_or_else(|_| "[]".to_owned());
         db.run("moving open conversations to the log", |db| {
             let sql = format!(
@@ -170,7 +169,7 @@ fn open_turns(db: &ServerDb, path: &Path) -> Result<Option<TurnLog>, ServerError
         })?;
     }
     if turns.has_garbage() {
-        turns.compact().map_err(error("rewriting"))?;
+        turns.compact().map_err(log_failed(path, "rewriting"))?;
     }
     tracing::info!(
         file = %path.display(),
@@ -182,14 +181,15 @@ fn open_turns(db: &ServerDb, path: &Path) -> Result<Option<TurnLog>, ServerError
     Ok(Some(turns))
 }
 
+/// The error of the open turns' log at `path` when `what` failed.
+fn log_failed<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> ServerError + 'a {
+    move |source| ServerError::TurnLog { path: path.to_owned(), what, source }
+}
+
 /// The last record of open conversation `id` in `turns`, as JSON (`null` when it is
 /// not open there, or not JSON).
 fn open_record(turns: &TurnLog, id: &str) -> Result<Value, ServerError> {
-    let record = turns.record(id).map_err(|source| ServerError::TurnLog {
-        path: turns.path().to_owned(),
-        what: "reading an open conversation",
-        source,
-    })?;
+    let record = turns.record(id).map_err(log_failed(turns.path(), "reading an open conversation"))?;
     Ok(read_json(record).unwrap_or(Value::Null))
 }
 
@@ -270,11 +270,6 @@ impl QueueStore {
     /// [`QueueStore::apply`] with a log: the batch's open turns are appended in one
     /// write, and only the ended conversations touch the table.
     fn apply_to_log(&self, turns: &mut TurnLog, writes: &[Write]) -> Result<(), ServerError> {
-        let path = turns.path().to_owned();
-        let log_error = |what| {
-            let path = path.clone();
-            move |source| ServerError::TurnLog { path, what, source }
-        };
         // Each conversation's last turn in the batch, in the order of their first turns.
         let mut last: Vec<Option<Turn<'_>>> = Vec::new();
         let mut slot: HashMap<&str, usize> = HashMap::new();
@@ -295,7 +290,9 @@ impl QueueStore {
                     let in_batch = slot.remove(&**id).and_then(|at| last[at].take());
                     let logged = match in_batch {
                         Some(_) => None,
-                        None => turns.record(id).map_err(log_error("reading an ended conversation's record"))?,
+                        None => turns
+                            .record(id)
+                            .map_err(log_failed(turns.path(), "reading an ended conversation's record"))?,
                     };
                     ended.push(Ended { id, in_batch, logged, outcome: *outcome });
                 }
@@ -321,7 +318,7 @@ impl QueueStore {
                 let mut open: Vec<Turn<'_>> = ended.into_iter().filter_map(|ended| ended.in_batch).collect();
                 open.extend(last.into_iter().flatten());
                 if let Err(log_err) = turns.append(&at, &open) {
-                    tracing::warn!(error = %log_err, file = %path.display(), "the turns of a failed batch could not be kept either");
+                    tracing::warn!(error = %log_err, file = %turns.path().display(), "the turns of a failed batch could not be kept either");
                 }
                 return Err(err);
             }
@@ -333,7 +330,7 @@ impl QueueStore {
         if open.is_empty() {
             return Ok(());
         }
-        turns.append(&at, &open).map_err(log_error("appending turns"))
+        turns.append(&at, &open).map_err(log_failed(turns.path(), "appending turns"))
     }
 
     /// [`QueueStore::apply`] without a log, in one transaction, skipping each `Open`

@@ -31,7 +31,7 @@ const COMPACT_MIN_BYTES: u64 = 64 << 20;
 const COMPACT_RATIO: u64 = 4;
 
 /// Where an open conversation's last turn is, and what listing it needs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Entry {
     /// The offset of its line.
     start: u64,
